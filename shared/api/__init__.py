@@ -1,0 +1,1 @@
+"""CacheBackend API: pydantic models, schema defaults and the CRD generated from them."""

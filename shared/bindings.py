@@ -1,0 +1,27 @@
+"""The structured provider Binding that joins a storage provider to a runtime adapter.
+
+A storage provider emits a binding (protocol + endpoint); the runtime adapter declares
+which protocols it accepts (``None`` is host-only, no remote tier).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final, Literal
+
+from shared import constants as c
+
+Protocol = Literal["lm", "resp", "mooncakestore"]
+
+PROVIDER_PROTOCOL: Final[dict[str, Protocol]] = {
+    c.PROVIDER_LMCACHE_SERVER: "lm",
+    c.PROVIDER_REDIS: "resp",
+    c.PROVIDER_MOONCAKE: "mooncakestore",
+}
+
+
+@dataclass(frozen=True)
+class Binding:
+    protocol: Protocol
+    # host:port without a scheme; empty when a managed Service has not published yet.
+    endpoint: str

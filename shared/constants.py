@@ -1,0 +1,103 @@
+"""Names the spec fixes: API identity, annotations, condition types, reasons, Event reasons.
+
+Spelled exactly as cachebackend-api.md spells them so one search finds every use.
+"""
+
+from typing import Final
+
+GROUP: Final = "inferencecache.io"
+VERSION: Final = "v1alpha1"
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+KIND: Final = "CacheBackend"
+PLURAL: Final = "cachebackends"
+SINGULAR: Final = "cachebackend"
+SHORT_NAME: Final = "cb"
+
+# Runtimes, cache types, providers, ownership, modes, roles.
+RUNTIME_VLLM: Final = "VLLM"
+RUNTIME_SGLANG: Final = "SGLang"
+TYPE_LMCACHE: Final = "LMCache"
+TYPE_SGLANG_HICACHE: Final = "SGLangHiCache"
+PROVIDER_REDIS: Final = "Redis"
+PROVIDER_LMCACHE_SERVER: Final = "LMCacheServer"
+PROVIDER_MOONCAKE: Final = "Mooncake"
+OWNERSHIP_MANAGED: Final = "Managed"
+OWNERSHIP_EXTERNAL: Final = "External"
+MODE_OFFLOAD: Final = "Offload"
+MODE_EVENTS_ONLY: Final = "EventsOnly"
+ROLE_READ_ONLY: Final = "ReadOnly"
+ROLE_WRITE_ONLY: Final = "WriteOnly"
+ROLE_READ_WRITE: Final = "ReadWrite"
+DEPLOYMENT_KIND_DEPLOYMENT: Final = "Deployment"
+DEPLOYMENT_KIND_STATEFULSET: Final = "StatefulSet"
+
+# Annotations.
+ANNOTATION_INJECTED_BY: Final = "inferencecache.io/injected-by"
+ANNOTATION_INJECTED_BY_UID: Final = "inferencecache.io/injected-by-uid"
+ANNOTATION_SKIP_INJECT: Final = "inferencecache.io/skip-inject"
+ANNOTATION_INJECT_SKIPPED: Final = "inferencecache.io/inject-skipped"
+INJECT_SKIPPED_VALUE: Final = "skip-inject-annotation"
+ANNOTATION_LMCACHE_KERNEL_CHECK: Final = "inferencecache.io/lmcache-kernel-check"
+ANNOTATION_REQUIRE_KV_EVENTS: Final = "inferencecache.io/require-kv-events"
+ANNOTATION_SKIP_FUNCTIONAL_PROBE: Final = "inferencecache.io/skip-functional-probe"
+ANNOTATION_CACHE_SERVER_RESTART_TRIGGER: Final = "inferencecache.io/cache-server-restart-trigger"
+# Records, on the pod, the kernel-check mode the webhook admitted it under.
+ANNOTATION_LMCACHE_KERNEL_CHECK_MODE: Final = "inferencecache.io/lmcache-kernel-check-mode"
+
+KERNEL_CHECK_AUTO: Final = "auto"
+KERNEL_CHECK_REPORT_ONLY: Final = "report-only"
+KERNEL_CHECK_STRICT: Final = "strict"
+KERNEL_CHECK_OFF: Final = "off"
+KERNEL_CHECK_MODES: Final = (KERNEL_CHECK_AUTO, KERNEL_CHECK_REPORT_ONLY, KERNEL_CHECK_STRICT, KERNEL_CHECK_OFF)
+
+# Condition types.
+COND_READY: Final = "Ready"
+COND_DEGRADED: Final = "Degraded"
+COND_PROGRESSING: Final = "Progressing"
+COND_FUNCTIONAL_PROBE_OK: Final = "FunctionalProbeOK"
+COND_ENGINE_KERNELS_HEALTHY: Final = "EngineKernelsHealthy"
+COND_T2_DEGRADED: Final = "T2Degraded"
+COND_ENGINE_COMPATIBILITY: Final = "EngineCompatibility"
+
+# Condition reasons.
+REASON_BACKEND_READY: Final = "BackendReady"
+REASON_ROLLOUT_IN_PROGRESS: Final = "RolloutInProgress"
+REASON_SCALED_TO_ZERO: Final = "ScaledToZero"
+REASON_REPLICAS_UNAVAILABLE: Final = "ReplicasUnavailable"
+REASON_HOST_ONLY_ACTIVE: Final = "HostOnlyActive"
+REASON_EVENTS_ONLY_ACTIVE: Final = "EventsOnlyActive"
+REASON_EXTERNAL_ENDPOINT_ACCEPTED: Final = "ExternalEndpointAccepted"
+REASON_EXTERNAL_ENDPOINT_MISSING: Final = "ExternalEndpointMissing"
+REASON_EXTERNAL_ENDPOINT_INVALID: Final = "ExternalEndpointInvalid"
+REASON_AWAITING_FIRST_KV_EVENT: Final = "AwaitingFirstKVEvent"
+REASON_KV_EVENTS_OBSERVED: Final = "KVEventsObserved"
+REASON_NO_KV_EVENTS_OBSERVED: Final = "NoKVEventsObserved"
+REASON_NOT_DEGRADED: Final = "NotDegraded"
+REASON_SYNCED: Final = "Synced"
+REASON_ENGINE_KERNEL_DEGRADED: Final = "EngineKernelDegraded"
+REASON_PROBE_OK: Final = "ProbeOK"
+REASON_PROBE_BYPASSED: Final = "ProbeBypassed"
+REASON_PROBE_ERROR: Final = "ProbeError"
+REASON_PROBE_INGEST_FAILED: Final = "ProbeIngestFailed"
+REASON_PROBE_ROUTING_FAILED: Final = "ProbeRoutingFailed"
+REASON_PROBE_T2_FAILED: Final = "ProbeT2Failed"
+REASON_KERNELS_HEALTHY: Final = "KernelsHealthy"
+REASON_KERNEL_LOAD_FAILED: Final = "KernelLoadFailed"
+REASON_KERNEL_CHECK_ERROR: Final = "KernelCheckError"
+REASON_KERNEL_CHECK_PENDING: Final = "KernelCheckPending"
+REASON_T2_ZERO_HIT_RATE: Final = "T2ZeroHitRate"
+REASON_T2_SERVING: Final = "T2Serving"
+REASON_INJECTED_ENGINE_CRASH_LOOPING: Final = "InjectedEngineCrashLooping"
+
+# Event reasons.
+EVENT_BACKEND_DEGRADED: Final = "BackendDegraded"
+EVENT_BACKEND_RECOVERED: Final = "BackendRecovered"
+EVENT_FAIL_CLOSED_ENABLED: Final = "FailClosedEnabled"
+EVENT_FAIL_OPEN_RESTORED: Final = "FailOpenRestored"
+EVENT_AWAITING_FIRST_KV_EVENT: Final = "AwaitingFirstKVEvent"
+EVENT_KV_EVENTS_OBSERVED: Final = "KVEventsObserved"
+EVENT_NO_KV_EVENTS_OBSERVED: Final = "NoKVEventsObserved"
+EVENT_ENGINE_SELECTOR_UNMATCHED: Final = "EngineSelectorUnmatched"
+EVENT_INJECTED_ENGINE_CRASH_LOOPING: Final = "InjectedEngineCrashLooping"
+EVENT_INJECTED_BY_CACHE_BACKEND: Final = "InjectedByCacheBackend"
+EVENT_SKIPPED_BY_OPERATOR: Final = "SkippedByOperator"

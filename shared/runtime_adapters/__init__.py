@@ -1,0 +1,1 @@
+"""Runtime (engine-wire) adapters: one module per (runtime, cache type) pair, in a registry."""

@@ -1,0 +1,48 @@
+"""The runtime-adapter contract (KVCacheRuntimeAdapter in the spec)."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from shared.api.models import CacheBackend
+from shared.bindings import Binding, Protocol
+
+
+class InjectionRejected(Exception):
+    """The adapter refuses to wire this pod; the Pod webhook turns it into a fail-open admit."""
+
+
+@dataclass(frozen=True)
+class InjectContext:
+    """Webhook settings an adapter may need (not part of the CacheBackend)."""
+
+    kvevent_subscriber_image: str | None = None
+    # gRPC address of the cache-index server the kvevent-subscriber reports to.
+    server_address: str = "inference-cache-server:50051"
+
+
+class RuntimeAdapter(ABC):
+    """Declares its pair, its reserved args/env and the bindings it accepts; injects."""
+
+    name: ClassVar[str]
+    runtime: ClassVar[str]
+    cache_type: ClassVar[str]
+    reserved_args: ClassVar[tuple[str, ...]] = ()
+    reserved_env: ClassVar[tuple[str, ...]] = ()
+    # None stands for the host-only (nil) binding.
+    accepted_protocols: ClassVar[frozenset[Protocol | None]] = frozenset()
+
+    def supports_binding(self, binding: Binding | None) -> bool:
+        return (binding.protocol if binding else None) in self.accepted_protocols
+
+    @abstractmethod
+    def inject(
+        self,
+        pod: dict[str, Any],
+        backend: CacheBackend,
+        binding: Binding | None,
+        ctx: InjectContext,
+    ) -> dict[str, Any]:
+        """Return a wired copy of ``pod`` (never mutate the input); raise InjectionRejected."""

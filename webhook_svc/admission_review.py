@@ -1,0 +1,87 @@
+"""AdmissionReview (admission.k8s.io/v1) in and out: parsing, responses, JSON patches."""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import jsonpatch
+
+
+class BadReview(ValueError):
+    """The request body is not an AdmissionReview we can answer: HTTP 400."""
+
+
+@dataclass
+class AdmissionRequest:
+    uid: str
+    operation: str
+    namespace: str
+    name: str
+    kind: dict[str, Any]
+    obj: dict[str, Any] | None
+    old_obj: dict[str, Any] | None
+    dry_run: bool
+    raw: dict[str, Any] = field(repr=False)
+
+
+def parse_review(body: Any) -> AdmissionRequest:
+    if not isinstance(body, dict):
+        raise BadReview("body must be a JSON object (an AdmissionReview)")
+    request = body.get("request")
+    if not isinstance(request, dict):
+        raise BadReview("AdmissionReview.request is missing")
+    uid = request.get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise BadReview("AdmissionReview.request.uid is missing")
+    obj = request.get("object")
+    old = request.get("oldObject")
+    return AdmissionRequest(
+        uid=uid,
+        operation=str(request.get("operation") or ""),
+        namespace=str(request.get("namespace") or ""),
+        name=str(request.get("name") or ""),
+        kind=request.get("kind") if isinstance(request.get("kind"), dict) else {},
+        obj=obj if isinstance(obj, dict) else None,
+        old_obj=old if isinstance(old, dict) else None,
+        dry_run=bool(request.get("dryRun")),
+        raw=request,
+    )
+
+
+def review(response: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
+
+
+def allow(
+    uid: str,
+    patch: list[dict[str, Any]] | None = None,
+    warnings: list[str] | None = None,
+    message: str | None = None,
+) -> dict[str, Any]:
+    response: dict[str, Any] = {"uid": uid, "allowed": True}
+    if patch:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(
+            json.dumps(patch, separators=(",", ":")).encode()
+        ).decode()
+    if warnings:
+        response["warnings"] = warnings
+    if message:
+        response["status"] = {"code": 200, "message": message}
+    return review(response)
+
+
+def deny(uid: str, status: dict[str, Any], warnings: list[str] | None = None) -> dict[str, Any]:
+    response: dict[str, Any] = {"uid": uid, "allowed": False, "status": status}
+    if warnings:
+        response["warnings"] = warnings
+    return review(response)
+
+
+def json_patch(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:
+    """A minimal RFC 6902 patch from ``before`` to ``after`` (only what changes)."""
+    ops: list[dict[str, Any]] = jsonpatch.make_patch(before, after).patch
+    return ops
