@@ -36,6 +36,7 @@ def parse_review(body: Any) -> AdmissionRequest:
     uid = request.get("uid")
     if not isinstance(uid, str) or not uid:
         raise BadReview("AdmissionReview.request.uid is missing")
+    kind = request.get("kind")
     obj = request.get("object")
     old = request.get("oldObject")
     return AdmissionRequest(
@@ -43,7 +44,7 @@ def parse_review(body: Any) -> AdmissionRequest:
         operation=str(request.get("operation") or ""),
         namespace=str(request.get("namespace") or ""),
         name=str(request.get("name") or ""),
-        kind=request.get("kind") if isinstance(request.get("kind"), dict) else {},
+        kind=kind if isinstance(kind, dict) else {},
         obj=obj if isinstance(obj, dict) else None,
         old_obj=old if isinstance(old, dict) else None,
         dry_run=bool(request.get("dryRun")),

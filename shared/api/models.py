@@ -157,7 +157,8 @@ _RESOURCES_DESCRIPTION = (
 
 class RedisProvider(APIModel):
     image: str | None = Field(
-        None, description="Redis image for the managed workload. Defaults to a pinned Redis 7 image."
+        None,
+        description="Redis image for the managed workload. Defaults to a pinned Redis 7 image.",
     )
     resources: ResourceRequirements | None = Field(
         None,
@@ -376,7 +377,9 @@ class HiCache(APIModel):
         None, description="--hicache-write-policy; omitted leaves the SGLang default."
     )
     io_backend: HiCacheIOBackend | None = Field(
-        None, alias="ioBackend", description="--hicache-io-backend; omitted leaves the SGLang default."
+        None,
+        alias="ioBackend",
+        description="--hicache-io-backend; omitted leaves the SGLang default.",
     )
     memory_layout: HiCacheMemoryLayout | None = Field(
         None, description="--hicache-mem-layout; omitted leaves the SGLang default."
@@ -441,8 +444,7 @@ class CacheBackendSpec(APIModel):
     remote_storage: RemoteStorage | None = Field(
         None,
         description=(
-            "Optional remote tier. Omitting it means host-only and provisions no provider "
-            "workload."
+            "Optional remote tier. Omitting it means host-only and provisions no provider workload."
         ),
     )
     observation: Observation | None = Field(
@@ -554,7 +556,8 @@ class CacheBackendStatus(APIModel):
         ),
     )
     engine_selector_message: str | None = Field(
-        None, description="Diagnosis when the selector matches no pod while engine pods are expected."
+        None,
+        description="Diagnosis when the selector matches no pod while engine pods are expected.",
     )
     fail_open: bool | None = Field(
         None, description="Observed echo of the effective spec.integration.failOpen."

@@ -1,0 +1,74 @@
+"""Where the Pod webhook reads CacheBackends from: the live API, or YAML files (embedded mode).
+
+Live mode lists uncached on every admission: an informer-cache miss on a freshly
+Ready backend would leave a pod permanently unwired, since pod CREATE is one-shot.
+Embedded mode re-reads the directory only when a file's mtime or the file set changes.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol, cast
+
+from shared import constants as c
+
+
+class BackendSource(Protocol):
+    def list(self, namespace: str) -> list[dict[str, Any]]: ...
+
+
+def _fingerprint(directory: Path) -> tuple[tuple[str, int, int], ...]:
+    entries = []
+    for path in sorted(directory.rglob("*")):
+        if path.suffix in (".yaml", ".yml", ".json") and path.is_file():
+            st = path.stat()
+            entries.append((str(path), st.st_mtime_ns, st.st_size))
+    return tuple(entries)
+
+
+class FileBackendSource:
+    """CacheBackends from YAML files in a directory; other kinds ignored, status honoured."""
+
+    def __init__(self, directory: Path, loader: Callable[[Path], list[dict[str, Any]]]) -> None:
+        self._directory = directory
+        self._loader = loader
+        self._lock = threading.Lock()
+        self._fingerprint: tuple[tuple[str, int, int], ...] | None = None
+        self._by_namespace: dict[str, list[dict[str, Any]]] = {}
+
+    def _refresh(self) -> None:
+        fingerprint = _fingerprint(self._directory)
+        if fingerprint == self._fingerprint:
+            return
+        by_namespace: dict[str, list[dict[str, Any]]] = {}
+        for backend in self._loader(self._directory):
+            ns = (backend.get("metadata") or {}).get("namespace") or "default"
+            by_namespace.setdefault(ns, []).append(backend)
+        self._by_namespace = by_namespace
+        self._fingerprint = fingerprint
+
+    def list(self, namespace: str) -> list[dict[str, Any]]:
+        with self._lock:
+            self._refresh()
+            return list(self._by_namespace.get(namespace, []))
+
+
+class ApiBackendSource:
+    """CacheBackends read live (uncached) from the API server."""
+
+    def __init__(self, api_client: Any) -> None:
+        from kubernetes import client
+
+        self._api = client.CustomObjectsApi(api_client)
+
+    def list(self, namespace: str) -> list[dict[str, Any]]:
+        result = cast(
+            dict[str, Any],
+            self._api.list_namespaced_custom_object(
+                c.GROUP, c.VERSION, namespace, c.PLURAL, _request_timeout=5
+            ),
+        )
+        items: list[dict[str, Any]] = result.get("items", [])
+        return items

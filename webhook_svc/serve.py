@@ -1,0 +1,153 @@
+"""`icache webhook`: serve the admission webhooks under uvicorn.
+
+TLS comes from --tls-cert-file/--tls-key-file and is reloaded in place when the files
+change (cert-manager rotates them): the SSLContext is shared by every new handshake,
+so loading the new chain into it takes effect without a restart. --insecure serves
+plain HTTP for local replay with curl.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import ssl
+import threading
+from pathlib import Path
+from typing import Any
+
+from shared import jsonlog
+from shared.runtime_adapters.base import InjectContext
+from webhook_svc.backend_source import ApiBackendSource, BackendSource, FileBackendSource
+
+log = logging.getLogger("icache.webhook")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default="0.0.0.0", help="address to listen on")
+    parser.add_argument("--port", type=int, default=8443, help="port to listen on")
+    parser.add_argument("--insecure", action="store_true", help="serve plain HTTP (local replay)")
+    parser.add_argument("--tls-cert-file", type=Path, help="serving certificate (PEM)")
+    parser.add_argument("--tls-key-file", type=Path, help="serving key (PEM)")
+    parser.add_argument(
+        "--backends-from",
+        type=Path,
+        help="embedded mode: read CacheBackends from YAML files in this directory",
+    )
+    parser.add_argument(
+        "--kubeconfig", help="kubeconfig (default: in-cluster, then ~/.kube/config)"
+    )
+    parser.add_argument(
+        "--kvevent-subscriber-image",
+        default=os.environ.get("ICACHE_KVEVENT_SUBSCRIBER_IMAGE") or None,
+        help="image of the kvevent-subscriber sidecar (unset: no sidecar)",
+    )
+    parser.add_argument(
+        "--server-address",
+        default=os.environ.get("ICACHE_SERVER_ADDRESS", "inference-cache-server:50051"),
+        help="gRPC address of the cache-index server the kvevent-subscriber reports to",
+    )
+    parser.add_argument(
+        "--max-body-bytes", type=int, default=3 * 1024 * 1024, help="request body size limit"
+    )
+    parser.add_argument(
+        "--tls-reload-interval", type=float, default=10.0, help="seconds between certificate checks"
+    )
+    parser.add_argument("--log-level", default="info")
+
+
+def load_kube_client(kubeconfig: str | None) -> Any:
+    from kubernetes import client, config
+
+    if kubeconfig:
+        return config.new_client_from_config(config_file=kubeconfig)
+    try:
+        config.load_incluster_config()
+        return client.ApiClient()
+    except config.ConfigException:
+        return config.new_client_from_config()
+
+
+def build_source(args: argparse.Namespace) -> BackendSource:
+    if args.backends_from:
+        from webhook_svc.backend_files import load_backends
+
+        return FileBackendSource(args.backends_from, load_backends)
+    return ApiBackendSource(load_kube_client(args.kubeconfig))
+
+
+class ReloadingTLS:
+    """An SSLContext whose certificate chain is reloaded when the files change."""
+
+    def __init__(self, cert: Path, key: Path, interval: float) -> None:
+        self.cert, self.key, self.interval = cert, key, interval
+        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.context.minimum_version = ssl.TLSVersion.TLSv1_2
+        self._stamp = self._current_stamp()
+        self.context.load_cert_chain(str(cert), str(key))
+        self._stop = threading.Event()
+
+    def _current_stamp(self) -> tuple[int, int]:
+        return (self.cert.stat().st_mtime_ns, self.key.stat().st_mtime_ns)
+
+    def check(self) -> bool:
+        """Reload when either file changed; keep serving the old chain if the new one is bad."""
+        try:
+            stamp = self._current_stamp()
+            if stamp == self._stamp:
+                return False
+            self.context.load_cert_chain(str(self.cert), str(self.key))
+        except (OSError, ssl.SSLError) as exc:
+            log.warning(
+                "certificate reload failed; keeping the previous one", extra={"error": str(exc)}
+            )
+            return False
+        self._stamp = stamp
+        log.info("reloaded serving certificate", extra={"cert": str(self.cert)})
+        return True
+
+    def start(self) -> None:
+        def loop() -> None:
+            while not self._stop.wait(self.interval):
+                self.check()
+
+        threading.Thread(target=loop, name="tls-reload", daemon=True).start()
+
+
+def run(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from webhook_svc.app import create_app
+
+    jsonlog.setup(args.log_level)
+    if not args.insecure and not (args.tls_cert_file and args.tls_key_file):
+        log.error("--tls-cert-file and --tls-key-file are required unless --insecure is given")
+        return 2
+    source = build_source(args)
+    ctx = InjectContext(
+        kvevent_subscriber_image=args.kvevent_subscriber_image,
+        server_address=args.server_address,
+    )
+    app = create_app(source, ctx, max_body_bytes=args.max_body_bytes)
+    tls: ReloadingTLS | None = None
+    if not args.insecure:
+        tls = ReloadingTLS(args.tls_cert_file, args.tls_key_file, args.tls_reload_interval)
+    config = uvicorn.Config(
+        app,
+        host=args.host,
+        port=args.port,
+        log_config=None,
+        access_log=False,
+        lifespan="off",
+        ssl_context_factory=(lambda _cfg, _default: tls.context) if tls else None,
+    )
+    if tls:
+        tls.start()
+    mode = f"embedded ({args.backends_from})" if args.backends_from else "live API"
+    log.info(
+        "serving admission webhooks",
+        extra={"port": args.port, "tls": not args.insecure, "backends": mode},
+    )
+    server = uvicorn.Server(config)
+    server.run()
+    return 0
