@@ -1,0 +1,215 @@
+"""A real ``redis-server`` (Debian's package) on a free loopback port.
+
+>>> redis = RedisServer().start()
+>>> redis.url                         # redis://127.0.0.1:<port>/0
+>>> redis.restart(kill=True)          # crash it and bring it back on the same port
+>>> redis.stop()                      # also runs at interpreter exit
+
+``persistence=False`` (the default) keeps data in memory only, so a restart
+comes back empty: what a worker sees when Redis loses its state.
+``persistence=True`` writes an append-only file fsynced on every write, so
+data survives a restart, even ``kill=True``. ``restart(persistence=...)``
+switches mode for the new process.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+
+from tests.harness.controlplane import free_port, tail, terminate_process_group, wait_until
+
+
+class RedisServerError(RuntimeError):
+    """redis-server is missing or did not come up."""
+
+
+def find_redis_server() -> str:
+    path = shutil.which("redis-server") or (
+        "/usr/bin/redis-server" if os.access("/usr/bin/redis-server", os.X_OK) else None
+    )
+    if path is None:
+        raise RedisServerError(
+            "redis-server not found; install it with `apt-get install -y redis-server`"
+        )
+    return path
+
+
+def ping(host: str, port: int, timeout: float = 1.0) -> bool:
+    """True when the server answers PING with PONG (not LOADING or an error)."""
+    with socket.create_connection((host, port), timeout=timeout) as sock:
+        sock.sendall(b"PING\r\n")
+        return sock.recv(64).startswith(b"+PONG")
+
+
+class RedisServer:
+    def __init__(
+        self,
+        *,
+        port: int | None = None,
+        persistence: bool = False,
+        start_timeout: float = 20.0,
+        executable: str | None = None,
+    ) -> None:
+        self.host = "127.0.0.1"
+        self._requested_port = port
+        self.port = 0
+        self.persistence = persistence
+        self.start_timeout = start_timeout
+        self._executable = executable
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._dir: Path | None = None
+        self._lock = threading.Lock()
+        self._atexit_registered = False
+
+    @property
+    def url(self) -> str:
+        """``redis://127.0.0.1:<port>/0``; stays the same across restarts."""
+        if not self.port:
+            raise RedisServerError("redis-server not started")
+        return f"redis://{self.host}:{self.port}/0"
+
+    def url_for_db(self, db: int) -> str:
+        return f"redis://{self.host}:{self.port}/{db}"
+
+    @property
+    def dir(self) -> Path:
+        if self._dir is None:
+            raise RedisServerError("redis-server not started")
+        return self._dir
+
+    @property
+    def log_path(self) -> Path:
+        return self.dir / "redis.log"
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def start(self) -> RedisServer:
+        """Start redis-server and wait until it answers PING."""
+        with self._lock:
+            if self._proc is not None:
+                raise RedisServerError("redis-server already started")
+            if not self._atexit_registered:
+                atexit.register(self.stop)
+                self._atexit_registered = True
+            if self._dir is None:
+                self._dir = Path(tempfile.mkdtemp(prefix="icache-redis-"))
+            if not self.port:
+                self.port = self._requested_port or free_port(self.host)
+            self._spawn()
+        return self
+
+    def stop(self, *, kill: bool = False) -> None:
+        """Stop the server (SIGKILL when ``kill``) and remove its directory.
+        Safe to call repeatedly."""
+        with self._lock:
+            self._terminate(kill=kill)
+            if self._dir is not None:
+                shutil.rmtree(self._dir, ignore_errors=True)
+                self._dir = None
+
+    def restart(self, *, persistence: bool | None = None, kill: bool = False) -> None:
+        """Stop (SIGTERM, or SIGKILL when ``kill``) and start again on the same
+        port. ``persistence`` switches the mode for the new process; when the
+        new process is not persistent it starts empty."""
+        with self._lock:
+            if self._dir is None:
+                raise RedisServerError("redis-server not started")
+            self._terminate(kill=kill)
+            if persistence is not None:
+                self.persistence = persistence
+            if not self.persistence:
+                for name in ("dump.rdb", "appendonlydir"):
+                    target = self._dir / name
+                    if target.is_dir():
+                        shutil.rmtree(target)
+                    else:
+                        target.unlink(missing_ok=True)
+            self._spawn()
+
+    def __enter__(self) -> RedisServer:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    # -- internals ---------------------------------------------------------- #
+
+    def _args(self) -> list[str]:
+        args = [
+            self._executable or find_redis_server(),
+            "--bind",
+            self.host,
+            "--port",
+            str(self.port),
+            "--dir",
+            str(self.dir),
+            "--logfile",
+            "",  # log to stdout, which goes to redis.log
+            "--daemonize",
+            "no",
+            "--protected-mode",
+            "yes",
+            "--save",
+            "",
+        ]
+        if self.persistence:
+            args += ["--appendonly", "yes", "--appendfsync", "always"]
+        else:
+            args += ["--appendonly", "no"]
+        return args
+
+    def _spawn(self) -> None:
+        args = self._args()
+        with self.log_path.open("ab") as log:
+            log.write(f"$ {' '.join(args)}\n".encode())
+            log.flush()
+            self._proc = proc = subprocess.Popen(
+                args,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.dir,
+                start_new_session=True,
+            )
+
+        def died() -> str | None:
+            code = proc.poll()
+            return None if code is None else f"redis-server exited with code {code}"
+
+        try:
+            wait_until(
+                lambda: ping(self.host, self.port),
+                timeout=self.start_timeout,
+                interval=0.05,
+                description=f"redis-server on {self.host}:{self.port}",
+                abort=died,
+            )
+        except Exception as exc:
+            logs = tail(self.log_path)
+            self._terminate(kill=True)
+            raise RedisServerError(f"{exc}\n----- {self.log_path} -----\n{logs}") from exc
+
+    def _terminate(self, *, kill: bool) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        if kill and proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+        terminate_process_group(proc)
