@@ -1,0 +1,61 @@
+"""Session-wide fixtures for the real things: kube-apiserver + etcd, and Redis.
+
+The logic lives in ``tests/harness``; this file only wires it into pytest.
+Nothing is skipped: if the control-plane binaries are missing they are built
+(``tests/controlplane/build.sh``) and a failing build fails the tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from tests.harness.controlplane import ControlPlane
+from tests.harness.redis_server import RedisServer
+
+_TESTS = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark tests by directory so ``-m "not integration"`` etc. work."""
+    for item in items:
+        path = Path(str(item.path)).resolve()
+        if (_TESTS / "integration") in path.parents:
+            item.add_marker(pytest.mark.integration)
+        elif (_TESTS / "e2e") in path.parents:
+            item.add_marker(pytest.mark.e2e)
+
+
+@pytest.fixture(scope="session")
+def control_plane() -> Iterator[ControlPlane]:
+    """A running etcd + kube-apiserver shared by the whole session."""
+    cp = ControlPlane()
+    cp.start()
+    try:
+        yield cp
+    finally:
+        cp.stop()
+
+
+@pytest.fixture(scope="session")
+def kube_api_client(control_plane: ControlPlane) -> Iterator[client.ApiClient]:
+    """An admin (system:masters) ``ApiClient`` for ``control_plane``."""
+    api = control_plane.api_client()
+    try:
+        yield api
+    finally:
+        api.close()
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    """A running, non-persistent ``redis-server`` on a free loopback port."""
+    server = RedisServer()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
