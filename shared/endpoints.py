@@ -1,0 +1,185 @@
+"""Provider endpoint shapes: one check shared by admission, the Pod webhook and the reconciler.
+
+Spec ("Externally owned remote storage", remoteStorage.endpoint): bare host:port is
+portable across every provider; LMCacheServer also accepts lm://host:port, Mooncake
+also accepts mooncakestore://host:port, Redis accepts only bare host:port. A numeric
+port in 1-65535 is always required, embedded whitespace and URL path/query/fragment
+components are rejected, IPv6 must be bracketed, and a scheme belonging to another
+provider is rejected by name. The endpoint is trimmed first.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Final
+
+from shared import constants as c
+
+# The one scheme each provider accepts besides bare host:port.
+PROVIDER_SCHEMES: Final[dict[str, str | None]] = {
+    c.PROVIDER_LMCACHE_SERVER: "lm",
+    c.PROVIDER_MOONCAKE: "mooncakestore",
+    c.PROVIDER_REDIS: None,
+}
+_SCHEME_OWNER: Final[dict[str, str]] = {
+    scheme: provider for provider, scheme in PROVIDER_SCHEMES.items() if scheme
+}
+
+_SCHEME_RE = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
+# A DNS label as resolvers accept it (RFC 1123, case-insensitive); "_" is not allowed.
+_LABEL_RE = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+_WHITESPACE_RE = re.compile(r"\s")
+
+
+def _accepted_shapes(provider: str) -> str:
+    scheme = PROVIDER_SCHEMES.get(provider)
+    if scheme:
+        return f"host:port or {scheme}://host:port"
+    return "bare host:port"
+
+
+def _split_scheme(endpoint: str) -> tuple[str | None, str]:
+    match = _SCHEME_RE.match(endpoint)
+    if match is None:
+        return None, endpoint
+    return match.group(1).lower(), endpoint[match.end() :]
+
+
+def strip_scheme(endpoint: str) -> str:
+    """The trimmed endpoint without its scheme: ``" lm://a:1 "`` -> ``"a:1"``."""
+    return _split_scheme(endpoint.strip())[1]
+
+
+def _split_host_port(authority: str) -> tuple[str, str] | str:
+    """(host, port) of a host:port authority, or an error message."""
+    if authority.startswith("["):
+        close = authority.find("]")
+        if close < 0:
+            return "IPv6 address is missing its closing ']'"
+        host, rest = authority[1:close], authority[close + 1 :]
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            return f"{host!r} inside brackets is not an IPv6 address"
+        if not rest.startswith(":"):
+            return "a numeric port is required (host:port)"
+        return f"[{host}]", rest[1:]
+    host, sep, port = authority.rpartition(":")
+    if not sep:
+        return "a numeric port is required (host:port)"
+    if ":" in host:
+        return "IPv6 addresses must be bracketed, e.g. [::1]:6379"
+    return host, port
+
+
+def _host_error(host: str) -> str | None:
+    if host.startswith("["):
+        return None  # checked while splitting
+    if not host:
+        return "host is empty"
+    name = host[:-1] if host.endswith(".") else host  # an absolute FQDN may end in "."
+    labels = name.split(".")
+    if all(label.isdigit() for label in labels):
+        try:
+            ipaddress.IPv4Address(name)
+        except ValueError:
+            return f"{host!r} is not a valid IPv4 address"
+        return None
+    if len(name) > 253:
+        return "host name is longer than 253 characters"
+    for label in labels:
+        if not _LABEL_RE.fullmatch(label):
+            return f"{host!r} is not a valid host name"
+    return None
+
+
+def endpoint_shape_error(provider: str, endpoint: str) -> str | None:
+    """Why ``endpoint`` is not a valid address for ``provider``; None when it is valid."""
+    value = endpoint.strip()
+    if not value:
+        return "endpoint is empty"
+    if _WHITESPACE_RE.search(value):
+        return "endpoint must not contain whitespace"
+    scheme, authority = _split_scheme(value)
+    if scheme is not None:
+        accepted = PROVIDER_SCHEMES.get(provider)
+        if scheme != accepted:
+            owner = _SCHEME_OWNER.get(scheme)
+            if owner is not None:
+                return (
+                    f"scheme {scheme}:// belongs to the {owner} provider; the {provider} "
+                    f"provider accepts {_accepted_shapes(provider)}"
+                )
+            return (
+                f"scheme {scheme}:// is not accepted; the {provider} provider accepts "
+                f"{_accepted_shapes(provider)}"
+            )
+    elif "://" in value:
+        return f"malformed scheme; the {provider} provider accepts {_accepted_shapes(provider)}"
+    if any(ch in authority for ch in "/?#"):
+        return (
+            "endpoint must not contain a URL path, query or fragment; "
+            f"the {provider} provider accepts {_accepted_shapes(provider)}"
+        )
+    if "@" in authority:
+        return "endpoint must not contain user information (user@)"
+    split = _split_host_port(authority)
+    if isinstance(split, str):
+        return split
+    host, port = split
+    host_error = _host_error(host)
+    if host_error:
+        return host_error
+    if not port:
+        return "a numeric port is required (host:port)"
+    if not (port.isascii() and port.isdigit()):
+        return f"port {port!r} is not numeric"
+    if not 1 <= int(port) <= 65535:
+        return f"port {int(port)} is out of range 1-65535"
+    return None
+
+
+def _host_of(endpoint: str) -> str | None:
+    split = _split_host_port(strip_scheme(endpoint))
+    if isinstance(split, str):
+        return None
+    return split[0]
+
+
+def service_namespace(endpoint: str, own_namespace: str) -> str | None:
+    """The namespace of the Kubernetes Service an endpoint's host names, if it names one.
+
+    Decision (the spec: "Bare hostnames, IPs, and unqualified names pass through because
+    no namespace can be inferred"):
+
+    * ``svc.ns`` (exactly two labels) -> ``ns``. A pod's resolver (ndots:5, search
+      ``<own-ns>.svc.<zone> svc.<zone> <zone>``) tries ``svc.ns.svc.<zone>`` before the
+      name as typed, so a two-label name *is* answered by the Service when one exists.
+      An external two-label name can be written absolute (``example.com.:6379``), which
+      the resolver does not search and is therefore not treated as a Service.
+    * ``svc.ns.svc`` and ``svc.ns.svc.<any cluster domain>`` -> ``ns``; likewise the
+      per-pod names of a headless Service, ``pod.svc.ns.svc.<zone>`` -> ``ns``: the
+      namespace is the label just before the first ``svc`` label at position >= 2.
+    * Everything else -> None: unqualified names (they resolve in the backend's own
+      namespace), IPs, and external FQDNs such as ``redis.example.com`` (three or more
+      labels without a ``svc`` label at position >= 2 are never Service DNS; treating
+      them as one would demand allowCrossNamespace for every external host).
+
+    ``own_namespace`` is not needed to infer the namespace; callers compare the result
+    with it (a result equal to it is not a crossing).
+    """
+    del own_namespace  # the comparison belongs to the caller
+    host = _host_of(endpoint)
+    if host is None or host.startswith("["):
+        return None
+    absolute = host.endswith(".")
+    labels = (host[:-1] if absolute else host).lower().split(".")
+    if any(not label for label in labels) or all(label.isdigit() for label in labels):
+        return None
+    for index in range(2, len(labels)):
+        if labels[index] == "svc":
+            return labels[index - 1]
+    if len(labels) == 2 and not absolute:
+        return labels[1]
+    return None

@@ -1,0 +1,122 @@
+"""shared.quantity: resource.Quantity parsing as the API server does it (spec "Resources")."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from shared.quantity import is_integer, is_multiple_of, parse_quantity
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("0", Decimal(0)),
+        ("4Gi", Decimal(4 * 2**30)),
+        ("1Ki", Decimal(1024)),
+        ("1.5Mi", Decimal(3 * 2**19)),
+        ("2Ei", Decimal(2 * 2**60)),
+        ("250m", Decimal("0.25")),
+        ("100u", Decimal("0.0001")),
+        ("5n", Decimal("0.000000005")),
+        ("1k", Decimal(1000)),
+        ("3M", Decimal(3_000_000)),
+        ("2G", Decimal(2 * 10**9)),
+        ("1T", Decimal(10**12)),
+        ("1P", Decimal(10**15)),
+        ("1E", Decimal(10**18)),
+        ("1e3", Decimal(1000)),
+        ("12E-1", Decimal("1.2")),
+        ("1e+2", Decimal(100)),
+        (".5", Decimal("0.5")),
+        ("5.", Decimal(5)),
+        ("+7", Decimal(7)),
+        ("-2Mi", Decimal(-2 * 2**20)),
+        ("-250m", Decimal("-0.25")),
+        ("123456789012345678901234567890", Decimal("123456789012345678901234567890")),
+    ],
+)
+def test_parse_quantity_accepts_every_suffix_family(text: str, expected: Decimal) -> None:
+    """Binary Ki..Ei, decimal n..E, exponent forms and a sign, exactly (no float rounding)."""
+    assert parse_quantity(text) == expected
+
+
+def test_parse_quantity_takes_ints_and_finite_floats() -> None:
+    """A YAML integer or float (``cpu: 0.5``) is a quantity too."""
+    assert parse_quantity(3) == 3
+    assert parse_quantity(0.5) == Decimal("0.5")
+
+
+def test_parse_quantity_rounds_sub_nano_values_up_like_the_api_server() -> None:
+    """resource.Quantity keeps nano precision, rounding away from zero."""
+    assert parse_quantity("0.1n") == Decimal("1e-9")
+    assert parse_quantity("1.0000000001") == Decimal("1.000000001")
+    assert parse_quantity("-0.1n") == Decimal("-1e-9")
+
+
+def test_parse_quantity_handles_huge_exponents_without_materialising_digits() -> None:
+    """1e2000000000 is a valid (absurd) quantity; parsing it must be instant."""
+    assert parse_quantity("1e2000000000") > 0
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "",
+        " ",
+        " 1",
+        "1 ",
+        "abc",
+        "1e",
+        "e3",
+        "1Ki2",
+        "1.2.3",
+        "1K",
+        "1ki",
+        "1e1.5",
+        "--1",
+        "Gi",
+        "1 Gi",
+        "0x10",
+        "1_000",
+        "∞",
+        "1Mi ",
+        "NaN",
+    ],
+)
+def test_parse_quantity_rejects_malformed_strings(bad: str) -> None:
+    with pytest.raises(ValueError):
+        parse_quantity(bad)
+
+
+@pytest.mark.parametrize("bad", [True, False, float("nan"), float("inf"), None, [], {}])
+def test_parse_quantity_rejects_non_quantities(bad: object) -> None:
+    with pytest.raises(ValueError):
+        parse_quantity(bad)  # type: ignore[arg-type]
+
+
+def test_is_integer() -> None:
+    """Spec rejectFractionalExtendedResources: 500m is fractional, 2000m and 1e3 are whole."""
+    assert not is_integer(parse_quantity("500m"))
+    assert is_integer(parse_quantity("2000m"))
+    assert is_integer(parse_quantity("1e3"))
+    assert is_integer(parse_quantity("0"))
+    assert is_integer(parse_quantity("1e2000000000"))
+    assert not is_integer(parse_quantity("1.5"))
+
+
+def test_is_multiple_of_page_size() -> None:
+    """Spec rejectMisalignedHugepageQuantities: 3Mi is not a multiple of 2Mi, 4Mi is."""
+    two_mi = parse_quantity("2Mi")
+    assert is_multiple_of(parse_quantity("4Mi"), two_mi)
+    assert not is_multiple_of(parse_quantity("3Mi"), two_mi)
+    assert is_multiple_of(parse_quantity("0"), two_mi)
+    assert is_multiple_of(parse_quantity("1Gi"), two_mi)
+    assert not is_multiple_of(parse_quantity("1G"), two_mi)  # 10**9 is not 2**21-aligned
+    assert is_multiple_of(parse_quantity("1e30"), parse_quantity("1024"))
+    assert not is_multiple_of(parse_quantity("1e2000000000"), parse_quantity("3"))
+    assert not is_multiple_of(parse_quantity("1500m"), parse_quantity("1"))
+    assert is_multiple_of(parse_quantity("1500m"), parse_quantity("500m"))
+    with pytest.raises(ValueError):
+        is_multiple_of(Decimal(4), Decimal(0))
