@@ -1,0 +1,76 @@
+"""The storage-provider adapter contract.
+
+A provider adapter owns the workload and Service of one remote-storage technology
+and emits the structured :class:`~shared.bindings.Binding` the engine adapter
+consumes. Adapters are declarative: they describe their container (image,
+command/args, ports, probe) and their pod-level networking; the generic renderer
+in :mod:`shared.storage_providers.render` turns that into Kubernetes objects, so
+adding a provider is adding one module that fills in these hooks.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from shared.api.models import CacheBackendSpec, ResourceRequirements
+from shared.bindings import PROVIDER_PROTOCOL, Binding, Protocol
+
+
+@dataclass(frozen=True)
+class Port:
+    name: str
+    port: int
+
+
+class StorageProvider(ABC):
+    """One remote-storage technology: its container, Service ports and binding protocol."""
+
+    #: The spec.remoteStorage.provider value this adapter serves.
+    provider: ClassVar[str]
+    #: Short name used in object names and the app.kubernetes.io/name label.
+    component: ClassVar[str]
+    #: Name of the (only) container in the managed pod.
+    container_name: ClassVar[str]
+    default_image: ClassVar[str]
+    #: Container ports. ``service_ports`` is the ordered subset the Service exposes;
+    #: its FIRST entry is what status.endpoint publishes.
+    container_ports: ClassVar[tuple[Port, ...]]
+    service_ports: ClassVar[tuple[Port, ...]]
+    #: Headless Service (clusterIP: None): DNS resolves straight to the pod/node IP.
+    headless_service: ClassVar[bool] = False
+    host_network: ClassVar[bool] = False
+    #: Deployment strategy Recreate (no surge) for pods that bind host ports.
+    recreate_strategy: ClassVar[bool] = False
+
+    @property
+    def protocol(self) -> Protocol:
+        return PROVIDER_PROTOCOL[self.provider]
+
+    @abstractmethod
+    def block(self, spec: CacheBackendSpec) -> Any:
+        """The typed provider block under spec.remoteStorage (or None when omitted)."""
+
+    def image(self, spec: CacheBackendSpec) -> str:
+        blk = self.block(spec)
+        return (blk.image if blk is not None and blk.image else None) or self.default_image
+
+    def resources(self, spec: CacheBackendSpec) -> ResourceRequirements | None:
+        """The operator's typed resources block; None when omitted (the default applies)."""
+        blk = self.block(spec)
+        return blk.resources if blk is not None else None
+
+    @abstractmethod
+    def command_and_args(
+        self, spec: CacheBackendSpec, resources: dict[str, Any]
+    ) -> tuple[list[str] | None, list[str] | None]:
+        """(command, args) of the container, given the rendered resources block."""
+
+    def readiness_probe(self) -> dict[str, Any]:
+        # A TCP probe on the first Service port: the port the binding dials.
+        return {"tcpSocket": {"port": self.service_ports[0].port}}
+
+    def binding(self, endpoint: str) -> Binding:
+        """The structured binding for an observed endpoint (host:port, no scheme)."""
+        return Binding(protocol=self.protocol, endpoint=endpoint)

@@ -1,0 +1,66 @@
+"""Managed Redis: the RESP L2 tier (binding ``resp``)."""
+
+from __future__ import annotations
+
+from decimal import ROUND_FLOOR, Decimal
+from typing import Any, ClassVar
+
+from shared import constants as c
+from shared.api.models import CacheBackendSpec, RedisProvider
+from shared.quantity import parse_quantity
+from shared.storage_providers.base import Port, StorageProvider
+
+# Pinned, fully qualified: a floating tag could change eviction or persistence
+# behaviour underneath a running cache on an unrelated pull.
+DEFAULT_REDIS_IMAGE = "docker.io/library/redis:7.4-alpine"
+REDIS_PORT = 6379
+# Fraction of limits.memory handed to Redis as --maxmemory; the rest is headroom for
+# Redis' own overhead (buffers, fragmentation) so the kernel does not OOM-kill it first.
+MAXMEMORY_FRACTION = Decimal("0.8")
+
+
+def maxmemory_bytes(resources: dict[str, Any]) -> int | None:
+    """About 80% of limits.memory in bytes; None without a positive memory limit."""
+    limit = (resources.get("limits") or {}).get("memory")
+    if limit is None:
+        return None
+    value = parse_quantity(limit)
+    if value <= 0:
+        return None
+    return int((value * MAXMEMORY_FRACTION).to_integral_value(rounding=ROUND_FLOOR))
+
+
+class RedisStorageProvider(StorageProvider):
+    provider: ClassVar[str] = c.PROVIDER_REDIS
+    component: ClassVar[str] = "redis"
+    container_name: ClassVar[str] = "redis"
+    default_image: ClassVar[str] = DEFAULT_REDIS_IMAGE
+    container_ports: ClassVar[tuple[Port, ...]] = (Port("resp", REDIS_PORT),)
+    service_ports: ClassVar[tuple[Port, ...]] = (Port("resp", REDIS_PORT),)
+
+    def block(self, spec: CacheBackendSpec) -> RedisProvider | None:
+        return spec.remote_storage.redis if spec.remote_storage else None
+
+    def command_and_args(
+        self, spec: CacheBackendSpec, resources: dict[str, Any]
+    ) -> tuple[list[str] | None, list[str] | None]:
+        # Args only (no command) keep the image's entrypoint, which drops root before
+        # exec'ing redis-server. It is a cache: no RDB snapshots, no AOF; the Service
+        # is cluster-internal, so protected mode (which refuses non-loopback clients
+        # without a password) is off.
+        args = [
+            "redis-server",
+            "--port",
+            str(REDIS_PORT),
+            "--protected-mode",
+            "no",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ]
+        maxmemory = maxmemory_bytes(resources)
+        if maxmemory is not None:
+            args += ["--maxmemory", str(maxmemory)]
+        args += ["--maxmemory-policy", "allkeys-lru"]
+        return None, args

@@ -1,0 +1,336 @@
+"""Pure rendering of the managed provider objects: workload, Service and HPA.
+
+``render(cb)`` is a function of the CacheBackend alone. It returns the complete set
+of objects the controller wants to exist for that backend; anything owned by the
+backend that is not in this list is shed by the reconciler. Every object carries a
+controller owner reference to the CacheBackend and a hash of its own rendered form
+(``inferencecache.io/spec-hash``), which lets the reconciler notice that a field it
+used to set is no longer desired without diffing managedFields.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from typing import Any, Final
+
+from shared import constants as c
+from shared.api import effective
+from shared.api.models import CacheBackend, dump
+from shared.bindings import Binding
+from shared.quantity import parse_quantity
+from shared.runtime_adapters import registry as runtime_registry
+from shared.storage_providers.base import StorageProvider
+from shared.storage_providers.registry import UnknownProvider, select
+
+LABEL_NAME: Final = "app.kubernetes.io/name"
+LABEL_INSTANCE: Final = "app.kubernetes.io/instance"
+LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
+LABEL_COMPONENT: Final = "app.kubernetes.io/component"
+LABEL_CACHEBACKEND: Final = "inferencecache.io/cachebackend"
+MANAGED_BY: Final = "inference-cache"
+COMPONENT: Final = "cache-backend"
+ANNOTATION_SPEC_HASH: Final = "inferencecache.io/spec-hash"
+
+# The provider default when the typed resources block is omitted: bounded, and not
+# persisted into the CR. An explicit `resources: {}` suppresses it.
+DEFAULT_RESOURCES: Final[dict[str, dict[str, str]]] = {
+    "requests": {"memory": "4Gi"},
+    "limits": {"memory": "8Gi"},
+}
+# The HPA's utilisation maths divides by the CPU request; 0 or absent breaks it.
+AUTOSCALING_CPU_REQUEST: Final = "250m"
+
+# DNS-1035 labels (Service names) and label values are capped at 63 characters.
+MAX_NAME_LENGTH: Final = 63
+
+
+def _shorten(value: str, limit: int = MAX_NAME_LENGTH) -> str:
+    """``value`` if it fits, else a prefix plus a stable hash suffix (still unique)."""
+    if len(value) <= limit:
+        return value
+    digest = hashlib.sha256(value.encode()).hexdigest()[:10]
+    return f"{value[: limit - 11].rstrip('-.')}-{digest}"
+
+
+def safe_label_value(value: str) -> str:
+    return _shorten(value)
+
+
+def resource_name(cb_name: str, provider: StorageProvider) -> str:
+    """``<backend>-<component>``: one name per provider, so a provider switch renders a
+    fresh object instead of fighting an immutable selector on the old one."""
+    return _shorten(f"{cb_name}-{provider.component}")
+
+
+def selector_labels(cb_name: str, provider: StorageProvider) -> dict[str, str]:
+    return {LABEL_CACHEBACKEND: safe_label_value(cb_name), LABEL_NAME: provider.component}
+
+
+def object_labels(cb_name: str, provider: StorageProvider) -> dict[str, str]:
+    return {
+        **selector_labels(cb_name, provider),
+        LABEL_INSTANCE: safe_label_value(cb_name),
+        LABEL_COMPONENT: COMPONENT,
+        LABEL_MANAGED_BY: MANAGED_BY,
+    }
+
+
+def owned_selector(cb_name: str) -> str:
+    """Label selector that finds every object rendered for a backend."""
+    return f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_CACHEBACKEND}={safe_label_value(cb_name)}"
+
+
+def owner_reference(cb: CacheBackend) -> dict[str, Any]:
+    return {
+        "apiVersion": c.API_VERSION,
+        "kind": c.KIND,
+        "name": cb.metadata.name,
+        "uid": cb.metadata.uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+# --------------------------------------------------------------------- selection
+
+
+def managed_provider(cb: CacheBackend) -> StorageProvider | None:
+    """The provider whose workload the controller must run, or None.
+
+    None for host-only, External ownership, events-only, an unsupported
+    (runtime, type) pair, and a provider binding the runtime adapter does not
+    accept — none of those has anything that would dial a managed server.
+    """
+    spec = cb.spec
+    rs = spec.remote_storage
+    if rs is None or rs.provider is None:
+        return None
+    if rs.ownership == c.OWNERSHIP_EXTERNAL:
+        return None
+    if effective.integration_mode(spec) == c.MODE_EVENTS_ONLY:
+        return None
+    adapter = runtime_registry.select(spec.runtime, effective.cache_type(spec))
+    if adapter is None:
+        return None
+    try:
+        provider = select(rs.provider)
+    except UnknownProvider:
+        return None
+    if not adapter.supports_binding(Binding(protocol=provider.protocol, endpoint="")):
+        return None
+    return provider
+
+
+# --------------------------------------------------------------------- pod spec
+
+
+def container_resources(cb: CacheBackend, provider: StorageProvider) -> dict[str, Any]:
+    """Resources of the managed container (autoscaling CPU-request fallback applied).
+
+    Always a fresh deep copy: the CacheBackend may come from a shared cache and
+    writing through it would corrupt it for every later reader.
+    """
+    typed = provider.resources(cb.spec)
+    if typed is None:
+        resources: dict[str, Any] = copy.deepcopy(DEFAULT_RESOURCES)
+    else:
+        resources = copy.deepcopy(dump(typed))
+        # claims are rejected at admission; an empty list carries nothing to render.
+        if not resources.get("claims"):
+            resources.pop("claims", None)
+    if cb.spec.autoscaling is not None:
+        requests = resources.get("requests") or {}
+        cpu = requests.get("cpu")
+        if cpu is None or parse_quantity(cpu) <= 0:
+            requests = dict(requests)
+            requests["cpu"] = AUTOSCALING_CPU_REQUEST
+            resources["requests"] = requests
+    return resources
+
+
+def _container(cb: CacheBackend, provider: StorageProvider) -> dict[str, Any]:
+    resources = container_resources(cb, provider)
+    command, args = provider.command_and_args(cb.spec, resources)
+    container: dict[str, Any] = {
+        "name": provider.container_name,
+        "image": provider.image(cb.spec),
+    }
+    if command is not None:
+        container["command"] = command
+    if args is not None:
+        container["args"] = args
+    container["ports"] = [
+        {"name": p.name, "containerPort": p.port, "protocol": "TCP"}
+        for p in provider.container_ports
+    ]
+    container["resources"] = resources
+    container["readinessProbe"] = provider.readiness_probe()
+    return container
+
+
+def apply_template_overrides(pod_spec: dict[str, Any], cb: CacheBackend) -> dict[str, Any]:
+    """Merge spec.template (a narrow pod-level override surface) over the defaults.
+
+    The override fields (scheduling, identity, security) never collide with what a
+    provider sets (containers, hostNetwork, dnsPolicy), so a key-wise merge is exact.
+    """
+    if cb.spec.template is None:
+        return pod_spec
+    out = dict(pod_spec)
+    for key, value in dump(cb.spec.template).items():
+        if value is not None:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def render_pod_spec(cb: CacheBackend, provider: StorageProvider) -> dict[str, Any]:
+    pod_spec: dict[str, Any] = {"containers": [_container(cb, provider)]}
+    if provider.host_network:
+        pod_spec["hostNetwork"] = True
+        # Without it a hostNetwork pod resolves with the node's resolv.conf and
+        # cannot find cluster Services.
+        pod_spec["dnsPolicy"] = "ClusterFirstWithHostNet"
+    return apply_template_overrides(pod_spec, cb)
+
+
+# --------------------------------------------------------------------- objects
+
+
+def _metadata(cb: CacheBackend, provider: StorageProvider) -> dict[str, Any]:
+    name = cb.metadata.name or ""
+    return {
+        "name": resource_name(name, provider),
+        "namespace": cb.metadata.namespace,
+        "labels": object_labels(name, provider),
+        "ownerReferences": [owner_reference(cb)],
+    }
+
+
+def render_workload(cb: CacheBackend, provider: StorageProvider) -> dict[str, Any]:
+    name = cb.metadata.name or ""
+    kind = effective.deployment_kind(cb.spec)
+    spec: dict[str, Any] = {}
+    # With an HPA the replica count belongs to the HPA; writing it would fight it.
+    if cb.spec.autoscaling is None:
+        spec["replicas"] = effective.replicas(cb.spec)
+    spec["selector"] = {"matchLabels": selector_labels(name, provider)}
+    if kind == c.DEPLOYMENT_KIND_STATEFULSET:
+        spec["serviceName"] = resource_name(name, provider)
+    elif provider.recreate_strategy:
+        spec["strategy"] = {"type": "Recreate"}
+    spec["template"] = {
+        "metadata": {"labels": object_labels(name, provider)},
+        "spec": render_pod_spec(cb, provider),
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": kind,
+        "metadata": _metadata(cb, provider),
+        "spec": spec,
+    }
+
+
+def render_service(cb: CacheBackend, provider: StorageProvider) -> dict[str, Any]:
+    spec: dict[str, Any] = {}
+    if provider.headless_service:
+        spec["clusterIP"] = "None"
+    spec["selector"] = selector_labels(cb.metadata.name or "", provider)
+    spec["ports"] = [
+        {"name": p.name, "port": p.port, "targetPort": p.port, "protocol": "TCP"}
+        for p in provider.service_ports
+    ]
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(cb, provider),
+        "spec": spec,
+    }
+
+
+def hpa_min_replicas(cb: CacheBackend) -> int:
+    a = cb.spec.autoscaling
+    if a is not None and a.min_replicas is not None:
+        return a.min_replicas
+    # The defaulter stamps minReplicas on first apply; a CR stored without it falls
+    # back to spec.replicas, floored at the schema's minimum of 1.
+    return max(effective.replicas(cb.spec), 1)
+
+
+def render_hpa(cb: CacheBackend, provider: StorageProvider) -> dict[str, Any] | None:
+    a = cb.spec.autoscaling
+    if a is None:
+        return None
+    workload_name = resource_name(cb.metadata.name or "", provider)
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": _metadata(cb, provider),
+        "spec": {
+            "scaleTargetRef": {
+                "apiVersion": "apps/v1",
+                "kind": effective.deployment_kind(cb.spec),
+                "name": workload_name,
+            },
+            "minReplicas": hpa_min_replicas(cb),
+            "maxReplicas": a.max_replicas,
+            "metrics": [
+                {
+                    "type": "Resource",
+                    "resource": {
+                        "name": "cpu",
+                        "target": {
+                            "type": "Utilization",
+                            "averageUtilization": effective.target_cpu_utilization_percent(cb.spec),
+                        },
+                    },
+                }
+            ],
+        },
+    }
+
+
+def spec_hash(obj: dict[str, Any]) -> str:
+    canonical = json.dumps(obj, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def _stamp_hash(obj: dict[str, Any]) -> dict[str, Any]:
+    obj["metadata"].setdefault("annotations", {})[ANNOTATION_SPEC_HASH] = spec_hash(obj)
+    return obj
+
+
+def render(cb: CacheBackend) -> list[dict[str, Any]]:
+    """Every object the controller wants for ``cb``: [] when nothing is managed."""
+    provider = managed_provider(cb)
+    if provider is None:
+        return []
+    objects = [render_workload(cb, provider), render_service(cb, provider)]
+    hpa = render_hpa(cb, provider)
+    if hpa is not None:
+        objects.append(hpa)
+    return [_stamp_hash(o) for o in objects]
+
+
+# --------------------------------------------------------------------- endpoint
+
+
+def service_endpoint(service: dict[str, Any]) -> str:
+    """status.endpoint of a managed backend, read from the live Service.
+
+    ``<service>.<namespace>.svc:<first port>``: namespace-qualified so it resolves
+    from engine pods in any namespace, and without the cluster domain so it works
+    whatever the cluster's domain is (``svc`` is in every pod's search path).
+    """
+    meta = service.get("metadata") or {}
+    ports = (service.get("spec") or {}).get("ports") or []
+    if not ports or not meta.get("name"):
+        return ""
+    return f"{meta['name']}.{meta.get('namespace')}.svc:{ports[0]['port']}"
+
+
+def binding_for(cb: CacheBackend, endpoint: str) -> Binding | None:
+    """The binding the engine adapter receives for a managed backend (None: host-only)."""
+    provider = managed_provider(cb)
+    return provider.binding(endpoint) if provider is not None else None

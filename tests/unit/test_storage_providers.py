@@ -1,0 +1,431 @@
+"""Storage-provider adapters: one test per rule of the spec's Resources / provider sections."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from shared.api.models import CacheBackend
+from shared.storage_providers import registry
+from shared.storage_providers.render import (
+    ANNOTATION_SPEC_HASH,
+    managed_provider,
+    render,
+    resource_name,
+    service_endpoint,
+)
+
+
+def backend(spec: dict[str, Any], name: str = "cb", namespace: str = "ns") -> CacheBackend:
+    return CacheBackend.model_validate(
+        {
+            "metadata": {"name": name, "namespace": namespace, "uid": "uid-1", "generation": 1},
+            "spec": spec,
+        }
+    )
+
+
+def managed(provider: str, **extra: Any) -> dict[str, Any]:
+    runtime = "SGLang" if provider == "Redis" else "VLLM"
+    spec: dict[str, Any] = {
+        "runtime": runtime,
+        "remoteStorage": {"provider": provider, "ownership": "Managed"},
+    }
+    spec.update(extra)
+    return spec
+
+
+def by_kind(objs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {o["kind"]: o for o in objs}
+
+
+def container(objs: list[dict[str, Any]], kind: str = "Deployment") -> dict[str, Any]:
+    c: dict[str, Any] = by_kind(objs)[kind]["spec"]["template"]["spec"]["containers"][0]
+    return c
+
+
+# ------------------------------------------------------------------ selection
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        pytest.param({"runtime": "VLLM"}, id="host-only"),
+        pytest.param(
+            {
+                "runtime": "VLLM",
+                "remoteStorage": {
+                    "provider": "LMCacheServer",
+                    "ownership": "External",
+                    "endpoint": "h:1",
+                },
+            },
+            id="external",
+        ),
+        pytest.param(
+            {
+                "runtime": "VLLM",
+                "integration": {"mode": "EventsOnly"},
+                "remoteStorage": {"provider": "LMCacheServer", "ownership": "Managed"},
+            },
+            id="events-only",
+        ),
+        pytest.param(
+            {
+                "runtime": "VLLM",
+                "type": "SGLangHiCache",
+                "remoteStorage": {"provider": "Redis", "ownership": "Managed"},
+            },
+            id="unsupported-pair",
+        ),
+        pytest.param(
+            {
+                "runtime": "SGLang",
+                "remoteStorage": {"provider": "LMCacheServer", "ownership": "Managed"},
+            },
+            id="binding-not-accepted",
+        ),
+    ],
+)
+def test_nothing_is_rendered_without_a_managed_provider(spec: dict[str, Any]) -> None:
+    assert render(backend(spec)) == []
+    assert managed_provider(backend(spec)) is None
+
+
+def test_select_returns_each_provider_and_rejects_unknown() -> None:
+    for name in ("Redis", "LMCacheServer", "Mooncake"):
+        assert registry.select(name).provider == name
+    with pytest.raises(registry.UnknownProvider):
+        registry.select("Memcached")
+
+
+@pytest.mark.parametrize(
+    ("provider", "protocol"),
+    [("Redis", "resp"), ("LMCacheServer", "lm"), ("Mooncake", "mooncakestore")],
+)
+def test_provider_emits_its_binding_protocol(provider: str, protocol: str) -> None:
+    b = registry.select(provider).binding("svc.ns.svc:1")
+    assert (b.protocol, b.endpoint) == (protocol, "svc.ns.svc:1")
+
+
+# ------------------------------------------------------------------ objects
+
+
+@pytest.mark.parametrize("provider", ["Redis", "LMCacheServer", "Mooncake"])
+def test_managed_provider_renders_deployment_and_service_owned_by_the_backend(
+    provider: str,
+) -> None:
+    objs = render(backend(managed(provider)))
+    assert [o["kind"] for o in objs] == ["Deployment", "Service"]
+    for o in objs:
+        ref = o["metadata"]["ownerReferences"]
+        assert ref == [
+            {
+                "apiVersion": "inferencecache.io/v1alpha1",
+                "kind": "CacheBackend",
+                "name": "cb",
+                "uid": "uid-1",
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
+        assert o["metadata"]["namespace"] == "ns"
+        assert o["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "inference-cache"
+        assert ANNOTATION_SPEC_HASH in o["metadata"]["annotations"]
+    dep, svc = objs
+    assert dep["spec"]["selector"]["matchLabels"] == svc["spec"]["selector"]
+    tmpl_labels = dep["spec"]["template"]["metadata"]["labels"]
+    assert dep["spec"]["selector"]["matchLabels"].items() <= tmpl_labels.items()
+    assert dep["spec"]["replicas"] == 1
+
+
+def test_deployment_kind_statefulset_renders_statefulset_governed_by_the_service() -> None:
+    objs = by_kind(
+        render(backend(managed("LMCacheServer", deploymentKind="StatefulSet", replicas=2)))
+    )
+    assert set(objs) == {"StatefulSet", "Service"}
+    sts = objs["StatefulSet"]
+    assert sts["spec"]["serviceName"] == objs["Service"]["metadata"]["name"]
+    assert sts["spec"]["replicas"] == 2
+
+
+def test_object_names_are_per_provider_and_fit_dns_labels() -> None:
+    long_name = "x" * 80
+    objs = render(backend(managed("LMCacheServer"), name=long_name))
+    for o in objs:
+        assert len(o["metadata"]["name"]) <= 63
+        for v in o["metadata"]["labels"].values():
+            assert len(v) <= 63
+    assert resource_name("a", registry.select("Redis")) != resource_name(
+        "a", registry.select("Mooncake")
+    )
+
+
+def test_render_is_pure_and_deterministic() -> None:
+    cb = backend(
+        managed(
+            "Redis",
+            remoteStorage={
+                "provider": "Redis",
+                "ownership": "Managed",
+                "redis": {"resources": {"limits": {"memory": "1Gi"}}},
+            },
+        )
+    )
+    before = copy.deepcopy(cb.model_dump())
+    a = render(cb)
+    a[0]["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"] = "99Gi"
+    assert cb.model_dump() == before, "rendering must deep-copy provider resources"
+    assert render(cb) == render(cb)
+    assert (
+        render(cb)[0]["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"]
+        == "1Gi"
+    )
+
+
+# ------------------------------------------------------------------ resources
+
+
+@pytest.mark.parametrize("provider", ["Redis", "LMCacheServer", "Mooncake"])
+def test_omitted_resources_block_uses_bounded_4Gi_request_8Gi_limit(provider: str) -> None:
+    res = container(render(backend(managed(provider))))["resources"]
+    assert res == {"requests": {"memory": "4Gi"}, "limits": {"memory": "8Gi"}}
+
+
+def test_explicit_empty_resources_suppresses_the_default() -> None:
+    spec = {
+        "runtime": "VLLM",
+        "remoteStorage": {
+            "provider": "LMCacheServer",
+            "ownership": "Managed",
+            "lmCacheServer": {"resources": {}},
+        },
+    }
+    assert container(render(backend(spec)))["resources"] == {}
+
+
+def test_typed_resources_are_passed_through() -> None:
+    res = {
+        "requests": {"memory": "2Gi", "cpu": "1"},
+        "limits": {"memory": "3Gi", "nvidia.com/gpu": 1},
+    }
+    spec = {
+        "runtime": "VLLM",
+        "remoteStorage": {
+            "provider": "Mooncake",
+            "ownership": "Managed",
+            "mooncake": {"resources": res},
+        },
+    }
+    assert container(render(backend(spec)))["resources"] == res
+
+
+@pytest.mark.parametrize(
+    ("requests", "expected_cpu"),
+    [
+        (None, "250m"),
+        ({"memory": "1Gi"}, "250m"),
+        ({"cpu": "0"}, "250m"),
+        ({"cpu": 0}, "250m"),
+        ({"cpu": "1"}, "1"),
+        ({"cpu": "100m"}, "100m"),
+    ],
+)
+def test_autoscaling_fills_cpu_request_when_absent_or_non_positive(
+    requests: Any, expected_cpu: str
+) -> None:
+    block: dict[str, Any] = {"limits": {"memory": "8Gi"}}
+    if requests is not None:
+        block["requests"] = requests
+    spec = managed("Redis", autoscaling={"minReplicas": 1, "maxReplicas": 3})
+    spec["remoteStorage"]["redis"] = {"resources": block}
+    res = container(render(backend(spec)))["resources"]
+    assert res["requests"]["cpu"] == expected_cpu
+    # CPU only: never synthesises a memory request.
+    if requests is None:
+        assert "memory" not in res["requests"]
+
+
+def test_autoscaling_cpu_fallback_applies_to_the_default_block() -> None:
+    res = container(render(backend(managed("LMCacheServer", autoscaling={"maxReplicas": 2}))))[
+        "resources"
+    ]
+    assert res == {"requests": {"memory": "4Gi", "cpu": "250m"}, "limits": {"memory": "8Gi"}}
+
+
+# ------------------------------------------------------------------ autoscaling
+
+
+def test_autoscaling_renders_hpa_v2_with_cpu_target_default_80_and_no_replicas() -> None:
+    objs = by_kind(
+        render(
+            backend(
+                managed(
+                    "LMCacheServer", replicas=2, autoscaling={"minReplicas": 2, "maxReplicas": 5}
+                )
+            )
+        )
+    )
+    hpa = objs["HorizontalPodAutoscaler"]
+    assert hpa["apiVersion"] == "autoscaling/v2"
+    assert hpa["spec"]["scaleTargetRef"] == {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "name": "cb-lmcache-server",
+    }
+    assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (2, 5)
+    assert hpa["spec"]["metrics"][0]["resource"] == {
+        "name": "cpu",
+        "target": {"type": "Utilization", "averageUtilization": 80},
+    }
+    assert "replicas" not in objs["Deployment"]["spec"], "the HPA owns the replica count"
+
+
+def test_autoscaling_target_cpu_is_honoured_and_min_falls_back_to_replicas() -> None:
+    objs = by_kind(
+        render(
+            backend(
+                managed(
+                    "LMCacheServer",
+                    deploymentKind="StatefulSet",
+                    replicas=3,
+                    autoscaling={"maxReplicas": 5, "targetCPUUtilizationPercent": 55},
+                )
+            )
+        )
+    )
+    hpa = objs["HorizontalPodAutoscaler"]
+    assert hpa["spec"]["metrics"][0]["resource"]["target"]["averageUtilization"] == 55
+    assert hpa["spec"]["minReplicas"] == 3
+    assert hpa["spec"]["scaleTargetRef"]["kind"] == "StatefulSet"
+
+
+# ------------------------------------------------------------------ template
+
+
+def test_template_overrides_are_merged_into_the_pod_spec() -> None:
+    template = {
+        "nodeSelector": {"pool": "cache"},
+        "affinity": {"nodeAffinity": {}},
+        "tolerations": [{"key": "k", "operator": "Exists"}],
+        "topologySpreadConstraints": [
+            {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"}
+        ],
+        "imagePullSecrets": [{"name": "reg"}],
+        "serviceAccountName": "cache-sa",
+        "securityContext": {"runAsNonRoot": True},
+        "priorityClassName": "high",
+        "schedulerName": "custom",
+        "runtimeClassName": "kata",
+        "terminationGracePeriodSeconds": 5,
+    }
+    pod = by_kind(render(backend(managed("Mooncake", template=template))))["Deployment"]["spec"][
+        "template"
+    ]["spec"]
+    for key, value in template.items():
+        assert pod[key] == value
+    # Provider defaults survive the merge.
+    assert pod["hostNetwork"] is True
+    assert pod["containers"][0]["name"] == "mooncake-master"
+
+
+# ------------------------------------------------------------------ redis
+
+
+def redis_args(limit: Any) -> list[str]:
+    spec = managed("Redis")
+    if limit is not None:
+        spec["remoteStorage"]["redis"] = {"resources": {"limits": {"memory": limit}}}
+    return list(container(render(backend(spec)))["args"])
+
+
+def test_redis_pinned_image_port_and_resp_binding() -> None:
+    objs = by_kind(render(backend(managed("Redis"))))
+    c = objs["Deployment"]["spec"]["template"]["spec"]["containers"][0]
+    assert c["image"] == "docker.io/library/redis:7.4-alpine"
+    assert c["ports"][0]["containerPort"] == 6379
+    assert objs["Service"]["spec"]["ports"][0]["port"] == 6379
+    assert "clusterIP" not in objs["Service"]["spec"]
+
+
+@pytest.mark.parametrize(
+    ("limit", "maxmemory"),
+    [
+        ("1Gi", str(int(1024**3 * 0.8))),
+        ("8Gi", str(int(8 * 1024**3 * 0.8))),
+        ("1000M", "800000000"),
+        (None, str(int(8 * 1024**3 * 0.8))),
+    ],
+)
+def test_redis_maxmemory_is_80_percent_of_memory_limit_with_allkeys_lru(
+    limit: Any, maxmemory: str
+) -> None:
+    args = redis_args(limit)
+    assert args[args.index("--maxmemory") + 1] == maxmemory
+    assert args[args.index("--maxmemory-policy") + 1] == "allkeys-lru"
+
+
+def test_redis_without_memory_limit_has_no_maxmemory() -> None:
+    spec = managed("Redis")
+    spec["remoteStorage"]["redis"] = {"resources": {"requests": {"memory": "1Gi"}}}
+    args = container(render(backend(spec)))["args"]
+    assert "--maxmemory" not in args
+    assert "allkeys-lru" in args
+
+
+def test_redis_image_override() -> None:
+    spec = managed("Redis")
+    spec["remoteStorage"]["redis"] = {"image": "example.com/redis:7.2"}
+    assert container(render(backend(spec)))["image"] == "example.com/redis:7.2"
+
+
+# ------------------------------------------------------------------ lmcache server
+
+
+def test_lmcache_server_pinned_image_never_latest_and_default_command() -> None:
+    c = container(render(backend(managed("LMCacheServer"))))
+    assert c["image"] == "lmcache/standalone:v0.4.7"
+    assert not c["image"].endswith(":latest")
+    assert c["command"] == ["lmcache_server", "0.0.0.0", "65432"]
+    assert c["ports"][0]["containerPort"] == 65432
+
+
+def test_lmcache_server_command_override() -> None:
+    spec = managed("LMCacheServer")
+    spec["remoteStorage"]["lmCacheServer"] = {
+        "command": ["python3", "-m", "lmcache.v1.server", "0.0.0.0", "65432"]
+    }
+    assert container(render(backend(spec)))["command"][:2] == ["python3", "-m"]
+
+
+# ------------------------------------------------------------------ mooncake
+
+
+def test_mooncake_master_runs_on_host_network_with_recreate_and_headless_service() -> None:
+    objs = by_kind(render(backend(managed("Mooncake"))))
+    dep, svc = objs["Deployment"], objs["Service"]
+    pod = dep["spec"]["template"]["spec"]
+    assert pod["hostNetwork"] is True
+    assert pod["dnsPolicy"] == "ClusterFirstWithHostNet"
+    assert dep["spec"]["strategy"] == {"type": "Recreate"}
+    assert svc["spec"]["clusterIP"] == "None"
+    assert [p["port"] for p in svc["spec"]["ports"]] == [50051, 8080]
+    c = pod["containers"][0]
+    assert c["image"] == "docker.io/kvcacheai/mooncake:0.3.11.post1"
+    assert c["command"] == [
+        "mooncake_master",
+        "--rpc_port=50051",
+        "--metrics_port=9003",
+        "--enable_http_metadata_server=true",
+        "--http_metadata_server_host=0.0.0.0",
+        "--http_metadata_server_port=8080",
+    ]
+    assert c["readinessProbe"] == {"tcpSocket": {"port": 50051}}
+
+
+def test_service_endpoint_publishes_the_first_service_port() -> None:
+    svc = by_kind(render(backend(managed("Mooncake"))))["Service"]
+    assert service_endpoint(svc) == "cb-mooncake.ns.svc:50051"
+    assert service_endpoint({"metadata": {"name": "x"}, "spec": {}}) == ""
