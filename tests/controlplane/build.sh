@@ -5,7 +5,7 @@
 # Usage: tests/controlplane/build.sh            # build if needed, print the bin dir
 #        tests/controlplane/build.sh --print    # print the bin dir, build nothing
 #
-# The cache directory is ${ICACHE_CP_CACHE:-$HOME/.cache/inference-cache/controlplane/<key>}
+# The cache directory is ${ICACHE_CP_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/inference-cache/controlplane/<key>}
 # where <key> names the pinned versions plus a hash of go.mod, go.sum, the Go
 # sources, the link flags and the Go toolchain version, so that changing any pin
 # builds into a fresh directory. When both binaries exist the build is skipped.
@@ -36,7 +36,7 @@ go_version="$(go env GOVERSION)"
 hash="$( { cat go.mod go.sum tools.go cmd/etcd/main.go; echo "$go_version|$k8s_ldflags|$etcd_ldflags"; } \
     | sha256sum | cut -c1-12)"
 key="k8s-${k8s_version}-etcd-${etcd_version}-${hash}"
-cache_dir="${ICACHE_CP_CACHE:-${HOME}/.cache/inference-cache/controlplane/${key}}"
+cache_dir="${ICACHE_CP_CACHE:-${XDG_CACHE_HOME:-${HOME:?HOME is not set}/.cache}/inference-cache/controlplane/${key}}"
 bin_dir="${cache_dir}/bin"
 
 if [[ "${1:-}" == "--print" ]]; then

@@ -178,7 +178,7 @@ def find_binaries(*, build: bool = True) -> Binaries:
     if override:
         bin_dir = Path(override)
     else:
-        args = [str(BUILD_SCRIPT)] + ([] if build else ["--print"])
+        args = ["bash", str(BUILD_SCRIPT)] + ([] if build else ["--print"])
         try:
             out = subprocess.run(
                 args, check=True, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True

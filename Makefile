@@ -1,0 +1,50 @@
+# Developer and CI entry points. `make test` builds what it needs: the venv
+# (pinned by constraints.txt) and the kube-apiserver/etcd binaries (cached
+# outside the tree by tests/controlplane/build.sh).
+
+VENV ?= .venv
+PY = $(VENV)/bin/python
+PYTHON ?= python3
+PYTEST_ARGS ?=
+
+# pytest exits 5 when it collected nothing: that is a failure here, not a pass.
+define pytest
+	$(PY) -m pytest -q $(PYTEST_ARGS) $(1); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no tests in $(1)" >&2; exit 1; fi; \
+	exit $$rc
+endef
+
+.PHONY: install controlplane test lint cluster-up cluster-down run e2e
+
+install: $(VENV)/.install-stamp
+
+$(VENV)/.install-stamp: pyproject.toml constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev]'
+	touch $@
+
+controlplane:
+	bash tests/controlplane/build.sh
+
+test: install controlplane
+	$(call pytest,tests)
+
+e2e: install controlplane
+	$(call pytest,tests/e2e)
+
+lint: install
+	rc=0; \
+	$(VENV)/bin/ruff check . || rc=1; \
+	$(VENV)/bin/mypy || rc=1; \
+	$(VENV)/bin/mypy tests/harness tests/conftest.py tests/unit/test_harness_certs.py \
+		tests/integration/test_controlplane.py || rc=1; \
+	exit $$rc
+
+cluster-up: install controlplane
+	$(PY) -m tests.harness.cli up
+
+cluster-down:
+	$(PY) -m tests.harness.cli down
+
+run: install
+	$(VENV)/bin/icache webhook --insecure --port 8443 --backends-from manifests/samples
