@@ -1,0 +1,155 @@
+"""The ``lmcache-kernel-check`` init container (vLLM + LMCache only).
+
+``import lmcache.c_ops`` is replaced by a slow pure-torch fallback when the native
+extension fails to load (e.g. a CUDA-13 wheel on a CUDA-12 image), so importing it
+proves nothing. The check force-loads the compiled extension *from disk* in the
+engine's own image and reports a machine-readable verdict through the termination
+message, which the controller turns into the EngineKernelsHealthy condition.
+
+Mode, from the CacheBackend annotation ``inferencecache.io/lmcache-kernel-check``:
+
+- ``auto`` or unset: report-only, injected only when the engine requests a GPU
+  (the kernels are GPU-only; a CPU build legitimately has none);
+- ``report-only``: always injected, exits 0 even on failure (never blocks the pod);
+- ``strict``: always injected, exits 1 on failure (the pod stays in Init);
+- ``off``: never injected.
+
+The check runs ``python3`` directly, never through a shell, because a minimal or
+distroless engine image may lack ``/bin/sh``; a shell wrapper meant to force exit 0
+would then itself block the pod.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shared import constants as c
+from shared.runtime_adapters.base import InjectionRejected
+from shared.runtime_adapters.podspec import find_named
+from shared.runtime_adapters.sizing import requests_gpu
+
+CONTAINER_NAME = "lmcache-kernel-check"
+MODE_ENV = "INFERENCECACHE_KERNEL_CHECK_MODE"
+TERMINATION_MESSAGE_PATH = "/dev/termination-log"
+# Small requests (subsumed by the engine's in the pod's effective request, and satisfying
+# a LimitRange/ResourceQuota that demands requests) and no limits (no max-limit trip,
+# no OOM of `import torch` by a limit we chose).
+RESOURCES: dict[str, Any] = {"requests": {"cpu": "10m", "memory": "64Mi"}}
+
+# The verdict is one JSON object on the termination message: {"mode", "result", "error"}.
+# A c_ops*.so is loaded with ExtensionFileLoader after `import torch` (the extension
+# links libtorch). find_spec('lmcache') locates the package without running its
+# __init__, which is what installs the fallback shim.
+SCRIPT = """\
+import glob, importlib.machinery, importlib.util, json, os, sys
+mode = os.environ.get("INFERENCECACHE_KERNEL_CHECK_MODE", "report-only")
+verdict = {"mode": mode, "result": "failed", "error": ""}
+try:
+    import torch  # noqa: F401  the extension links libtorch
+    spec = importlib.util.find_spec("lmcache")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("lmcache is not importable in the engine image")
+    paths = []
+    for location in spec.submodule_search_locations:
+        paths.extend(sorted(glob.glob(os.path.join(location, "c_ops*.so"))))
+    if not paths:
+        raise ImportError("no compiled lmcache c_ops extension (c_ops*.so) in the lmcache package")
+    loader = importlib.machinery.ExtensionFileLoader("lmcache.c_ops", paths[0])
+    module_spec = importlib.util.spec_from_file_location("lmcache.c_ops", paths[0], loader=loader)
+    loader.exec_module(importlib.util.module_from_spec(module_spec))
+    verdict["result"] = "ok"
+except BaseException as exc:
+    verdict["error"] = ("%s: %s" % (type(exc).__name__, exc))[:3000]
+message = json.dumps(verdict, sort_keys=True)
+print(message, flush=True)
+try:
+    with open("/dev/termination-log", "w") as handle:
+        handle.write(message)
+except OSError:
+    pass
+sys.exit(1 if mode == "strict" and verdict["result"] != "ok" else 0)
+"""
+
+
+def requested_mode(backend_annotations: dict[str, str] | None) -> str:
+    """The annotation value, trimmed and lower-cased; unset means ``auto``.
+
+    An unrecognised value (a CacheBackend stored before the admission rule shipped) is
+    rejected rather than guessed: treating ``strcit`` as report-only would silently relax
+    strict enforcement, treating it as strict could block serving.
+    """
+    raw = (backend_annotations or {}).get(c.ANNOTATION_LMCACHE_KERNEL_CHECK)
+    if raw is None or not raw.strip():
+        return c.KERNEL_CHECK_AUTO
+    mode = raw.strip().lower()
+    if mode not in c.KERNEL_CHECK_MODES:
+        raise InjectionRejected(
+            f"annotation {c.ANNOTATION_LMCACHE_KERNEL_CHECK}={raw!r} is not one of "
+            f"{', '.join(c.KERNEL_CHECK_MODES)}"
+        )
+    return mode
+
+
+def admitted_mode(requested: str, engine: dict[str, Any]) -> str | None:
+    """The mode the check runs in on this pod, or None when it is not injected."""
+    if requested == c.KERNEL_CHECK_OFF:
+        return None
+    if requested == c.KERNEL_CHECK_AUTO:
+        return c.KERNEL_CHECK_REPORT_ONLY if requests_gpu(engine) else None
+    return requested
+
+
+def render(mode: str, engine: dict[str, Any]) -> dict[str, Any]:
+    """The init container, in the engine's image and pull policy."""
+    container: dict[str, Any] = {
+        "name": CONTAINER_NAME,
+        "image": engine.get("image"),
+        "command": ["python3", "-c", SCRIPT],
+        "env": [{"name": MODE_ENV, "value": mode}],
+        "resources": RESOURCES,
+        "terminationMessagePath": TERMINATION_MESSAGE_PATH,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    if engine.get("imagePullPolicy"):
+        container["imagePullPolicy"] = engine["imagePullPolicy"]
+    return container
+
+
+def converge(pod: dict[str, Any], mode: str | None, engine: dict[str, Any]) -> None:
+    """Put the check in ``initContainers`` (a normal init container: it runs and exits
+    before the engine starts), or take a prior one out when the mode is now off."""
+    spec = pod.setdefault("spec", {})
+    inits = list(spec.get("initContainers") or [])
+    existing = [i for i, ic in enumerate(inits) if ic.get("name") == CONTAINER_NAME]
+    if mode is None:
+        if existing:
+            inits = [ic for ic in inits if ic.get("name") != CONTAINER_NAME]
+            if inits:
+                spec["initContainers"] = inits
+            else:
+                spec.pop("initContainers", None)
+        return
+    desired = render(mode, engine)
+    if existing:
+        # The name is the check's own; a re-admitted pod converges onto the current
+        # render with the API server's defaulted fields kept.
+        inits[existing[0]] = {**inits[existing[0]], **desired}
+    else:
+        if find_named(spec.get("containers"), CONTAINER_NAME) is not None:
+            raise InjectionRejected(
+                f"container name {CONTAINER_NAME!r} is used by a regular container of the pod"
+            )
+        inits.append(desired)
+    spec["initContainers"] = inits
+
+
+def mode_on_pod(pod: dict[str, Any]) -> str | None:
+    """The mode the pod's check container runs in (what the webhook records), if any."""
+    check = find_named((pod.get("spec") or {}).get("initContainers"), CONTAINER_NAME)
+    if check is None:
+        return None
+    for var in check.get("env") or []:
+        if var.get("name") == MODE_ENV:
+            value = var.get("value")
+            return str(value) if value else None
+    return None
