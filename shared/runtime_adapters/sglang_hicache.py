@@ -1,13 +1,127 @@
-"""SGLang native HiCache: --enable-hierarchical-cache and the --hicache-* flags."""
+"""SGLang native HiCache: --enable-hierarchical-cache and the --hicache-* flags.
+
+Validate first, then mutate: every reserved argument is judged on the *original* pod
+before anything is written, so a rejection never leaves partial HiCache wiring.
+
+- an existing argument with the desired value is kept byte for byte, in either the
+  ``--flag value`` or ``--flag=value`` form and wherever it is (command or args);
+- a different value, the opposite capacity mode (``--hicache-size`` when the backend
+  sets ratio, or the reverse), a value flag without a value, a duplicated flag, or
+  SGLang's LMCache flags (``--enable-lmcache``, ``--lmcache-config-file``) reject;
+- an operator-supplied optional flag the backend does not set is preserved when it is
+  well formed;
+- each missing canonical argument is appended to ``args`` once.
+
+"Same value" is numeric for ``--hicache-ratio`` (``2`` equals ``2.0``) and
+``--hicache-size`` (integers), and exact for the enum-valued flags.
+"""
 
 from __future__ import annotations
 
+import copy
+from decimal import Decimal, InvalidOperation
 from typing import Any, ClassVar
 
 from shared import constants as c
-from shared.api.models import CacheBackend
+from shared.api.models import CacheBackend, HiCache
 from shared.bindings import Binding, Protocol
-from shared.runtime_adapters.base import InjectContext, RuntimeAdapter
+from shared.runtime_adapters.base import InjectContext, InjectionRejected, RuntimeAdapter
+from shared.runtime_adapters.engine import select_sglang_engine
+from shared.runtime_adapters.podspec import cli_tokens, find_flag, runs_shell_script
+
+ENABLE = "--enable-hierarchical-cache"
+RATIO = "--hicache-ratio"
+SIZE = "--hicache-size"
+WRITE_POLICY = "--hicache-write-policy"
+IO_BACKEND = "--hicache-io-backend"
+MEM_LAYOUT = "--hicache-mem-layout"
+VALUE_FLAGS = (RATIO, SIZE, WRITE_POLICY, IO_BACKEND, MEM_LAYOUT)
+LMCACHE_FLAGS = ("--enable-lmcache", "--lmcache-config-file")
+
+
+def desired_args(hi: HiCache) -> list[tuple[str, str | None]]:
+    """(flag, value) pairs the backend asks for, in render order (None: boolean flag)."""
+    wanted: list[tuple[str, str | None]] = [(ENABLE, None)]
+    if hi.ratio is not None:
+        wanted.append((RATIO, hi.ratio.strip()))
+    if hi.size_gb is not None:
+        wanted.append((SIZE, str(hi.size_gb)))
+    if hi.write_policy is not None:
+        wanted.append((WRITE_POLICY, hi.write_policy))
+    if hi.io_backend is not None:
+        wanted.append((IO_BACKEND, hi.io_backend))
+    if hi.memory_layout is not None:
+        wanted.append((MEM_LAYOUT, hi.memory_layout))
+    return wanted
+
+
+def _numeric(value: str) -> Decimal | None:
+    try:
+        number = Decimal(value.strip())
+    except InvalidOperation:
+        return None
+    return number if number.is_finite() else None
+
+
+def same_value(flag: str, existing: str, desired: str) -> bool:
+    if flag in (RATIO, SIZE):
+        a, b = _numeric(existing), _numeric(desired)
+        return a is not None and a == b
+    return existing == desired
+
+
+def validate_capacity(hi: HiCache) -> None:
+    """Exactly one of ratio and sizeGB (admission enforces it; stored objects may predate it)."""
+    if (hi.ratio is None) == (hi.size_gb is None):
+        raise InjectionRejected("spec.hiCache must set exactly one of ratio and sizeGB")
+    if hi.ratio is not None:
+        ratio = _numeric(hi.ratio)
+        if ratio is None or ratio <= 0:
+            raise InjectionRejected(f"spec.hiCache.ratio {hi.ratio!r} is not a number > 0")
+
+
+def reject_lmcache_flags(tokens: list[str]) -> None:
+    for flag in LMCACHE_FLAGS:
+        if find_flag(tokens, flag):
+            raise InjectionRejected(
+                f"the engine already runs SGLang's LMCache integration ({flag}); HiCache and "
+                "LMCache are exclusive: roll the workload to switch"
+            )
+
+
+def reject_malformed_or_duplicate(tokens: list[str]) -> None:
+    if len(find_flag(tokens, ENABLE)) > 1:
+        raise InjectionRejected(f"{ENABLE} is given more than once")
+    for occ in find_flag(tokens, ENABLE):
+        if occ.form == "eq":
+            raise InjectionRejected(f"{ENABLE} is a boolean flag and takes no value")
+    for flag in VALUE_FLAGS:
+        found = find_flag(tokens, flag)
+        if len(found) > 1:
+            raise InjectionRejected(f"{flag} is given more than once")
+        for occ in found:
+            if occ.form == "bare" or not (occ.value or "").strip():
+                raise InjectionRejected(f"{flag} is given without a value")
+
+
+def reject_opposite_capacity_mode(tokens: list[str], hi: HiCache) -> None:
+    opposite = SIZE if hi.ratio is not None else RATIO
+    if find_flag(tokens, opposite):
+        mode = "ratio" if hi.ratio is not None else "sizeGB"
+        raise InjectionRejected(
+            f"the engine sets {opposite} but the CacheBackend selects capacity by {mode}"
+        )
+
+
+def reject_conflicting_values(tokens: list[str], wanted: list[tuple[str, str | None]]) -> None:
+    for flag, value in wanted:
+        if value is None:
+            continue
+        for occ in find_flag(tokens, flag):
+            if not same_value(flag, occ.value or "", value):
+                raise InjectionRejected(
+                    f"the engine sets {flag} {occ.value!r} but the CacheBackend wants {value!r}"
+                )
 
 
 class SGLangHiCacheAdapter(RuntimeAdapter):
@@ -25,7 +139,43 @@ class SGLangHiCacheAdapter(RuntimeAdapter):
     reserved_env: ClassVar[tuple[str, ...]] = ()
     accepted_protocols: ClassVar[frozenset[Protocol | None]] = frozenset({None})
 
+    def engine_container_index(self, pod: dict[str, Any]) -> int:
+        return select_sglang_engine(pod)
+
     def inject(
-        self, pod: dict[str, Any], backend: CacheBackend, binding: Binding | None, ctx: InjectContext
+        self,
+        pod: dict[str, Any],
+        backend: CacheBackend,
+        binding: Binding | None,
+        ctx: InjectContext,
     ) -> dict[str, Any]:
-        raise NotImplementedError  # implemented with the Pod webhook (issue 4)
+        if not self.supports_binding(binding):
+            raise InjectionRejected(f"{self.name} accepts no remote storage binding")
+        hi = backend.spec.hi_cache
+        if hi is None:
+            raise InjectionRejected("type SGLangHiCache requires spec.hiCache")
+        validate_capacity(hi)
+        index = self.engine_container_index(pod)
+        engine_in = pod["spec"]["containers"][index]
+        tokens = cli_tokens(engine_in)
+        wanted = desired_args(hi)
+        # All judged on the original pod: nothing is written unless everything passes.
+        reject_lmcache_flags(tokens)
+        reject_malformed_or_duplicate(tokens)
+        reject_opposite_capacity_mode(tokens, hi)
+        reject_conflicting_values(tokens, wanted)
+        missing = [(flag, value) for flag, value in wanted if not find_flag(tokens, flag)]
+        if not missing:
+            return copy.deepcopy(pod)
+        if runs_shell_script(engine_in):
+            raise InjectionRejected(
+                f"container {engine_in.get('name')!r} runs a shell script (sh -c); flags "
+                "appended to args would not reach SGLang: put the SGLang CLI in command/args"
+            )
+        out = copy.deepcopy(pod)
+        engine = out["spec"]["containers"][index]
+        args = list(engine.get("args") or [])
+        for flag, value in missing:
+            args += [flag] if value is None else [flag, value]
+        engine["args"] = args
+        return out
