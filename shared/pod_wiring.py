@@ -1,0 +1,443 @@
+"""The decision core of the mutating Pod webhook: which backend wires a pod, and how.
+
+``wire_pod`` is a pure function of the pod, the CacheBackends of the cluster and the
+webhook settings. It never raises for a bad pod or backend: every problem becomes a
+fail-open result (the pod admitted unwired), because a cache is an optimisation and must
+never block engine admission.
+
+Rules, each in its own function named after the spec:
+
+- ``skip_inject_requested``: ``inferencecache.io/skip-inject`` with a truthy value —
+  ``true``, ``1``, ``yes`` or ``on``, trimmed and case-insensitive (anything else,
+  including ``false``, is not an opt-out) — skips wiring, clears a stale
+  injected-by/injected-by-uid pair and stamps ``inject-skipped: skip-inject-annotation``.
+- ``select_backend``: CacheBackends of the pod's namespace, sorted by metadata.name; the
+  first whose ``spec.engineSelector.matchLabels`` is non-empty and contained in the pod's
+  labels wins (a nil/empty selector never matches).
+- ``resolve_binding``: independent of the runtime adapter. No remoteStorage: None
+  (host-only). Managed: ``status.endpoint``. External: the trimmed, provider-validated
+  ``spec.remoteStorage.endpoint``, never status. An empty endpoint fails open.
+- EventsOnly injects no connector, only the kvevent-subscriber; without a subscriber image
+  or ``observation.modelID`` the pod is left unwired (fail-open).
+- ``apply_engine_host_network``: Mooncake's ``integration.engineHostNetwork`` puts the pod
+  on the host network only together with the connector (a mooncakestore binding).
+- ``stamp_injected``: ``injected-by: <ns>/<name>`` and ``injected-by-uid: <uid>``; clears
+  ``inject-skipped``; records the admitted kernel-check mode when the check is injected.
+- ``strip_decision_annotations``: every fail-open strips stale injected-by,
+  injected-by-uid, inject-skipped and the kernel-check-mode record, so a pre-stamped pod
+  template cannot impersonate a wired pod.
+
+Idempotency: the adapters and the sidecar renderers converge, so wiring an already
+wired pod returns an equal pod (an empty JSON patch).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any, Final
+
+from pydantic import ValidationError
+
+from shared import constants as c
+from shared.api import effective
+from shared.api.models import CacheBackend
+from shared.bindings import PROVIDER_PROTOCOL, Binding
+from shared.endpoints import endpoint_shape_error, strip_scheme
+from shared.runtime_adapters import kernel_check, registry, subscriber
+from shared.runtime_adapters.base import InjectContext, InjectionRejected, RuntimeAdapter
+from shared.runtime_adapters.engine import EngineLocator, candidate_indexes
+from shared.runtime_adapters.overrides import apply_engine_overrides
+from shared.runtime_adapters.podspec import cli_tokens, find_flag
+
+OUTCOME_INJECTED: Final = "injected"
+OUTCOME_SKIPPED: Final = "skipped"
+OUTCOME_FAIL_OPEN: Final = "fail_open"
+
+# Reasons: a closed vocabulary (they label Prometheus series).
+REASON_INJECTED: Final = "injected"
+REASON_EVENTS_ONLY: Final = "events_only"
+REASON_SKIP_INJECT: Final = "skip_inject_annotation"
+REASON_INVALID_POD: Final = "invalid_pod"
+REASON_NO_MATCH: Final = "no_match"
+REASON_INVALID_BACKEND: Final = "invalid_backend"
+REASON_NO_ADAPTER: Final = "no_adapter"
+REASON_MISSING_ENDPOINT: Final = "missing_endpoint"
+REASON_INVALID_ENDPOINT: Final = "invalid_endpoint"
+REASON_BINDING_NOT_SUPPORTED: Final = "binding_not_supported"
+REASON_ADAPTER_REJECTED: Final = "adapter_rejected"
+REASON_ADAPTER_ERROR: Final = "adapter_error"
+REASON_SUBSCRIBER_REJECTED: Final = "subscriber_rejected"
+REASON_EVENTS_ONLY_NO_SUBSCRIBER: Final = "events_only_no_subscriber"
+
+SKIP_INJECT_TRUTHY: Final = frozenset({"true", "1", "yes", "on"})
+DNS_CLUSTER_FIRST_WITH_HOST_NET: Final = "ClusterFirstWithHostNet"
+DECISION_ANNOTATIONS: Final = (
+    c.ANNOTATION_INJECTED_BY,
+    c.ANNOTATION_INJECTED_BY_UID,
+    c.ANNOTATION_INJECT_SKIPPED,
+    c.ANNOTATION_LMCACHE_KERNEL_CHECK_MODE,
+)
+
+
+@dataclass(frozen=True)
+class WiringResult:
+    pod: dict[str, Any]
+    outcome: str  # injected | skipped | fail_open
+    reason: str
+    message: str
+    backend: str | None = None  # <namespace>/<name> of the selected CacheBackend
+
+
+class BindingError(Exception):
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+# ------------------------------------------------------------------- annotations
+
+
+def _annotations(pod: dict[str, Any]) -> dict[str, str]:
+    return dict((pod.get("metadata") or {}).get("annotations") or {})
+
+
+def _set_annotations(pod: dict[str, Any], annotations: dict[str, str]) -> None:
+    metadata = pod.setdefault("metadata", {})
+    if annotations:
+        metadata["annotations"] = annotations
+    elif "annotations" in metadata:
+        metadata.pop("annotations")
+
+
+def strip_decision_annotations(pod: dict[str, Any]) -> None:
+    """Drop the webhook's decision annotations a pod may carry from its template."""
+    annotations = _annotations(pod)
+    if any(key in annotations for key in DECISION_ANNOTATIONS):
+        _set_annotations(
+            pod, {k: v for k, v in annotations.items() if k not in DECISION_ANNOTATIONS}
+        )
+
+
+def stamp_injected(pod: dict[str, Any], backend: CacheBackend) -> None:
+    annotations = _annotations(pod)
+    annotations[c.ANNOTATION_INJECTED_BY] = f"{backend.metadata.namespace}/{backend.metadata.name}"
+    if backend.metadata.uid:
+        annotations[c.ANNOTATION_INJECTED_BY_UID] = backend.metadata.uid
+    else:
+        # Without a uid (offline dry runs) a stale one must not vouch for this wiring.
+        annotations.pop(c.ANNOTATION_INJECTED_BY_UID, None)
+    annotations.pop(c.ANNOTATION_INJECT_SKIPPED, None)
+    mode = kernel_check.mode_on_pod(pod)
+    if mode:
+        annotations[c.ANNOTATION_LMCACHE_KERNEL_CHECK_MODE] = mode
+    else:
+        annotations.pop(c.ANNOTATION_LMCACHE_KERNEL_CHECK_MODE, None)
+    _set_annotations(pod, annotations)
+
+
+def skip_inject_requested(pod: dict[str, Any]) -> bool:
+    value = _annotations(pod).get(c.ANNOTATION_SKIP_INJECT)
+    return isinstance(value, str) and value.strip().lower() in SKIP_INJECT_TRUTHY
+
+
+def skip_injection(pod: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(pod)
+    strip_decision_annotations(out)
+    annotations = _annotations(out)
+    annotations[c.ANNOTATION_INJECT_SKIPPED] = c.INJECT_SKIPPED_VALUE
+    _set_annotations(out, annotations)
+    return out
+
+
+# --------------------------------------------------------------------- selection
+
+
+def _selector(raw: dict[str, Any]) -> dict[str, Any]:
+    spec = raw.get("spec") if isinstance(raw.get("spec"), dict) else {}
+    selector = spec.get("engineSelector") if isinstance(spec, dict) else None
+    labels = selector.get("matchLabels") if isinstance(selector, dict) else None
+    return labels if isinstance(labels, dict) else {}
+
+
+def selector_matches(raw_backend: dict[str, Any], pod_labels: dict[str, str]) -> bool:
+    """Every matchLabels pair is on the pod; an empty selector claims nothing."""
+    selector = _selector(raw_backend)
+    return bool(selector) and all(pod_labels.get(k) == v for k, v in selector.items())
+
+
+def _meta(raw: dict[str, Any]) -> dict[str, Any]:
+    meta = raw.get("metadata")
+    return meta if isinstance(meta, dict) else {}
+
+
+def select_backend(
+    backends: list[dict[str, Any]], namespace: str, pod_labels: dict[str, str]
+) -> dict[str, Any] | None:
+    """First match by metadata.name among the namespace's CacheBackends."""
+    same_namespace = [
+        b for b in backends if isinstance(b, dict) and _meta(b).get("namespace") == namespace
+    ]
+    for raw in sorted(same_namespace, key=lambda b: str(_meta(b).get("name") or "")):
+        if selector_matches(raw, pod_labels):
+            return raw
+    return None
+
+
+# ----------------------------------------------------------------------- binding
+
+
+def resolve_binding(backend: CacheBackend) -> Binding | None:
+    """The structured provider Binding, resolved independently of the runtime adapter."""
+    remote = backend.spec.remote_storage
+    if remote is None:
+        return None
+    if remote.provider is None or remote.provider not in PROVIDER_PROTOCOL:
+        raise BindingError(REASON_INVALID_BACKEND, "spec.remoteStorage.provider is not set")
+    protocol = PROVIDER_PROTOCOL[remote.provider]
+    if remote.ownership == c.OWNERSHIP_MANAGED:
+        endpoint = ((backend.status.endpoint if backend.status else None) or "").strip()
+        if not endpoint:
+            raise BindingError(
+                REASON_MISSING_ENDPOINT,
+                "the managed remote storage has not published status.endpoint yet; roll the "
+                "engine workload once the CacheBackend is Ready",
+            )
+        return Binding(protocol, strip_scheme(endpoint))
+    if remote.ownership == c.OWNERSHIP_EXTERNAL:
+        endpoint = (remote.endpoint or "").strip()
+        if not endpoint:
+            raise BindingError(REASON_MISSING_ENDPOINT, "spec.remoteStorage.endpoint is empty")
+        error = endpoint_shape_error(remote.provider, endpoint)
+        if error:
+            raise BindingError(
+                REASON_INVALID_ENDPOINT, f"spec.remoteStorage.endpoint is invalid: {error}"
+            )
+        return Binding(protocol, strip_scheme(endpoint))
+    raise BindingError(REASON_INVALID_BACKEND, "spec.remoteStorage.ownership is not set")
+
+
+# ----------------------------------------------------------------------- sidecars
+
+
+def _engine_for_events(
+    pod: dict[str, Any], adapter: RuntimeAdapter | None
+) -> dict[str, Any] | None:
+    """The engine container whose --kv-events-config the subscriber reads, best effort."""
+    containers = (pod.get("spec") or {}).get("containers") or []
+    if isinstance(adapter, EngineLocator):
+        try:
+            return dict(containers[adapter.engine_container_index(pod)])
+        except InjectionRejected:
+            pass
+    for i in candidate_indexes(pod):
+        if find_flag(cli_tokens(containers[i]), subscriber.KV_EVENTS_CONFIG):
+            return dict(containers[i])
+    return None
+
+
+def append_subscriber(
+    pod: dict[str, Any],
+    backend: CacheBackend,
+    ctx: InjectContext,
+    engine: dict[str, Any] | None,
+    offload: bool,
+) -> bool:
+    """Converge the kvevent-subscriber sidecar; False when its gates are not met."""
+    model_id = effective.model_id(backend.spec)
+    if not ctx.kvevent_subscriber_image or not model_id:
+        return False
+    subscriber.converge(
+        pod,
+        subscriber.render(
+            image=ctx.kvevent_subscriber_image,
+            port=subscriber.kv_events_port(engine),
+            server_address=ctx.server_address,
+            model_id=model_id,
+            runtime=backend.spec.runtime,
+            offload=offload,
+        ),
+    )
+    return True
+
+
+def apply_engine_host_network(
+    pod: dict[str, Any], backend: CacheBackend, binding: Binding | None
+) -> None:
+    """Mooncake's mesh is dialled from the engine: host networking, with the connector only."""
+    if not effective.engine_host_network(backend.spec):
+        return
+    if binding is None or binding.protocol != "mooncakestore":
+        return
+    spec = pod.setdefault("spec", {})
+    spec["hostNetwork"] = True
+    spec["dnsPolicy"] = DNS_CLUSTER_FIRST_WITH_HOST_NET
+
+
+def apply_overrides(
+    original: dict[str, Any], wired: dict[str, Any], adapter: RuntimeAdapter, backend: CacheBackend
+) -> None:
+    """spec.integration.engineOverrides on the engine container, diffed before/after."""
+    integration = backend.spec.integration
+    overrides = integration.engine_overrides if integration else None
+    if overrides is None or not isinstance(adapter, EngineLocator):
+        return
+    before = original["spec"]["containers"][adapter.engine_container_index(original)]
+    containers = wired["spec"]["containers"]
+    for i, container in enumerate(containers):
+        if container.get("name") == before.get("name"):
+            containers[i] = apply_engine_overrides(
+                before, container, overrides, adapter.reserved_args, adapter.reserved_env
+            )
+            return
+
+
+# ------------------------------------------------------------------------- core
+
+
+def _fail_open(
+    pod: dict[str, Any], reason: str, message: str, backend: str | None = None
+) -> WiringResult:
+    out = copy.deepcopy(pod)
+    strip_decision_annotations(out)
+    return WiringResult(out, OUTCOME_FAIL_OPEN, reason, message, backend)
+
+
+def _valid_pod_shape(pod: Any) -> str | None:
+    if not isinstance(pod, dict):
+        return "the object is not a Pod"
+    spec = pod.get("spec")
+    containers = spec.get("containers") if isinstance(spec, dict) else None
+    if not isinstance(containers, list) or not containers:
+        return "the Pod has no spec.containers"
+    if not all(isinstance(ct, dict) for ct in containers):
+        return "spec.containers holds a non-object"
+    metadata = pod.get("metadata", {})
+    if not isinstance(metadata, dict):
+        return "metadata is not an object"
+    if not isinstance(metadata.get("labels") or {}, dict):
+        return "metadata.labels is not an object"
+    if not isinstance(metadata.get("annotations") or {}, dict):
+        return "metadata.annotations is not an object"
+    return None
+
+
+def wire_pod(
+    pod: dict[str, Any],
+    backends: list[dict[str, Any]],
+    ctx: InjectContext,
+    *,
+    namespace: str | None = None,
+) -> WiringResult:
+    """Wire ``pod`` to its CacheBackend; ``namespace`` defaults to the pod's own."""
+    shape_error = _valid_pod_shape(pod)
+    if shape_error:
+        if isinstance(pod, dict) and isinstance(pod.get("metadata", {}), dict):
+            return _fail_open(pod, REASON_INVALID_POD, shape_error)
+        return WiringResult(pod, OUTCOME_FAIL_OPEN, REASON_INVALID_POD, shape_error)
+
+    if skip_inject_requested(pod):
+        return WiringResult(
+            skip_injection(pod),
+            OUTCOME_SKIPPED,
+            REASON_SKIP_INJECT,
+            f"{c.ANNOTATION_SKIP_INJECT} opts this pod out of cache wiring",
+        )
+
+    metadata = pod.get("metadata") or {}
+    ns = namespace or metadata.get("namespace") or ""
+    labels = {str(k): str(v) for k, v in (metadata.get("labels") or {}).items()}
+    raw = select_backend(backends, ns, labels)
+    if raw is None:
+        return _fail_open(pod, REASON_NO_MATCH, f"no CacheBackend in {ns!r} selects this pod")
+    key = f"{ns}/{_meta(raw).get('name')}"
+    try:
+        backend = CacheBackend.model_validate(raw)
+    except ValidationError as exc:
+        return _fail_open(
+            pod,
+            REASON_INVALID_BACKEND,
+            f"CacheBackend {key} is invalid: {exc.error_count()} "
+            f"error(s), first: {exc.errors()[0]['msg']}",
+            key,
+        )
+    if backend.metadata.namespace is None:
+        backend.metadata.namespace = ns
+
+    if effective.integration_mode(backend.spec) == c.MODE_EVENTS_ONLY:
+        return wire_events_only(pod, backend, ctx, key)
+    return wire_offload(pod, backend, ctx, key)
+
+
+def wire_events_only(
+    pod: dict[str, Any], backend: CacheBackend, ctx: InjectContext, key: str
+) -> WiringResult:
+    """Spec "Events-only mode": no connector, only the kvevent-subscriber when wired."""
+    if not ctx.kvevent_subscriber_image or not effective.model_id(backend.spec):
+        missing = (
+            "the webhook runs without --kvevent-subscriber-image"
+            if not ctx.kvevent_subscriber_image
+            else "spec.observation.modelID is not set"
+        )
+        return _fail_open(
+            pod, REASON_EVENTS_ONLY_NO_SUBSCRIBER, f"events-only: {missing}; pod left unwired", key
+        )
+    adapter = registry.select(backend.spec.runtime, effective.cache_type(backend.spec))
+    out = copy.deepcopy(pod)
+    try:
+        append_subscriber(out, backend, ctx, _engine_for_events(pod, adapter), offload=False)
+    except InjectionRejected as exc:
+        return _fail_open(pod, REASON_SUBSCRIBER_REJECTED, str(exc), key)
+    stamp_injected(out, backend)
+    return WiringResult(
+        out,
+        OUTCOME_INJECTED,
+        REASON_EVENTS_ONLY,
+        f"events-only: kvevent-subscriber from {key}",
+        key,
+    )
+
+
+def wire_offload(
+    pod: dict[str, Any], backend: CacheBackend, ctx: InjectContext, key: str
+) -> WiringResult:
+    spec = backend.spec
+    adapter = registry.select(spec.runtime, effective.cache_type(spec))
+    if adapter is None:
+        return _fail_open(
+            pod,
+            REASON_NO_ADAPTER,
+            f"no runtime adapter for {spec.runtime}/{effective.cache_type(spec)}; supported: "
+            f"{', '.join(registry.supported_pairs())}",
+            key,
+        )
+    try:
+        binding = resolve_binding(backend)
+    except BindingError as exc:
+        return _fail_open(pod, exc.reason, str(exc), key)
+    if not adapter.supports_binding(binding):
+        kind = binding.protocol if binding else "host-only"
+        return _fail_open(
+            pod,
+            REASON_BINDING_NOT_SUPPORTED,
+            f"{adapter.name} does not accept a {kind} binding",
+            key,
+        )
+    try:
+        out = adapter.inject(pod, backend, binding, ctx)
+        apply_overrides(pod, out, adapter, backend)
+    except InjectionRejected as exc:
+        return _fail_open(pod, REASON_ADAPTER_REJECTED, f"{adapter.name}: {exc}", key)
+    except Exception as exc:  # an adapter bug must not block admission
+        return _fail_open(
+            pod, REASON_ADAPTER_ERROR, f"{adapter.name} failed: {type(exc).__name__}: {exc}", key
+        )
+    try:
+        append_subscriber(out, backend, ctx, _engine_for_events(out, adapter), offload=True)
+    except InjectionRejected as exc:
+        return _fail_open(pod, REASON_SUBSCRIBER_REJECTED, str(exc), key)
+    apply_engine_host_network(out, backend, binding)
+    stamp_injected(out, backend)
+    return WiringResult(
+        out, OUTCOME_INJECTED, REASON_INJECTED, f"wired by {key} ({adapter.name})", key
+    )
