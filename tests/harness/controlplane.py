@@ -146,6 +146,71 @@ def terminate_process_group(proc: subprocess.Popen[bytes], *, grace: float = 10.
         os.killpg(proc.pid, signal.SIGKILL)
 
 
+_PR_SET_PDEATHSIG = 1
+
+
+def _set_parent_death_signal() -> None:  # runs in the child between fork and exec
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL))
+
+
+def spawn_in_own_group(args: Sequence[str], log_path: Path, cwd: Path) -> subprocess.Popen[bytes]:
+    """Start ``args`` in a new session (so ``killpg`` reaches all of it) with
+    stdout/stderr appended to ``log_path``.
+
+    On Linux, when started from the main thread, the child also gets SIGKILL
+    if this process dies without cleaning up (pytest killed by CI, SIGTERM
+    bypassing atexit), so no etcd/apiserver/redis outlives its test run.
+    """
+    # PR_SET_PDEATHSIG fires when the spawning *thread* exits; only use it
+    # from the main thread, which lives as long as the process.
+    linux_main_thread = (
+        os.uname().sysname == "Linux" and threading.current_thread() is threading.main_thread()
+    )
+    with log_path.open("ab") as log:
+        log.write(f"$ {' '.join(args)}\n".encode())
+        log.flush()
+        return subprocess.Popen(
+            list(args),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=cwd,
+            start_new_session=True,
+            preexec_fn=_set_parent_death_signal if linux_main_thread else None,
+        )
+
+
+OWNER_FILE = "owner.pid"
+
+
+def make_owned_temp_dir(prefix: str) -> Path:
+    """A temp dir recording this process as its owner, after removing dirs
+    with the same prefix whose owner died without cleaning up (SIGKILL)."""
+    root = Path(tempfile.gettempdir())
+    for stale in root.glob(f"{prefix}*"):
+        try:
+            owner = int((stale / OWNER_FILE).read_text())
+        except (OSError, ValueError):
+            continue  # not ours, or being created right now
+        if owner != os.getpid() and not _pid_alive(owner):
+            shutil.rmtree(stale, ignore_errors=True)
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    (path / OWNER_FILE).write_text(str(os.getpid()))
+    return path
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def tail(path: Path, lines: int = 60) -> str:
     """The last ``lines`` lines of a log file, or a note that it is missing."""
     try:
@@ -781,7 +846,7 @@ class ControlPlane:
             if self._remove_work_dir is None:
                 self._remove_work_dir = False
         else:
-            self._work_dir = Path(tempfile.mkdtemp(prefix="icache-cp-"))
+            self._work_dir = make_owned_temp_dir("icache-cp-")
             if self._remove_work_dir is None:
                 self._remove_work_dir = os.environ.get("ICACHE_CP_KEEP", "") in ("", "0")
         pki_dir = self._work_dir / "pki"
@@ -905,17 +970,7 @@ class ControlPlane:
         )
 
     def _spawn(self, args: list[str], log_path: Path) -> subprocess.Popen[bytes]:
-        with log_path.open("ab") as log:
-            log.write(f"$ {' '.join(args)}\n".encode())
-            log.flush()
-            return subprocess.Popen(
-                args,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=self.work_dir,
-                start_new_session=True,  # own process group: killpg on stop
-            )
+        return spawn_in_own_group(args, log_path, self.work_dir)
 
     def _process_died(self) -> str | None:
         for name, proc in (("etcd", self._etcd), ("kube-apiserver", self._apiserver)):

@@ -21,11 +21,17 @@ import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 import threading
 from pathlib import Path
 
-from tests.harness.controlplane import free_port, tail, terminate_process_group, wait_until
+from tests.harness.controlplane import (
+    free_port,
+    make_owned_temp_dir,
+    spawn_in_own_group,
+    tail,
+    terminate_process_group,
+    wait_until,
+)
 
 
 class RedisServerError(RuntimeError):
@@ -107,7 +113,7 @@ class RedisServer:
                 atexit.register(self.stop)
                 self._atexit_registered = True
             if self._dir is None:
-                self._dir = Path(tempfile.mkdtemp(prefix="icache-redis-"))
+                self._dir = make_owned_temp_dir("icache-redis-")
             if not self.port:
                 self.port = self._requested_port or free_port(self.host)
             self._spawn()
@@ -175,17 +181,7 @@ class RedisServer:
 
     def _spawn(self) -> None:
         args = self._args()
-        with self.log_path.open("ab") as log:
-            log.write(f"$ {' '.join(args)}\n".encode())
-            log.flush()
-            self._proc = proc = subprocess.Popen(
-                args,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=self.dir,
-                start_new_session=True,
-            )
+        self._proc = proc = spawn_in_own_group(args, self.log_path, self.dir)
 
         def died() -> str | None:
             code = proc.poll()
