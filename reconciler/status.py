@@ -1,0 +1,822 @@
+"""Pure status computation for a CacheBackend: one named function per spec rule.
+
+``compute_status(cb_obj, observed, now)`` is the whole decision: given the raw
+CacheBackend (with its current status) and what the reconcile observed in the
+cluster, it returns the status the controller wants and when to look again. It does
+no I/O; the reconcile shell gathers :class:`Observed` and writes the result.
+
+Modes (``backend_mode``) and what each publishes:
+
+=================  =========================================================
+Managed            Ready, Degraded, Progressing (+FunctionalProbeOK, T2Degraded)
+HostOnly           Ready, Degraded, Progressing (base reason HostOnlyActive)
+EventsOnly         exactly Ready, Degraded, Progressing (base EventsOnlyActive)
+External           Ready + Progressing only (ExternalEndpoint* reasons)
+HiCache            Progressing only (no Ready by design; see ``hicache_conditions``)
+Unsupported        Ready + Progressing = False/UnsupportedRuntimePair
+=================  =========================================================
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from reconciler.conditions import (
+    FALSE,
+    TRUE,
+    UNKNOWN,
+    DesiredCondition,
+    format_time,
+    merge_conditions,
+    normalised,
+    parse_time,
+    reason_of,
+)
+from shared import constants as c
+from shared.api import effective
+from shared.api.models import CacheBackend
+from shared.endpoints import endpoint_shape_error
+from shared.runtime_adapters import registry as runtime_registry
+from shared.storage_providers.render import managed_provider
+
+# Not named by the spec: a stored CR whose (runtime, type) pair has no adapter (or
+# whose provider binding the adapter refuses). Admission rejects both today.
+REASON_UNSUPPORTED_RUNTIME_PAIR: Final = "UnsupportedRuntimePair"
+
+# Cadences. The steady 30 s resync is the dispatcher's; these are per-backend hints.
+ENGINE_CHURN_REQUEUE_SECONDS: Final = 5.0
+# A requeue scheduled exactly at a deadline can land a hair early; a small margin
+# makes the flip happen on the first look after the deadline.
+DEADLINE_MARGIN_SECONDS: Final = 0.5
+DEFAULT_FIRST_EVENT_TIMEOUT_SECONDS: Final = 300.0
+
+
+class Mode(enum.StrEnum):
+    MANAGED = "Managed"
+    HOST_ONLY = "HostOnly"
+    EVENTS_ONLY = "EventsOnly"
+    EXTERNAL = "External"
+    HICACHE = "HiCache"
+    UNSUPPORTED = "Unsupported"
+
+
+# Condition types each mode may carry. Types a mode publishes itself are computed;
+# the remainder of the set are advisory conditions written by other loops that
+# survive in that mode; everything else is removed on entering the mode.
+ALLOWED_TYPES: Final[dict[Mode, frozenset[str]]] = {
+    Mode.MANAGED: frozenset(
+        {
+            c.COND_READY,
+            c.COND_DEGRADED,
+            c.COND_PROGRESSING,
+            c.COND_FUNCTIONAL_PROBE_OK,
+            c.COND_ENGINE_KERNELS_HEALTHY,
+            c.COND_T2_DEGRADED,
+            c.COND_ENGINE_COMPATIBILITY,
+        }
+    ),
+    Mode.HOST_ONLY: frozenset(
+        {
+            c.COND_READY,
+            c.COND_DEGRADED,
+            c.COND_PROGRESSING,
+            c.COND_ENGINE_KERNELS_HEALTHY,
+            c.COND_ENGINE_COMPATIBILITY,
+        }
+    ),
+    Mode.EVENTS_ONLY: frozenset({c.COND_READY, c.COND_DEGRADED, c.COND_PROGRESSING}),
+    Mode.EXTERNAL: frozenset({c.COND_READY, c.COND_PROGRESSING}),
+    Mode.HICACHE: frozenset({c.COND_PROGRESSING}),
+    Mode.UNSUPPORTED: frozenset({c.COND_READY, c.COND_PROGRESSING}),
+}
+
+# Modes where the KV-event readiness gate runs (External is always exempt).
+GATED_MODES: Final = frozenset({Mode.MANAGED, Mode.HOST_ONLY, Mode.EVENTS_ONLY})
+
+
+# ----------------------------------------------------------------- observations
+
+
+@dataclass(frozen=True)
+class WorkloadObservation:
+    """The managed Deployment/StatefulSet as read back from the API server."""
+
+    kind: str
+    generation: int
+    observed_generation: int
+    spec_replicas: int
+    replicas: int = 0
+    updated_replicas: int = 0
+    available_replicas: int = 0
+    ready_replicas: int = 0
+    progress_deadline_exceeded: bool = False
+
+    @classmethod
+    def from_object(cls, obj: dict[str, Any]) -> WorkloadObservation:
+        meta = obj.get("metadata") or {}
+        spec = obj.get("spec") or {}
+        st = obj.get("status") or {}
+        deadline = any(
+            cond.get("type") == "Progressing"
+            and cond.get("status") == "False"
+            and cond.get("reason") == "ProgressDeadlineExceeded"
+            for cond in st.get("conditions") or ()
+        )
+        replicas = spec.get("replicas")
+        return cls(
+            kind=str(obj.get("kind") or c.DEPLOYMENT_KIND_DEPLOYMENT),
+            generation=int(meta.get("generation") or 0),
+            observed_generation=int(st.get("observedGeneration") or 0),
+            spec_replicas=1 if replicas is None else int(replicas),
+            replicas=int(st.get("replicas") or 0),
+            updated_replicas=int(st.get("updatedReplicas") or 0),
+            available_replicas=int(st.get("availableReplicas") or 0),
+            ready_replicas=int(st.get("readyReplicas") or 0),
+            progress_deadline_exceeded=deadline,
+        )
+
+
+@dataclass(frozen=True)
+class EngineObservation:
+    """Engine pods and Deployments matching spec.engineSelector (None: not listed)."""
+
+    matched_pods: int
+    # Deployments whose pod-template labels satisfy the selector: how many, and the
+    # sum of their desired replicas.
+    matching_deployments: int = 0
+    matching_deployment_replicas: int = 0
+
+
+@dataclass(frozen=True)
+class ProbeObservation:
+    """Outcome of the functional-probe gate for this reconcile.
+
+    ``outcome``: "ok", "failed", "error" (could not reach /probe), "rate_limited"
+    (no call this time), or "bypassed" (skip annotation).
+    """
+
+    outcome: str
+    failed_stage: str = ""
+    message: str = ""
+    retry_after_seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class Observed:
+    workload: WorkloadObservation | None = None
+    service_endpoint: str = ""
+    engines: EngineObservation | None = None
+    # None: the probe gate is off (no --server-url); FunctionalProbeOK is cleared.
+    probe: ProbeObservation | None = None
+
+
+@dataclass(frozen=True)
+class StatusResult:
+    status: dict[str, Any]
+    mode: Mode
+    # Seconds until the backend should be looked at again (None: the steady resync).
+    requeue_after: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+# ----------------------------------------------------------------- classification
+
+
+def backend_mode(cb: CacheBackend) -> Mode:
+    """Which lifecycle shape this backend has; decides every other rule."""
+    spec = cb.spec
+    if runtime_registry.select(spec.runtime, effective.cache_type(spec)) is None:
+        return Mode.UNSUPPORTED
+    if effective.integration_mode(spec) == c.MODE_EVENTS_ONLY:
+        return Mode.EVENTS_ONLY
+    if effective.cache_type(spec) == c.TYPE_SGLANG_HICACHE:
+        return Mode.HICACHE
+    rs = spec.remote_storage
+    if rs is None or rs.provider is None:
+        return Mode.HOST_ONLY
+    if rs.ownership == c.OWNERSHIP_EXTERNAL:
+        return Mode.EXTERNAL
+    if managed_provider(cb) is None:
+        # A provider whose binding the runtime adapter refuses: nothing would dial it.
+        return Mode.UNSUPPORTED
+    return Mode.MANAGED
+
+
+def kv_event_gate_enabled(cb: CacheBackend) -> bool:
+    """Opt-out per CR with inferencecache.io/require-kv-events: "false"."""
+    value = (cb.metadata.annotations or {}).get(c.ANNOTATION_REQUIRE_KV_EVENTS)
+    return not (value is not None and value.strip().lower() == "false")
+
+
+_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ns|us|µs|ms|s|m|h)")
+_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_go_duration(value: str) -> float | None:
+    """Seconds in a Go time.Duration string ("5m", "1h30m", "90s"); None if malformed."""
+    value = value.strip()
+    if not value:
+        return None
+    pos, total = 0, 0.0
+    for match in _DURATION_PART.finditer(value):
+        if match.start() != pos:
+            return None
+        total += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+        pos = match.end()
+    return total if pos == len(value) else None
+
+
+def first_event_timeout_seconds(cb: CacheBackend) -> float:
+    parsed = parse_go_duration(effective.first_event_timeout(cb.spec))
+    return DEFAULT_FIRST_EVENT_TIMEOUT_SECONDS if parsed is None else parsed
+
+
+# ----------------------------------------------------------------- spec rules
+
+
+def desired_replicas(cb: CacheBackend, workload: WorkloadObservation | None) -> int:
+    """HPA-owned replica counts: with spec.autoscaling the HPA writes the workload's
+    spec.replicas, so readiness compares against that, not the user's spec.replicas."""
+    if cb.spec.autoscaling is not None and workload is not None:
+        return workload.spec_replicas
+    return effective.replicas(cb.spec)
+
+
+def workload_rolled_out(w: WorkloadObservation, desired: int) -> bool:
+    """The current generation is observed, every desired replica is updated and no
+    old-revision replica is left (kubectl rollout status semantics)."""
+    return (
+        w.observed_generation >= w.generation
+        and w.updated_replicas >= desired
+        and w.replicas <= w.updated_replicas
+    )
+
+
+def workload_available(w: WorkloadObservation | None, desired: int) -> bool:
+    """Rolled out with every desired replica available: enough to serve traffic."""
+    return (
+        w is not None
+        and desired > 0
+        and workload_rolled_out(w, desired)
+        and w.available_replicas >= desired
+    )
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Ready/Degraded/Progressing before any gate overlays."""
+
+    ready: bool
+    reason: str
+    message: str
+    degraded: bool = False
+    progressing: bool = False
+
+
+def managed_workload_verdict(
+    cb: CacheBackend, w: WorkloadObservation | None, previously_available: bool
+) -> Verdict:
+    """Deployment-level reasons: RolloutInProgress, ScaledToZero, ReplicasUnavailable,
+    or (when available) BackendReady — which the KV-event gate may overlay.
+
+    ReplicasUnavailable (Degraded) is a *terminal* state: rolled out but short of
+    available replicas after the workload had been available before, or the
+    Deployment reporting ProgressDeadlineExceeded. A first rollout still waiting for
+    its pods is RolloutInProgress, so every fresh backend does not start Degraded.
+    """
+    desired = desired_replicas(cb, w)
+    kind = effective.deployment_kind(cb.spec)
+    if w is None:
+        return Verdict(
+            False,
+            c.REASON_ROLLOUT_IN_PROGRESS,
+            f"Waiting for the {kind} to be created.",
+            progressing=True,
+        )
+    if desired == 0:
+        return Verdict(False, c.REASON_SCALED_TO_ZERO, f"The {kind} is scaled to zero replicas.")
+    if workload_available(w, desired):
+        return Verdict(
+            True, c.REASON_BACKEND_READY, f"The {kind} is available ({desired}/{desired} replicas)."
+        )
+    rolled_out = workload_rolled_out(w, desired)
+    if w.progress_deadline_exceeded or (rolled_out and previously_available):
+        return Verdict(
+            False,
+            c.REASON_REPLICAS_UNAVAILABLE,
+            f"The {kind} has {w.available_replicas}/{desired} replicas available.",
+            degraded=True,
+        )
+    return Verdict(
+        False,
+        c.REASON_ROLLOUT_IN_PROGRESS,
+        f"The {kind} is rolling out: {w.updated_replicas}/{desired} updated, "
+        f"{w.available_replicas}/{desired} available.",
+        progressing=True,
+    )
+
+
+def external_endpoint_verdict(cb: CacheBackend) -> tuple[Verdict, str]:
+    """External ownership: the provider-specific endpoint shape check is the only
+    readiness signal. Returns the verdict and the endpoint to publish (trimmed; empty
+    unless accepted, so nothing dials an address the check refused)."""
+    rs = cb.spec.remote_storage
+    provider = rs.provider if rs is not None and rs.provider else ""
+    raw = (rs.endpoint if rs is not None else None) or ""
+    endpoint = raw.strip()
+    if not endpoint:
+        return (
+            Verdict(
+                False,
+                c.REASON_EXTERNAL_ENDPOINT_MISSING,
+                "spec.remoteStorage.endpoint is empty; External ownership requires the "
+                "operator-managed endpoint.",
+            ),
+            "",
+        )
+    error = endpoint_shape_error(provider, endpoint)
+    if error:
+        return (
+            Verdict(
+                False,
+                c.REASON_EXTERNAL_ENDPOINT_INVALID,
+                f"spec.remoteStorage.endpoint: {error}",
+            ),
+            "",
+        )
+    return (
+        Verdict(
+            True,
+            c.REASON_EXTERNAL_ENDPOINT_ACCEPTED,
+            f"External {provider} endpoint {endpoint} accepted.",
+        ),
+        endpoint,
+    )
+
+
+def first_available_anchor(
+    mode: Mode,
+    prev_status: dict[str, Any],
+    available_now: bool,
+    now: dt.datetime,
+) -> tuple[str | None, bool]:
+    """status.firstAvailableAt: the write-once anchor of the firstEventTimeout clock.
+
+    Returns (value, reanchored). Managed latches the first time its workload is seen
+    Available; events-only and host-only (no workload) latch on the first reconcile.
+    The anchor belongs to one serving mode: a managed→no-workload flip (previous
+    status had a managed endpoint) re-anchors to the flip moment; a
+    no-workload→managed flip discards the old anchor (the previous status had no
+    endpoint, which a managed backend always publishes once its Service exists);
+    an unmanaged transition (External, HiCache, unsupported) clears it.
+    """
+    prev = prev_status.get("firstAvailableAt") or None
+    prev_endpoint = prev_status.get("endpoint") or ""
+    stamp = format_time(now)
+    if mode not in GATED_MODES:
+        return None, False
+    if mode == Mode.MANAGED:
+        if prev and not prev_endpoint:
+            prev = None  # anchored by a no-workload mode: not this mode's clock
+        if prev:
+            return prev, False
+        return (stamp, True) if available_now else (None, False)
+    # events-only / host-only: "up" the moment they exist.
+    if prev_endpoint:
+        return stamp, True
+    if prev:
+        return prev, False
+    return stamp, True
+
+
+def first_kv_event_latch(prev_status: dict[str, Any], mode: Mode, now: dt.datetime) -> str | None:
+    """status.firstKVEventObservedAt: write-once, never cleared. Set the first time a
+    gated backend sees indexParticipation.lastEventAt populated; left in place (inert)
+    in every other mode."""
+    prev = prev_status.get("firstKVEventObservedAt") or None
+    if prev or mode not in GATED_MODES:
+        return prev
+    last_event = (prev_status.get("indexParticipation") or {}).get("lastEventAt")
+    if last_event and parse_time(last_event) is not None and parse_time(last_event) != _EPOCH:
+        return format_time(now)
+    return None
+
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+@dataclass(frozen=True)
+class GateResult:
+    verdict: Verdict
+    # Seconds until the timeout would flip Awaiting→NoKVEventsObserved.
+    deadline_in: float | None = None
+
+
+def kv_event_gate(
+    cb: CacheBackend,
+    base: Verdict,
+    *,
+    anchor: str | None,
+    event_observed: bool,
+    previous_ready_reason: str | None,
+    reanchored: bool,
+    now: dt.datetime,
+) -> GateResult:
+    """KV-event readiness gate, overlaid on an otherwise-Ready base verdict.
+
+    Awaiting (within firstEventTimeout) → Ready=False/AwaitingFirstKVEvent; an event
+    ever observed → Ready=True/KVEventsObserved; past the timeout →
+    Ready=False/NoKVEventsObserved + Degraded. NoKVEventsObserved is sticky until an
+    event arrives (a re-anchor on a mode change bypasses it).
+    """
+    if not base.ready or not kv_event_gate_enabled(cb):
+        return GateResult(base)
+    if event_observed:
+        return GateResult(
+            Verdict(
+                True,
+                c.REASON_KV_EVENTS_OBSERVED,
+                "At least one KV event has been observed for this backend.",
+            )
+        )
+    timeout = first_event_timeout_seconds(cb)
+    timeout_text = effective.first_event_timeout(cb.spec)
+    no_events = Verdict(
+        False,
+        c.REASON_NO_KV_EVENTS_OBSERVED,
+        f"No KV event observed within firstEventTimeout ({timeout_text}): check that engine "
+        "pods are wired to this backend and that their --kv-events-config publisher is bound.",
+        degraded=True,
+    )
+    if previous_ready_reason == c.REASON_NO_KV_EVENTS_OBSERVED and not reanchored:
+        return GateResult(no_events)
+    anchor_time = parse_time(anchor) or now
+    remaining = timeout - (now - anchor_time).total_seconds()
+    if remaining <= 0:
+        return GateResult(no_events)
+    return GateResult(
+        Verdict(
+            False,
+            c.REASON_AWAITING_FIRST_KV_EVENT,
+            f"Backend is up; waiting for the first KV event (firstEventTimeout {timeout_text}).",
+            progressing=True,
+        ),
+        deadline_in=remaining,
+    )
+
+
+PROBE_STAGE_REASONS: Final[dict[str, str]] = {
+    "ingest": c.REASON_PROBE_INGEST_FAILED,
+    "routing": c.REASON_PROBE_ROUTING_FAILED,
+    "t2": c.REASON_PROBE_T2_FAILED,
+}
+PROBE_FAILED_REASONS: Final = frozenset(PROBE_STAGE_REASONS.values())
+
+
+def functional_probe_gate(
+    base: Verdict,
+    probe: ProbeObservation | None,
+    previous: dict[str, Any] | None,
+) -> tuple[Verdict, DesiredCondition | None]:
+    """Functional-probe gate, composed after the KV-event gate on managed backends.
+
+    Returns the (possibly downgraded) Ready verdict and the FunctionalProbeOK
+    condition to publish (None: clear it — the gate is off). A stage failure
+    downgrades Ready with the stage's reason; an unreachable /probe is Unknown and
+    leaves Ready alone, unless a stage failure is already published (sticky-False).
+    """
+    if probe is None:
+        return base, None
+    prev_reason = previous.get("reason") if previous else None
+    prev_failed = (
+        previous is not None
+        and previous.get("status") == FALSE
+        and prev_reason in PROBE_FAILED_REASONS
+    )
+    if probe.outcome == "bypassed":
+        return base, DesiredCondition(
+            c.COND_FUNCTIONAL_PROBE_OK,
+            TRUE,
+            c.REASON_PROBE_BYPASSED,
+            f"Functional probe skipped by the {c.ANNOTATION_SKIP_FUNCTIONAL_PROBE} annotation.",
+        )
+    if not base.ready:
+        # A broken upstream cannot be diagnosed by a downstream probe: keep whatever
+        # verdict the probe last published, without downgrading further.
+        if previous is None:
+            return base, None
+        return base, DesiredCondition(
+            c.COND_FUNCTIONAL_PROBE_OK,
+            str(previous.get("status")),
+            str(prev_reason),
+            str(previous.get("message") or ""),
+        )
+
+    def downgraded(reason: str, message: str) -> Verdict:
+        return Verdict(False, reason, message)
+
+    if probe.outcome == "ok":
+        return base, DesiredCondition(
+            c.COND_FUNCTIONAL_PROBE_OK,
+            TRUE,
+            c.REASON_PROBE_OK,
+            "Every enabled probe stage round-tripped.",
+        )
+    if probe.outcome == "failed":
+        reason = PROBE_STAGE_REASONS.get(probe.failed_stage, c.REASON_PROBE_INGEST_FAILED)
+        message = probe.message or f"probe stage {probe.failed_stage} failed"
+        return downgraded(reason, message), DesiredCondition(
+            c.COND_FUNCTIONAL_PROBE_OK, FALSE, reason, message
+        )
+    # "error" (could not reach) or "rate_limited" (not called this time).
+    if prev_failed and previous is not None:
+        message = str(previous.get("message") or "")
+        return downgraded(str(prev_reason), message), DesiredCondition(
+            c.COND_FUNCTIONAL_PROBE_OK, FALSE, str(prev_reason), message
+        )
+    if probe.outcome == "error":
+        return base, DesiredCondition(
+            c.COND_FUNCTIONAL_PROBE_OK,
+            UNKNOWN,
+            c.REASON_PROBE_ERROR,
+            probe.message or "could not reach the cache-index server's /probe endpoint",
+        )
+    if previous is not None:  # rate-limited: keep the last verdict as it is
+        return base, DesiredCondition(
+            c.COND_FUNCTIONAL_PROBE_OK,
+            str(previous.get("status")),
+            str(prev_reason),
+            str(previous.get("message") or ""),
+        )
+    return base, None
+
+
+def t2_degraded_condition(prev_status: dict[str, Any]) -> DesiredCondition | None:
+    """T2Degraded from indexParticipation.t2HitRate: absent until the tier has been
+    exercised; "0" means queried but never served a reload."""
+    rate = (prev_status.get("indexParticipation") or {}).get("t2HitRate")
+    if rate is None or rate == "":
+        return None
+    try:
+        value = float(rate)
+    except ValueError:
+        return None
+    if value <= 0:
+        return DesiredCondition(
+            c.COND_T2_DEGRADED,
+            TRUE,
+            c.REASON_T2_ZERO_HIT_RATE,
+            "Tier-2 was queried but served zero reloads (store/connection failure, "
+            "under-sized remote server, or hash mismatch).",
+        )
+    return DesiredCondition(
+        c.COND_T2_DEGRADED, FALSE, c.REASON_T2_SERVING, f"Tier-2 hit rate {rate}."
+    )
+
+
+def engine_selector_status(
+    cb: CacheBackend, engines: EngineObservation | None, prev_status: dict[str, Any]
+) -> tuple[int | None, str | None]:
+    """(matchedEnginePods, engineSelectorMessage).
+
+    Unset without a claim-capable selector (absent or empty matchLabels). The
+    message is set when the count is zero while engine pods are expected — i.e.
+    unless every Deployment the selector matches is intentionally scaled to zero.
+    When the pods could not be listed the previous values stand.
+    """
+    labels = effective.match_labels(cb.spec)
+    if not labels:
+        return None, None
+    if engines is None:
+        return prev_status.get("matchedEnginePods"), prev_status.get("engineSelectorMessage")
+    matched = engines.matched_pods
+    expected = not (engines.matching_deployments > 0 and engines.matching_deployment_replicas == 0)
+    if matched == 0 and expected:
+        selector = json.dumps(labels, sort_keys=True, separators=(",", ":"))
+        return matched, (
+            f"spec.engineSelector.matchLabels={selector} matches no Pods in namespace "
+            f"{cb.metadata.namespace}."
+        )
+    return matched, None
+
+
+def engine_churn_requeue(engines: EngineObservation | None) -> float | None:
+    """5 s cadence while the matched pod count differs from the desired replica sum of
+    the Deployments the selector matches (rolling restarts), without a Pod watch."""
+    if engines is None or engines.matching_deployments == 0:
+        return None
+    if engines.matched_pods != engines.matching_deployment_replicas:
+        return ENGINE_CHURN_REQUEUE_SECONDS
+    return None
+
+
+# ----------------------------------------------------------------- per-mode conditions
+
+
+def _triplet(v: Verdict, *, degraded_reason: str | None = None) -> list[DesiredCondition]:
+    """Ready/Degraded/Progressing from one verdict.
+
+    Progressing: True while converging (rollout, awaiting the first KV event);
+    False with Synced once converged, with the verdict's reason when stuck or
+    scaled to zero.
+    """
+    ready = DesiredCondition(c.COND_READY, TRUE if v.ready else FALSE, v.reason, v.message)
+    if v.degraded:
+        degraded = DesiredCondition(c.COND_DEGRADED, TRUE, degraded_reason or v.reason, v.message)
+    else:
+        degraded = DesiredCondition(
+            c.COND_DEGRADED, FALSE, c.REASON_NOT_DEGRADED, "The backend is not degraded."
+        )
+    if v.progressing:
+        progressing = DesiredCondition(c.COND_PROGRESSING, TRUE, v.reason, v.message)
+    elif v.ready:
+        progressing = DesiredCondition(
+            c.COND_PROGRESSING, FALSE, c.REASON_SYNCED, "Live state matches the desired state."
+        )
+    else:
+        progressing = DesiredCondition(c.COND_PROGRESSING, FALSE, v.reason, v.message)
+    return [ready, degraded, progressing]
+
+
+def external_conditions(v: Verdict) -> list[DesiredCondition]:
+    """External: Ready + Progressing only; Progressing is always False and mirrors
+    Ready's reason (there is no rollout the controller drives)."""
+    return [
+        DesiredCondition(c.COND_READY, TRUE if v.ready else FALSE, v.reason, v.message),
+        DesiredCondition(c.COND_PROGRESSING, FALSE, v.reason, v.message),
+    ]
+
+
+def hicache_conditions() -> list[DesiredCondition]:
+    """SGLang native HiCache publishes no Ready (pod readiness does not prove a
+    host-tier round trip) and provisions nothing that could degrade. Progressing
+    False/Synced tells operators the controller has observed this generation and
+    has nothing left to drive."""
+    return [
+        DesiredCondition(
+            c.COND_PROGRESSING,
+            FALSE,
+            c.REASON_SYNCED,
+            "SGLang HiCache is engine-local: no workload to provision; Ready is not published.",
+        )
+    ]
+
+
+def unsupported_conditions(cb: CacheBackend) -> list[DesiredCondition]:
+    spec = cb.spec
+    pairs = ", ".join(runtime_registry.supported_pairs())
+    message = (
+        f"No adapter supports runtime {spec.runtime} with type {effective.cache_type(spec)}"
+        + (
+            f" and remote provider {spec.remote_storage.provider}"
+            if spec.remote_storage and spec.remote_storage.provider
+            else ""
+        )
+        + f"; supported pairs: {pairs}. Nothing is provisioned."
+    )
+    return [
+        DesiredCondition(c.COND_READY, FALSE, REASON_UNSUPPORTED_RUNTIME_PAIR, message),
+        DesiredCondition(c.COND_PROGRESSING, FALSE, REASON_UNSUPPORTED_RUNTIME_PAIR, message),
+    ]
+
+
+# ----------------------------------------------------------------- composition
+
+
+def _min_delay(*values: float | None) -> float | None:
+    present = [v for v in values if v is not None]
+    return min(present) if present else None
+
+
+def compute_status(cb_obj: dict[str, Any], observed: Observed, now: dt.datetime) -> StatusResult:
+    """The status the controller wants for ``cb_obj`` given ``observed``.
+
+    Fields this controller does not own (indexParticipation, written by the
+    snapshot poller; unknown future fields) are carried over untouched.
+    """
+    cb = CacheBackend.model_validate(cb_obj)
+    prev: dict[str, Any] = dict(cb_obj.get("status") or {})
+    mode = backend_mode(cb)
+    generation = cb.metadata.generation
+    prev_conditions = prev.get("conditions") or []
+    status = dict(prev)
+
+    status["observedGeneration"] = generation
+    status["failOpen"] = effective.fail_open(cb.spec)
+
+    matched, selector_message = engine_selector_status(cb, observed.engines, prev)
+    _set_or_drop(status, "matchedEnginePods", matched)
+    _set_or_drop(status, "engineSelectorMessage", selector_message)
+
+    requeue = engine_churn_requeue(observed.engines)
+    desired_conditions: list[DesiredCondition]
+    endpoint = ""
+    available_now = False
+
+    if mode == Mode.MANAGED:
+        endpoint = observed.service_endpoint
+        base = managed_workload_verdict(cb, observed.workload, bool(prev.get("firstAvailableAt")))
+        available_now = base.ready
+    elif mode == Mode.EXTERNAL:
+        base, endpoint = external_endpoint_verdict(cb)
+    elif mode == Mode.EVENTS_ONLY:
+        base = Verdict(
+            True,
+            c.REASON_EVENTS_ONLY_ACTIVE,
+            "Events-only: routing tier wired, no server provisioned.",
+        )
+    elif mode == Mode.HOST_ONLY:
+        base = Verdict(
+            True,
+            c.REASON_HOST_ONLY_ACTIVE,
+            "Host-only: engine-local LMCache tier, no remote provider.",
+        )
+    else:
+        base = Verdict(False, "", "")
+
+    anchor, reanchored = first_available_anchor(mode, prev, available_now, now)
+    if mode == Mode.MANAGED and prev.get("firstAvailableAt") and not prev.get("endpoint"):
+        # The discarded anchor came from a no-workload mode: do not let it make a
+        # fresh managed rollout look "previously available".
+        base = managed_workload_verdict(cb, observed.workload, False)
+    _set_or_drop(status, "firstAvailableAt", anchor)
+    latch = first_kv_event_latch(prev, mode, now)
+    _set_or_drop(status, "firstKVEventObservedAt", latch)
+
+    extra: list[DesiredCondition] = []
+    if mode in GATED_MODES:
+        gate = kv_event_gate(
+            cb,
+            base,
+            anchor=anchor,
+            event_observed=latch is not None,
+            previous_ready_reason=reason_of(prev_conditions, c.COND_READY),
+            reanchored=reanchored,
+            now=now,
+        )
+        verdict = gate.verdict
+        if gate.deadline_in is not None:
+            requeue = _min_delay(requeue, gate.deadline_in + DEADLINE_MARGIN_SECONDS)
+        if mode == Mode.MANAGED:
+            prev_probe = next(
+                (x for x in prev_conditions if x.get("type") == c.COND_FUNCTIONAL_PROBE_OK), None
+            )
+            verdict, probe_cond = functional_probe_gate(verdict, observed.probe, prev_probe)
+            if probe_cond is not None:
+                extra.append(probe_cond)
+            if (
+                observed.probe is not None
+                and observed.probe.retry_after_seconds is not None
+                and verdict.reason
+                in PROBE_FAILED_REASONS | {c.REASON_KV_EVENTS_OBSERVED, c.REASON_BACKEND_READY}
+            ):
+                requeue = _min_delay(requeue, observed.probe.retry_after_seconds)
+            t2 = t2_degraded_condition(prev)
+            if t2 is not None:
+                extra.append(t2)
+        degraded_reason = (
+            c.REASON_NO_KV_EVENTS_OBSERVED
+            if verdict.reason == c.REASON_NO_KV_EVENTS_OBSERVED
+            else None
+        )
+        desired_conditions = _triplet(verdict, degraded_reason=degraded_reason) + extra
+    elif mode == Mode.EXTERNAL:
+        desired_conditions = external_conditions(base)
+    elif mode == Mode.HICACHE:
+        desired_conditions = hicache_conditions()
+    else:
+        desired_conditions = unsupported_conditions(cb)
+
+    _set_or_drop(status, "endpoint", endpoint or None)
+    if mode != Mode.MANAGED:
+        # Cascade baseline is inert and cleared off the managed-provider path.
+        status.pop("observedServerInstance", None)
+
+    owned = {d.type for d in desired_conditions}
+    keep = ALLOWED_TYPES[mode] - owned
+    # FunctionalProbeOK and T2Degraded are ours: when not computed they go.
+    keep -= {c.COND_FUNCTIONAL_PROBE_OK, c.COND_T2_DEGRADED}
+    status["conditions"] = merge_conditions(
+        prev_conditions, desired_conditions, keep=frozenset(keep), generation=generation, now=now
+    )
+    return StatusResult(status=status, mode=mode, requeue_after=requeue)
+
+
+def _set_or_drop(status: dict[str, Any], key: str, value: Any) -> None:
+    if value is None:
+        status.pop(key, None)
+    else:
+        status[key] = value
+
+
+def status_equal(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
+    """Semantic equality of two statuses: condition order does not matter."""
+    a, b = dict(a or {}), dict(b or {})
+    a["conditions"] = normalised(a.get("conditions"))
+    b["conditions"] = normalised(b.get("conditions"))
+    return a == b

@@ -1,0 +1,654 @@
+"""Status computation and transition Events, one test per spec rule, per mode."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import pytest
+
+from reconciler.conditions import find
+from reconciler.events import transition_events
+from reconciler.status import (
+    REASON_UNSUPPORTED_RUNTIME_PAIR,
+    EngineObservation,
+    Mode,
+    Observed,
+    ProbeObservation,
+    WorkloadObservation,
+    compute_status,
+    parse_go_duration,
+    status_equal,
+)
+
+T0 = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
+MANAGED_SPEC: dict[str, Any] = {
+    "runtime": "VLLM",
+    "remoteStorage": {"provider": "LMCacheServer", "ownership": "Managed"},
+}
+ENDPOINT = "cb-lmcache-server.ns.svc:65432"
+
+
+def obj(
+    spec: dict[str, Any] | None = None,
+    status: dict[str, Any] | None = None,
+    annotations: dict[str, str] | None = None,
+    generation: int = 1,
+) -> dict[str, Any]:
+    o: dict[str, Any] = {
+        "apiVersion": "inferencecache.io/v1alpha1",
+        "kind": "CacheBackend",
+        "metadata": {"name": "cb", "namespace": "ns", "uid": "u", "generation": generation},
+        "spec": spec if spec is not None else dict(MANAGED_SPEC),
+    }
+    if annotations:
+        o["metadata"]["annotations"] = annotations
+    if status is not None:
+        o["status"] = status
+    return o
+
+
+def workload(
+    desired: int = 1,
+    available: int | None = None,
+    *,
+    generation: int = 1,
+    observed: int = 1,
+    updated: int | None = None,
+    replicas: int | None = None,
+    deadline: bool = False,
+) -> WorkloadObservation:
+    return WorkloadObservation(
+        kind="Deployment",
+        generation=generation,
+        observed_generation=observed,
+        spec_replicas=desired,
+        replicas=desired if replicas is None else replicas,
+        updated_replicas=desired if updated is None else updated,
+        available_replicas=desired if available is None else available,
+        ready_replicas=desired if available is None else available,
+        progress_deadline_exceeded=deadline,
+    )
+
+
+def managed_obs(w: WorkloadObservation | None = None, **kw: Any) -> Observed:
+    return Observed(workload=w if w is not None else workload(), service_endpoint=ENDPOINT, **kw)
+
+
+def run(
+    o: dict[str, Any], observed: Observed | None = None, now: dt.datetime = T0
+) -> dict[str, Any]:
+    return compute_status(o, observed or Observed(), now).status
+
+
+def cond(status: dict[str, Any], type_: str) -> tuple[str, str] | None:
+    c = find(status.get("conditions"), type_)
+    return (c["status"], c["reason"]) if c else None
+
+
+def types(status: dict[str, Any]) -> set[str]:
+    return {c["type"] for c in status.get("conditions") or []}
+
+
+def step(o: dict[str, Any], observed: Observed, now: dt.datetime) -> dict[str, Any]:
+    """One reconcile: compute and persist the new status on the object."""
+    o = dict(o)
+    o["status"] = run(o, observed, now)
+    return o
+
+
+NO_GATE = {"inferencecache.io/require-kv-events": "false"}
+
+
+# ======================================================================= managed
+
+
+def test_managed_first_apply_is_rollout_in_progress() -> None:
+    st = run(obj(), Observed(workload=None, service_endpoint=ENDPOINT))
+    assert cond(st, "Ready") == ("False", "RolloutInProgress")
+    assert cond(st, "Progressing") == ("True", "RolloutInProgress")
+    assert cond(st, "Degraded") == ("False", "NotDegraded")
+
+
+def test_managed_rollout_in_progress_until_generation_observed_and_replicas_updated() -> None:
+    for w in (
+        workload(observed=0),
+        workload(desired=2, updated=1),
+        workload(desired=2, replicas=3),
+    ):
+        assert cond(run(obj(), managed_obs(w)), "Ready") == ("False", "RolloutInProgress")
+
+
+def test_managed_rolled_out_but_never_available_is_still_progressing_not_degraded() -> None:
+    st = run(obj(), managed_obs(workload(available=0)))
+    assert cond(st, "Ready") == ("False", "RolloutInProgress")
+    assert cond(st, "Degraded") == ("False", "NotDegraded")
+
+
+def test_managed_replicas_unavailable_after_having_been_available_is_degraded() -> None:
+    o = step(obj(annotations=NO_GATE), managed_obs(), T0)
+    assert cond(o["status"], "Ready") == ("True", "BackendReady")
+    st = run(o, managed_obs(workload(available=0)), T0)
+    assert cond(st, "Ready") == ("False", "ReplicasUnavailable")
+    assert cond(st, "Degraded") == ("True", "ReplicasUnavailable")
+    assert cond(st, "Progressing") == ("False", "ReplicasUnavailable")
+
+
+def test_managed_progress_deadline_exceeded_is_replicas_unavailable() -> None:
+    st = run(obj(), managed_obs(workload(available=0, deadline=True)))
+    assert cond(st, "Degraded") == ("True", "ReplicasUnavailable")
+
+
+def test_managed_scaled_to_zero() -> None:
+    spec = dict(MANAGED_SPEC, replicas=0)
+    st = run(obj(spec), managed_obs(workload(desired=0)))
+    assert cond(st, "Ready") == ("False", "ScaledToZero")
+    assert cond(st, "Progressing") == ("False", "ScaledToZero")
+    assert cond(st, "Degraded") == ("False", "NotDegraded")
+
+
+def test_managed_backend_ready_when_the_kv_event_gate_is_opted_out() -> None:
+    st = run(obj(annotations=NO_GATE), managed_obs())
+    assert cond(st, "Ready") == ("True", "BackendReady")
+    assert cond(st, "Progressing") == ("False", "Synced")
+    assert st["endpoint"] == ENDPOINT
+    assert types(st) == {"Ready", "Degraded", "Progressing"}
+
+
+def test_hpa_owned_replica_count_compares_against_workload_spec_replicas() -> None:
+    spec = dict(MANAGED_SPEC, replicas=1, autoscaling={"minReplicas": 1, "maxReplicas": 5})
+    # The HPA scaled the Deployment to 3; only 1 is updated → still rolling out.
+    st = run(
+        obj(spec, annotations=NO_GATE),
+        managed_obs(workload(desired=3, updated=1, available=1, replicas=1)),
+    )
+    assert cond(st, "Ready") == ("False", "RolloutInProgress")
+    st = run(obj(spec, annotations=NO_GATE), managed_obs(workload(desired=3)))
+    assert cond(st, "Ready") == ("True", "BackendReady")
+
+
+def test_managed_endpoint_is_the_observed_service_endpoint() -> None:
+    assert run(obj(), managed_obs())["endpoint"] == ENDPOINT
+
+
+# --------------------------------------------------------------- KV-event gate
+
+
+def test_kv_gate_awaiting_first_event_within_timeout_requeues_at_deadline() -> None:
+    res = compute_status(obj(), managed_obs(), T0)
+    assert cond(res.status, "Ready") == ("False", "AwaitingFirstKVEvent")
+    assert cond(res.status, "Progressing") == ("True", "AwaitingFirstKVEvent")
+    assert cond(res.status, "Degraded") == ("False", "NotDegraded")
+    assert res.status["firstAvailableAt"] == "2026-01-01T12:00:00Z"
+    assert res.requeue_after is not None and 300 <= res.requeue_after <= 301
+
+
+def test_kv_gate_first_available_at_latches_only_when_available() -> None:
+    st = run(obj(), managed_obs(workload(available=0)))
+    assert "firstAvailableAt" not in st
+
+
+def test_kv_gate_no_kv_events_observed_after_timeout_is_degraded() -> None:
+    o = step(obj(), managed_obs(), T0)
+    st = run(o, managed_obs(), T0 + dt.timedelta(minutes=5, seconds=1))
+    assert cond(st, "Ready") == ("False", "NoKVEventsObserved")
+    assert cond(st, "Degraded") == ("True", "NoKVEventsObserved")
+    assert cond(st, "Progressing") == ("False", "NoKVEventsObserved")
+
+
+def test_kv_gate_honours_observation_first_event_timeout() -> None:
+    spec = dict(MANAGED_SPEC, observation={"firstEventTimeout": "30s"})
+    o = step(obj(spec), managed_obs(), T0)
+    assert cond(run(o, managed_obs(), T0 + dt.timedelta(seconds=29)), "Ready") == (
+        "False",
+        "AwaitingFirstKVEvent",
+    )
+    assert cond(run(o, managed_obs(), T0 + dt.timedelta(seconds=31)), "Ready") == (
+        "False",
+        "NoKVEventsObserved",
+    )
+
+
+def test_kv_gate_events_observed_latches_first_kv_event_observed_at() -> None:
+    o = step(obj(), managed_obs(), T0)
+    o["status"]["indexParticipation"] = {"prefixCount": 3, "lastEventAt": "2026-01-01T12:01:00Z"}
+    st = run(o, managed_obs(), T0 + dt.timedelta(minutes=2))
+    assert cond(st, "Ready") == ("True", "KVEventsObserved")
+    assert cond(st, "Progressing") == ("False", "Synced")
+    assert st["firstKVEventObservedAt"] == "2026-01-01T12:02:00Z"
+    assert st["indexParticipation"] == {"prefixCount": 3, "lastEventAt": "2026-01-01T12:01:00Z"}
+
+
+def test_kv_gate_event_present_on_first_reconcile_counts() -> None:
+    o = obj(
+        status={"indexParticipation": {"prefixCount": 0, "lastEventAt": "2026-01-01T11:00:00Z"}}
+    )
+    assert cond(run(o, managed_obs()), "Ready") == ("True", "KVEventsObserved")
+
+
+def test_kv_gate_ever_observed_survives_last_event_at_being_cleared() -> None:
+    o = obj(
+        status={"indexParticipation": {"prefixCount": 0, "lastEventAt": "2026-01-01T11:00:00Z"}}
+    )
+    o = step(o, managed_obs(), T0)
+    o["status"]["indexParticipation"] = {"prefixCount": 0}
+    st = run(o, managed_obs(), T0 + dt.timedelta(hours=1))
+    assert cond(st, "Ready") == ("True", "KVEventsObserved")
+
+
+def test_kv_gate_no_kv_events_is_sticky_until_an_event_arrives() -> None:
+    o = step(obj(), managed_obs(), T0)
+    o = step(o, managed_obs(), T0 + dt.timedelta(minutes=6))
+    # The operator raises the timeout: the verdict stays Degraded until an event.
+    o["spec"] = dict(MANAGED_SPEC, observation={"firstEventTimeout": "1h"})
+    o = step(o, managed_obs(), T0 + dt.timedelta(minutes=7))
+    assert cond(o["status"], "Ready") == ("False", "NoKVEventsObserved")
+    o["status"]["indexParticipation"] = {"prefixCount": 1, "lastEventAt": "2026-01-01T12:08:00Z"}
+    assert cond(run(o, managed_obs(), T0 + dt.timedelta(minutes=8)), "Ready") == (
+        "True",
+        "KVEventsObserved",
+    )
+
+
+def test_kv_gate_availability_flap_after_timeout_cannot_bounce_back_to_awaiting() -> None:
+    o = step(obj(), managed_obs(), T0)
+    o = step(o, managed_obs(), T0 + dt.timedelta(minutes=6))
+    o = step(o, managed_obs(workload(available=0)), T0 + dt.timedelta(minutes=7))
+    assert cond(o["status"], "Ready") == ("False", "ReplicasUnavailable")
+    assert o["status"]["firstAvailableAt"] == "2026-01-01T12:00:00Z"
+    o = step(o, managed_obs(), T0 + dt.timedelta(minutes=8))
+    assert cond(o["status"], "Ready") == ("False", "NoKVEventsObserved")
+
+
+def test_kv_gate_first_available_at_stable_across_flaps() -> None:
+    o = step(obj(), managed_obs(), T0)
+    o = step(o, managed_obs(workload(available=0)), T0 + dt.timedelta(minutes=1))
+    o = step(o, managed_obs(), T0 + dt.timedelta(minutes=2))
+    assert o["status"]["firstAvailableAt"] == "2026-01-01T12:00:00Z"
+    assert cond(o["status"], "Ready") == ("False", "AwaitingFirstKVEvent")
+
+
+def test_kv_gate_managed_to_events_only_reanchors_and_bypasses_sticky() -> None:
+    o = step(obj(), managed_obs(), T0)
+    o = step(o, managed_obs(), T0 + dt.timedelta(minutes=6))
+    assert cond(o["status"], "Ready") == ("False", "NoKVEventsObserved")
+    o["spec"] = {"runtime": "VLLM", "integration": {"mode": "EventsOnly"}}
+    flip = T0 + dt.timedelta(minutes=10)
+    o = step(o, Observed(), flip)
+    assert o["status"]["firstAvailableAt"] == "2026-01-01T12:10:00Z"
+    assert cond(o["status"], "Ready") == ("False", "AwaitingFirstKVEvent")
+    assert cond(o["status"], "Degraded") == ("False", "NotDegraded")
+    # Anchored at the flip: the next reconcile does not re-anchor again.
+    o = step(o, Observed(), flip + dt.timedelta(minutes=1))
+    assert o["status"]["firstAvailableAt"] == "2026-01-01T12:10:00Z"
+
+
+def test_kv_gate_events_only_to_managed_waits_for_the_workload_anchor() -> None:
+    o = step(obj({"runtime": "VLLM", "integration": {"mode": "EventsOnly"}}), Observed(), T0)
+    assert o["status"]["firstAvailableAt"] == "2026-01-01T12:00:00Z"
+    o["spec"] = dict(MANAGED_SPEC)
+    o = step(o, managed_obs(workload(available=0)), T0 + dt.timedelta(minutes=10))
+    assert "firstAvailableAt" not in o["status"]
+    assert cond(o["status"], "Ready") == ("False", "RolloutInProgress")
+    o = step(o, managed_obs(), T0 + dt.timedelta(minutes=11))
+    assert o["status"]["firstAvailableAt"] == "2026-01-01T12:11:00Z"
+
+
+def test_kv_gate_unmanaged_transition_clears_anchor_but_keeps_event_latch() -> None:
+    o = obj(
+        status={"indexParticipation": {"prefixCount": 0, "lastEventAt": "2026-01-01T11:00:00Z"}}
+    )
+    o = step(o, managed_obs(), T0)
+    o["spec"] = {
+        "runtime": "VLLM",
+        "remoteStorage": {"provider": "LMCacheServer", "ownership": "External", "endpoint": "h:1"},
+    }
+    st = run(o, Observed(), T0)
+    assert "firstAvailableAt" not in st
+    assert st["firstKVEventObservedAt"] == "2026-01-01T12:00:00Z"
+
+
+# ======================================================================= events-only
+
+
+EVENTS_ONLY = {"runtime": "VLLM", "integration": {"mode": "EventsOnly"}}
+
+
+def test_events_only_base_reason_is_events_only_active_and_endpoint_empty() -> None:
+    st = run(obj(EVENTS_ONLY, annotations=NO_GATE))
+    assert cond(st, "Ready") == ("True", "EventsOnlyActive")
+    assert "endpoint" not in st
+
+
+def test_events_only_clock_starts_on_first_reconcile() -> None:
+    st = run(obj(EVENTS_ONLY))
+    assert st["firstAvailableAt"] == "2026-01-01T12:00:00Z"
+    assert cond(st, "Ready") == ("False", "AwaitingFirstKVEvent")
+
+
+def test_events_only_times_out_to_no_kv_events_observed() -> None:
+    o = step(obj(EVENTS_ONLY), Observed(), T0)
+    st = run(o, Observed(), T0 + dt.timedelta(minutes=6))
+    assert cond(st, "Ready") == ("False", "NoKVEventsObserved")
+    assert cond(st, "Degraded") == ("True", "NoKVEventsObserved")
+
+
+def test_events_only_kv_events_observed() -> None:
+    o = obj(EVENTS_ONLY, status={"indexParticipation": {"lastEventAt": "2026-01-01T11:00:00Z"}})
+    assert cond(run(o), "Ready") == ("True", "KVEventsObserved")
+
+
+def test_events_only_publishes_exactly_three_conditions_and_clears_managed_advisories() -> None:
+    prior = [
+        {
+            "type": t,
+            "status": "True",
+            "reason": "x",
+            "message": "",
+            "lastTransitionTime": "2025-01-01T00:00:00Z",
+        }
+        for t in ("FunctionalProbeOK", "EngineKernelsHealthy", "T2Degraded", "EngineCompatibility")
+    ]
+    st = run(obj(EVENTS_ONLY, status={"conditions": prior, "endpoint": "old:1"}))
+    assert types(st) == {"Ready", "Degraded", "Progressing"}
+    assert "endpoint" not in st
+
+
+# ======================================================================= host-only
+
+
+HOST_ONLY = {"runtime": "SGLang", "lmCache": {"hostMemory": {"capacity": "8Gi"}}}
+
+
+def test_host_only_base_reason_is_host_only_active() -> None:
+    st = run(obj(HOST_ONLY, annotations=NO_GATE))
+    assert cond(st, "Ready") == ("True", "HostOnlyActive")
+    assert cond(st, "Degraded") == ("False", "NotDegraded")
+    assert "endpoint" not in st
+
+
+def test_host_only_runs_the_kv_event_gate() -> None:
+    assert cond(run(obj(HOST_ONLY)), "Ready") == ("False", "AwaitingFirstKVEvent")
+
+
+def test_host_only_keeps_engine_side_advisory_conditions() -> None:
+    prior = [
+        {
+            "type": "EngineKernelsHealthy",
+            "status": "True",
+            "reason": "KernelsHealthy",
+            "message": "",
+            "lastTransitionTime": "2025-01-01T00:00:00Z",
+        }
+    ]
+    assert "EngineKernelsHealthy" in types(run(obj(HOST_ONLY, status={"conditions": prior})))
+
+
+# ======================================================================= external
+
+
+def external(endpoint: str | None, provider: str = "LMCacheServer") -> dict[str, Any]:
+    rs: dict[str, Any] = {"provider": provider, "ownership": "External"}
+    if endpoint is not None:
+        rs["endpoint"] = endpoint
+    return {"runtime": "VLLM" if provider != "Redis" else "SGLang", "remoteStorage": rs}
+
+
+def test_external_endpoint_accepted_mirrors_trimmed_endpoint() -> None:
+    st = run(obj(external("  lm://cache.example:65432 ")))
+    assert cond(st, "Ready") == ("True", "ExternalEndpointAccepted")
+    assert cond(st, "Progressing") == ("False", "ExternalEndpointAccepted")
+    assert st["endpoint"] == "lm://cache.example:65432"
+
+
+def test_external_endpoint_missing() -> None:
+    for endpoint in (None, "   "):
+        st = run(obj(external(endpoint)))
+        assert cond(st, "Ready") == ("False", "ExternalEndpointMissing")
+        assert cond(st, "Progressing") == ("False", "ExternalEndpointMissing")
+        assert "endpoint" not in st
+
+
+def test_external_endpoint_invalid_names_the_field() -> None:
+    st = run(obj(external("lm://redis:6379", provider="Redis")))
+    assert cond(st, "Ready") == ("False", "ExternalEndpointInvalid")
+    assert "spec.remoteStorage.endpoint" in find(st["conditions"], "Ready")["message"]  # type: ignore[index]
+
+
+def test_external_publishes_ready_and_progressing_only_and_never_gates() -> None:
+    prior = run(obj(), managed_obs())
+    st = run(obj(external("h:1"), status=prior))
+    assert types(st) == {"Ready", "Progressing"}
+
+
+# ======================================================================= hicache / unsupported
+
+
+def test_sglang_hicache_publishes_no_ready() -> None:
+    spec = {"runtime": "SGLang", "type": "SGLangHiCache", "hiCache": {"ratio": "2.0"}}
+    prior = run(obj(HOST_ONLY))
+    st = run(obj(spec, status=prior))
+    assert "Ready" not in types(st)
+    assert types(st) == {"Progressing"}
+    assert cond(st, "Progressing") == ("False", "Synced")
+    assert "firstAvailableAt" not in st
+
+
+def test_unsupported_runtime_pair() -> None:
+    spec = {"runtime": "VLLM", "type": "SGLangHiCache"}
+    res = compute_status(obj(spec), Observed(), T0)
+    assert res.mode == Mode.UNSUPPORTED
+    assert cond(res.status, "Ready") == ("False", REASON_UNSUPPORTED_RUNTIME_PAIR)
+
+
+# ======================================================================= common fields
+
+
+def test_observed_generation_and_fail_open_echo() -> None:
+    st = run(obj(dict(MANAGED_SPEC, integration={"failOpen": False}), generation=7), managed_obs())
+    assert st["observedGeneration"] == 7
+    assert st["failOpen"] is False
+    assert find(st["conditions"], "Ready")["observedGeneration"] == 7  # type: ignore[index]
+    assert run(obj(), managed_obs())["failOpen"] is True
+
+
+def test_matched_engine_pods_unset_without_claim_capable_selector() -> None:
+    engines = EngineObservation(matched_pods=3)
+    for sel in (None, {"matchLabels": {}}):
+        spec = dict(MANAGED_SPEC)
+        if sel is not None:
+            spec["engineSelector"] = sel
+        st = run(obj(spec, status={"matchedEnginePods": 2}), managed_obs(engines=engines))
+        assert "matchedEnginePods" not in st
+
+
+def test_matched_engine_pods_counted_and_message_when_zero_and_expected() -> None:
+    spec = dict(MANAGED_SPEC, engineSelector={"matchLabels": {"app": "vllm"}})
+    st = run(obj(spec), managed_obs(engines=EngineObservation(matched_pods=2)))
+    assert st["matchedEnginePods"] == 2 and "engineSelectorMessage" not in st
+    st = run(obj(spec), managed_obs(engines=EngineObservation(matched_pods=0)))
+    assert st["matchedEnginePods"] == 0
+    assert st["engineSelectorMessage"].startswith('spec.engineSelector.matchLabels={"app":"vllm"}')
+
+
+def test_engine_selector_message_empty_when_matching_deployment_scaled_to_zero() -> None:
+    spec = dict(MANAGED_SPEC, engineSelector={"matchLabels": {"app": "vllm"}})
+    engines = EngineObservation(
+        matched_pods=0, matching_deployments=1, matching_deployment_replicas=0
+    )
+    st = run(obj(spec), managed_obs(engines=engines))
+    assert st["matchedEnginePods"] == 0 and "engineSelectorMessage" not in st
+
+
+def test_engine_churn_requeues_every_5s_while_pod_count_differs_from_desired() -> None:
+    spec = dict(MANAGED_SPEC, engineSelector={"matchLabels": {"app": "vllm"}})
+    churn = EngineObservation(
+        matched_pods=1, matching_deployments=1, matching_deployment_replicas=2
+    )
+    res = compute_status(obj(spec, annotations=NO_GATE), managed_obs(engines=churn), T0)
+    assert res.requeue_after == 5.0
+    steady = EngineObservation(
+        matched_pods=2, matching_deployments=1, matching_deployment_replicas=2
+    )
+    assert (
+        compute_status(
+            obj(spec, annotations=NO_GATE), managed_obs(engines=steady), T0
+        ).requeue_after
+        is None
+    )
+
+
+def test_t2_degraded_from_t2_hit_rate() -> None:
+    o = obj(status={"indexParticipation": {"t2HitRate": "0"}})
+    assert cond(run(o, managed_obs()), "T2Degraded") == ("True", "T2ZeroHitRate")
+    o = obj(status={"indexParticipation": {"t2HitRate": "0.4"}})
+    assert cond(run(o, managed_obs()), "T2Degraded") == ("False", "T2Serving")
+    assert cond(run(obj(), managed_obs()), "T2Degraded") is None
+
+
+def test_idle_reconcile_produces_an_identical_status() -> None:
+    spec = dict(MANAGED_SPEC, engineSelector={"matchLabels": {"app": "vllm"}})
+    observed = managed_obs(engines=EngineObservation(matched_pods=0))
+    o = step(obj(spec), observed, T0)
+    again = run(o, observed, T0 + dt.timedelta(seconds=30))
+    assert status_equal(o["status"], again)
+
+
+# ======================================================================= functional probe
+
+
+def probe_obs(outcome: str, **kw: Any) -> Observed:
+    return managed_obs(probe=ProbeObservation(outcome=outcome, **kw))
+
+
+READY_OBJ = obj(annotations=NO_GATE)
+
+
+def test_functional_probe_ok_keeps_ready() -> None:
+    st = run(READY_OBJ, probe_obs("ok"))
+    assert cond(st, "FunctionalProbeOK") == ("True", "ProbeOK")
+    assert cond(st, "Ready") == ("True", "BackendReady")
+
+
+@pytest.mark.parametrize(
+    ("stage", "reason"),
+    [("ingest", "ProbeIngestFailed"), ("routing", "ProbeRoutingFailed"), ("t2", "ProbeT2Failed")],
+)
+def test_functional_probe_stage_failure_downgrades_ready(stage: str, reason: str) -> None:
+    st = run(READY_OBJ, probe_obs("failed", failed_stage=stage, message="boom"))
+    assert cond(st, "FunctionalProbeOK") == ("False", reason)
+    assert cond(st, "Ready") == ("False", reason)
+    assert cond(st, "Degraded") == ("False", "NotDegraded"), "the probe never drives Degraded"
+
+
+def test_functional_probe_transport_error_is_unknown_and_leaves_ready() -> None:
+    st = run(READY_OBJ, probe_obs("error"))
+    assert cond(st, "FunctionalProbeOK") == ("Unknown", "ProbeError")
+    assert cond(st, "Ready") == ("True", "BackendReady")
+
+
+def test_functional_probe_error_after_failure_is_sticky_false() -> None:
+    o = step(READY_OBJ, probe_obs("failed", failed_stage="routing", message="m"), T0)
+    for outcome in ("error", "rate_limited"):
+        st = run(o, probe_obs(outcome), T0)
+        assert cond(st, "FunctionalProbeOK") == ("False", "ProbeRoutingFailed")
+        assert cond(st, "Ready") == ("False", "ProbeRoutingFailed")
+
+
+def test_functional_probe_bypassed_by_annotation() -> None:
+    st = run(READY_OBJ, probe_obs("bypassed"))
+    assert cond(st, "FunctionalProbeOK") == ("True", "ProbeBypassed")
+    assert cond(st, "Ready") == ("True", "BackendReady")
+
+
+def test_functional_probe_gate_off_clears_stale_condition() -> None:
+    o = step(READY_OBJ, probe_obs("ok"), T0)
+    assert cond(run(o, managed_obs()), "FunctionalProbeOK") is None
+
+
+# ======================================================================= Events
+
+
+def test_event_backend_degraded_and_recovered() -> None:
+    o = step(obj(annotations=NO_GATE), managed_obs(), T0)
+    deg = step(o, managed_obs(workload(available=0)), T0)
+    assert [e.reason for e in transition_events(o["status"], deg["status"])] == ["BackendDegraded"]
+    assert transition_events(deg["status"], run(deg, managed_obs(workload(available=0)), T0)) == []
+    rec = run(deg, managed_obs(), T0)
+    assert [e.reason for e in transition_events(deg["status"], rec)] == ["BackendRecovered"]
+
+
+def test_event_fail_closed_enabled_and_fail_open_restored() -> None:
+    closed = run(obj(dict(MANAGED_SPEC, integration={"failOpen": False})), managed_obs())
+    assert [e.reason for e in transition_events({}, closed) if e.reason.startswith("Fail")] == [
+        "FailClosedEnabled"
+    ]
+    opened = run(obj(), managed_obs())
+    assert [e.reason for e in transition_events(closed, opened) if e.reason.startswith("Fail")] == [
+        "FailOpenRestored"
+    ]
+    assert [e.type for e in transition_events({}, closed) if e.reason == "FailClosedEnabled"] == [
+        "Warning"
+    ]
+
+
+def test_event_kv_gate_awaiting_observed_and_no_events() -> None:
+    o = step(obj(), managed_obs(workload(available=0)), T0)
+    awaiting = step(o, managed_obs(), T0)
+    assert [e.reason for e in transition_events(o["status"], awaiting["status"])] == [
+        "AwaitingFirstKVEvent"
+    ]
+    timed_out = step(awaiting, managed_obs(), T0 + dt.timedelta(minutes=6))
+    events = transition_events(awaiting["status"], timed_out["status"])
+    assert [(e.type, e.reason) for e in events] == [("Warning", "NoKVEventsObserved")]
+    timed_out["status"]["indexParticipation"] = {"lastEventAt": "2026-01-01T12:07:00Z"}
+    observed = run(timed_out, managed_obs(), T0 + dt.timedelta(minutes=7))
+    assert [e.reason for e in transition_events(timed_out["status"], observed)] == [
+        "KVEventsObserved"
+    ]
+
+
+def test_event_engine_selector_unmatched_rules() -> None:
+    spec = dict(MANAGED_SPEC, engineSelector={"matchLabels": {"app": "vllm"}})
+    zero = managed_obs(engines=EngineObservation(matched_pods=0))
+    some = managed_obs(engines=EngineObservation(matched_pods=2))
+
+    def reasons(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+        return [
+            e.reason for e in transition_events(old, new) if e.reason == "EngineSelectorUnmatched"
+        ]
+
+    first = step(obj(spec), zero, T0)
+    assert reasons({}, first["status"]) == ["EngineSelectorUnmatched"]
+    assert reasons(first["status"], run(first, zero, T0)) == []
+    matched = step(first, some, T0)
+    assert reasons(first["status"], matched["status"]) == []
+    dropped = run(matched, zero, T0)
+    assert reasons(matched["status"], dropped) == ["EngineSelectorUnmatched"]
+    legacy = {"matchedEnginePods": 0}
+    assert reasons(legacy, dropped) == ["EngineSelectorUnmatched"]
+
+
+def test_idle_transition_emits_nothing() -> None:
+    o = step(obj(dict(MANAGED_SPEC, integration={"failOpen": False})), managed_obs(), T0)
+    assert transition_events(o["status"], run(o, managed_obs(), T0)) == []
+
+
+# ======================================================================= helpers
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("5m", 300.0),
+        ("90s", 90.0),
+        ("1h30m", 5400.0),
+        ("1.5h", 5400.0),
+        ("250ms", 0.25),
+        ("", None),
+        ("5 m", None),
+        ("m", None),
+    ],
+)
+def test_parse_go_duration(text: str, seconds: float | None) -> None:
+    assert parse_go_duration(text) == seconds
