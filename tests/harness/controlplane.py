@@ -689,9 +689,14 @@ class ControlPlane:
                 self._start_processes(binaries)
             except BaseException as exc:
                 logs = self._log_tails()
+                work_dir = self._work_dir
+                # Keep the logs for a post-mortem; a later run reaps the dir.
+                self._remove_work_dir = False
                 self._stop_locked()
                 if isinstance(exc, ControlPlaneError | TimeoutError):
-                    raise ControlPlaneError(f"{exc}\n{logs}") from exc
+                    raise ControlPlaneError(
+                        f"control plane failed to start: {exc}\n(logs kept in {work_dir})\n{logs}"
+                    ) from exc
                 raise
         return self
 
@@ -961,13 +966,20 @@ class ControlPlane:
             status, _ = self.get("/readyz", timeout=5)
             return status == 200
 
-        wait_until(
-            ready,
-            timeout=self.start_timeout,
-            interval=0.25,
-            description=f"kube-apiserver {self.server_url}/readyz",
-            abort=self._process_died,
-        )
+        try:
+            wait_until(
+                ready,
+                timeout=self.start_timeout,
+                interval=0.25,
+                description=f"kube-apiserver {self.server_url}/readyz",
+                abort=self._process_died,
+            )
+        except TimeoutError as exc:
+            try:
+                detail = self.get("/readyz?verbose", timeout=5)[1].decode(errors="replace")
+            except OSError as err:
+                detail = repr(err)
+            raise ControlPlaneError(f"{exc}\n/readyz?verbose:\n{detail}") from exc
 
     def _spawn(self, args: list[str], log_path: Path) -> subprocess.Popen[bytes]:
         return spawn_in_own_group(args, log_path, self.work_dir)

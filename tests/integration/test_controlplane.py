@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import uuid
 from typing import Any
@@ -17,6 +18,7 @@ from tests.harness.controlplane import (
     ADMIN_USER,
     SERVICE_ACCOUNT_CONTROLLER_USER,
     ControlPlane,
+    ControlPlaneError,
     wait_until,
 )
 from tests.harness.redis_server import RedisServer
@@ -250,6 +252,19 @@ def test_stop_is_idempotent_and_leaves_nothing_behind() -> None:
             os.kill(pid, 0)
     with pytest.raises(ConnectionRefusedError), socket.create_connection(("127.0.0.1", port), 1):
         pass
+
+
+def test_start_failure_reports_the_logs_and_cleans_up() -> None:
+    cp = ControlPlane(audit=False, extra_apiserver_args=["--no-such-flag"])
+    with pytest.raises(ControlPlaneError) as failed:
+        cp.start()
+    message = str(failed.value)
+    assert "kube-apiserver exited with code" in message
+    assert "unknown flag: --no-such-flag" in message, "the log tail is in the error"
+    assert not cp.running and cp.pids == {}
+    cp.stop()
+    assert cp.apiserver_log_path.is_file(), "logs are kept for a post-mortem"
+    shutil.rmtree(cp.work_dir)
 
 
 def test_redis_server_restarts_on_the_same_port() -> None:
