@@ -1,0 +1,205 @@
+"""CacheBackend admission through a real kube-apiserver calling `icache webhook` over TLS.
+
+Checks that field-scoped, aggregated errors and warnings reach the Kubernetes client,
+that defaults are stored, and the UPDATE semantics of the spec's "Validating" section.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from tests.harness.controlplane import ControlPlane, wait_until
+from tests.webhook_process import TEST_NAMESPACE_LABEL, labelled_namespace, registered, run_webhook
+
+GROUP, VERSION, PLURAL = "inferencecache.io", "v1alpha1", "cachebackends"
+SUFFIX = "admission"
+
+
+def _backend(name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "CacheBackend",
+        "metadata": {"name": name},
+        "spec": {"runtime": "VLLM", **spec},
+    }
+
+
+def _external_without_endpoint(name: str) -> dict[str, Any]:
+    return _backend(name, remoteStorage={"provider": "LMCacheServer", "ownership": "External"})
+
+
+@pytest.fixture(scope="module")
+def admission_ns(
+    control_plane: ControlPlane, kube_api_client: client.ApiClient, cachebackend_crd: dict[str, Any]
+) -> Iterator[str]:
+    """A namespace our registered webhooks apply to, once the API server calls them."""
+    with (
+        run_webhook(control_plane.kubeconfig_path) as hook,
+        registered(kube_api_client, hook, SUFFIX),
+    ):
+        ns = labelled_namespace(kube_api_client, f"adm-{uuid.uuid4().hex[:6]}", SUFFIX)
+        custom = client.CustomObjectsApi(kube_api_client)
+
+        def webhook_answers() -> bool:
+            # The API server picks up new webhook configurations asynchronously.
+            try:
+                custom.create_namespaced_custom_object(
+                    GROUP, VERSION, ns, PLURAL, _external_without_endpoint("probe"), dry_run="All"
+                )
+            except ApiException as exc:
+                return exc.status == 422 and "spec.remoteStorage.endpoint" in exc.body
+            return False
+
+        wait_until(webhook_answers, timeout=30, description="API server calling the webhook")
+        yield ns
+
+
+def _custom(api: client.ApiClient) -> client.CustomObjectsApi:
+    return client.CustomObjectsApi(api)
+
+
+def _causes(exc: ApiException) -> list[dict[str, Any]]:
+    causes: list[dict[str, Any]] = json.loads(exc.body)["details"]["causes"]
+    return causes
+
+
+def test_aggregated_field_scoped_errors_reach_the_client(
+    kube_api_client: client.ApiClient, admission_ns: str
+) -> None:
+    """Spec "Validating": multiple violations on one spec come back together, each scoped."""
+    body = _backend(
+        "bad",
+        remoteStorage={"provider": "Redis", "ownership": "External", "endpoint": "redis://r:6379"},
+        replicas=0,
+        autoscaling={"maxReplicas": 2},
+        integration={"engineOverrides": {"env": [{"name": "PYTHONHASHSEED", "value": "1"}]}},
+    )
+    with pytest.raises(ApiException) as info:
+        _custom(kube_api_client).create_namespaced_custom_object(
+            GROUP, VERSION, admission_ns, PLURAL, body
+        )
+    assert info.value.status == 422
+    fields = {c["field"] for c in _causes(info.value)}
+    assert "spec.remoteStorage.endpoint" in fields
+    assert any(f.startswith("spec.autoscaling") for f in fields)
+    assert any(f.startswith("spec.integration.engineOverrides.env") for f in fields)
+    message = json.loads(info.value.body)["message"]
+    assert "PYTHONHASHSEED" in message and "spec.remoteStorage.endpoint" in message
+
+
+def test_defaults_are_stored(kube_api_client: client.ApiClient, admission_ns: str) -> None:
+    """Spec "Defaulting": integration and observation are materialised (then stamped by the
+    schema), and autoscaling.minReplicas = spec.replicas on first apply."""
+    body = _backend(
+        "defaults",
+        replicas=3,
+        remoteStorage={"provider": "LMCacheServer", "ownership": "Managed"},
+        autoscaling={"maxReplicas": 5},
+    )
+    _custom(kube_api_client).create_namespaced_custom_object(
+        GROUP, VERSION, admission_ns, PLURAL, body
+    )
+    got = _custom(kube_api_client).get_namespaced_custom_object(
+        GROUP, VERSION, admission_ns, PLURAL, "defaults"
+    )
+    spec = got["spec"]
+    assert spec["integration"]["mode"] == "Offload"
+    assert spec["integration"]["role"] == "ReadWrite"
+    assert spec["integration"]["failOpen"] is True
+    assert spec["observation"]["firstEventTimeout"] == "5m"
+    assert spec["autoscaling"]["minReplicas"] == 3
+
+    # First apply only: a later replicas edit does not move the floor.
+    got["spec"]["replicas"] = 4
+    updated = _custom(kube_api_client).replace_namespaced_custom_object(
+        GROUP, VERSION, admission_ns, PLURAL, "defaults", got
+    )
+    assert updated["spec"]["autoscaling"]["minReplicas"] == 3
+
+
+def test_mooncake_without_engine_host_network_is_admitted_with_a_warning(
+    kube_api_client: client.ApiClient, admission_ns: str
+) -> None:
+    """Spec "Mooncake provider configuration": admission warns on every Mooncake apply
+    until integration.engineHostNetwork is set."""
+    body = _backend("moon", remoteStorage={"provider": "Mooncake", "ownership": "Managed"})
+    _, _, headers = _custom(kube_api_client).create_namespaced_custom_object_with_http_info(
+        GROUP, VERSION, admission_ns, PLURAL, body
+    )
+    warning = (headers or {}).get("Warning", "")
+    assert "engineHostNetwork" in warning
+
+
+def test_update_rejects_only_violations_it_introduces(
+    kube_api_client: client.ApiClient,
+    admission_ns: str,
+    namespace: str,
+) -> None:
+    """Spec "Validating": ValidateUpdate filters errors the old object already had, so an
+    unrelated edit passes; changing a bad value to another bad value is a fresh violation."""
+    custom = _custom(kube_api_client)
+    core = client.CoreV1Api(kube_api_client)
+    # Store an invalid object while no webhook covers the namespace (as if stored before
+    # the webhook was installed), then bring the namespace under the webhook.
+    legacy = _backend(
+        "legacy",
+        remoteStorage={"provider": "Redis", "ownership": "External", "endpoint": "lm://r:1"},
+    )
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, legacy)
+    core.patch_namespace(namespace, {"metadata": {"labels": {TEST_NAMESPACE_LABEL: SUFFIX}}})
+
+    def webhook_covers_namespace() -> bool:
+        # Namespace labels reach the webhook's namespaceSelector asynchronously.
+        try:
+            custom.create_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, _external_without_endpoint("p"), dry_run="All"
+            )
+        except ApiException as exc:
+            return exc.status == 422
+        return False
+
+    wait_until(webhook_covers_namespace, timeout=30, description="webhook covers the namespace")
+
+    # An unrelated edit of the pre-existing invalid object is allowed.
+    current = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "legacy")
+    current["metadata"].setdefault("labels", {})["edited"] = "yes"
+    edited = custom.replace_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, "legacy", current
+    )
+    assert edited["metadata"]["labels"]["edited"] == "yes"
+
+    # Changing the bad endpoint to another bad endpoint is a fresh violation.
+    edited["spec"]["remoteStorage"]["endpoint"] = "http://r:2"
+    with pytest.raises(ApiException) as info:
+        custom.replace_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "legacy", edited)
+    assert any(c["field"] == "spec.remoteStorage.endpoint" for c in _causes(info.value))
+
+
+def test_update_that_breaks_a_valid_object_is_rejected(
+    kube_api_client: client.ApiClient, admission_ns: str
+) -> None:
+    custom = _custom(kube_api_client)
+    custom.create_namespaced_custom_object(
+        GROUP, VERSION, admission_ns, PLURAL, _backend("valid", replicas=1)
+    )
+    current = custom.get_namespaced_custom_object(GROUP, VERSION, admission_ns, PLURAL, "valid")
+    current["spec"]["integration"]["role"] = "ReadOnly"
+    current["spec"]["runtime"] = "SGLang"
+    with pytest.raises(ApiException) as info:
+        custom.replace_namespaced_custom_object(
+            GROUP, VERSION, admission_ns, PLURAL, "valid", current
+        )
+    assert any(c["field"] == "spec.integration.role" for c in _causes(info.value))
+
+
+def test_delete_is_allowed(kube_api_client: client.ApiClient, admission_ns: str) -> None:
+    custom = _custom(kube_api_client)
+    custom.create_namespaced_custom_object(GROUP, VERSION, admission_ns, PLURAL, _backend("doomed"))
+    custom.delete_namespaced_custom_object(GROUP, VERSION, admission_ns, PLURAL, "doomed")

@@ -1,0 +1,233 @@
+"""Pod wiring through a real kube-apiserver calling `icache webhook` over TLS.
+
+The API server applies our JSON patch and runs its own Pod validation on the result;
+no kubelet runs, so the pods stay Pending. Spec: "Mutating Pod webhook (engine wiring)".
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from shared import constants as c
+from tests.harness.controlplane import CertificateAuthority, ControlPlane, free_port, wait_until
+from tests.webhook_process import (
+    Endpoint,
+    WebhookProcess,
+    labelled_namespace,
+    registered,
+    run_webhook,
+)
+
+GROUP, VERSION, PLURAL = "inferencecache.io", "v1alpha1", "cachebackends"
+SUFFIX = "pods"
+SUBSCRIBER_IMAGE = "ghcr.io/inference-cache/kvevent-subscriber:0.1.0"
+
+
+def _backend(name: str, labels: dict[str, str], **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "CacheBackend",
+        "metadata": {"name": name},
+        "spec": {"engineSelector": {"matchLabels": labels}, **spec},
+    }
+
+
+def _pod(
+    name: str, labels: dict[str, str], container: str, image: str, args: list[str]
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"containers": [{"name": container, "image": image, "args": args}]},
+    }
+
+
+@pytest.fixture(scope="module")
+def pod_ns(
+    control_plane: ControlPlane, kube_api_client: client.ApiClient, cachebackend_crd: dict[str, Any]
+) -> Iterator[str]:
+    extra = ["--kvevent-subscriber-image", SUBSCRIBER_IMAGE]
+    hook: WebhookProcess
+    with (
+        run_webhook(control_plane.kubeconfig_path, extra) as hook,
+        registered(kube_api_client, hook, SUFFIX),
+    ):
+        ns = labelled_namespace(kube_api_client, f"pods-{uuid.uuid4().hex[:6]}", SUFFIX)
+        custom = client.CustomObjectsApi(kube_api_client)
+        custom.create_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            ns,
+            PLURAL,
+            _backend(
+                "a-vllm",
+                {"app": "vllm"},
+                runtime="VLLM",
+                lmCache={"hostMemory": {"capacity": "8Gi"}},
+                observation={"modelID": "meta-llama/Llama-3.1-8B-Instruct"},
+            ),
+        )
+        custom.create_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            ns,
+            PLURAL,
+            _backend("b-sglang", {"app": "sglang-mp"}, runtime="SGLang"),
+        )
+        custom.create_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            ns,
+            PLURAL,
+            _backend(
+                "c-hicache",
+                {"app": "sglang-hicache"},
+                runtime="SGLang",
+                type="SGLangHiCache",
+                hiCache={"sizeGB": 16, "writePolicy": "write_through"},
+            ),
+        )
+        core = client.CoreV1Api(kube_api_client)
+
+        def webhook_wires() -> bool:
+            probe = _pod(
+                f"probe-{uuid.uuid4().hex[:5]}",
+                {"app": "vllm"},
+                "vllm",
+                "vllm/vllm-openai:v0.11.0",
+                [],
+            )
+            got = core.create_namespaced_pod(ns, probe, dry_run="All")
+            return c.ANNOTATION_INJECTED_BY in (got.metadata.annotations or {})
+
+        wait_until(webhook_wires, timeout=30, description="API server calling the Pod webhook")
+        yield ns
+
+
+def _create(api: client.ApiClient, ns: str, pod: dict[str, Any]) -> dict[str, Any]:
+    created = client.CoreV1Api(api).create_namespaced_pod(ns, pod)
+    out: dict[str, Any] = api.sanitize_for_serialization(created)
+    return out
+
+
+def _env(container: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e.get("value", "") for e in container.get("env", [])}
+
+
+def test_vllm_pod_comes_back_wired_and_annotated(
+    kube_api_client: client.ApiClient, pod_ns: str
+) -> None:
+    pod = _create(
+        kube_api_client,
+        pod_ns,
+        _pod("vllm-0", {"app": "vllm"}, "vllm", "vllm/vllm-openai:v0.11.0", ["--model", "m"]),
+    )
+    annotations = pod["metadata"]["annotations"]
+    assert annotations[c.ANNOTATION_INJECTED_BY] == f"{pod_ns}/a-vllm"
+    backend = client.CustomObjectsApi(kube_api_client).get_namespaced_custom_object(
+        GROUP, VERSION, pod_ns, PLURAL, "a-vllm"
+    )
+    assert annotations[c.ANNOTATION_INJECTED_BY_UID] == backend["metadata"]["uid"]
+    engine = pod["spec"]["containers"][0]
+    assert engine["args"][:2] == ["--model", "m"]
+    i = engine["args"].index("--kv-transfer-config")
+    assert json.loads(engine["args"][i + 1]) == {
+        "kv_connector": "LMCacheConnectorV1",
+        "kv_role": "kv_both",
+    }
+    env = _env(engine)
+    assert env["PYTHONHASHSEED"] and env["INFERENCECACHE_FAIL_OPEN"] == "true"
+    assert "LMCACHE_REMOTE_URL" not in env  # host-only
+    names = [ctr["name"] for ctr in pod["spec"]["containers"]]
+    assert "kvevent-subscriber" in names
+    assert pod["status"]["phase"] == "Pending"
+
+
+def test_sglang_mp_pod_with_native_sidecar_is_accepted(
+    kube_api_client: client.ApiClient, pod_ns: str
+) -> None:
+    """Spec "SGLang LMCache MP mode": the lmcache-mp-worker native sidecar (restartPolicy
+    Always) and the shared volumes pass the API server's Pod validation."""
+    pod = _create(
+        kube_api_client,
+        pod_ns,
+        _pod(
+            "sglang-0",
+            {"app": "sglang-mp"},
+            "sglang",
+            "lmsysorg/sglang:v0.5.3",
+            ["--model-path", "m"],
+        ),
+    )
+    inits = {ctr["name"]: ctr for ctr in pod["spec"].get("initContainers", [])}
+    assert inits["lmcache-mp-worker"]["restartPolicy"] == "Always"
+    engine = pod["spec"]["containers"][0]
+    assert "--enable-lmcache" in engine["args"]
+    assert _env(engine)["LMCACHE_USE_EXPERIMENTAL"] == "True"
+    volumes = {v["name"] for v in pod["spec"]["volumes"]}
+    assert {"lmcache-config", "lmcache-dshm"} <= volumes
+
+
+def test_hicache_pod_gets_hierarchical_cache_flags(
+    kube_api_client: client.ApiClient, pod_ns: str
+) -> None:
+    pod = _create(
+        kube_api_client,
+        pod_ns,
+        _pod(
+            "hicache-0",
+            {"app": "sglang-hicache"},
+            "server",
+            "lmsysorg/sglang:v0.5.3",
+            ["--model-path", "m"],
+        ),
+    )
+    args = pod["spec"]["containers"][0]["args"]
+    assert "--enable-hierarchical-cache" in args
+    assert args[args.index("--hicache-size") + 1] == "16"
+    assert args[args.index("--hicache-write-policy") + 1] == "write_through"
+
+
+def test_unmatched_pod_is_admitted_unchanged(
+    kube_api_client: client.ApiClient, pod_ns: str
+) -> None:
+    pod = _create(
+        kube_api_client,
+        pod_ns,
+        _pod("other-0", {"app": "other"}, "main", "busybox:1.36", ["sleep", "1"]),
+    )
+    assert c.ANNOTATION_INJECTED_BY not in (pod["metadata"].get("annotations") or {})
+    assert pod["spec"]["containers"][0]["args"] == ["sleep", "1"]
+
+
+def test_skip_inject_annotation_is_honoured(kube_api_client: client.ApiClient, pod_ns: str) -> None:
+    body = _pod("skip-0", {"app": "vllm"}, "vllm", "vllm/vllm-openai:v0.11.0", [])
+    body["metadata"]["annotations"] = {c.ANNOTATION_SKIP_INJECT: "true"}
+    pod = _create(kube_api_client, pod_ns, body)
+    annotations = pod["metadata"]["annotations"]
+    assert annotations[c.ANNOTATION_INJECT_SKIPPED] == c.INJECT_SKIPPED_VALUE
+    assert c.ANNOTATION_INJECTED_BY not in annotations
+    assert "--kv-transfer-config" not in (pod["spec"]["containers"][0].get("args") or [])
+
+
+def test_pods_are_created_while_the_webhook_is_down(
+    kube_api_client: client.ApiClient, cachebackend_crd: dict[str, Any]
+) -> None:
+    """Spec "Fail-open": failurePolicy Ignore, so an unreachable webhook never blocks pods."""
+    # Nothing listens on this port; the CA is valid but signs nothing served.
+    dead = Endpoint(f"https://127.0.0.1:{free_port()}", CertificateAuthority("unused").cert_pem)
+    with registered(kube_api_client, dead, "down"):
+        ns = labelled_namespace(kube_api_client, f"down-{uuid.uuid4().hex[:6]}", "down")
+        pod = _create(
+            kube_api_client,
+            ns,
+            _pod("engine-0", {"app": "vllm"}, "vllm", "vllm/vllm-openai:v0.11.0", []),
+        )
+        assert pod["metadata"]["name"] == "engine-0"
