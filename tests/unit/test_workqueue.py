@@ -1,0 +1,327 @@
+"""Work-queue semantics (client-go on Redis) against a real redis-server.
+
+The queue's clock is injected so delays, backoff and lease expiry are tested by
+moving time, not by sleeping.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from reconciler.workqueue import BUSY, DONE, LOST, STALE, STARTED, QueueSettings, WorkQueue
+from tests.harness.redis_server import RedisServer
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def queue(redis_server: RedisServer, clock: Clock) -> Iterator[WorkQueue]:
+    client = redis.Redis.from_url(redis_server.url)
+    settings = QueueSettings(
+        prefix=f"test:{uuid.uuid4().hex[:8]}",
+        base_delay=0.5,
+        max_delay=300.0,
+        lease_seconds=10.0,
+        dispatch_timeout=60.0,
+    )
+    q = WorkQueue(client, settings, clock=clock)
+    yield q
+    q.clear()
+    client.close()
+
+
+def run_once(q: WorkQueue, key: str, **done_kwargs: object) -> None:
+    assert q.pop_due() == [key]
+    token = "t-" + uuid.uuid4().hex
+    assert q.start(key, token) == STARTED
+    assert q.done(key, token, **done_kwargs)[0] == DONE  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------ dedupe
+
+
+def test_many_adds_collapse_into_one_pending_entry(queue: WorkQueue) -> None:
+    assert queue.add("ns/a") is True
+    for _ in range(5):
+        assert queue.add("ns/a") is False
+    queue.add("ns/b")
+    assert sorted(queue.pop_due()) == ["ns/a", "ns/b"]
+    assert queue.pop_due() == []
+
+
+def test_add_while_queued_collapses_into_the_dispatched_run(queue: WorkQueue) -> None:
+    queue.add("k")
+    assert queue.pop_due() == ["k"]
+    assert queue.add("k") is False
+    assert queue.pop_due() == []
+    assert queue.snapshot()["pending"] == {}
+
+
+def test_earlier_add_advances_a_delayed_entry(queue: WorkQueue, clock: Clock) -> None:
+    queue.add("k", delay=30)
+    assert queue.pop_due() == []
+    assert queue.add("k") is True
+    assert queue.pop_due() == ["k"]
+
+
+def test_later_add_does_not_postpone_an_earlier_entry(queue: WorkQueue, clock: Clock) -> None:
+    queue.add("k", delay=1)
+    queue.add("k", delay=100)
+    clock.advance(1)
+    assert queue.pop_due() == ["k"]
+
+
+# ------------------------------------------------------------------ exclusivity
+
+
+def test_never_two_workers_on_one_key(queue: WorkQueue) -> None:
+    queue.add("k")
+    assert queue.pop_due() == ["k"]
+    results: list[str] = []
+    barrier = threading.Barrier(8)
+
+    def worker(i: int) -> None:
+        barrier.wait()
+        results.append(queue.start("k", f"tok{i}"))
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results.count(STARTED) == 1
+    assert results.count(STALE) == 7
+
+
+def test_processing_key_is_never_redispatched(queue: WorkQueue) -> None:
+    queue.add("k")
+    queue.pop_due()
+    assert queue.start("k", "a") == STARTED
+    queue.add("k")
+    assert queue.pop_due() == [], "an add during a run must not dispatch a second run"
+
+
+def test_start_of_processing_key_is_busy_and_marks_dirty(queue: WorkQueue) -> None:
+    # Defensive path: a queued entry for a key that is already processing.
+    queue.add("k")
+    queue.pop_due()
+    assert queue.start("k", "a") == STARTED
+    queue.redis.zadd(queue.k_queued, {"k": 0})
+    assert queue.start("k", "b") == BUSY
+    assert "k" in queue.snapshot()["dirty"]
+
+
+# ------------------------------------------------------------------ dirty
+
+
+def test_event_during_run_causes_exactly_one_more_run(queue: WorkQueue) -> None:
+    queue.add("k")
+    queue.pop_due()
+    assert queue.start("k", "a") == STARTED
+    for _ in range(3):
+        queue.add("k")
+    assert queue.snapshot()["dirty"] == {"k"}
+    assert queue.done("k", "a")[0] == DONE
+    assert queue.pop_due() == ["k"]
+    assert queue.start("k", "b") == STARTED
+    assert queue.done("k", "b")[0] == DONE
+    assert queue.pop_due() == []
+
+
+def test_no_event_during_run_means_no_more_runs(queue: WorkQueue) -> None:
+    queue.add("k")
+    run_once(queue, "k")
+    assert queue.pop_due() == []
+    assert queue.snapshot() == {
+        "pending": {},
+        "queued": {},
+        "processing": {},
+        "dirty": set(),
+        "failures": {},
+    }
+
+
+# ------------------------------------------------------------------ requeue after
+
+
+def test_requeue_after_runs_again_after_the_delay(queue: WorkQueue, clock: Clock) -> None:
+    queue.add("k")
+    run_once(queue, "k", requeue_after=5.0)
+    assert queue.pop_due() == []
+    assert queue.next_due_in() == pytest.approx(5.0)
+    clock.advance(5)
+    assert queue.pop_due() == ["k"]
+
+
+def test_delayed_requeue_coming_due_during_a_run_marks_dirty(
+    queue: WorkQueue, clock: Clock
+) -> None:
+    queue.add("k")
+    run_once(queue, "k", requeue_after=1.0)
+    clock.advance(1)
+    assert queue.pop_due() == ["k"]
+    assert queue.start("k", "a") == STARTED
+    queue.redis.zadd(queue.k_pending, {"k": 0})  # a stray due entry while running
+    assert queue.pop_due() == []
+    assert queue.snapshot()["dirty"] == {"k"}
+
+
+# ------------------------------------------------------------------ backoff
+
+
+def test_errors_back_off_exponentially_per_key_and_reset_on_success(
+    queue: WorkQueue, clock: Clock
+) -> None:
+    queue.add("k")
+    delays = []
+    for _ in range(12):
+        due_in = queue.next_due_in()
+        assert due_in is not None
+        clock.advance(due_in)
+        assert queue.pop_due() == ["k"]
+        assert queue.start("k", "t") == STARTED
+        outcome, delay = queue.done("k", "t", error=True)
+        assert outcome == DONE
+        delays.append(delay)
+    assert delays[:6] == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0]
+    assert max(delays) == 300.0 and delays[-1] == 300.0
+    assert queue.failures("k") == 12
+    clock.advance(300)
+    run_once(queue, "k")
+    assert queue.failures("k") == 0
+
+
+def test_backoff_is_per_key(queue: WorkQueue, clock: Clock) -> None:
+    for key in ("a", "b"):
+        queue.add(key)
+    queue.pop_due()
+    for key in ("a", "b"):
+        queue.start(key, "t")
+    assert queue.done("a", "t", error=True)[1] == 0.5
+    assert queue.done("b", "t")[0] == DONE
+    assert queue.failures("a") == 1 and queue.failures("b") == 0
+
+
+def test_event_during_failed_run_reruns_immediately(queue: WorkQueue) -> None:
+    queue.add("k")
+    queue.pop_due()
+    queue.start("k", "t")
+    queue.add("k")
+    queue.done("k", "t", error=True)
+    assert queue.pop_due() == ["k"]
+
+
+# ------------------------------------------------------------------ at least once
+
+
+def test_worker_killed_mid_run_lease_expires_and_key_is_rerun(
+    queue: WorkQueue, clock: Clock
+) -> None:
+    queue.add("k")
+    queue.pop_due()
+    assert queue.start("k", "dead-worker") == STARTED
+    clock.advance(5)
+    assert queue.reap() == ([], [])
+    clock.advance(6)  # past the 10 s lease
+    expired, _ = queue.reap()
+    assert expired == ["k"]
+    due_in = queue.next_due_in()
+    assert due_in is not None and due_in <= 0.5
+    clock.advance(0.5)
+    assert queue.pop_due() == ["k"]
+    assert queue.start("k", "new-worker") == STARTED
+    # The presumed-dead worker wakes up: its done() changes nothing.
+    assert queue.done("k", "dead-worker")[0] == LOST
+    assert queue.snapshot()["processing"] == {"k": "new-worker"}
+    assert queue.done("k", "new-worker")[0] == DONE
+
+
+def test_renewed_lease_does_not_expire(queue: WorkQueue, clock: Clock) -> None:
+    queue.add("k")
+    queue.pop_due()
+    queue.start("k", "t")
+    for _ in range(5):
+        clock.advance(8)
+        assert queue.renew("k", "t")
+        assert queue.reap() == ([], [])
+    assert not queue.renew("k", "other-token")
+
+
+def test_lost_dispatch_is_redispatched_once_the_broker_drained(
+    queue: WorkQueue, clock: Clock
+) -> None:
+    queue.add("k")
+    assert queue.pop_due() == ["k"]  # the Celery message for it is lost
+    clock.advance(61)
+    assert queue.reap(broker_backlog=3) == ([], []), "messages still waiting: not lost"
+    assert queue.reap(broker_backlog=None) == ([], [])
+    assert queue.reap(broker_backlog=0) == ([], ["k"])
+    assert queue.pop_due() == ["k"]
+
+
+def test_duplicate_message_after_redispatch_is_stale(queue: WorkQueue, clock: Clock) -> None:
+    queue.add("k")
+    queue.pop_due()
+    clock.advance(61)
+    queue.reap(broker_backlog=0)
+    assert queue.pop_due() == ["k"]  # second message sent
+    assert queue.start("k", "first-message") == STARTED
+    assert queue.start("k", "second-message") == STALE
+    assert queue.done("k", "first-message")[0] == DONE
+    assert queue.pop_due() == []
+
+
+def test_leased_context_renews_in_the_background(redis_server: RedisServer) -> None:
+    client = redis.Redis.from_url(redis_server.url)
+    q = WorkQueue(client, QueueSettings(prefix=f"test:{uuid.uuid4().hex[:8]}", lease_seconds=0.3))
+    try:
+        q.add("k")
+        q.pop_due()
+        with q.leased("k") as token:
+            assert token is not None
+            time.sleep(1.0)  # three lease lengths: only renewal keeps it
+            assert q.reap() == ([], [])
+            assert q.done("k", token)[0] == DONE
+        with q.leased("k") as token:
+            assert token is None, "nothing dispatched: nothing to run"
+    finally:
+        q.clear()
+        client.close()
+
+
+def test_wait_for_work_wakes_on_add(queue: WorkQueue) -> None:
+    queue.redis.delete(queue.k_wake)
+    timer = threading.Timer(0.2, lambda: queue.add("k"))
+    timer.start()
+    t0 = time.monotonic()
+    queue.wait_for_work(5.0)
+    assert time.monotonic() - t0 < 3.0
+    assert queue.pop_due() == ["k"]
+
+
+def test_depth_counts_each_state(queue: WorkQueue) -> None:
+    for key in ("a", "b", "c"):
+        queue.add(key)
+    dispatched = queue.pop_due(limit=2)
+    assert queue.start(dispatched[0], "t") == STARTED
+    assert queue.update_depth_metrics() == {"pending": 1, "queued": 1, "processing": 1, "dirty": 0}
