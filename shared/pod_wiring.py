@@ -26,6 +26,9 @@ Rules, each in its own function named after the spec:
 - ``strip_decision_annotations``: every fail-open strips stale injected-by,
   injected-by-uid, inject-skipped and the kernel-check-mode record, so a pre-stamped pod
   template cannot impersonate a wired pod.
+- ``finish_injected``: a wiring that would make the Pod fail the API server's basic
+  validation (duplicate names or mount paths, undeclared volumes, bad env names) fails
+  open instead, since a rejected Pod is the opposite of fail-open.
 
 Idempotency: the adapters and the sidecar renderers converge, so wiring an already
 wired pod returns an equal pod (an empty JSON patch).
@@ -48,6 +51,7 @@ from shared.runtime_adapters import kernel_check, registry, subscriber
 from shared.runtime_adapters.base import InjectContext, InjectionRejected, RuntimeAdapter
 from shared.runtime_adapters.engine import EngineLocator, candidate_indexes
 from shared.runtime_adapters.overrides import apply_engine_overrides
+from shared.runtime_adapters.podcheck import introduced_problems
 from shared.runtime_adapters.podspec import cli_tokens, find_flag
 
 OUTCOME_INJECTED: Final = "injected"
@@ -69,6 +73,7 @@ REASON_ADAPTER_REJECTED: Final = "adapter_rejected"
 REASON_ADAPTER_ERROR: Final = "adapter_error"
 REASON_SUBSCRIBER_REJECTED: Final = "subscriber_rejected"
 REASON_EVENTS_ONLY_NO_SUBSCRIBER: Final = "events_only_no_subscriber"
+REASON_INVALID_RESULT: Final = "invalid_result"
 
 SKIP_INJECT_TRUTHY: Final = frozenset({"true", "1", "yes", "on"})
 DNS_CLUSTER_FIRST_WITH_HOST_NET: Final = "ClusterFirstWithHostNet"
@@ -388,13 +393,8 @@ def wire_events_only(
         append_subscriber(out, backend, ctx, _engine_for_events(pod, adapter), offload=False)
     except InjectionRejected as exc:
         return _fail_open(pod, REASON_SUBSCRIBER_REJECTED, str(exc), key)
-    stamp_injected(out, backend)
-    return WiringResult(
-        out,
-        OUTCOME_INJECTED,
-        REASON_EVENTS_ONLY,
-        f"events-only: kvevent-subscriber from {key}",
-        key,
+    return finish_injected(
+        pod, out, backend, REASON_EVENTS_ONLY, f"events-only: kvevent-subscriber from {key}", key
     )
 
 
@@ -437,7 +437,28 @@ def wire_offload(
     except InjectionRejected as exc:
         return _fail_open(pod, REASON_SUBSCRIBER_REJECTED, str(exc), key)
     apply_engine_host_network(out, backend, binding)
-    stamp_injected(out, backend)
-    return WiringResult(
-        out, OUTCOME_INJECTED, REASON_INJECTED, f"wired by {key} ({adapter.name})", key
+    return finish_injected(
+        pod, out, backend, REASON_INJECTED, f"wired by {key} ({adapter.name})", key
     )
+
+
+def finish_injected(
+    original: dict[str, Any],
+    wired: dict[str, Any],
+    backend: CacheBackend,
+    reason: str,
+    message: str,
+    key: str,
+) -> WiringResult:
+    """Stamp the decision, unless wiring made the Pod invalid: a patch the API server
+    rejects would block the engine's admission, so that too fails open."""
+    problems = introduced_problems(original, wired)
+    if problems:
+        return _fail_open(
+            original,
+            REASON_INVALID_RESULT,
+            "wiring would make the Pod invalid: " + "; ".join(sorted(problems)),
+            key,
+        )
+    stamp_injected(wired, backend)
+    return WiringResult(wired, OUTCOME_INJECTED, reason, message, key)
