@@ -1,0 +1,268 @@
+"""Spec "LMCache client kernels": the lmcache-kernel-check init container, per mode.
+
+The detector script itself is executed against fake engine images (a temp directory on
+PYTHONPATH with a fake ``torch`` and a fake ``lmcache`` package, with and without a
+compiled ``c_ops`` extension) to check its verdicts and exit codes.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shared import constants as c
+from shared.api.models import CacheBackend
+from shared.runtime_adapters import kernel_check
+from shared.runtime_adapters.base import InjectContext, InjectionRejected
+from shared.runtime_adapters.vllm_lmcache import VLLMLMCacheAdapter
+from tests.unit.test_pod_wiring import (
+    CTX,
+    assert_valid_pod,
+    init_containers_of,
+    make_backend,
+    make_container,
+    make_pod,
+)
+
+ADAPTER = VLLMLMCacheAdapter()
+GPU = {"limits": {"nvidia.com/gpu": "1"}}
+
+
+def wire(mode: str | None, engine: dict[str, Any] | None = None) -> dict[str, Any]:
+    annotations = {c.ANNOTATION_LMCACHE_KERNEL_CHECK: mode} if mode is not None else None
+    cb = CacheBackend.model_validate(make_backend(annotations=annotations))
+    return ADAPTER.inject(make_pod(engine or make_container()), cb, None, InjectContext())
+
+
+def check_of(pod: dict[str, Any]) -> dict[str, Any] | None:
+    return init_containers_of(pod).get("lmcache-kernel-check")
+
+
+# --------------------------------------------------------------------- modes
+
+
+@pytest.mark.parametrize("mode", [None, "auto"])
+def test_auto_injects_report_only_when_engine_limits_a_gpu(mode: str | None) -> None:
+    check = check_of(wire(mode, make_container(resources=GPU)))
+    assert check is not None
+    assert check["env"] == [{"name": kernel_check.MODE_ENV, "value": "report-only"}]
+
+
+def test_auto_counts_a_gpu_request_too() -> None:
+    check = check_of(wire("auto", make_container(resources={"requests": {"nvidia.com/gpu": 2}})))
+    assert check is not None
+
+
+@pytest.mark.parametrize(
+    "resources", [None, {"limits": {"cpu": "4"}}, {"limits": {"nvidia.com/gpu": "0"}}]
+)
+def test_auto_skips_cpu_engines(resources: dict[str, Any] | None) -> None:
+    engine = make_container(resources=resources) if resources else make_container()
+    assert check_of(wire("auto", engine)) is None
+
+
+@pytest.mark.parametrize("mode", ["report-only", "strict"])
+def test_report_only_and_strict_always_inject(mode: str) -> None:
+    check = check_of(wire(mode))  # CPU engine
+    assert check is not None
+    assert check["env"] == [{"name": kernel_check.MODE_ENV, "value": mode}]
+
+
+def test_off_never_injects() -> None:
+    assert check_of(wire("off", make_container(resources=GPU))) is None
+
+
+def test_mode_value_is_trimmed_and_case_insensitive() -> None:
+    check = check_of(wire(" Strict "))
+    assert check is not None and check["env"][0]["value"] == "strict"
+
+
+def test_unrecognised_mode_is_rejected_not_guessed() -> None:
+    with pytest.raises(InjectionRejected, match="strcit"):
+        wire("strcit")
+
+
+def test_not_injected_for_sglang_pairs() -> None:
+    from shared.pod_wiring import wire_pod
+
+    backend = make_backend(
+        runtime="SGLang", annotations={c.ANNOTATION_LMCACHE_KERNEL_CHECK: "strict"}
+    )
+    pod = make_pod(make_container("sglang", image="lmsysorg/sglang", resources=GPU))
+    result = wire_pod(pod, [backend], CTX)
+    assert "lmcache-kernel-check" not in init_containers_of(result.pod)
+    assert c.ANNOTATION_LMCACHE_KERNEL_CHECK_MODE not in result.pod["metadata"].get(
+        "annotations", {}
+    )
+
+
+# ------------------------------------------------------------------- container
+
+
+def test_container_shape_runs_python3_without_a_shell() -> None:
+    engine = make_container(image="vllm/vllm-openai:v0.11.0", imagePullPolicy="Always")
+    check = check_of(wire("strict", engine))
+    assert check is not None
+    assert check["command"][:2] == ["python3", "-c"]
+    assert check["command"][2] == kernel_check.SCRIPT
+    assert "args" not in check
+    assert check["image"] == "vllm/vllm-openai:v0.11.0"
+    assert check["imagePullPolicy"] == "Always"
+    assert check["terminationMessagePath"] == "/dev/termination-log"
+    assert check["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    assert check["resources"] == {"requests": {"cpu": "10m", "memory": "64Mi"}}
+    assert "restartPolicy" not in check  # a normal init container, not a native sidecar
+
+
+def test_script_force_loads_from_disk_after_torch() -> None:
+    script = kernel_check.SCRIPT
+    assert script.index("import torch") < script.index("ExtensionFileLoader")
+    assert 'find_spec("lmcache")' in script
+    assert "c_ops*.so" in script
+    compile(script, "<kernel-check>", "exec")
+
+
+def test_check_runs_after_user_init_containers_and_converges() -> None:
+    cb = CacheBackend.model_validate(
+        make_backend(annotations={c.ANNOTATION_LMCACHE_KERNEL_CHECK: "strict"})
+    )
+    pod = make_pod(
+        make_container(), initContainers=[make_container("fetch-model", image="busybox")]
+    )
+    once = ADAPTER.inject(pod, cb, None, InjectContext())
+    assert [ic["name"] for ic in once["spec"]["initContainers"]] == [
+        "fetch-model",
+        "lmcache-kernel-check",
+    ]
+    assert ADAPTER.inject(once, cb, None, InjectContext()) == once
+    assert_valid_pod(once)
+
+
+def test_mode_switched_off_removes_a_prior_check() -> None:
+    strict = wire("strict")
+    cb = CacheBackend.model_validate(
+        make_backend(annotations={c.ANNOTATION_LMCACHE_KERNEL_CHECK: "off"})
+    )
+    out = ADAPTER.inject(strict, cb, None, InjectContext())
+    assert "initContainers" not in out["spec"]
+
+
+def test_check_name_used_by_a_regular_container_is_rejected() -> None:
+    pod = make_pod(make_container(), make_container("lmcache-kernel-check", image="x"))
+    cb = CacheBackend.model_validate(
+        make_backend(annotations={c.ANNOTATION_LMCACHE_KERNEL_CHECK: "strict"})
+    )
+    with pytest.raises(InjectionRejected):
+        ADAPTER.inject(pod, cb, None, InjectContext())
+
+
+def test_mode_on_pod_reads_the_admitted_mode() -> None:
+    assert kernel_check.mode_on_pod(wire("strict")) == "strict"
+    assert kernel_check.mode_on_pod(wire("off")) is None
+
+
+# ------------------------------------------------------------- the detector
+
+
+def _fake_image(
+    root: Path, *, torch: bool = True, lmcache: bool = True, c_ops: str | None = None
+) -> Path:
+    if torch:
+        (root / "torch.py").write_text("LOADED = True\n")
+    if lmcache:
+        pkg = root / "lmcache"
+        pkg.mkdir()
+        # The fallback shim LMCache installs on import: must never be what the check runs.
+        (pkg / "__init__.py").write_text("raise RuntimeError('lmcache __init__ must not run')\n")
+        if c_ops is not None:
+            suffix = sysconfig.get_config_var("EXT_SUFFIX")
+            shutil.copy(c_ops, pkg / f"c_ops{suffix}")
+    return root
+
+
+def _run(tmp_path: Path, image: Path, mode: str) -> tuple[int, dict[str, Any], dict[str, Any]]:
+    log = tmp_path / "termination-log"
+    script = kernel_check.SCRIPT.replace("/dev/termination-log", str(log))
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        env={"PYTHONPATH": str(image), kernel_check.MODE_ENV: mode, "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    printed = json.loads(proc.stdout.strip().splitlines()[-1])
+    return proc.returncode, printed, json.loads(log.read_text())
+
+
+@pytest.fixture(scope="module")
+def compiled_c_ops(tmp_path_factory: pytest.TempPathFactory) -> str:
+    gcc = shutil.which("gcc") or shutil.which("cc")
+    if gcc is None:
+        pytest.skip("no C compiler to build a fake c_ops extension")
+    build = tmp_path_factory.mktemp("c_ops")
+    source = build / "c_ops.c"
+    source.write_text(
+        "#include <Python.h>\n"
+        'static struct PyModuleDef m = {PyModuleDef_HEAD_INIT, "c_ops", NULL, -1, NULL};\n'
+        "PyMODINIT_FUNC PyInit_c_ops(void) { return PyModule_Create(&m); }\n"
+    )
+    out = build / "c_ops.so"
+    include = sysconfig.get_paths()["include"]
+    subprocess.run(
+        [gcc, "-shared", "-fPIC", f"-I{include}", str(source), "-o", str(out)], check=True
+    )
+    return str(out)
+
+
+def test_detector_ok_when_the_extension_loads(tmp_path: Path, compiled_c_ops: str) -> None:
+    (tmp_path / "img").mkdir()
+    image = _fake_image(tmp_path / "img", c_ops=compiled_c_ops)
+    code, printed, verdict = _run(tmp_path, image, "strict")
+    assert code == 0
+    assert verdict == printed == {"mode": "strict", "result": "ok", "error": ""}
+
+
+@pytest.mark.parametrize(("mode", "exit_code"), [("report-only", 0), ("strict", 1)])
+def test_detector_no_compiled_extension(tmp_path: Path, mode: str, exit_code: int) -> None:
+    (tmp_path / "img").mkdir()
+    image = _fake_image(tmp_path / "img")
+    code, _, verdict = _run(tmp_path, image, mode)
+    assert code == exit_code
+    assert verdict["mode"] == mode
+    assert verdict["result"] == "failed"
+    assert "c_ops" in verdict["error"]
+
+
+@pytest.mark.parametrize(("mode", "exit_code"), [("report-only", 0), ("strict", 1)])
+def test_detector_extension_that_fails_to_load(tmp_path: Path, mode: str, exit_code: int) -> None:
+    (tmp_path / "img").mkdir()
+    broken = tmp_path / "broken.so"
+    broken.write_bytes(b"not an ELF object")
+    image = _fake_image(tmp_path / "img", c_ops=str(broken))
+    code, _, verdict = _run(tmp_path, image, mode)
+    assert code == exit_code
+    assert verdict["result"] == "failed"
+    assert verdict["error"].startswith("ImportError")
+
+
+def test_detector_lmcache_not_importable(tmp_path: Path) -> None:
+    (tmp_path / "img").mkdir()
+    image = _fake_image(tmp_path / "img", lmcache=False)
+    code, _, verdict = _run(tmp_path, image, "report-only")
+    assert code == 0
+    assert "lmcache is not importable" in verdict["error"]
+
+
+def test_detector_torch_missing_is_a_failure(tmp_path: Path) -> None:
+    (tmp_path / "img").mkdir()
+    image = _fake_image(tmp_path / "img", torch=False)
+    code, _, verdict = _run(tmp_path, image, "strict")
+    assert code == 1
+    assert "torch" in verdict["error"]

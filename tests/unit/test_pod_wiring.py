@@ -1,0 +1,742 @@
+"""Spec "Mutating Pod webhook (engine wiring)": the pure decision core, wire_pod.
+
+Also home of the pod/backend builders and the pod-validity assertion the adapter tests
+share.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from typing import Any
+
+import pytest
+
+from shared import constants as c
+from shared.pod_wiring import (
+    OUTCOME_FAIL_OPEN,
+    OUTCOME_INJECTED,
+    OUTCOME_SKIPPED,
+    SKIP_INJECT_TRUTHY,
+    WiringResult,
+    wire_pod,
+)
+from shared.runtime_adapters.base import InjectContext
+from shared.runtime_adapters.podcheck import pod_problems
+from tests.samples import sample_backends
+from webhook_svc.admission_review import json_patch
+
+NS = "team-a"
+SUBSCRIBER_IMAGE = "ghcr.io/inference-cache/kvevent-subscriber:v1"
+CTX = InjectContext(kvevent_subscriber_image=SUBSCRIBER_IMAGE, server_address="icache:50051")
+NO_SUB_CTX = InjectContext()
+
+# ------------------------------------------------------------------------ builders
+
+
+def make_container(
+    name: str = "vllm", image: str = "vllm/vllm-openai:v0.11.0", **extra: Any
+) -> dict[str, Any]:
+    return {"name": name, "image": image, **extra}
+
+
+def make_pod(
+    *containers: dict[str, Any],
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+    namespace: str = NS,
+    **spec: Any,
+) -> dict[str, Any]:
+    metadata: dict[str, Any] = {
+        "generateName": "engine-",
+        "namespace": namespace,
+        "labels": {"app": "engine"} if labels is None else labels,
+    }
+    if annotations:
+        metadata["annotations"] = annotations
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": metadata,
+        "spec": {"containers": list(containers) or [make_container()], **spec},
+    }
+
+
+def make_backend(
+    name: str = "cache",
+    *,
+    runtime: str = "VLLM",
+    type_: str | None = None,
+    namespace: str = NS,
+    selector: dict[str, str] | None = None,
+    remote: dict[str, Any] | None = None,
+    status_endpoint: str | None = None,
+    integration: dict[str, Any] | None = None,
+    model_id: str | None = "Qwen/Qwen3-8B",
+    annotations: dict[str, str] | None = None,
+    uid: str | None = "uid-1234",
+    **spec: Any,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "runtime": runtime,
+        "engineSelector": {"matchLabels": {"app": "engine"} if selector is None else selector},
+        **spec,
+    }
+    if type_:
+        body["type"] = type_
+    if remote is not None:
+        body["remoteStorage"] = remote
+    if integration is not None:
+        body["integration"] = integration
+    if model_id:
+        body["observation"] = {"modelID": model_id}
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace}
+    if uid:
+        metadata["uid"] = uid
+    if annotations:
+        metadata["annotations"] = annotations
+    backend: dict[str, Any] = {
+        "apiVersion": "inferencecache.io/v1alpha1",
+        "kind": "CacheBackend",
+        "metadata": metadata,
+        "spec": body,
+    }
+    if status_endpoint is not None:
+        backend["status"] = {"endpoint": status_endpoint}
+    return backend
+
+
+def managed(provider: str = "LMCacheServer") -> dict[str, Any]:
+    return {"provider": provider, "ownership": "Managed"}
+
+
+def external(provider: str, endpoint: str) -> dict[str, Any]:
+    return {"provider": provider, "ownership": "External", "endpoint": endpoint}
+
+
+def containers_of(pod: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {ct["name"]: ct for ct in pod["spec"]["containers"]}
+
+
+def init_containers_of(pod: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {ct["name"]: ct for ct in pod["spec"].get("initContainers") or []}
+
+
+def env_of(container: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container.get("env") or []}
+
+
+def annotations_of(pod: dict[str, Any]) -> dict[str, str]:
+    return dict(pod["metadata"].get("annotations") or {})
+
+
+_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?([KMGTPE]i|[kMGTPE]|m)?$")
+
+
+def assert_valid_pod(pod: dict[str, Any]) -> None:
+    """Kubernetes Pod validation basics the wired pod must pass."""
+    assert pod_problems(pod) == set()
+    names = [ct["name"] for ct in pod["spec"]["containers"] + pod["spec"].get("initContainers", [])]
+    assert len(names) == len(set(names)), names
+    volumes = [v["name"] for v in pod["spec"].get("volumes") or []]
+    assert len(volumes) == len(set(volumes)), volumes
+    for ct in pod["spec"]["containers"] + pod["spec"].get("initContainers", []):
+        paths = [m["mountPath"] for m in ct.get("volumeMounts") or []]
+        assert len(paths) == len(set(paths)), (ct["name"], paths)
+        for mount in ct.get("volumeMounts") or []:
+            assert mount["name"] in volumes
+        for var in ct.get("env") or []:
+            assert re.match(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$", var["name"])
+            assert ("value" in var) != ("valueFrom" in var)
+            if "value" in var:
+                assert isinstance(var["value"], str)
+        assert all(isinstance(t, str) for t in ct.get("args") or [])
+        assert all(isinstance(t, str) for t in ct.get("command") or [])
+        for section in ("limits", "requests"):
+            for value in ((ct.get("resources") or {}).get(section) or {}).values():
+                assert _QUANTITY.match(str(value)), value
+    for vol in pod["spec"].get("volumes") or []:
+        size = (vol.get("emptyDir") or {}).get("sizeLimit")
+        if size is not None:
+            assert _QUANTITY.match(str(size)), size
+
+
+def assert_idempotent(
+    result: WiringResult, backends: list[dict[str, Any]], ctx: InjectContext
+) -> None:
+    """Re-admitting the wired pod yields an identical pod: an empty JSON patch."""
+    again = wire_pod(copy.deepcopy(result.pod), backends, ctx)
+    assert again.outcome == result.outcome
+    assert json_patch(result.pod, again.pod) == []
+
+
+def stale_annotations() -> dict[str, str]:
+    return {
+        c.ANNOTATION_INJECTED_BY: f"{NS}/forged",
+        c.ANNOTATION_INJECTED_BY_UID: "forged-uid",
+        c.ANNOTATION_INJECT_SKIPPED: c.INJECT_SKIPPED_VALUE,
+        c.ANNOTATION_LMCACHE_KERNEL_CHECK_MODE: "strict",
+        "team/keep": "me",
+    }
+
+
+def assert_decision_annotations_stripped(pod: dict[str, Any]) -> None:
+    annotations = annotations_of(pod)
+    for key in (
+        c.ANNOTATION_INJECTED_BY,
+        c.ANNOTATION_INJECTED_BY_UID,
+        c.ANNOTATION_INJECT_SKIPPED,
+        c.ANNOTATION_LMCACHE_KERNEL_CHECK_MODE,
+    ):
+        assert key not in annotations
+    assert annotations.get("team/keep") == "me"
+
+
+# ------------------------------------------------------------------------ selection
+
+
+def test_selection_first_matching_backend_by_name_wins() -> None:
+    backends = [make_backend("zeta"), make_backend("alpha", uid="uid-alpha"), make_backend("mid")]
+    result = wire_pod(make_pod(), backends, CTX)
+    assert result.outcome == OUTCOME_INJECTED
+    assert result.backend == f"{NS}/alpha"
+    assert annotations_of(result.pod)[c.ANNOTATION_INJECTED_BY] == f"{NS}/alpha"
+    assert annotations_of(result.pod)[c.ANNOTATION_INJECTED_BY_UID] == "uid-alpha"
+
+
+def test_selection_only_backends_of_the_pods_namespace() -> None:
+    result = wire_pod(make_pod(), [make_backend(namespace="other")], CTX)
+    assert (result.outcome, result.reason) == (OUTCOME_FAIL_OPEN, "no_match")
+
+
+def test_selection_namespace_argument_overrides_pod_metadata() -> None:
+    pod = make_pod(namespace="")
+    result = wire_pod(pod, [make_backend()], CTX, namespace=NS)
+    assert result.outcome == OUTCOME_INJECTED
+
+
+def test_selection_every_match_label_must_be_on_the_pod() -> None:
+    backend = make_backend(selector={"app": "engine", "tier": "gpu"})
+    assert wire_pod(make_pod(), [backend], CTX).reason == "no_match"
+    pod = make_pod(labels={"app": "engine", "tier": "gpu", "extra": "x"})
+    assert wire_pod(pod, [backend], CTX).outcome == OUTCOME_INJECTED
+
+
+@pytest.mark.parametrize("selector", [None, {}, {"matchLabels": {}}, {"matchLabels": None}])
+def test_selection_nil_or_empty_selector_never_matches(selector: Any) -> None:
+    backend = make_backend()
+    if selector is None:
+        del backend["spec"]["engineSelector"]
+    else:
+        backend["spec"]["engineSelector"] = selector
+    result = wire_pod(make_pod(), [backend], CTX)
+    assert (result.outcome, result.reason) == (OUTCOME_FAIL_OPEN, "no_match")
+
+
+def test_selection_skips_unclaiming_backend_and_takes_next_match() -> None:
+    unclaiming = make_backend("aaa")
+    unclaiming["spec"]["engineSelector"] = {}
+    result = wire_pod(make_pod(), [unclaiming, make_backend("bbb")], CTX)
+    assert result.backend == f"{NS}/bbb"
+
+
+# --------------------------------------------------------------- fail-open paths
+
+
+def test_fail_open_no_match_strips_stale_annotations() -> None:
+    pod = make_pod(labels={"app": "other"}, annotations=stale_annotations())
+    result = wire_pod(pod, [make_backend()], CTX)
+    assert (result.outcome, result.reason) == (OUTCOME_FAIL_OPEN, "no_match")
+    assert_decision_annotations_stripped(result.pod)
+    assert result.pod["spec"] == pod["spec"]
+
+
+def test_fail_open_no_match_without_annotations_leaves_pod_identical() -> None:
+    pod = make_pod(labels={"app": "other"})
+    result = wire_pod(pod, [make_backend()], CTX)
+    assert json_patch(pod, result.pod) == []
+
+
+def test_fail_open_missing_managed_endpoint() -> None:
+    backend = make_backend(remote=managed())
+    pod = make_pod(annotations=stale_annotations())
+    result = wire_pod(pod, [backend], CTX)
+    assert (result.outcome, result.reason) == (OUTCOME_FAIL_OPEN, "missing_endpoint")
+    assert result.pod["spec"] == pod["spec"]
+    assert_decision_annotations_stripped(result.pod)
+
+
+def test_fail_open_whitespace_managed_endpoint() -> None:
+    backend = make_backend(remote=managed(), status_endpoint="   ")
+    assert wire_pod(make_pod(), [backend], CTX).reason == "missing_endpoint"
+
+
+def test_binding_managed_uses_status_endpoint() -> None:
+    backend = make_backend(remote=managed(), status_endpoint=" cache-lmcache.team-a.svc:65432 ")
+    result = wire_pod(make_pod(), [backend], CTX)
+    engine = containers_of(result.pod)["vllm"]
+    assert env_of(engine)["LMCACHE_REMOTE_URL"] == "lm://cache-lmcache.team-a.svc:65432"
+
+
+def test_binding_external_uses_trimmed_spec_endpoint_never_status() -> None:
+    backend = make_backend(
+        remote=external("LMCacheServer", "  lm://ext.example.com:65432 "),
+        status_endpoint="stale.example.com:1",
+    )
+    result = wire_pod(make_pod(), [backend], CTX)
+    engine = containers_of(result.pod)["vllm"]
+    assert env_of(engine)["LMCACHE_REMOTE_URL"] == "lm://ext.example.com:65432"
+
+
+def test_fail_open_external_endpoint_empty() -> None:
+    backend = make_backend(remote=external("LMCacheServer", "  "), status_endpoint="x:1")
+    assert wire_pod(make_pod(), [backend], CTX).reason == "missing_endpoint"
+
+
+@pytest.mark.parametrize(
+    ("provider", "endpoint"),
+    [
+        ("Redis", "lm://redis:6379"),
+        ("LMCacheServer", "host-without-port"),
+        ("Mooncake", "lm://m:1"),
+    ],
+)
+def test_fail_open_external_endpoint_fails_provider_shape(provider: str, endpoint: str) -> None:
+    runtime = "SGLang" if provider == "Redis" else "VLLM"
+    backend = make_backend(runtime=runtime, remote=external(provider, endpoint))
+    pod = make_pod(make_container("sglang") if runtime == "SGLang" else make_container())
+    result = wire_pod(pod, [backend], CTX)
+    assert (result.outcome, result.reason) == (OUTCOME_FAIL_OPEN, "invalid_endpoint")
+    assert result.pod["spec"] == pod["spec"]
+
+
+def test_fail_open_binding_not_supported() -> None:
+    # vLLM's LMCache connector has no RESP wire.
+    backend = make_backend(remote=managed("Redis"), status_endpoint="redis.team-a.svc:6379")
+    result = wire_pod(make_pod(annotations=stale_annotations()), [backend], CTX)
+    assert (result.outcome, result.reason) == (OUTCOME_FAIL_OPEN, "binding_not_supported")
+    assert_decision_annotations_stripped(result.pod)
+
+
+def test_fail_open_hicache_with_remote_binding_not_supported() -> None:
+    backend = make_backend(
+        runtime="SGLang",
+        type_="SGLangHiCache",
+        hiCache={"ratio": "2"},
+        remote=managed("Redis"),
+        status_endpoint="redis:6379",
+    )
+    result = wire_pod(make_pod(make_container("sglang")), [backend], CTX)
+    assert result.reason == "binding_not_supported"
+
+
+def test_fail_open_no_adapter_for_pair() -> None:
+    backend = make_backend(type_="SGLangHiCache", hiCache={"ratio": "2"})  # VLLM + HiCache
+    result = wire_pod(make_pod(annotations=stale_annotations()), [backend], CTX)
+    assert (result.outcome, result.reason) == (OUTCOME_FAIL_OPEN, "no_adapter")
+    assert "VLLM/LMCache" in result.message
+    assert_decision_annotations_stripped(result.pod)
+
+
+def test_fail_open_invalid_backend() -> None:
+    backend = make_backend()
+    backend["spec"]["runtime"] = "TensorRT"
+    result = wire_pod(make_pod(annotations=stale_annotations()), [backend], CTX)
+    assert (result.outcome, result.reason) == (OUTCOME_FAIL_OPEN, "invalid_backend")
+    assert result.backend == f"{NS}/cache"
+    assert_decision_annotations_stripped(result.pod)
+
+
+def test_fail_open_remote_storage_without_ownership_is_invalid_backend() -> None:
+    backend = make_backend(remote={"provider": "LMCacheServer"})
+    assert wire_pod(make_pod(), [backend], CTX).reason == "invalid_backend"
+
+
+def test_fail_open_adapter_rejected() -> None:
+    pod = make_pod(
+        make_container("a", image="x"),
+        make_container("b", image="y"),
+        annotations=stale_annotations(),
+    )
+    result = wire_pod(pod, [make_backend()], CTX)
+    assert (result.outcome, result.reason) == (OUTCOME_FAIL_OPEN, "adapter_rejected")
+    assert result.pod["spec"] == pod["spec"]
+    assert_decision_annotations_stripped(result.pod)
+
+
+def test_fail_open_adapter_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from shared.runtime_adapters.vllm_lmcache import VLLMLMCacheAdapter
+
+    def boom(*_: Any, **__: Any) -> dict[str, Any]:
+        raise KeyError("bug")
+
+    monkeypatch.setattr(VLLMLMCacheAdapter, "inject", boom)
+    result = wire_pod(make_pod(annotations=stale_annotations()), [make_backend()], CTX)
+    assert (result.outcome, result.reason) == (OUTCOME_FAIL_OPEN, "adapter_error")
+    assert_decision_annotations_stripped(result.pod)
+
+
+@pytest.mark.parametrize(
+    "pod", [{"metadata": {}, "spec": {}}, {"metadata": {}, "spec": {"containers": []}}]
+)
+def test_fail_open_invalid_pod(pod: dict[str, Any]) -> None:
+    result = wire_pod(pod, [make_backend()], CTX)
+    assert (result.outcome, result.reason) == (OUTCOME_FAIL_OPEN, "invalid_pod")
+
+
+def test_fail_open_when_wiring_would_make_the_pod_invalid(monkeypatch: pytest.MonkeyPatch) -> None:
+    from shared.runtime_adapters.vllm_lmcache import VLLMLMCacheAdapter
+
+    def bad(self: Any, pod: dict[str, Any], *_: Any) -> dict[str, Any]:
+        out = copy.deepcopy(pod)
+        out["spec"]["containers"].append(dict(out["spec"]["containers"][0]))
+        return out
+
+    monkeypatch.setattr(VLLMLMCacheAdapter, "inject", bad)
+    result = wire_pod(make_pod(), [make_backend()], CTX)
+    assert (result.outcome, result.reason) == (OUTCOME_FAIL_OPEN, "invalid_result")
+    assert "duplicated" in result.message
+
+
+def test_preexisting_pod_problems_are_not_blamed_on_wiring() -> None:
+    engine = make_container(env=[{"name": "1BAD", "value": "x"}])
+    result = wire_pod(make_pod(engine), [make_backend()], CTX)
+    assert result.outcome == OUTCOME_INJECTED
+
+
+# ---------------------------------------------------------------- skip-inject
+
+
+@pytest.mark.parametrize("value", ["true", "TRUE", " True ", "1", "yes", "on", "On"])
+def test_skip_inject_annotation_truthy_values_skip(value: str) -> None:
+    annotations = {
+        c.ANNOTATION_SKIP_INJECT: value,
+        c.ANNOTATION_INJECTED_BY: f"{NS}/cache",
+        c.ANNOTATION_INJECTED_BY_UID: "uid",
+        "team/keep": "me",
+    }
+    pod = make_pod(annotations=annotations)
+    result = wire_pod(pod, [make_backend()], CTX)
+    assert (result.outcome, result.reason) == (OUTCOME_SKIPPED, "skip_inject_annotation")
+    got = annotations_of(result.pod)
+    assert got[c.ANNOTATION_INJECT_SKIPPED] == c.INJECT_SKIPPED_VALUE
+    assert c.ANNOTATION_INJECTED_BY not in got
+    assert c.ANNOTATION_INJECTED_BY_UID not in got
+    assert got[c.ANNOTATION_SKIP_INJECT] == value
+    assert got["team/keep"] == "me"
+    assert result.pod["spec"] == pod["spec"]
+
+
+def test_skip_inject_truthy_set_is_documented() -> None:
+    assert {"true", "1", "yes", "on"} == SKIP_INJECT_TRUTHY
+
+
+@pytest.mark.parametrize("value", ["false", "0", "no", "off", "", "maybe"])
+def test_skip_inject_annotation_falsy_values_wire(value: str) -> None:
+    pod = make_pod(annotations={c.ANNOTATION_SKIP_INJECT: value})
+    result = wire_pod(pod, [make_backend()], CTX)
+    assert result.outcome == OUTCOME_INJECTED
+
+
+def test_skip_inject_applies_even_without_a_matching_backend() -> None:
+    pod = make_pod(annotations={c.ANNOTATION_SKIP_INJECT: "true"})
+    assert wire_pod(pod, [], CTX).outcome == OUTCOME_SKIPPED
+
+
+def test_skip_inject_with_existing_marker_is_converged() -> None:
+    pod = make_pod(
+        annotations={
+            c.ANNOTATION_SKIP_INJECT: "true",
+            c.ANNOTATION_INJECT_SKIPPED: c.INJECT_SKIPPED_VALUE,
+        }
+    )
+    result = wire_pod(pod, [make_backend()], CTX)
+    assert json_patch(pod, result.pod) == []
+
+
+# ------------------------------------------------------------------ annotations
+
+
+def test_injected_stamps_injected_by_and_uid_and_clears_inject_skipped() -> None:
+    pod = make_pod(annotations={c.ANNOTATION_INJECT_SKIPPED: c.INJECT_SKIPPED_VALUE})
+    result = wire_pod(pod, [make_backend(uid="the-uid")], CTX)
+    got = annotations_of(result.pod)
+    assert got[c.ANNOTATION_INJECTED_BY] == f"{NS}/cache"
+    assert got[c.ANNOTATION_INJECTED_BY_UID] == "the-uid"
+    assert c.ANNOTATION_INJECT_SKIPPED not in got
+
+
+def test_injected_without_backend_uid_drops_stale_uid() -> None:
+    pod = make_pod(annotations={c.ANNOTATION_INJECTED_BY_UID: "forged"})
+    result = wire_pod(pod, [make_backend(uid=None)], CTX)
+    assert c.ANNOTATION_INJECTED_BY_UID not in annotations_of(result.pod)
+    assert annotations_of(result.pod)[c.ANNOTATION_INJECTED_BY] == f"{NS}/cache"
+
+
+def test_kernel_check_mode_recorded_when_check_injected() -> None:
+    backend = make_backend(annotations={c.ANNOTATION_LMCACHE_KERNEL_CHECK: "strict"})
+    result = wire_pod(make_pod(), [backend], CTX)
+    assert annotations_of(result.pod)[c.ANNOTATION_LMCACHE_KERNEL_CHECK_MODE] == "strict"
+
+
+def test_kernel_check_mode_not_recorded_without_check_and_forged_value_dropped() -> None:
+    pod = make_pod(annotations={c.ANNOTATION_LMCACHE_KERNEL_CHECK_MODE: "strict"})  # CPU engine
+    result = wire_pod(pod, [make_backend()], CTX)
+    assert result.outcome == OUTCOME_INJECTED
+    assert c.ANNOTATION_LMCACHE_KERNEL_CHECK_MODE not in annotations_of(result.pod)
+
+
+def test_kernel_check_auto_on_gpu_engine_records_report_only() -> None:
+    engine = make_container(resources={"limits": {"nvidia.com/gpu": "1"}})
+    result = wire_pod(make_pod(engine), [make_backend()], CTX)
+    assert annotations_of(result.pod)[c.ANNOTATION_LMCACHE_KERNEL_CHECK_MODE] == "report-only"
+
+
+# ------------------------------------------------------------------ events-only
+
+
+def events_only_backend(**kw: Any) -> dict[str, Any]:
+    return make_backend(integration={"mode": "EventsOnly"}, **kw)
+
+
+def test_events_only_injects_only_the_subscriber() -> None:
+    engine = make_container(resources={"limits": {"nvidia.com/gpu": "1"}})
+    backend = events_only_backend(lmCache={"chunkSizeTokens": 512})
+    pod = make_pod(engine)
+    result = wire_pod(pod, [backend], CTX)
+    assert (result.outcome, result.reason) == (OUTCOME_INJECTED, "events_only")
+    assert containers_of(result.pod)["vllm"] == engine
+    assert "initContainers" not in result.pod["spec"]  # no kernel check either
+    sub = containers_of(result.pod)["kvevent-subscriber"]
+    assert "--ignore-block-removed=true" not in sub["args"]
+    assert annotations_of(result.pod)[c.ANNOTATION_INJECTED_BY] == f"{NS}/cache"
+    assert_valid_pod(result.pod)
+    assert_idempotent(result, [backend], CTX)
+
+
+def test_events_only_needs_no_endpoint() -> None:
+    backend = events_only_backend()
+    assert "status" not in backend
+    assert wire_pod(make_pod(), [backend], CTX).outcome == OUTCOME_INJECTED
+
+
+def test_events_only_without_subscriber_image_leaves_pod_untouched() -> None:
+    pod = make_pod()
+    result = wire_pod(pod, [events_only_backend()], NO_SUB_CTX)
+    assert (result.outcome, result.reason) == (OUTCOME_FAIL_OPEN, "events_only_no_subscriber")
+    assert json_patch(pod, result.pod) == []
+
+
+def test_events_only_without_model_id_leaves_pod_untouched_and_strips_stale() -> None:
+    pod = make_pod(annotations=stale_annotations())
+    result = wire_pod(pod, [events_only_backend(model_id=None)], CTX)
+    assert (result.outcome, result.reason) == (OUTCOME_FAIL_OPEN, "events_only_no_subscriber")
+    assert result.pod["spec"] == pod["spec"]
+    assert_decision_annotations_stripped(result.pod)
+
+
+def test_events_only_sglang_uses_sglang_hash_scheme() -> None:
+    backend = events_only_backend(runtime="SGLang")
+    result = wire_pod(make_pod(make_container("server", image="lmsysorg/sglang")), [backend], CTX)
+    sub = containers_of(result.pod)["kvevent-subscriber"]
+    assert "--hash-scheme=sglang" in sub["args"]
+    assert "initContainers" not in result.pod["spec"]
+
+
+# -------------------------------------------------------------------- subscriber
+
+
+def test_offload_appends_subscriber_when_image_and_model_id_set() -> None:
+    result = wire_pod(make_pod(), [make_backend()], CTX)
+    sub = containers_of(result.pod)["kvevent-subscriber"]
+    assert sub["image"] == SUBSCRIBER_IMAGE
+    assert "--ignore-block-removed=true" in sub["args"]
+    assert "--server=icache:50051" in sub["args"]
+
+
+def test_offload_without_subscriber_image_still_wires_connector() -> None:
+    result = wire_pod(make_pod(), [make_backend()], NO_SUB_CTX)
+    assert result.outcome == OUTCOME_INJECTED
+    assert "kvevent-subscriber" not in containers_of(result.pod)
+
+
+def test_offload_without_model_id_has_no_subscriber() -> None:
+    result = wire_pod(make_pod(), [make_backend(model_id=None)], CTX)
+    assert result.outcome == OUTCOME_INJECTED
+    assert "kvevent-subscriber" not in containers_of(result.pod)
+
+
+def test_subscriber_name_on_an_init_container_fails_open() -> None:
+    pod = make_pod(initContainers=[make_container("kvevent-subscriber", image="busybox")])
+    result = wire_pod(pod, [make_backend()], CTX)
+    assert (result.outcome, result.reason) == (OUTCOME_FAIL_OPEN, "subscriber_rejected")
+
+
+# -------------------------------------------------------------------- mooncake
+
+
+def mooncake_backend(
+    host_network: bool | None, status: str | None = "mc-master.team-a.svc:50051"
+) -> dict[str, Any]:
+    integration = {} if host_network is None else {"engineHostNetwork": host_network}
+    return make_backend(remote=managed("Mooncake"), status_endpoint=status, integration=integration)
+
+
+def test_mooncake_engine_host_network_set_with_connector() -> None:
+    result = wire_pod(make_pod(), [mooncake_backend(True)], CTX)
+    assert result.outcome == OUTCOME_INJECTED
+    assert result.pod["spec"]["hostNetwork"] is True
+    assert result.pod["spec"]["dnsPolicy"] == "ClusterFirstWithHostNet"
+    engine = containers_of(result.pod)["vllm"]
+    assert env_of(engine)["LMCACHE_REMOTE_URL"] == "mooncakestore://mc-master.team-a.svc:50051"
+    assert_idempotent(result, [mooncake_backend(True)], CTX)
+
+
+def test_mooncake_without_engine_host_network_stays_on_pod_network() -> None:
+    result = wire_pod(make_pod(), [mooncake_backend(None)], CTX)
+    assert result.outcome == OUTCOME_INJECTED
+    assert "hostNetwork" not in result.pod["spec"]
+    assert "dnsPolicy" not in result.pod["spec"]
+
+
+def test_mooncake_host_network_never_granted_without_connector() -> None:
+    pod = make_pod()
+    result = wire_pod(pod, [mooncake_backend(True, status=None)], CTX)
+    assert (result.outcome, result.reason) == (OUTCOME_FAIL_OPEN, "missing_endpoint")
+    assert "hostNetwork" not in result.pod["spec"]
+
+
+def test_engine_host_network_ignored_for_non_mooncake_binding() -> None:
+    backend = make_backend(
+        remote=managed(), status_endpoint="lm:65432", integration={"engineHostNetwork": True}
+    )
+    result = wire_pod(make_pod(), [backend], CTX)
+    assert "hostNetwork" not in result.pod["spec"]
+
+
+# -------------------------------------------------------------------- overrides
+
+
+def test_engine_overrides_are_applied_by_the_webhook() -> None:
+    backend = make_backend(
+        integration={
+            "engineOverrides": {
+                "args": ["--max-model-len 4096"],
+                "env": [{"name": "LMCACHE_CHUNK_SIZE", "value": "512"}],
+                "suppressEnv": ["LMCACHE_LOCAL_CPU"],
+            }
+        }
+    )
+    result = wire_pod(make_pod(), [backend], CTX)
+    engine = containers_of(result.pod)["vllm"]
+    assert engine["args"][-2:] == ["--max-model-len", "4096"]
+    assert env_of(engine)["LMCACHE_CHUNK_SIZE"] == "512"
+    assert "LMCACHE_LOCAL_CPU" not in env_of(engine)
+    assert_idempotent(result, [backend], CTX)
+
+
+# ------------------------------------------------------------------ idempotency
+
+
+def every_configuration() -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    gpu = {"limits": {"nvidia.com/gpu": "1"}}
+    return [
+        ("vllm-host-only", make_backend(), make_pod(make_container(resources=gpu))),
+        ("vllm-lm", make_backend(remote=managed(), status_endpoint="s:65432"), make_pod()),
+        ("vllm-mooncake-hostnet", mooncake_backend(True), make_pod()),
+        (
+            "vllm-strict",
+            make_backend(annotations={c.ANNOTATION_LMCACHE_KERNEL_CHECK: "strict"}),
+            make_pod(),
+        ),
+        (
+            "sglang-lmcache-redis",
+            make_backend(runtime="SGLang", remote=managed("Redis"), status_endpoint="r:6379"),
+            make_pod(make_container("sglang", image="lmsysorg/sglang:v0.5")),
+        ),
+        (
+            "sglang-lmcache-host-only-reused-shm",
+            make_backend(runtime="SGLang"),
+            make_pod(
+                make_container(
+                    "sglang",
+                    image="lmsysorg/sglang:v0.5",
+                    volumeMounts=[{"name": "dshm", "mountPath": "/dev/shm"}],
+                ),
+                volumes=[{"name": "dshm", "emptyDir": {"medium": "Memory"}}],
+            ),
+        ),
+        (
+            "sglang-hicache",
+            make_backend(
+                runtime="SGLang",
+                type_="SGLangHiCache",
+                hiCache={"sizeGB": 64, "writePolicy": "write_through"},
+            ),
+            make_pod(
+                make_container("sglang", image="lmsysorg/sglang:v0.5", args=["--hicache-size=64"])
+            ),
+        ),
+        ("events-only", events_only_backend(), make_pod()),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("backend", "pod"),
+    [pytest.param(b, p, id=name) for name, b, p in every_configuration()],
+)
+def test_idempotency_re_admission_of_wired_pod_is_an_empty_patch(
+    backend: dict[str, Any], pod: dict[str, Any]
+) -> None:
+    result = wire_pod(pod, [backend], CTX)
+    assert result.outcome == OUTCOME_INJECTED, result.message
+    assert_valid_pod(result.pod)
+    assert_idempotent(result, [backend], CTX)
+
+
+@pytest.mark.parametrize(
+    ("backend", "pod"),
+    [pytest.param(b, p, id=name) for name, b, p in every_configuration()],
+)
+def test_wiring_never_mutates_its_inputs(backend: dict[str, Any], pod: dict[str, Any]) -> None:
+    pod_before, backend_before = copy.deepcopy(pod), copy.deepcopy(backend)
+    wire_pod(pod, [backend], CTX)
+    assert pod == pod_before
+    assert backend == backend_before
+
+
+def test_idempotency_survives_api_server_defaulting() -> None:
+    """A persisted pod carries fields the API server defaulted on our sidecars."""
+    backend = make_backend(runtime="SGLang", annotations={})
+    result = wire_pod(make_pod(make_container("sglang", image="lmsysorg/sglang")), [backend], CTX)
+    persisted = copy.deepcopy(result.pod)
+    for ct in persisted["spec"]["containers"] + persisted["spec"]["initContainers"]:
+        ct.setdefault("imagePullPolicy", "IfNotPresent")
+        ct.setdefault("terminationMessagePath", "/dev/termination-log")
+        ct.setdefault("terminationMessagePolicy", "File")
+    again = wire_pod(persisted, [backend], CTX)
+    assert json_patch(persisted, again.pod) == []
+
+
+@pytest.mark.parametrize(
+    ("name", "doc"), sample_backends(), ids=lambda v: v if isinstance(v, str) else ""
+)
+def test_every_shipped_sample_wires_or_fails_open_cleanly(name: str, doc: dict[str, Any]) -> None:
+    backend = copy.deepcopy(doc)
+    backend.setdefault("metadata", {})["namespace"] = NS
+    labels = dict((backend["spec"].get("engineSelector") or {}).get("matchLabels") or {})
+    if not labels:
+        pytest.skip("sample claims no pods")
+    runtime = backend["spec"]["runtime"]
+    container = (
+        make_container("sglang", "lmsysorg/sglang") if runtime == "SGLang" else make_container()
+    )
+    pod = make_pod(container, labels=labels)
+    result = wire_pod(pod, [backend], CTX)
+    assert result.outcome in (OUTCOME_INJECTED, OUTCOME_FAIL_OPEN)
+    if result.outcome == OUTCOME_FAIL_OPEN:
+        # Only a managed backend without a published endpoint may fail open.
+        assert result.reason == "missing_endpoint", result.message
+    else:
+        assert_valid_pod(result.pod)
+        assert_idempotent(result, [backend], CTX)

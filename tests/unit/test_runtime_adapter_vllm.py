@@ -1,0 +1,298 @@
+"""vLLM + LMCache adapter: the engine wire of the spec, per rule."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+
+from shared.api.models import CacheBackend
+from shared.bindings import Binding
+from shared.runtime_adapters.base import InjectContext, InjectionRejected
+from shared.runtime_adapters.registry import select
+from shared.runtime_adapters.sizing import gib_decimal_string
+from shared.runtime_adapters.vllm_lmcache import VLLMLMCacheAdapter
+from tests.unit.test_pod_wiring import (
+    assert_valid_pod,
+    containers_of,
+    env_of,
+    init_containers_of,
+    make_backend,
+    make_container,
+    make_pod,
+)
+
+ADAPTER = VLLMLMCacheAdapter()
+CTX = InjectContext()
+LM = Binding("lm", "cache.team-a.svc:65432")
+MOONCAKE = Binding("mooncakestore", "mc.team-a.svc:50051")
+
+
+def backend(**kw: Any) -> CacheBackend:
+    return CacheBackend.model_validate(make_backend(**kw))
+
+
+def inject(
+    pod: dict[str, Any], cb: CacheBackend | None = None, binding: Binding | None = None
+) -> dict[str, Any]:
+    return ADAPTER.inject(pod, cb or backend(), binding, CTX)
+
+
+def engine_of(pod: dict[str, Any], name: str = "vllm") -> dict[str, Any]:
+    return containers_of(pod)[name]
+
+
+def test_registry_selects_vllm_lmcache_adapter() -> None:
+    assert isinstance(select("VLLM", "LMCache"), VLLMLMCacheAdapter)
+
+
+def test_declared_reserved_args_env_and_protocols() -> None:
+    assert ADAPTER.reserved_args == ("--kv-transfer-config",)
+    assert set(ADAPTER.reserved_env) == {
+        "VLLM_USE_V1",
+        "LMCACHE_REMOTE_URL",
+        "INFERENCECACHE_FAIL_OPEN",
+        "PYTHONHASHSEED",
+    }
+    assert ADAPTER.supports_binding(None)
+    assert ADAPTER.supports_binding(LM)
+    assert ADAPTER.supports_binding(MOONCAKE)
+    assert not ADAPTER.supports_binding(Binding("resp", "redis:6379"))
+
+
+@pytest.mark.parametrize(
+    ("role", "kv_role"),
+    [
+        (None, "kv_both"),
+        ("ReadWrite", "kv_both"),
+        ("ReadOnly", "kv_consumer"),
+        ("WriteOnly", "kv_producer"),
+    ],
+)
+def test_kv_transfer_config_maps_role_to_kv_role(role: str | None, kv_role: str) -> None:
+    cb = backend(integration={"role": role} if role else None)
+    args = engine_of(inject(make_pod(), cb))["args"]
+    i = args.index("--kv-transfer-config")
+    assert json.loads(args[i + 1]) == {"kv_connector": "LMCacheConnectorV1", "kv_role": kv_role}
+    assert args[i + 1] == json.dumps(
+        {"kv_connector": "LMCacheConnectorV1", "kv_role": kv_role}, separators=(",", ":")
+    )
+
+
+def test_remote_url_lm_binding() -> None:
+    env = env_of(engine_of(inject(make_pod(), binding=LM)))
+    assert env["LMCACHE_REMOTE_URL"] == "lm://cache.team-a.svc:65432"
+
+
+def test_remote_url_mooncakestore_binding() -> None:
+    env = env_of(engine_of(inject(make_pod(), binding=MOONCAKE)))
+    assert env["LMCACHE_REMOTE_URL"] == "mooncakestore://mc.team-a.svc:50051"
+
+
+@pytest.mark.parametrize(
+    ("binding", "url"),
+    [
+        (Binding("lm", "lm://h:1"), "lm://h:1"),
+        (Binding("mooncakestore", "mooncakestore://h:2"), "mooncakestore://h:2"),
+    ],
+)
+def test_remote_url_scheme_never_doubled(binding: Binding, url: str) -> None:
+    assert env_of(engine_of(inject(make_pod(), binding=binding)))["LMCACHE_REMOTE_URL"] == url
+
+
+def test_host_only_has_no_remote_url_and_drops_a_stale_one() -> None:
+    stale = make_container(env=[{"name": "LMCACHE_REMOTE_URL", "value": "lm://old:1"}])
+    env = env_of(engine_of(inject(make_pod(stale))))
+    assert "LMCACHE_REMOTE_URL" not in env
+
+
+def test_chunk_size_default_and_configured() -> None:
+    assert env_of(engine_of(inject(make_pod())))["LMCACHE_CHUNK_SIZE"] == "256"
+    cb = backend(lmCache={"chunkSizeTokens": 1024})
+    assert env_of(engine_of(inject(make_pod(), cb)))["LMCACHE_CHUNK_SIZE"] == "1024"
+
+
+def test_remote_serde_only_when_set() -> None:
+    assert "LMCACHE_REMOTE_SERDE" not in env_of(engine_of(inject(make_pod(), binding=LM)))
+    cb = backend(lmCache={"remoteSerde": "cachegen"})
+    assert env_of(engine_of(inject(make_pod(), cb, LM)))["LMCACHE_REMOTE_SERDE"] == "cachegen"
+
+
+@pytest.mark.parametrize("binding", [None, LM, MOONCAKE], ids=["host-only", "lm", "mooncake"])
+def test_local_cpu_tier_is_set_for_every_binding(binding: Binding | None) -> None:
+    env = env_of(engine_of(inject(make_pod(), binding=binding)))
+    assert env["LMCACHE_LOCAL_CPU"] == "True"
+    assert env["LMCACHE_MAX_LOCAL_CPU_SIZE"] == "4.0"  # default 4Gi
+
+
+def test_max_local_cpu_size_from_host_memory_capacity() -> None:
+    cb = backend(lmCache={"hostMemory": {"capacity": "32Gi"}})
+    assert env_of(engine_of(inject(make_pod(), cb)))["LMCACHE_MAX_LOCAL_CPU_SIZE"] == "32.0"
+
+
+@pytest.mark.parametrize(
+    ("capacity", "gb"),
+    [(4 * 1024**3, "4.0"), (1536 * 1024**2, "1.5"), (500 * 10**6, "0.465"), (1024, "0.001")],
+)
+def test_max_local_cpu_size_is_gib_float_truncated(capacity: int, gb: str) -> None:
+    from decimal import Decimal
+
+    assert gib_decimal_string(Decimal(capacity)) == gb
+
+
+def test_malformed_host_memory_capacity_is_rejected() -> None:
+    cb = backend(lmCache={"hostMemory": {"capacity": "lots"}})
+    with pytest.raises(InjectionRejected):
+        inject(make_pod(), cb)
+
+
+def test_vllm_use_v1_pythonhashseed_and_fail_open_mirror() -> None:
+    env = env_of(engine_of(inject(make_pod())))
+    assert env["VLLM_USE_V1"] == "1"
+    assert env["PYTHONHASHSEED"] == "0"
+    assert env["INFERENCECACHE_FAIL_OPEN"] == "true"
+    closed = backend(integration={"failOpen": False})
+    assert env_of(engine_of(inject(make_pod(), closed)))["INFERENCECACHE_FAIL_OPEN"] == "false"
+
+
+# ------------------------------------------------------------- container selection
+
+
+def test_engine_selection_prefers_container_named_vllm() -> None:
+    pod = make_pod(make_container("proxy", image="envoy"), make_container("vllm", image="custom"))
+    out = inject(pod)
+    assert "env" not in containers_of(out)["proxy"]
+    assert "--kv-transfer-config" in containers_of(out)["vllm"]["args"]
+
+
+def test_engine_selection_single_container_any_name() -> None:
+    out = inject(make_pod(make_container("server", image="my/engine")))
+    assert "--kv-transfer-config" in containers_of(out)["server"]["args"]
+
+
+def test_engine_selection_the_one_container_mentioning_vllm() -> None:
+    pod = make_pod(
+        make_container("proxy", image="envoy"),
+        make_container("engine", image="registry/llm", command=["vllm", "serve", "m"]),
+    )
+    out = inject(pod)
+    assert "--kv-transfer-config" in containers_of(out)["engine"]["args"]
+
+
+@pytest.mark.parametrize(
+    "containers",
+    [
+        [make_container("a", image="envoy"), make_container("b", image="nginx")],
+        [make_container("a", image="vllm/x"), make_container("b", image="vllm/y")],
+    ],
+    ids=["none-mentions-vllm", "several-mention-vllm"],
+)
+def test_engine_selection_ambiguous_is_rejected(containers: list[dict[str, Any]]) -> None:
+    with pytest.raises(InjectionRejected, match="name it 'vllm'"):
+        inject(make_pod(*containers))
+
+
+def test_engine_selection_ignores_the_webhooks_subscriber() -> None:
+    pod = make_pod(
+        make_container("server", image="x"), make_container("kvevent-subscriber", image="sub")
+    )
+    out = inject(pod)
+    assert "--kv-transfer-config" in containers_of(out)["server"]["args"]
+
+
+# ------------------------------------------------------------- merge behaviour
+
+
+def test_existing_user_args_and_env_preserved() -> None:
+    engine = make_container(
+        args=["--model", "Qwen/Qwen3-8B", "--port", "8000"],
+        env=[{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "t"}}}],
+    )
+    out = engine_of(inject(make_pod(engine)))
+    assert out["args"][:4] == ["--model", "Qwen/Qwen3-8B", "--port", "8000"]
+    assert out["env"][0] == engine["env"][0]
+
+
+def test_existing_kv_transfer_config_eq_form_is_converged_in_place() -> None:
+    engine = make_container(
+        args=['--kv-transfer-config={"kv_connector":"Other"}', "--port", "8000"]
+    )
+    out = engine_of(inject(make_pod(engine)))
+    assert out["args"][0].startswith("--kv-transfer-config=")
+    assert json.loads(out["args"][0].split("=", 1)[1])["kv_connector"] == "LMCacheConnectorV1"
+    assert out["args"][1:] == ["--port", "8000"]
+
+
+def test_duplicate_kv_transfer_config_converges_to_one() -> None:
+    engine = make_container(args=["--kv-transfer-config", "{}", "--x", "--kv-transfer-config={}"])
+    out = engine_of(inject(make_pod(engine)))
+    assert sum(a.startswith("--kv-transfer-config") for a in out["args"]) == 1
+
+
+def test_user_env_of_an_injected_name_is_converged_not_duplicated() -> None:
+    engine = make_container(
+        env=[
+            {"name": "LMCACHE_CHUNK_SIZE", "value": "128"},
+            {"name": "LMCACHE_CHUNK_SIZE", "value": "64"},
+        ]
+    )
+    out = engine_of(inject(make_pod(engine)))
+    assert [e for e in out["env"] if e["name"] == "LMCACHE_CHUNK_SIZE"] == [
+        {"name": "LMCACHE_CHUNK_SIZE", "value": "256"}
+    ]
+
+
+def test_command_only_cli_gets_args_appended() -> None:
+    """Kubernetes appends args to command, so `command: [vllm, serve, m]` still works."""
+    engine = make_container(command=["vllm", "serve", "Qwen/Qwen3-8B"])
+    out = engine_of(inject(make_pod(engine)))
+    assert out["command"] == ["vllm", "serve", "Qwen/Qwen3-8B"]
+    assert out["args"][0] == "--kv-transfer-config"
+
+
+def test_flag_already_in_command_is_converged_there() -> None:
+    engine = make_container(command=["vllm", "serve", "m", "--kv-transfer-config", "{}"])
+    out = engine_of(inject(make_pod(engine)))
+    assert "args" not in out
+    assert json.loads(out["command"][4])["kv_connector"] == "LMCacheConnectorV1"
+
+
+@pytest.mark.parametrize(
+    "engine",
+    [
+        make_container(command=["sh", "-c", "vllm serve m"]),
+        make_container(command=["/bin/bash"], args=["-ec", "vllm serve m"]),
+    ],
+)
+def test_shell_script_engine_is_rejected(engine: dict[str, Any]) -> None:
+    with pytest.raises(InjectionRejected, match="shell script"):
+        inject(make_pod(engine))
+
+
+def test_repeat_injection_is_idempotent() -> None:
+    cb = backend(annotations={"inferencecache.io/lmcache-kernel-check": "strict"})
+    once = inject(make_pod(make_container(args=["--model", "m"])), cb, LM)
+    assert inject(once, cb, LM) == once
+
+
+def test_inject_never_mutates_its_input() -> None:
+    pod = make_pod(make_container(args=["--model", "m"], env=[{"name": "A", "value": "1"}]))
+    before = copy.deepcopy(pod)
+    inject(pod, binding=LM)
+    assert pod == before
+
+
+def test_unsupported_binding_is_rejected() -> None:
+    with pytest.raises(InjectionRejected):
+        inject(make_pod(), binding=Binding("resp", "redis:6379"))
+
+
+def test_wired_pod_passes_pod_validation_basics() -> None:
+    engine = make_container(resources={"limits": {"nvidia.com/gpu": "1"}})
+    out = inject(
+        make_pod(engine, initContainers=[make_container("fetch", image="busybox")]), binding=LM
+    )
+    assert_valid_pod(out)
+    assert list(init_containers_of(out)) == ["fetch", "lmcache-kernel-check"]
