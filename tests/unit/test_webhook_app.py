@@ -1,0 +1,145 @@
+"""The FastAPI app: routing, bad bodies, size limit, health, metrics, embedded backends.
+
+Spec/ARCHITECTURE contracts: admission paths, /healthz, /readyz, /metrics; malformed
+bodies get a 400 (never a 500); the Pod route always admits.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from shared.runtime_adapters.base import InjectContext
+from tests.samples import SAMPLES_DIR
+from webhook_svc.app import PATH_MUTATE_CB, PATH_MUTATE_POD, PATH_VALIDATE_CB, create_app
+from webhook_svc.backend_files import load_backends
+from webhook_svc.backend_source import FileBackendSource
+
+
+@pytest.fixture
+def app_client() -> TestClient:
+    source = FileBackendSource(SAMPLES_DIR, load_backends)
+    return TestClient(create_app(source, InjectContext(), max_body_bytes=64 * 1024))
+
+
+def _review(
+    obj: dict[str, Any], kind: str = "CacheBackend", operation: str = "CREATE"
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "uid-1",
+            "kind": {"group": "", "version": "v1", "kind": kind},
+            "operation": operation,
+            "namespace": "default",
+            "name": obj.get("metadata", {}).get("name", ""),
+            "object": obj,
+        },
+    }
+
+
+def _pod(labels: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "engine", "namespace": "default", "labels": labels},
+        "spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.11.0"}]},
+    }
+
+
+def test_health_and_readiness(app_client: TestClient) -> None:
+    assert app_client.get("/healthz").status_code == 200
+    assert app_client.get("/readyz").status_code == 200
+
+
+@pytest.mark.parametrize("path", [PATH_MUTATE_CB, PATH_VALIDATE_CB, PATH_MUTATE_POD])
+@pytest.mark.parametrize("body", [b"{not json", b"[]", b'{"request": {}}', b"\xff\xfe"])
+def test_malformed_bodies_get_400_never_500(app_client: TestClient, path: str, body: bytes) -> None:
+    response = app_client.post(path, content=body, headers={"Content-Type": "application/json"})
+    assert response.status_code == 400
+    assert "error" in response.json()
+
+
+def test_oversized_body_gets_413(app_client: TestClient) -> None:
+    big = json.dumps(_review({"metadata": {"name": "x" * 70_000}, "spec": {}})).encode()
+    response = app_client.post(PATH_VALIDATE_CB, content=big)
+    assert response.status_code == 413
+
+
+def test_validate_route_echoes_uid_and_denies_with_status(app_client: TestClient) -> None:
+    obj = {
+        "apiVersion": "inferencecache.io/v1alpha1",
+        "kind": "CacheBackend",
+        "metadata": {"name": "bad"},
+        "spec": {
+            "runtime": "VLLM",
+            "remoteStorage": {"provider": "Redis", "ownership": "External"},
+        },
+    }
+    response = app_client.post(PATH_VALIDATE_CB, json=_review(obj)).json()["response"]
+    assert response["uid"] == "uid-1"
+    assert response["allowed"] is False
+    assert response["status"]["code"] == 422
+    assert response["status"]["reason"] == "Invalid"
+
+
+def test_mutate_route_returns_a_base64_json_patch(app_client: TestClient) -> None:
+    obj = {
+        "apiVersion": "inferencecache.io/v1alpha1",
+        "kind": "CacheBackend",
+        "metadata": {"name": "ok"},
+        "spec": {"runtime": "VLLM"},
+    }
+    response = app_client.post(PATH_MUTATE_CB, json=_review(obj)).json()["response"]
+    assert response["allowed"] is True
+    assert response["patchType"] == "JSONPatch"
+    ops = json.loads(base64.b64decode(response["patch"]))
+    assert {op["path"] for op in ops} >= {"/spec/integration", "/spec/observation"}
+
+
+def test_pod_route_wires_from_embedded_backends(app_client: TestClient) -> None:
+    """Embedded mode: backends come from manifests/samples (vllm-host-only selects app=vllm-llama)."""
+    response = app_client.post(
+        PATH_MUTATE_POD, json=_review(_pod({"app": "vllm-llama"}), kind="Pod")
+    ).json()["response"]
+    assert response["allowed"] is True
+    ops = json.loads(base64.b64decode(response["patch"]))
+    annotation_ops = [op for op in ops if "annotations" in op["path"]]
+    assert annotation_ops, ops
+
+
+def test_pod_route_fails_open_and_counts_the_reason(app_client: TestClient) -> None:
+    response = app_client.post(
+        PATH_MUTATE_POD, json=_review(_pod({"app": "nothing-matches"}), kind="Pod")
+    ).json()["response"]
+    assert response["allowed"] is True and "patch" not in response
+    metrics = app_client.get("/metrics").text
+    assert "inferencecache_pod_webhook_decisions_total" in metrics
+    assert 'outcome="fail_open"' in metrics
+
+
+def test_pod_route_admits_when_listing_backends_fails(tmp_path: Path) -> None:
+    """Spec "Fail-open": a list error admits the pod unchanged."""
+
+    class Broken:
+        def list(self, namespace: str) -> list[dict[str, Any]]:
+            raise RuntimeError("apiserver unreachable")
+
+    client = TestClient(create_app(Broken(), InjectContext()))
+    response = client.post(PATH_MUTATE_POD, json=_review(_pod({"app": "x"}), kind="Pod"))
+    assert response.status_code == 200
+    assert response.json()["response"]["allowed"] is True
+
+
+def test_metrics_count_admissions_by_endpoint_and_outcome(app_client: TestClient) -> None:
+    obj = {"metadata": {"name": "m"}, "spec": {"runtime": "VLLM"}}
+    app_client.post(PATH_VALIDATE_CB, json=_review(obj))
+    text = app_client.get("/metrics").text
+    assert f'endpoint="{PATH_VALIDATE_CB}"' in text
+    assert "inferencecache_webhook_admission_duration_seconds_bucket" in text
