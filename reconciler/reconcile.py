@@ -1,0 +1,273 @@
+"""The imperative shell of one reconcile: read, render, apply what differs, write status.
+
+Level-based and idempotent: every run recomputes from what it reads; nothing depends
+on which event woke it. An idle run (nothing drifted, status unchanged) makes read
+requests only: no apply, no delete, no status write, no Event.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import pydantic
+
+from reconciler import kube as k
+from reconciler import metrics
+from reconciler.conditions import is_true
+from reconciler.diff import needs_apply
+from reconciler.events import event_object, transition_events
+from reconciler.server_client import ServerClient
+from reconciler.status import (
+    EngineObservation,
+    Mode,
+    Observed,
+    ProbeObservation,
+    WorkloadObservation,
+    backend_mode,
+    compute_status,
+    status_equal,
+)
+from shared import constants as c
+from shared.api import effective
+from shared.api.models import CacheBackend
+from shared.storage_providers.render import owned_selector, render, service_endpoint
+
+log = logging.getLogger(__name__)
+
+OWNED_RESOURCES: Final = (k.DEPLOYMENTS, k.STATEFULSETS, k.SERVICES, k.HPAS)
+CONFLICT_RETRIES: Final = 5
+PROBE_WINDOW_SECONDS: Final = 30.0
+
+
+class ReconcileError(Exception):
+    """A reconcile that must be retried with backoff."""
+
+
+@dataclass
+class ReconcileResult:
+    requeue_after: float | None = None
+    writes: int = 0
+    mode: str = ""
+    notes: list[str] = field(default_factory=list)
+
+
+# (key) -> seconds until the next probe is allowed (None: allowed now, and claimed).
+ProbeRateLimiter = Callable[[str], float | None]
+
+
+class Reconciler:
+    def __init__(
+        self,
+        kube: k.Kube,
+        *,
+        server: ServerClient | None = None,
+        probe_rate_limiter: ProbeRateLimiter | None = None,
+        clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+        instance: str | None = None,
+    ) -> None:
+        self.kube = kube
+        self.server = server
+        self.probe_rate_limiter = probe_rate_limiter or _in_process_rate_limiter()
+        self.clock = clock
+        self.instance = instance or socket.gethostname()
+
+    # ------------------------------------------------------------ entry point
+
+    def reconcile(self, key: str) -> ReconcileResult:
+        namespace, name = key.split("/", 1)
+        for _ in range(CONFLICT_RETRIES):
+            cb_obj = self.kube.get_or_none(k.CACHEBACKENDS, namespace, name)
+            if cb_obj is None:
+                # Deleted: owned objects go with it (owner references, API-server GC).
+                return ReconcileResult(mode="deleted")
+            if (cb_obj.get("metadata") or {}).get("deletionTimestamp"):
+                return ReconcileResult(mode="deleting")
+            try:
+                return self._reconcile(cb_obj)
+            except k.ApiError as exc:
+                if exc.conflict:
+                    log.info("%s: conflict (%s); re-reading", key, exc.reason)
+                    continue
+                raise
+        raise ReconcileError(f"{key}: still conflicting after {CONFLICT_RETRIES} attempts")
+
+    # ------------------------------------------------------------ one pass
+
+    def _reconcile(self, cb_obj: dict[str, Any]) -> ReconcileResult:
+        meta = cb_obj["metadata"]
+        namespace, name, uid = meta["namespace"], meta["name"], meta.get("uid")
+        try:
+            cb = CacheBackend.model_validate(cb_obj)
+        except pydantic.ValidationError as exc:
+            # A stored object we cannot read: nothing useful to do until it changes.
+            log.error("%s/%s: unreadable CacheBackend: %s", namespace, name, exc)
+            return ReconcileResult(mode="invalid")
+        result = ReconcileResult(mode=str(backend_mode(cb)))
+
+        desired = render(cb)
+        wanted = {(o["kind"], o["metadata"]["name"]) for o in desired}
+        owned = self._list_owned(namespace, name, uid)
+
+        # Shed what is no longer desired (mode switch, provider or kind change).
+        for (kind, obj_name), live in owned.items():
+            if (kind, obj_name) not in wanted:
+                log.info("%s/%s: shedding %s %s", namespace, name, kind, obj_name)
+                self.kube.delete(
+                    k.BY_KIND[kind], namespace, obj_name, uid=live["metadata"].get("uid")
+                )
+                self._count_write("delete", kind)
+                result.writes += 1
+
+        live_by_kind: dict[str, dict[str, Any]] = {}
+        for obj in desired:
+            kind, obj_name = obj["kind"], obj["metadata"]["name"]
+            current = owned.get((kind, obj_name))
+            if current is None or needs_apply(obj, current):
+                current = self.kube.apply(k.BY_KIND[kind], namespace, obj)
+                self._count_write("apply", kind)
+                result.writes += 1
+            live_by_kind[kind] = current
+
+        workload_obj = live_by_kind.get(c.DEPLOYMENT_KIND_DEPLOYMENT) or live_by_kind.get(
+            c.DEPLOYMENT_KIND_STATEFULSET
+        )
+        service = live_by_kind.get("Service")
+        observed = Observed(
+            workload=WorkloadObservation.from_object(workload_obj) if workload_obj else None,
+            service_endpoint=service_endpoint(service) if service else "",
+            engines=self._observe_engines(cb),
+        )
+        now = self.clock()
+        outcome = compute_status(cb_obj, observed, now)
+        if self.server is not None and outcome.mode == Mode.MANAGED:
+            probe = self._probe(cb, outcome.status)
+            if probe is not None:
+                observed = Observed(
+                    workload=observed.workload,
+                    service_endpoint=observed.service_endpoint,
+                    engines=observed.engines,
+                    probe=probe,
+                )
+                outcome = compute_status(cb_obj, observed, now)
+        result.requeue_after = outcome.requeue_after
+
+        old_status = cb_obj.get("status") or {}
+        if not status_equal(old_status, outcome.status):
+            body = dict(cb_obj)
+            body["status"] = outcome.status
+            updated = self.kube.replace_status(k.CACHEBACKENDS, namespace, name, body)
+            self._count_write("update", "CacheBackend/status")
+            result.writes += 1
+            for event in transition_events(old_status, outcome.status):
+                try:
+                    self.kube.create(
+                        k.EVENTS, namespace, event_object(updated, event, now, self.instance)
+                    )
+                    self._count_write("create", "Event")
+                    result.writes += 1
+                except k.ApiError as exc:  # Events are best effort
+                    log.warning(
+                        "%s/%s: could not record %s Event: %s", namespace, name, event.reason, exc
+                    )
+        return result
+
+    # ------------------------------------------------------------ observation
+
+    def _list_owned(
+        self, namespace: str, name: str, uid: str | None
+    ) -> dict[tuple[str, str], dict[str, Any]]:
+        selector = owned_selector(name)
+        out: dict[tuple[str, str], dict[str, Any]] = {}
+        for res in OWNED_RESOURCES:
+            for item in self.kube.list(res, namespace, label_selector=selector).get("items") or []:
+                refs = (item.get("metadata") or {}).get("ownerReferences") or []
+                if any(r.get("uid") == uid and r.get("controller") for r in refs):
+                    out[(res.kind, item["metadata"]["name"])] = item
+        return out
+
+    def _observe_engines(self, cb: CacheBackend) -> EngineObservation | None:
+        labels = effective.match_labels(cb.spec)
+        if not labels:
+            return None
+        namespace = cb.metadata.namespace
+        selector = ",".join(f"{key}={value}" for key, value in sorted(labels.items()))
+        try:
+            pods = self.kube.list(k.PODS, namespace, label_selector=selector).get("items") or []
+            deployments = self.kube.list(k.DEPLOYMENTS, namespace).get("items") or []
+        except k.ApiError as exc:
+            # A transient list failure keeps the previous observation.
+            log.warning("%s: could not list engine pods: %s", namespace, exc)
+            return None
+        matching = [
+            d
+            for d in deployments
+            if labels.items()
+            <= (
+                (((d.get("spec") or {}).get("template") or {}).get("metadata") or {}).get("labels")
+                or {}
+            ).items()
+        ]
+        replicas = sum(
+            1 if (d.get("spec") or {}).get("replicas") is None else int(d["spec"]["replicas"])
+            for d in matching
+        )
+        return EngineObservation(
+            matched_pods=len(pods),
+            matching_deployments=len(matching),
+            matching_deployment_replicas=replicas,
+        )
+
+    def _probe(self, cb: CacheBackend, pre_status: dict[str, Any]) -> ProbeObservation | None:
+        """The functional-probe gate's input: bypassed, rate-limited, or a real call.
+
+        Only probes when the upstream gates would say Ready (probing a not-yet-ready
+        backend is noise and cannot diagnose anything).
+        """
+        assert self.server is not None
+        annotations = cb.metadata.annotations or {}
+        if (annotations.get(c.ANNOTATION_SKIP_FUNCTIONAL_PROBE) or "").strip().lower() == "true":
+            return ProbeObservation("bypassed")
+        if not is_true(pre_status.get("conditions"), c.COND_READY):
+            return ProbeObservation("rate_limited")
+        key = f"{cb.metadata.namespace}/{cb.metadata.name}"
+        wait = self.probe_rate_limiter(key)
+        if wait is not None:
+            return ProbeObservation("rate_limited", retry_after_seconds=wait)
+        observation = self.server.probe(
+            backend=key,
+            model=effective.model_id(cb.spec) or "",
+            hash_scheme="sglang" if cb.spec.runtime == c.RUNTIME_SGLANG else "vllm",
+            backend_type=c.TYPE_LMCACHE
+            if effective.cache_type(cb.spec) == c.TYPE_LMCACHE
+            else None,
+        )
+        return ProbeObservation(
+            observation.outcome,
+            failed_stage=observation.failed_stage,
+            message=observation.message,
+            retry_after_seconds=PROBE_WINDOW_SECONDS,
+        )
+
+    @staticmethod
+    def _count_write(verb: str, resource: str) -> None:
+        metrics.API_WRITES.labels(verb, resource).inc()
+
+
+def _in_process_rate_limiter(window: float = PROBE_WINDOW_SECONDS) -> ProbeRateLimiter:
+    last: dict[str, float] = {}
+
+    def limiter(key: str) -> float | None:
+        now = time.monotonic()
+        prev = last.get(key)
+        if prev is not None and now - prev < window:
+            return window - (now - prev)
+        last[key] = now
+        return None
+
+    return limiter
