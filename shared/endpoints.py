@@ -135,8 +135,9 @@ def endpoint_shape_error(provider: str, endpoint: str) -> str | None:
         return "a numeric port is required (host:port)"
     if not (port.isascii() and port.isdigit()):
         return f"port {port!r} is not numeric"
-    if not 1 <= int(port) <= 65535:
-        return f"port {int(port)} is out of range 1-65535"
+    if len(port.lstrip("0")) > 5 or not 1 <= int(port) <= 65535:
+        shown = port if len(port) <= 12 else port[:12] + "..."
+        return f"port {shown} is out of range 1-65535"
     return None
 
 

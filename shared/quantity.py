@@ -11,7 +11,8 @@ Accepted forms (k8s.io/apimachinery/pkg/api/resource):
 
 Like the API server, a value with a fractional part finer than a nanounit is rounded
 away from zero to the next nanounit ("0.1n" is 1n). Values are otherwise exact and
-unbounded (no int64 cap): callers that need bytes or cores convert themselves.
+unbounded (no int64 cap): callers that need bytes or cores convert themselves. One
+deliberate limit: a number of more than ``MAX_DIGITS`` digits is rejected.
 """
 
 from __future__ import annotations
@@ -31,8 +32,16 @@ _DECIMAL_SUFFIXES = {"n": -9, "u": -6, "m": -3, "k": 3, "M": 6, "G": 9, "T": 12,
 
 # The API server stores the exponent as an int32.
 _MAX_EXPONENT = 2**31 - 1
+# No resource needs more significant digits; the bound keeps every computation on a
+# quantity cheap (and under Python's int/str conversion limit).
+MAX_DIGITS = 1000
 
 _NANO = Decimal("1e-9")
+
+# resource.ErrFormatWrong, as the API server words it.
+QUANTITY_FORMAT_ERROR = (
+    "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+)
 
 
 def _context(digits: int) -> decimal.Context:
@@ -49,6 +58,8 @@ def parse_quantity(value: str | int | float) -> Decimal:
     if isinstance(value, bool):
         raise ValueError(f"quantity must be a number or a string, not a boolean: {value!r}")
     if isinstance(value, int):
+        if value.bit_length() > 3 * MAX_DIGITS:
+            raise ValueError(f"quantity has more than {MAX_DIGITS} digits")
         return Decimal(value)
     if isinstance(value, float):
         if not math.isfinite(value):
@@ -58,10 +69,9 @@ def parse_quantity(value: str | int | float) -> Decimal:
         raise ValueError(f"quantity must be a number or a string: {value!r}")
     match = _QUANTITY_RE.fullmatch(value)
     if match is None:
-        raise ValueError(
-            f"quantities must match the regular expression "
-            f"'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$': {value!r}"
-        )
+        raise ValueError(QUANTITY_FORMAT_ERROR)
+    if len(match.group("number")) > MAX_DIGITS:
+        raise ValueError(f"quantity has more than {MAX_DIGITS} digits")
     number = Decimal(match.group("number"))
     suffix = match.group("suffix") or ""
     ctx = _context(len(match.group("number")))

@@ -104,9 +104,6 @@ PROVIDER_BLOCKS: Final[dict[str, tuple[str, str]]] = {
 
 STANDARD_RESOURCES: Final = ("cpu", "memory", "ephemeral-storage")
 HUGEPAGES_PREFIX: Final = "hugepages-"
-QUANTITY_REGEX_MESSAGE: Final = (
-    "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
-)
 
 _QUALIFIED_NAME_RE: Final = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
 _DNS_SUBDOMAIN_RE: Final = re.compile(
@@ -468,7 +465,8 @@ class _Entry:
     which: str  # "requests" | "limits"
     name: str
     raw: int | str
-    value: Decimal | None  # None: malformed
+    value: Decimal | None  # None: malformed, see error
+    error: str | None
 
 
 def _selected_resources(spec: CacheBackendSpec) -> tuple[FieldPath, ResourceRequirements] | None:
@@ -483,11 +481,15 @@ def _selected_resources(spec: CacheBackendSpec) -> tuple[FieldPath, ResourceRequ
     return REMOTE.child(wire, "resources"), block.resources
 
 
-def _parse(raw: int | str) -> Decimal | None:
+def _parse_or_error(raw: int | str) -> tuple[Decimal | None, str | None]:
     try:
-        return parse_quantity(raw)
-    except ValueError:
-        return None
+        return parse_quantity(raw), None
+    except ValueError as exc:
+        return None, str(exc)
+
+
+def _parse(raw: int | str) -> Decimal | None:
+    return _parse_or_error(raw)[0]
 
 
 def _entries(spec: CacheBackendSpec) -> Iterator[_Entry]:
@@ -499,7 +501,8 @@ def _entries(spec: CacheBackendSpec) -> Iterator[_Entry]:
         values = getattr(resources, which) or {}
         for name in sorted(values):
             raw = values[name]
-            yield _Entry(base.child(which).key(name), which, name, raw, _parse(raw))
+            value, error = _parse_or_error(raw)
+            yield _Entry(base.child(which).key(name), which, name, raw, value, error)
 
 
 def resource_name_error(name: str) -> str | None:
@@ -587,7 +590,7 @@ def reject_malformed_resource_quantities(ctx: RuleContext) -> list[FieldError]:
     """CRD schema: each requests/limits entry is a resource.Quantity (the apiserver's
     pattern check, repeated for replayed reviews that never went through it)."""
     return [
-        invalid(entry.path, entry.raw, QUANTITY_REGEX_MESSAGE)
+        invalid(entry.path, entry.raw, entry.error or "not a quantity")
         for entry in _entries(ctx.parsed)
         if entry.value is None
     ]
@@ -993,9 +996,9 @@ def reject_non_positive_host_memory_capacity(ctx: RuleContext) -> list[FieldErro
     if capacity is None:
         return []
     path = SPEC.child("lmCache", "hostMemory", "capacity")
-    value = _parse(capacity)
+    value, error = _parse_or_error(capacity)
     if value is None:
-        return [invalid(path, capacity, QUANTITY_REGEX_MESSAGE)]
+        return [invalid(path, capacity, error or "not a quantity")]
     if value <= 0:
         return [invalid(path, capacity, "must be a positive quantity, such as 32Gi")]
     return []

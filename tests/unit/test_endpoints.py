@@ -38,6 +38,8 @@ def test_valid_endpoint_shapes(provider: str, endpoint: str) -> None:
         ("Redis", "redis:", "port is required"),
         ("Redis", "redis:0", "out of range"),
         ("Redis", "redis:65536", "out of range"),
+        ("Redis", "redis:" + "1" * 5000, "out of range"),
+        ("Redis", "redis:000000", "out of range"),
         ("Redis", "redis:http", "not numeric"),
         ("Redis", ":6379", "host is empty"),
         ("Redis", "red is:6379", "whitespace"),

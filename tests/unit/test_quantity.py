@@ -6,7 +6,13 @@ from decimal import Decimal
 
 import pytest
 
-from shared.quantity import is_integer, is_multiple_of, parse_quantity
+from shared.quantity import (
+    MAX_DIGITS,
+    QUANTITY_FORMAT_ERROR,
+    is_integer,
+    is_multiple_of,
+    parse_quantity,
+)
 
 
 @pytest.mark.parametrize(
@@ -120,3 +126,23 @@ def test_is_multiple_of_page_size() -> None:
     assert is_multiple_of(parse_quantity("1500m"), parse_quantity("500m"))
     with pytest.raises(ValueError):
         is_multiple_of(Decimal(4), Decimal(0))
+
+
+def test_parse_quantity_bounds_the_number_of_digits() -> None:
+    """Decision: more than MAX_DIGITS digits is rejected (keeps arithmetic cheap and under
+    Python's int/str conversion limit)."""
+    assert parse_quantity("9" * MAX_DIGITS) > 0
+    with pytest.raises(ValueError, match="digits"):
+        parse_quantity("1" * (MAX_DIGITS + 1))
+    with pytest.raises(ValueError, match="digits"):
+        parse_quantity(10 ** (MAX_DIGITS * 2))
+
+
+def test_parse_quantity_error_is_the_api_servers_wording() -> None:
+    with pytest.raises(ValueError) as info:
+        parse_quantity("8 GB")
+    assert str(info.value) == QUANTITY_FORMAT_ERROR
+    assert QUANTITY_FORMAT_ERROR == (
+        "quantities must match the regular expression "
+        "'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+    )

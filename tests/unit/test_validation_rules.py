@@ -1234,3 +1234,14 @@ def test_warnings_none_with_engine_host_network_or_other_providers() -> None:
     assert warnings(cb(MOONCAKE)) == []
     assert warnings(cb(MANAGED_LMCACHE)) == []
     assert warnings({"spec": "garbage"}) == []
+
+
+def test_hostile_sizes_are_judged_not_crashed() -> None:
+    """Very long digit strings and huge exponents stay cheap field errors."""
+    long_gpu = "1" * 5000 + ".5"
+    resources = {"limits": {"nvidia.com/gpu": long_gpu, "hugepages-1e999999999": "1e999999999"}}
+    errors = errors_of(with_resources(resources, "LMCacheServer"))
+    assert errors == [
+        "spec.remoteStorage.lmCacheServer.resources.limits[nvidia.com/gpu]: Invalid value: "
+        f'"{long_gpu}": quantity has more than 1000 digits'
+    ]
