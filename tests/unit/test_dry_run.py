@@ -1,0 +1,240 @@
+"""`icache admit-pod` (offline dry run) and the CacheBackend file loader it shares with the webhook."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import jsonpatch
+import pytest
+import yaml
+
+from shared import constants as c
+from shared.cli import main
+from tests.unit.test_pod_wiring import make_backend, make_container
+from webhook_svc.backend_files import BackendFileError, load_backends
+
+SUB = "ghcr.io/inference-cache/kvevent-subscriber:v1"
+
+
+def write(path: Path, *docs: dict[str, Any]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+    return path
+
+
+def deployment(
+    namespace: str | None = "team-a", labels: dict[str, str] | None = None
+) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": "llm"}
+    if namespace:
+        metadata["namespace"] = namespace
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": metadata,
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": "engine"}},
+            "template": {
+                "metadata": {"labels": labels or {"app": "engine"}},
+                "spec": {"containers": [make_container(args=["--model", "m"])]},
+            },
+        },
+    }
+
+
+@pytest.fixture
+def backends_dir(tmp_path: Path) -> Path:
+    d = tmp_path / "backends"
+    managed = make_backend(
+        "cache",
+        namespace="team-a",
+        remote={"provider": "LMCacheServer", "ownership": "Managed"},
+        status_endpoint="cache-lmcache.team-a.svc:65432",
+    )
+    write(
+        d / "cache.yaml",
+        managed,
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}},
+    )
+    return d
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(["admit-pod", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# ---------------------------------------------------------------- the loader
+
+
+def test_load_backends_keeps_cache_backends_only_and_honours_status(backends_dir: Path) -> None:
+    (backend,) = load_backends(backends_dir)
+    assert backend["metadata"]["name"] == "cache"
+    assert backend["status"]["endpoint"] == "cache-lmcache.team-a.svc:65432"
+
+
+def test_load_backends_reads_nested_dirs_json_and_lists(tmp_path: Path) -> None:
+    write(tmp_path / "a" / "one.yml", make_backend("one"))
+    (tmp_path / "two.json").write_text(json.dumps(make_backend("two")))
+    write(
+        tmp_path / "list.yaml",
+        {"apiVersion": "v1", "kind": "List", "items": [make_backend("three")]},
+    )
+    (tmp_path / "notes.txt").write_text("kind: CacheBackend")
+    names = sorted(b["metadata"]["name"] for b in load_backends(tmp_path))
+    assert names == ["one", "three", "two"]
+
+
+def test_load_backends_ignores_other_groups(tmp_path: Path) -> None:
+    other = make_backend("foreign")
+    other["apiVersion"] = "example.com/v1"
+    write(tmp_path / "x.yaml", other)
+    assert load_backends(tmp_path) == []
+
+
+def test_load_backends_defaults_namespace(tmp_path: Path) -> None:
+    backend = make_backend("plain")
+    del backend["metadata"]["namespace"]
+    write(tmp_path / "x.yaml", backend)
+    assert load_backends(tmp_path)[0]["metadata"]["namespace"] == "default"
+    assert load_backends(tmp_path, default_namespace="ml")[0]["metadata"]["namespace"] == "ml"
+
+
+def test_load_backends_bad_yaml_is_an_error(tmp_path: Path) -> None:
+    (tmp_path / "bad.yaml").write_text("kind: [unclosed")
+    with pytest.raises(BackendFileError, match="bad.yaml"):
+        load_backends(tmp_path)
+
+
+def test_load_backends_missing_directory_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(BackendFileError):
+        load_backends(tmp_path / "nope")
+
+
+# -------------------------------------------------------------- admit-pod
+
+
+def test_admit_deployment_prints_the_wired_pod(
+    tmp_path: Path, backends_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    manifest = write(tmp_path / "deploy.yaml", deployment())
+    code, out, err = run(
+        capsys,
+        "-f",
+        str(manifest),
+        "--backends-from",
+        str(backends_dir),
+        "--kvevent-subscriber-image",
+        SUB,
+    )
+    assert code == 0
+    pod = yaml.safe_load(out)
+    assert pod["kind"] == "Pod"
+    assert pod["metadata"]["namespace"] == "team-a"
+    assert pod["metadata"]["generateName"] == "llm-"
+    assert pod["metadata"]["annotations"][c.ANNOTATION_INJECTED_BY] == "team-a/cache"
+    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+    assert env["LMCACHE_REMOTE_URL"] == "lm://cache-lmcache.team-a.svc:65432"
+    assert [ct["name"] for ct in pod["spec"]["containers"]] == ["vllm", "kvevent-subscriber"]
+    assert "outcome=injected reason=injected backend=team-a/cache" in err
+
+
+def test_admit_patch_output_applies_to_the_pod(
+    tmp_path: Path, backends_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "team-a", "labels": {"app": "engine"}},
+        "spec": {"containers": [make_container()]},
+    }
+    manifest = write(tmp_path / "pod.yaml", pod)
+    code, out, _ = run(
+        capsys, "-f", str(manifest), "--backends-from", str(backends_dir), "-o", "patch"
+    )
+    assert code == 0
+    wired = jsonpatch.apply_patch(pod, json.loads(out))
+    assert wired["metadata"]["annotations"][c.ANNOTATION_INJECTED_BY] == "team-a/cache"
+
+
+def test_admit_workload_output_keeps_the_workload_shape(
+    tmp_path: Path, backends_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    manifest = write(tmp_path / "deploy.yaml", deployment())
+    code, out, _ = run(
+        capsys, "-f", str(manifest), "--backends-from", str(backends_dir), "-o", "workload"
+    )
+    assert code == 0
+    workload = yaml.safe_load(out)
+    assert workload["kind"] == "Deployment" and workload["spec"]["replicas"] == 2
+    template = workload["spec"]["template"]
+    assert "namespace" not in template["metadata"]
+    assert template["metadata"]["annotations"][c.ANNOTATION_INJECTED_BY] == "team-a/cache"
+    assert "--kv-transfer-config" in template["spec"]["containers"][0]["args"]
+
+
+@pytest.mark.parametrize("kind", ["StatefulSet", "ReplicaSet", "DaemonSet", "Job"])
+def test_admit_other_workload_kinds(
+    kind: str, tmp_path: Path, backends_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    doc = deployment()
+    doc["kind"] = kind
+    manifest = write(tmp_path / "w.yaml", doc)
+    code, _, err = run(capsys, "-f", str(manifest), "--backends-from", str(backends_dir))
+    assert code == 0 and "outcome=injected" in err
+
+
+def test_admit_namespace_flag_when_manifest_has_none(
+    tmp_path: Path, backends_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    manifest = write(tmp_path / "d.yaml", deployment(namespace=None))
+    _, _, err = run(capsys, "-f", str(manifest), "--backends-from", str(backends_dir))
+    assert "reason=no_match" in err  # default namespace has no backend
+    _, out, err = run(
+        capsys, "-f", str(manifest), "--backends-from", str(backends_dir), "-n", "team-a"
+    )
+    assert "outcome=injected" in err
+    assert yaml.safe_load(out)["metadata"]["namespace"] == "team-a"
+
+
+def test_admit_fail_open_prints_the_unwired_pod(
+    tmp_path: Path, backends_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    manifest = write(tmp_path / "d.yaml", deployment(labels={"app": "web"}))
+    code, out, err = run(capsys, "-f", str(manifest), "--backends-from", str(backends_dir))
+    assert code == 0
+    assert "outcome=fail_open reason=no_match" in err
+    assert "env" not in yaml.safe_load(out)["spec"]["containers"][0]
+
+
+def test_admit_multi_document_file_uses_the_first_workload(
+    tmp_path: Path, backends_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    svc = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "llm"}, "spec": {}}
+    manifest = write(tmp_path / "all.yaml", svc, deployment())
+    code, _, err = run(capsys, "-f", str(manifest), "--backends-from", str(backends_dir))
+    assert code == 0 and "outcome=injected" in err
+
+
+@pytest.mark.parametrize(
+    "content", ["kind: [broken", yaml.safe_dump({"apiVersion": "v1", "kind": "Service"})]
+)
+def test_admit_unreadable_input_exits_2(
+    content: str, tmp_path: Path, backends_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    manifest = tmp_path / "x.yaml"
+    manifest.write_text(content)
+    code, out, err = run(capsys, "-f", str(manifest), "--backends-from", str(backends_dir))
+    assert code == 2 and out == "" and err.startswith("error:")
+
+
+def test_admit_missing_backends_dir_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    manifest = write(tmp_path / "d.yaml", deployment())
+    code, _, err = run(capsys, "-f", str(manifest), "--backends-from", str(tmp_path / "none"))
+    assert code == 2 and "not a directory" in err

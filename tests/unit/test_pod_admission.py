@@ -1,0 +1,218 @@
+"""mutate_pod: AdmissionReview handling of the Pod webhook; always allowed, fail-open."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import logging
+from typing import Any
+
+import jsonpatch
+import pytest
+
+from shared import constants as c
+from tests.unit.test_pod_wiring import CTX, NS, make_backend, make_pod, stale_annotations
+from webhook_svc import pod_admission
+from webhook_svc.admission_review import AdmissionRequest, parse_review
+from webhook_svc.pod_admission import mutate_pod
+
+
+def request(obj: Any, operation: str = "CREATE", namespace: str = NS) -> AdmissionRequest:
+    return parse_review(
+        {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "req-1",
+                "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "operation": operation,
+                "namespace": namespace,
+                "name": "",
+                "object": obj,
+            },
+        }
+    )
+
+
+def lister(*backends: dict[str, Any]) -> Any:
+    calls: list[str] = []
+
+    def list_backends(namespace: str) -> list[dict[str, Any]]:
+        calls.append(namespace)
+        return [copy.deepcopy(b) for b in backends]
+
+    list_backends.calls = calls  # type: ignore[attr-defined]
+    return list_backends
+
+
+def patch_of(review: dict[str, Any]) -> list[dict[str, Any]]:
+    response = review["response"]
+    if "patch" not in response:
+        return []
+    assert response["patchType"] == "JSONPatch"
+    ops: list[dict[str, Any]] = json.loads(base64.b64decode(response["patch"]))
+    return ops
+
+
+def assert_allowed(review: dict[str, Any]) -> None:
+    assert review["apiVersion"] == "admission.k8s.io/v1"
+    assert review["kind"] == "AdmissionReview"
+    assert review["response"]["uid"] == "req-1"
+    assert review["response"]["allowed"] is True
+
+
+def test_create_wires_the_pod_with_a_minimal_json_patch() -> None:
+    pod = make_pod()
+    review, outcome, reason = mutate_pod(request(pod), lister(make_backend()), CTX)
+    assert_allowed(review)
+    assert (outcome, reason) == ("injected", "injected")
+    ops = patch_of(review)
+    assert ops
+    # Never a whole-object or whole-spec replace.
+    assert all(op["path"] not in ("", "/spec", "/metadata", "/spec/containers") for op in ops)
+    wired = jsonpatch.apply_patch(pod, ops)
+    assert wired["metadata"]["annotations"][c.ANNOTATION_INJECTED_BY] == f"{NS}/cache"
+    assert any(ct["name"] == "kvevent-subscriber" for ct in wired["spec"]["containers"])
+
+
+def test_re_admission_of_a_wired_pod_has_no_patch() -> None:
+    pod = make_pod()
+    review, _, _ = mutate_pod(request(pod), lister(make_backend()), CTX)
+    wired = jsonpatch.apply_patch(pod, patch_of(review))
+    again, outcome, _ = mutate_pod(request(wired), lister(make_backend()), CTX)
+    assert_allowed(again)
+    assert outcome == "injected"
+    assert "patch" not in again["response"]
+
+
+def test_lists_backends_of_the_request_namespace() -> None:
+    list_backends = lister(make_backend())
+    mutate_pod(request(make_pod(namespace=""), namespace=NS), list_backends, CTX)
+    assert list_backends.calls == [NS]
+
+
+@pytest.mark.parametrize("operation", ["UPDATE", "DELETE", "CONNECT", ""])
+def test_only_create_wires(operation: str) -> None:
+    list_backends = lister(make_backend())
+    review, outcome, reason = mutate_pod(request(make_pod(), operation), list_backends, CTX)
+    assert_allowed(review)
+    assert "patch" not in review["response"]
+    assert (outcome, reason) == ("skipped", "operation_not_create")
+    assert list_backends.calls == []
+
+
+@pytest.mark.parametrize(
+    "obj",
+    [
+        None,
+        "a string",
+        {"kind": "Deployment", "spec": {}},
+        {"kind": "Pod", "metadata": [], "spec": {}},
+    ],
+    ids=["missing", "not-object", "wrong-kind", "bad-metadata"],
+)
+def test_decode_failure_fails_open_without_patch(obj: Any) -> None:
+    review, outcome, reason = mutate_pod(request(obj), lister(make_backend()), CTX)
+    assert_allowed(review)
+    assert "patch" not in review["response"]
+    assert (outcome, reason) == ("fail_open", "decode_error")
+
+
+class WeirdError(Exception):
+    pass
+
+
+@pytest.mark.parametrize("error", [RuntimeError("apiserver down"), TimeoutError(), WeirdError("x")])
+def test_list_error_fails_open_and_strips_stale_annotations(error: Exception) -> None:
+    def broken(namespace: str) -> list[dict[str, Any]]:
+        raise error
+
+    pod = make_pod(annotations=stale_annotations())
+    review, outcome, reason = mutate_pod(request(pod), broken, CTX)
+    assert_allowed(review)
+    assert (outcome, reason) == ("fail_open", "list_error")
+    patched = jsonpatch.apply_patch(pod, patch_of(review))
+    assert patched["spec"] == pod["spec"]
+    assert patched["metadata"]["annotations"] == {"team/keep": "me"}
+
+
+def test_list_error_without_stale_annotations_has_no_patch() -> None:
+    def broken(namespace: str) -> list[dict[str, Any]]:
+        raise ConnectionError("refused")
+
+    review, _, reason = mutate_pod(request(make_pod()), broken, CTX)
+    assert reason == "list_error"
+    assert "patch" not in review["response"]
+
+
+def test_no_match_strips_stale_annotations_through_the_patch() -> None:
+    pod = make_pod(labels={"app": "web"}, annotations=stale_annotations())
+    review, outcome, reason = mutate_pod(request(pod), lister(make_backend()), CTX)
+    assert (outcome, reason) == ("fail_open", "no_match")
+    ops = patch_of(review)
+    assert {op["op"] for op in ops} == {"remove"}
+    assert jsonpatch.apply_patch(pod, ops)["metadata"]["annotations"] == {"team/keep": "me"}
+
+
+def test_adapter_rejection_is_allowed_unwired() -> None:
+    pod = make_pod({"name": "a", "image": "x"}, {"name": "b", "image": "y"})
+    review, outcome, reason = mutate_pod(request(pod), lister(make_backend()), CTX)
+    assert_allowed(review)
+    assert (outcome, reason) == ("fail_open", "adapter_rejected")
+    assert "patch" not in review["response"]
+
+
+def test_internal_error_fails_open_without_patch(monkeypatch: pytest.MonkeyPatch) -> None:
+    def boom(*_: Any, **__: Any) -> Any:
+        raise ValueError("bug")
+
+    monkeypatch.setattr(pod_admission, "wire_pod", boom)
+    review, outcome, reason = mutate_pod(request(make_pod()), lister(make_backend()), CTX)
+    assert_allowed(review)
+    assert "patch" not in review["response"]
+    assert (outcome, reason) == ("fail_open", "internal_error")
+
+
+def test_encode_error_fails_open_without_patch(monkeypatch: pytest.MonkeyPatch) -> None:
+    def boom(*_: Any) -> Any:
+        raise TypeError("not serialisable")
+
+    monkeypatch.setattr(pod_admission, "json_patch", boom)
+    review, outcome, reason = mutate_pod(request(make_pod()), lister(make_backend()), CTX)
+    assert_allowed(review)
+    assert "patch" not in review["response"]
+    assert (outcome, reason) == ("fail_open", "encode_error")
+
+
+def test_skip_inject_is_allowed_with_marker_patch() -> None:
+    pod = make_pod(annotations={c.ANNOTATION_SKIP_INJECT: "true"})
+    review, outcome, reason = mutate_pod(request(pod), lister(make_backend()), CTX)
+    assert (outcome, reason) == ("skipped", "skip_inject_annotation")
+    patched = jsonpatch.apply_patch(pod, patch_of(review))
+    assert patched["metadata"]["annotations"][c.ANNOTATION_INJECT_SKIPPED] == c.INJECT_SKIPPED_VALUE
+
+
+def test_one_structured_log_line_per_admission(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="icache.webhook.pod")
+    mutate_pod(request(make_pod()), lister(make_backend()), CTX)
+    records = [r for r in caplog.records if r.name == "icache.webhook.pod"]
+    assert len(records) == 1
+    record = records[0]
+    assert record.__dict__["outcome"] == "injected"
+    assert record.__dict__["reason"] == "injected"
+    assert record.__dict__["namespace"] == NS
+    assert record.__dict__["pod_generate_name"] == "engine-"
+    assert record.__dict__["backend"] == f"{NS}/cache"
+    assert isinstance(record.__dict__["duration_ms"], float)
+
+
+def test_error_reasons_log_at_warning(caplog: pytest.LogCaptureFixture) -> None:
+    def broken(namespace: str) -> list[dict[str, Any]]:
+        raise RuntimeError("down")
+
+    caplog.set_level(logging.INFO, logger="icache.webhook.pod")
+    mutate_pod(request(make_pod()), broken, CTX)
+    (record,) = [r for r in caplog.records if r.name == "icache.webhook.pod"]
+    assert record.levelno == logging.WARNING
+    assert record.__dict__["reason"] == "list_error"
