@@ -189,6 +189,19 @@ def select_backend(
     return None
 
 
+def parse_backend(raw: dict[str, Any]) -> CacheBackend:
+    """The typed CacheBackend, judged on what wiring reads: metadata, spec, status.endpoint.
+
+    Other status fields (conditions, index participation, ...) are the controller's and
+    never affect wiring, so a partial or newer status must not make the backend invalid.
+    """
+    status = raw.get("status")
+    trimmed = {key: raw[key] for key in ("apiVersion", "kind", "metadata", "spec") if key in raw}
+    if isinstance(status, dict) and "endpoint" in status:
+        trimmed["status"] = {"endpoint": status["endpoint"]}
+    return CacheBackend.model_validate(trimmed)
+
+
 # ----------------------------------------------------------------------- binding
 
 
@@ -357,7 +370,7 @@ def wire_pod(
         return _fail_open(pod, REASON_NO_MATCH, f"no CacheBackend in {ns!r} selects this pod")
     key = f"{ns}/{_meta(raw).get('name')}"
     try:
-        backend = CacheBackend.model_validate(raw)
+        backend = parse_backend(raw)
     except ValidationError as exc:
         return _fail_open(
             pod,

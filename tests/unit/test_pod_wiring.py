@@ -347,6 +347,13 @@ def test_fail_open_invalid_backend() -> None:
     assert_decision_annotations_stripped(result.pod)
 
 
+def test_status_fields_other_than_endpoint_never_invalidate_a_backend() -> None:
+    backend = make_backend(remote=managed(), status_endpoint="s:65432")
+    backend["status"]["conditions"] = [{"type": "Ready"}]  # partial, as hand-written in a file
+    backend["status"]["somethingNewer"] = {"x": 1}
+    assert wire_pod(make_pod(), [backend], CTX).outcome == OUTCOME_INJECTED
+
+
 def test_fail_open_remote_storage_without_ownership_is_invalid_backend() -> None:
     backend = make_backend(remote={"provider": "LMCacheServer"})
     assert wire_pod(make_pod(), [backend], CTX).reason == "invalid_backend"

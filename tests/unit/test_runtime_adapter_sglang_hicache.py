@@ -47,7 +47,7 @@ def test_registry_and_declarations() -> None:
     assert isinstance(select("SGLang", "SGLangHiCache"), SGLangHiCacheAdapter)
     assert ADAPTER.supports_binding(None)
     for protocol in ("lm", "resp", "mooncakestore"):
-        assert not ADAPTER.supports_binding(Binding(protocol, "x:1"))  # type: ignore[arg-type]
+        assert not ADAPTER.supports_binding(Binding(protocol, "x:1"))
 
 
 def test_injects_enable_flag_and_ratio() -> None:
