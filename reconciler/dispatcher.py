@@ -1,0 +1,277 @@
+"""The dispatcher: watches, enqueues keys, and pumps due keys to the Celery workers.
+
+Only the elected leader (Lease) watches and enqueues. While leading it runs:
+
+* one watch per resource — CacheBackends, and the Deployments, StatefulSets,
+  Services and HPAs we manage (mapped to their owner's key) — each resuming from
+  its last resourceVersion and re-listing on 410 Gone;
+* a resync that enqueues every known CacheBackend every ``resync_period``;
+* the pump: moves due keys from the work queue to Celery, reaps expired worker
+  leases and lost dispatches, and re-adds every key when Redis lost its data.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+from celery import Celery
+
+from reconciler import kube as k
+from reconciler import metrics
+from reconciler.celery_app import QUEUE_NAME, RECONCILE_TASK
+from reconciler.leader import ElectionSettings, LeaderElector
+from reconciler.workqueue import WorkQueue
+from shared.storage_providers.render import LABEL_MANAGED_BY, MANAGED_BY
+
+log = logging.getLogger(__name__)
+
+OWNED_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
+
+
+@dataclass(frozen=True)
+class DispatcherSettings:
+    resync_period: float = 30.0
+    watch_timeout: int = 300
+    reap_interval: float = 1.0
+    pump_batch: int = 500
+
+
+def owner_key(obj: dict[str, Any]) -> str | None:
+    """``namespace/name`` of the CacheBackend controlling ``obj``, if any."""
+    meta = obj.get("metadata") or {}
+    for ref in meta.get("ownerReferences") or []:
+        if ref.get("kind") == "CacheBackend" and ref.get("controller"):
+            return f"{meta.get('namespace')}/{ref.get('name')}"
+    return None
+
+
+def object_key(obj: dict[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace')}/{meta.get('name')}"
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        kube: k.Kube,
+        queue: WorkQueue,
+        app: Celery,
+        election: ElectionSettings,
+        settings: DispatcherSettings | None = None,
+    ) -> None:
+        self.kube = kube
+        self.queue = queue
+        self.app = app
+        self.settings = settings or DispatcherSettings()
+        self.elector = LeaderElector(kube, election)
+        self.known: set[str] = set()
+        self._known_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._leading: threading.Event | None = None
+        self._threads: list[threading.Thread] = []
+        self._redis_run_id: str | None = None
+        self._resync_requested = threading.Event()
+
+    # ------------------------------------------------------------ lifecycle
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def run(self) -> None:
+        """Campaign for the Lease until stopped; lead while holding it."""
+        s = self.elector.s
+        log.info("dispatcher %s campaigning for lease %s/%s", s.identity, s.namespace, s.name)
+        try:
+            while not self._stop.is_set():
+                renewed = self.elector.try_acquire_or_renew()
+                if renewed and self._leading is None:
+                    self._start_leading()
+                elif not renewed and self._leading is not None and not self.elector.holds_lease:
+                    log.warning("lost the lease: stepping down")
+                    self._stop_leading()
+                self._stop.wait(s.retry_period)
+        finally:
+            if self._leading is not None:
+                self._stop_leading()
+                self.elector.release()
+
+    def _start_leading(self) -> None:
+        log.info("became leader")
+        metrics.LEADER.set(1)
+        leading = threading.Event()
+        leading.set()
+        self._leading = leading
+        self._resync_requested.set()
+        specs: list[tuple[str, Callable[[], None]]] = [
+            ("watch-cachebackends", lambda: self._watch_loop(k.CACHEBACKENDS, None, leading)),
+            *[
+                (
+                    f"watch-{res.plural}",
+                    lambda res=res: self._watch_loop(res, OWNED_SELECTOR, leading),
+                )
+                for res in (k.DEPLOYMENTS, k.STATEFULSETS, k.SERVICES, k.HPAS)
+            ],
+            ("pump", lambda: self._pump_loop(leading)),
+            ("resync", lambda: self._resync_loop(leading)),
+        ]
+        self._threads = [threading.Thread(target=fn, name=name, daemon=True) for name, fn in specs]
+        for t in self._threads:
+            t.start()
+
+    def _stop_leading(self) -> None:
+        metrics.LEADER.set(0)
+        if self._leading is not None:
+            self._leading.clear()
+        self._leading = None
+        # Watch threads may be blocked on a read; they check `leading` before acting
+        # and exit at the next event or stream timeout.
+        for t in self._threads:
+            if t.name in ("pump", "resync"):
+                t.join(timeout=5)
+        self._threads = []
+
+    # ------------------------------------------------------------ enqueue
+
+    def enqueue(self, key: str, leading: threading.Event) -> None:
+        if not leading.is_set():
+            return
+        try:
+            self.queue.add(key)
+        except redis.RedisError as exc:
+            # Redis is away: remember to re-add everything once it is back.
+            log.warning("could not enqueue %s: %s", key, exc)
+            self._resync_requested.set()
+
+    def _enqueue_all(self, leading: threading.Event) -> None:
+        with self._known_lock:
+            keys = sorted(self.known)
+        for key in keys:
+            self.enqueue(key, leading)
+
+    # ------------------------------------------------------------ watches
+
+    def _handle_cachebackend(
+        self, kind: str, obj: dict[str, Any], leading: threading.Event
+    ) -> None:
+        key = object_key(obj)
+        with self._known_lock:
+            if kind == "DELETED":
+                self.known.discard(key)
+            else:
+                self.known.add(key)
+        self.enqueue(key, leading)
+
+    def _handle_owned(self, obj: dict[str, Any], leading: threading.Event) -> None:
+        key = owner_key(obj)
+        if key is not None:
+            self.enqueue(key, leading)
+
+    def _watch_loop(self, res: k.Resource, selector: str | None, leading: threading.Event) -> None:
+        is_cb = res is k.CACHEBACKENDS
+        rv: str | None = None
+        backoff = 0.5
+        while leading.is_set() and not self._stop.is_set():
+            try:
+                if rv is None:
+                    listing = self.kube.list(res, None, label_selector=selector)
+                    rv = str((listing.get("metadata") or {}).get("resourceVersion") or "")
+                    items = listing.get("items") or []
+                    if is_cb:
+                        current = {object_key(o) for o in items}
+                        with self._known_lock:
+                            vanished = self.known - current
+                            self.known = current
+                        # Deleted while we were not watching: one last (no-op) pass.
+                        for key in sorted(vanished | current):
+                            self.enqueue(key, leading)
+                    else:
+                        for o in items:
+                            self._handle_owned(o, leading)
+                for event in self.kube.watch(
+                    res,
+                    resource_version=rv,
+                    label_selector=selector,
+                    timeout_seconds=self.settings.watch_timeout,
+                ):
+                    if not leading.is_set():
+                        return
+                    obj = event.get("object") or {}
+                    new_rv = (obj.get("metadata") or {}).get("resourceVersion")
+                    if new_rv:
+                        rv = str(new_rv)
+                    if event.get("type") == "BOOKMARK":
+                        continue
+                    if is_cb:
+                        self._handle_cachebackend(str(event.get("type")), obj, leading)
+                    else:
+                        self._handle_owned(obj, leading)
+                backoff = 0.5
+                metrics.WATCH_RESTARTS.labels(res.plural, "timeout").inc()
+            except k.ApiError as exc:
+                if exc.gone:
+                    log.info("watch %s: resourceVersion %s expired; re-listing", res.plural, rv)
+                    metrics.WATCH_RESTARTS.labels(res.plural, "expired").inc()
+                    rv = None
+                    continue
+                log.warning("watch %s: %s", res.plural, exc)
+                metrics.WATCH_RESTARTS.labels(res.plural, "error").inc()
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 30.0)
+            except Exception as exc:  # connection reset, read timeout, bad JSON
+                log.warning("watch %s: %s", res.plural, exc)
+                metrics.WATCH_RESTARTS.labels(res.plural, "error").inc()
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 30.0)
+
+    # ------------------------------------------------------------ resync + pump
+
+    def _resync_loop(self, leading: threading.Event) -> None:
+        while leading.is_set() and not self._stop.wait(self.settings.resync_period):
+            if not leading.is_set():
+                return
+            self._enqueue_all(leading)
+
+    def _check_redis_restart(self, leading: threading.Event) -> None:
+        """A Redis that restarted without persistence lost the queue: re-add every key."""
+        run_id = str(self.queue.redis.info("server").get("run_id"))
+        if self._redis_run_id is not None and run_id != self._redis_run_id:
+            log.warning("Redis restarted (run_id changed): re-adding every known key")
+            self._resync_requested.set()
+        self._redis_run_id = run_id
+        if self._resync_requested.is_set():
+            self._resync_requested.clear()
+            self._enqueue_all(leading)
+
+    def _pump_loop(self, leading: threading.Event) -> None:
+        last_reap = 0.0
+        while leading.is_set() and not self._stop.is_set():
+            try:
+                for key in self.queue.pop_due(self.settings.pump_batch):
+                    self.app.send_task(RECONCILE_TASK, args=[key], queue=QUEUE_NAME)
+                now = time.monotonic()
+                if now - last_reap >= self.settings.reap_interval:
+                    last_reap = now
+                    self._check_redis_restart(leading)
+                    backlog = int(self.queue.redis.llen(QUEUE_NAME))
+                    self.queue.reap(broker_backlog=backlog)
+                    self.queue.update_depth_metrics()
+                due_in = self.queue.next_due_in()
+                wait = (
+                    self.settings.reap_interval
+                    if due_in is None
+                    else min(due_in, self.settings.reap_interval)
+                )
+                if wait > 0:
+                    self.queue.wait_for_work(wait)
+            except Exception as exc:  # Redis away, broker hiccup: keep pumping
+                log.warning("pump: %s", exc)
+                with contextlib.suppress(Exception):
+                    self._resync_requested.set()
+                time.sleep(0.5)

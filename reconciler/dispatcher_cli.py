@@ -1,0 +1,109 @@
+"""`icache dispatcher`: leader-elected watcher that feeds the reconcile work queue."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+from types import FrameType
+
+import redis
+from prometheus_client import start_http_server
+
+from reconciler.celery_app import make_app, redis_url_from_env
+from reconciler.dispatcher import Dispatcher, DispatcherSettings
+from reconciler.kube import Kube
+from reconciler.leader import ElectionSettings
+from reconciler.workqueue import QueueSettings, WorkQueue
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--kubeconfig",
+        default=os.environ.get("KUBECONFIG") or None,
+        help="kubeconfig path (default: in-cluster ServiceAccount)",
+    )
+    parser.add_argument(
+        "--redis-url",
+        default=redis_url_from_env(),
+        help="Redis URL of the broker and work queue (env ICACHE_REDIS_URL)",
+    )
+    parser.add_argument(
+        "--lease-namespace",
+        default=os.environ.get("POD_NAMESPACE", "icache-system"),
+        help="namespace of the leader-election Lease",
+    )
+    parser.add_argument("--lease-name", default="inference-cache-dispatcher")
+    parser.add_argument(
+        "--identity",
+        default=f"{socket.gethostname()}_{os.getpid()}",
+        help="this candidate's identity in the Lease",
+    )
+    parser.add_argument("--lease-duration", type=float, default=15.0)
+    parser.add_argument("--renew-deadline", type=float, default=10.0)
+    parser.add_argument("--retry-period", type=float, default=2.0)
+    parser.add_argument(
+        "--resync-period",
+        type=float,
+        default=30.0,
+        help="seconds between re-enqueues of every CacheBackend",
+    )
+    parser.add_argument(
+        "--watch-timeout",
+        type=int,
+        default=300,
+        help="server-side timeout of each watch request (s)",
+    )
+    parser.add_argument("--queue-prefix", default="icache:wq")
+    parser.add_argument(
+        "--dispatch-timeout",
+        type=float,
+        default=60.0,
+        help="re-dispatch a key whose Celery message has not started after this",
+    )
+    parser.add_argument("--backoff-base", type=float, default=0.5)
+    parser.add_argument("--backoff-max", type=float, default=300.0)
+    parser.add_argument("--metrics-port", type=int, default=0, help="Prometheus port (0: off)")
+    parser.add_argument("--log-level", default="INFO")
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(threadName)s %(name)s: %(message)s",
+    )
+    if args.metrics_port:
+        start_http_server(args.metrics_port)
+    queue = WorkQueue(
+        redis.Redis.from_url(args.redis_url, health_check_interval=10),
+        QueueSettings(
+            prefix=args.queue_prefix,
+            base_delay=args.backoff_base,
+            max_delay=args.backoff_max,
+            dispatch_timeout=args.dispatch_timeout,
+        ),
+    )
+    dispatcher = Dispatcher(
+        Kube.from_kubeconfig(args.kubeconfig),
+        queue,
+        make_app(args.redis_url),
+        ElectionSettings(
+            namespace=args.lease_namespace,
+            name=args.lease_name,
+            identity=args.identity,
+            lease_duration=args.lease_duration,
+            renew_deadline=args.renew_deadline,
+            retry_period=args.retry_period,
+        ),
+        DispatcherSettings(resync_period=args.resync_period, watch_timeout=args.watch_timeout),
+    )
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        dispatcher.stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    dispatcher.run()
+    return 0

@@ -1,0 +1,145 @@
+"""The reconcile task and the per-process worker runtime behind it."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import redis
+from celery import Celery
+
+from reconciler import metrics
+from reconciler.celery_app import RECONCILE_TASK
+from reconciler.kube import Kube
+from reconciler.reconcile import Reconciler
+from reconciler.server_client import DEFAULT_TOKEN_PATH, ServerClient
+from reconciler.workqueue import DONE, QueueSettings, WorkQueue
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    kubeconfig: str | None
+    redis_url: str
+    server_url: str = ""
+    token_path: str = DEFAULT_TOKEN_PATH
+    queue: QueueSettings = QueueSettings()
+    probe_window_seconds: float = 30.0
+
+
+@dataclass
+class Runtime:
+    queue: WorkQueue
+    reconciler: Reconciler
+    pid: int
+
+
+_config: WorkerConfig | None = None
+_runtime: Runtime | None = None
+_lock = threading.Lock()
+
+
+def configure(config: WorkerConfig) -> None:
+    global _config, _runtime
+    with _lock:
+        _config = config
+        _runtime = None
+
+
+def runtime() -> Runtime:
+    """This process's clients, built on first use (and rebuilt after a fork)."""
+    global _runtime
+    with _lock:
+        if _runtime is not None and _runtime.pid == os.getpid():
+            return _runtime
+        if _config is None:
+            raise RuntimeError("worker not configured: call reconciler.tasks.configure() first")
+        client = redis.Redis.from_url(_config.redis_url, health_check_interval=10)
+        queue = WorkQueue(client, _config.queue)
+        server = (
+            ServerClient(_config.server_url, token_path=_config.token_path)
+            if _config.server_url
+            else None
+        )
+        reconciler = Reconciler(
+            Kube.from_kubeconfig(_config.kubeconfig),
+            server=server,
+            probe_rate_limiter=redis_probe_rate_limiter(client, _config.probe_window_seconds),
+        )
+        _runtime = Runtime(queue=queue, reconciler=reconciler, pid=os.getpid())
+        return _runtime
+
+
+def redis_probe_rate_limiter(client: redis.Redis, window: float) -> Callable[[str], float | None]:
+    """At most one /probe per backend per window across every worker process."""
+
+    def limiter(key: str) -> float | None:
+        name = f"icache:probe:{key}"
+        if client.set(name, "1", nx=True, px=int(window * 1000)):
+            return None
+        ttl = client.pttl(name)
+        return max(float(ttl) / 1000.0, 0.1) if isinstance(ttl, int) and ttl > 0 else window
+
+    return limiter
+
+
+def _finish(
+    queue: WorkQueue, key: str, token: str, *, error: bool, requeue_after: float | None
+) -> None:
+    """Record the outcome, riding out a short Redis outage. If Redis stays away the
+    lease simply expires and the key is re-run (or re-listed): nothing is lost."""
+    deadline = time.monotonic() + queue.settings.lease_seconds
+    while True:
+        try:
+            outcome, delay = queue.done(key, token, error=error, requeue_after=requeue_after)
+            if outcome != DONE:
+                log.warning("%s: lease was taken over while running; outcome dropped", key)
+            elif error:
+                log.info("%s: retrying in %.1fs", key, delay)
+            return
+        except redis.RedisError as exc:
+            if time.monotonic() > deadline:
+                log.error("%s: could not record the outcome: %s", key, exc)
+                return
+            time.sleep(0.5)
+
+
+def run_key(key: str) -> str:
+    """Run one reconcile of ``key`` under the work queue's lease."""
+    rt = runtime()
+    try:
+        with rt.queue.leased(key) as token:
+            if token is None:
+                return "skipped"
+            started = time.monotonic()
+            try:
+                result = rt.reconciler.reconcile(key)
+            except Exception:
+                log.exception("%s: reconcile failed", key)
+                outcome = "error"
+                _finish(rt.queue, key, token, error=True, requeue_after=None)
+            else:
+                outcome = "requeue" if result.requeue_after else "success"
+                _finish(rt.queue, key, token, error=False, requeue_after=result.requeue_after)
+                if result.writes:
+                    log.info("%s: reconciled (%s, %d writes)", key, result.mode, result.writes)
+            elapsed = time.monotonic() - started
+            metrics.RECONCILE_DURATION.labels(outcome).observe(elapsed)
+            metrics.RECONCILES.labels(outcome).inc()
+            return outcome
+    except redis.RedisError as exc:
+        # Could not even claim the key: it stays queued and the dispatcher's reaper
+        # (or the resync after a Redis restart) hands it out again.
+        log.warning("%s: work queue unavailable: %s", key, exc)
+        return "unavailable"
+
+
+def register(app: Celery) -> None:
+    @app.task(name=RECONCILE_TASK, ignore_result=True)
+    def reconcile_task(key: str) -> str:
+        return run_key(key)

@@ -1,0 +1,98 @@
+"""`icache worker`: a Celery worker running reconciles off the Redis work queue."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import socket
+
+from prometheus_client import start_http_server
+
+from reconciler import tasks
+from reconciler.celery_app import QUEUE_NAME, make_app, redis_url_from_env
+from reconciler.workqueue import QueueSettings
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--kubeconfig",
+        default=os.environ.get("KUBECONFIG") or None,
+        help="kubeconfig path (default: in-cluster ServiceAccount)",
+    )
+    parser.add_argument(
+        "--redis-url",
+        default=redis_url_from_env(),
+        help="Redis URL of the broker and work queue (env ICACHE_REDIS_URL)",
+    )
+    parser.add_argument(
+        "--server-url",
+        default=os.environ.get("ICACHE_SERVER_URL", ""),
+        help="cache-index server base URL for /probe; empty turns the functional-probe gate off",
+    )
+    parser.add_argument(
+        "--token-path",
+        default=tasks.DEFAULT_TOKEN_PATH,
+        help="projected ServiceAccount token sent to the server",
+    )
+    parser.add_argument("--concurrency", type=int, default=4, help="reconciles in parallel")
+    parser.add_argument(
+        "--pool",
+        default="threads",
+        choices=["threads", "prefork", "solo"],
+        help="Celery pool (reconciles are I/O bound: threads by default)",
+    )
+    parser.add_argument(
+        "--queue-prefix", default="icache:wq", help="Redis key prefix of the work queue"
+    )
+    parser.add_argument(
+        "--lease-seconds",
+        type=float,
+        default=30.0,
+        help="work-queue lease per running key, renewed every third of it",
+    )
+    parser.add_argument("--backoff-base", type=float, default=0.5, help="first error backoff (s)")
+    parser.add_argument(
+        "--backoff-max", type=float, default=300.0, help="maximum error backoff (s)"
+    )
+    parser.add_argument("--metrics-port", type=int, default=0, help="Prometheus port (0: off)")
+    parser.add_argument("--log-level", default="INFO")
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(processName)s %(name)s: %(message)s",
+    )
+    tasks.configure(
+        tasks.WorkerConfig(
+            kubeconfig=args.kubeconfig,
+            redis_url=args.redis_url,
+            server_url=args.server_url,
+            token_path=args.token_path,
+            queue=QueueSettings(
+                prefix=args.queue_prefix,
+                base_delay=args.backoff_base,
+                max_delay=args.backoff_max,
+                lease_seconds=args.lease_seconds,
+            ),
+        )
+    )
+    if args.metrics_port:
+        start_http_server(args.metrics_port)
+    app = make_app(args.redis_url)
+    tasks.register(app)
+    app.worker_main(
+        [
+            "worker",
+            f"--pool={args.pool}",
+            f"--concurrency={args.concurrency}",
+            f"--queues={QUEUE_NAME}",
+            f"--loglevel={args.log_level.upper()}",
+            f"--hostname=icache-worker-{os.getpid()}@{socket.gethostname()}",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+        ]
+    )
+    return 0
