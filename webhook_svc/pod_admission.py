@@ -21,6 +21,9 @@ from typing import Any, Final
 from shared.pod_wiring import (
     OUTCOME_FAIL_OPEN,
     OUTCOME_SKIPPED,
+    REASON_ADAPTER_ERROR,
+    REASON_INVALID_BACKEND,
+    REASON_INVALID_RESULT,
     WiringResult,
     strip_decision_annotations,
     wire_pod,
@@ -42,8 +45,9 @@ _ERROR_REASONS: Final = frozenset(
         REASON_LIST_ERROR,
         REASON_INTERNAL_ERROR,
         REASON_ENCODE_ERROR,
-        "adapter_error",
-        "invalid_backend",
+        REASON_ADAPTER_ERROR,
+        REASON_INVALID_BACKEND,
+        REASON_INVALID_RESULT,
     }
 )
 
