@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import copy
 import json
+from pathlib import Path
 from typing import Any
 
 import jsonpatch
@@ -464,3 +465,48 @@ def test_hostile_objects_are_denied_not_crashed(spec: Any) -> None:
         assert resp["allowed"] is False
         assert resp["status"]["code"] == 422, resp
         assert response(mutate_cachebackend(request(op, cb(spec))))["allowed"] is True
+
+
+# ------------------------------------------------------- curl replay examples
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "admission"
+
+# file -> (validate allowed, number of causes, mutate patches, number of warnings)
+EXPECTED_EXAMPLES: dict[str, tuple[bool, int, bool, int]] = {
+    "create-vllm-host-only.json": (True, 0, True, 0),
+    "create-vllm-lmcacheserver-managed.json": (True, 0, True, 0),
+    "create-vllm-lmcacheserver-external.json": (True, 0, True, 0),
+    "create-sglang-redis-managed.json": (True, 0, True, 0),
+    "create-sglang-hicache.json": (True, 0, True, 0),
+    "create-vllm-events-only.json": (True, 0, True, 0),
+    "create-vllm-mooncake-managed.json": (True, 0, True, 0),
+    "create-mooncake-without-host-network-warning.json": (True, 0, True, 1),
+    "create-invalid-aggregated.json": (False, 7, True, 0),
+    "create-invalid-schema.json": (False, 10, True, 1),
+    "update-introduces-violation.json": (False, 1, False, 0),
+    "update-label-edit-on-preexisting-invalid.json": (True, 0, False, 0),
+    "update-different-bad-value-is-fresh.json": (False, 1, False, 0),
+    "mutate-create-defaults.json": (True, 0, True, 0),
+    "mutate-update-keeps-min-replicas.json": (True, 0, False, 0),
+    "mutate-create-already-defaulted.json": (True, 0, False, 0),
+    "delete.json": (True, 0, False, 0),
+}
+
+
+def test_every_example_is_listed() -> None:
+    assert sorted(p.name for p in EXAMPLES.glob("*.json")) == sorted(EXPECTED_EXAMPLES)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_EXAMPLES))
+def test_example_replays_as_documented(name: str) -> None:
+    """examples/admission/README.md: each replay file's documented outcome."""
+    allowed, causes, patched, warned = EXPECTED_EXAMPLES[name]
+    req = parse_review(json.loads((EXAMPLES / name).read_text()))
+    valid = response(validate_cachebackend(req))
+    assert valid["uid"] == req.uid
+    assert valid["allowed"] is allowed, valid
+    assert len(valid.get("status", {}).get("details", {}).get("causes", [])) == causes
+    assert len(valid.get("warnings", [])) == warned
+    mutated = response(mutate_cachebackend(req))
+    assert mutated["allowed"] is True
+    assert ("patch" in mutated) is patched
