@@ -196,7 +196,9 @@ def parse_backend(raw: dict[str, Any]) -> CacheBackend:
     never affect wiring, so a partial or newer status must not make the backend invalid.
     """
     status = raw.get("status")
-    trimmed = {key: raw[key] for key in ("apiVersion", "kind", "metadata", "spec") if key in raw}
+    trimmed: dict[str, Any] = {
+        key: raw[key] for key in ("apiVersion", "kind", "metadata", "spec") if key in raw
+    }
     if isinstance(status, dict) and "endpoint" in status:
         trimmed["status"] = {"endpoint": status["endpoint"]}
     return CacheBackend.model_validate(trimmed)
