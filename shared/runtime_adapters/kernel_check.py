@@ -25,7 +25,7 @@ from typing import Any
 
 from shared import constants as c
 from shared.runtime_adapters.base import InjectionRejected
-from shared.runtime_adapters.podspec import find_named
+from shared.runtime_adapters.podspec import find_named, merge_container
 from shared.runtime_adapters.sizing import requests_gpu
 
 CONTAINER_NAME = "lmcache-kernel-check"
@@ -133,7 +133,7 @@ def converge(pod: dict[str, Any], mode: str | None, engine: dict[str, Any]) -> N
     if existing:
         # The name is the check's own; a re-admitted pod converges onto the current
         # render with the API server's defaulted fields kept.
-        inits[existing[0]] = {**inits[existing[0]], **desired}
+        inits[existing[0]] = merge_container(inits[existing[0]], desired)
     else:
         if find_named(spec.get("containers"), CONTAINER_NAME) is not None:
             raise InjectionRejected(

@@ -257,6 +257,31 @@ def all_containers(pod: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
+# List fields of a container merged by key when converging onto a prior render.
+_MERGED_LISTS = (("volumeMounts", "mountPath"), ("env", "name"))
+
+
+def merge_container(existing: dict[str, Any], desired: dict[str, Any]) -> dict[str, Any]:
+    """``desired`` written over ``existing``, keeping what others added to it.
+
+    The API server adds fields to every container (imagePullPolicy, terminationMessage*,
+    the ServiceAccount token mount) and other mutating webhooks may add env or mounts.
+    Rendered keys win; for volumeMounts (by mountPath) and env (by name) the rendered
+    entries come first and entries the render does not name are kept after them, so a
+    persisted pod re-renders to itself (an empty patch).
+    """
+    merged = {**existing, **desired}
+    for field, key in _MERGED_LISTS:
+        if field not in desired or not existing.get(field):
+            continue
+        ours = {item.get(key) for item in desired[field]}
+        merged[field] = [
+            *desired[field],
+            *(item for item in existing[field] if item.get(key) not in ours),
+        ]
+    return merged
+
+
 def adopt_container(
     pod: dict[str, Any],
     field: Literal["initContainers", "containers"],
@@ -268,7 +293,7 @@ def adopt_container(
     When a container of that name exists it must be the adapter's own prior injection
     (``ours``); its position is kept and the desired keys are written over it, so fields
     the API server defaulted (imagePullPolicy, terminationMessagePath, ...) survive and a
-    re-admitted pod converges to an empty patch. Any other object of that name is an
+    re-admitted pod converges to an empty patch (see ``merge_container``). Any other object of that name is an
     operator's squatting a reserved name: rejected, never silently overwritten.
     """
     spec = pod.setdefault("spec", {})
@@ -281,7 +306,7 @@ def adopt_container(
                     f"the pod already has a container named {name!r} that inference-cache did "
                     "not render; rename it to let the pod be wired"
                 )
-            items[i] = {**item, **desired}
+            items[i] = merge_container(item, desired)
             spec[field] = items
             return
     if find_named(all_containers(pod), name) is not None:

@@ -24,7 +24,7 @@ from typing import Any
 from shared import constants as c
 from shared.runtime_adapters.base import InjectionRejected
 from shared.runtime_adapters.engine import SUBSCRIBER_CONTAINER
-from shared.runtime_adapters.podspec import cli_tokens, find_flag, find_named
+from shared.runtime_adapters.podspec import cli_tokens, find_flag, find_named, merge_container
 
 DEFAULT_KV_EVENTS_PORT = 5557
 KV_EVENTS_CONFIG = "--kv-events-config"
@@ -102,7 +102,7 @@ def converge(pod: dict[str, Any], desired: dict[str, Any]) -> None:
     containers = list(spec.get("containers") or [])
     for i, container in enumerate(containers):
         if container.get("name") == SUBSCRIBER_CONTAINER:
-            containers[i] = {**container, **desired}
+            containers[i] = merge_container(container, desired)
             break
     else:
         containers.append(desired)

@@ -713,14 +713,20 @@ def test_wiring_never_mutates_its_inputs(backend: dict[str, Any], pod: dict[str,
 
 
 def test_idempotency_survives_api_server_defaulting() -> None:
-    """A persisted pod carries fields the API server defaulted on our sidecars."""
+    """A persisted pod carries fields the API server defaulted or added on our sidecars."""
     backend = make_backend(runtime="SGLang", annotations={})
     result = wire_pod(make_pod(make_container("sglang", image="lmsysorg/sglang")), [backend], CTX)
     persisted = copy.deepcopy(result.pod)
+    token = "/var/run/secrets/kubernetes.io/serviceaccount"
+    persisted["spec"]["volumes"].append({"name": "kube-api-access-x", "projected": {"sources": []}})
     for ct in persisted["spec"]["containers"] + persisted["spec"]["initContainers"]:
         ct.setdefault("imagePullPolicy", "IfNotPresent")
         ct.setdefault("terminationMessagePath", "/dev/termination-log")
         ct.setdefault("terminationMessagePolicy", "File")
+        # The ServiceAccount admission plugin mounts the token into every container.
+        ct.setdefault("volumeMounts", []).append(
+            {"name": "kube-api-access-x", "mountPath": token, "readOnly": True}
+        )
     again = wire_pod(persisted, [backend], CTX)
     assert json_patch(persisted, again.pod) == []
 
