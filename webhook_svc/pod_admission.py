@@ -24,6 +24,7 @@ from shared.pod_wiring import (
     REASON_ADAPTER_ERROR,
     REASON_INVALID_BACKEND,
     REASON_INVALID_RESULT,
+    WIRING_REASONS,
     WiringResult,
     strip_decision_annotations,
     wire_pod,
@@ -38,6 +39,15 @@ REASON_DECODE_ERROR: Final = "decode_error"
 REASON_LIST_ERROR: Final = "list_error"
 REASON_INTERNAL_ERROR: Final = "internal_error"
 REASON_ENCODE_ERROR: Final = "encode_error"
+# Every (outcome, reason) label value mutate_pod can return, e.g. to pre-register metrics.
+ADMISSION_REASONS: Final = (
+    *WIRING_REASONS,
+    REASON_NOT_CREATE,
+    REASON_DECODE_ERROR,
+    REASON_LIST_ERROR,
+    REASON_INTERNAL_ERROR,
+    REASON_ENCODE_ERROR,
+)
 # Reasons that mean "something is broken", logged at warning level.
 _ERROR_REASONS: Final = frozenset(
     {

@@ -216,3 +216,12 @@ def test_error_reasons_log_at_warning(caplog: pytest.LogCaptureFixture) -> None:
     (record,) = [r for r in caplog.records if r.name == "icache.webhook.pod"]
     assert record.levelno == logging.WARNING
     assert record.__dict__["reason"] == "list_error"
+
+
+def test_every_returned_reason_is_in_the_published_vocabulary() -> None:
+    from shared import pod_wiring
+
+    declared = {v for k, v in vars(pod_wiring).items() if k.startswith("REASON_")}
+    declared |= {v for k, v in vars(pod_admission).items() if k.startswith("REASON_")}
+    assert declared == set(pod_admission.ADMISSION_REASONS)
+    assert len(pod_admission.ADMISSION_REASONS) == len(set(pod_admission.ADMISSION_REASONS))
