@@ -1037,53 +1037,65 @@ class Rule:
         return False
 
 
-_RS = "remoteStorage"
 _PAIR = ("runtime", "type")
+# The remote tier's selection: which provider, which lifecycle (a bad value inside a
+# provider block does not change it, so it does not block rules that only read this).
+_SELECTION = ("remoteStorage.provider", "remoteStorage.ownership")
+_ENDPOINT = (*_SELECTION, "remoteStorage.endpoint")
+# Resource rules read the selected block; any pruned entry in a block blocks them, so a
+# relational rule never mistakes a rejected half for a missing one.
+_BLOCKS = (
+    *_SELECTION,
+    "remoteStorage.redis",
+    "remoteStorage.lmCacheServer",
+    "remoteStorage.mooncake",
+)
+_MODE = "integration.mode"
 
 RULES: list[Rule] = [
     Rule(reject_removed_fields, needs_spec=False),
     Rule(reject_invalid_lmcache_kernel_check_annotation, needs_spec=False),
     Rule(reject_unsupported_runtime_cache_pair, _PAIR),
     # Cache hierarchy must be internally consistent.
-    Rule(reject_incomplete_remote_storage, (_RS,)),
-    Rule(reject_provider_block_mismatch, (_RS,)),
+    Rule(reject_incomplete_remote_storage, _SELECTION),
+    Rule(reject_provider_block_mismatch, _SELECTION),
     Rule(reject_lmcache_block_with_non_lmcache_type, ("type", "lmCache")),
     Rule(reject_hicache_block_with_non_hicache_type, ("type", "hiCache")),
-    Rule(reject_autoscaling_without_managed_workload, ("autoscaling", _RS, "integration.mode")),
+    Rule(reject_autoscaling_without_managed_workload, ("autoscaling", *_SELECTION, _MODE)),
     # Endpoints.
-    Rule(reject_external_without_endpoint, (_RS,)),
-    Rule(reject_managed_endpoint, (_RS,)),
-    Rule(reject_invalid_endpoint_shape, (_RS,)),
-    Rule(reject_cross_namespace_endpoint, (_RS, "allowCrossNamespace")),
+    Rule(reject_external_without_endpoint, _ENDPOINT),
+    Rule(reject_managed_endpoint, _ENDPOINT),
+    Rule(reject_invalid_endpoint_shape, _ENDPOINT),
+    Rule(reject_cross_namespace_endpoint, (*_ENDPOINT, "allowCrossNamespace")),
     # Engine wire must accept the provider binding.
-    Rule(reject_unsupported_binding, (*_PAIR, _RS, "integration.mode")),
+    Rule(reject_unsupported_binding, (*_PAIR, *_SELECTION, _MODE)),
     # Provider resources, at the selected provider's path.
-    Rule(reject_invalid_resource_names, (_RS,)),
-    Rule(reject_malformed_resource_quantities, (_RS,)),
-    Rule(reject_negative_resource_quantities, (_RS,)),
-    Rule(reject_resource_claims, (_RS,)),
-    Rule(reject_resource_limits_below_requests, (_RS,)),
-    Rule(reject_requests_only_for_non_overcommittable_resources, (_RS,)),
-    Rule(reject_fractional_extended_resources, (_RS,)),
-    Rule(reject_misaligned_hugepage_quantities, (_RS,)),
+    Rule(reject_invalid_resource_names, _BLOCKS),
+    Rule(reject_malformed_resource_quantities, _BLOCKS),
+    Rule(reject_negative_resource_quantities, _BLOCKS),
+    Rule(reject_resource_claims, _BLOCKS),
+    Rule(reject_resource_limits_below_requests, _BLOCKS),
+    Rule(reject_requests_only_for_non_overcommittable_resources, _BLOCKS),
+    Rule(reject_fractional_extended_resources, _BLOCKS),
+    Rule(reject_misaligned_hugepage_quantities, _BLOCKS),
     # Replicas and autoscaling.
     Rule(
         reject_zero_replicas_autoscaling_without_min_replicas,
-        ("replicas", "autoscaling", _RS, "integration.mode"),
+        ("replicas", "autoscaling", *_SELECTION, _MODE),
     ),
-    Rule(reject_min_replicas_above_max_replicas, ("autoscaling", _RS, "integration.mode")),
+    Rule(reject_min_replicas_above_max_replicas, ("autoscaling", *_SELECTION, _MODE)),
     # Engine overrides.
     Rule(reject_reserved_engine_overrides, (*_PAIR, "integration.engineOverrides")),
     # Events-only mode.
-    Rule(reject_events_only_with_non_lmcache_type, ("type", "integration.mode")),
-    Rule(reject_events_only_with_remote_storage, (_RS, "integration.mode")),
-    Rule(reject_events_only_with_autoscaling, ("autoscaling", "integration.mode")),
+    Rule(reject_events_only_with_non_lmcache_type, ("type", _MODE)),
+    Rule(reject_events_only_with_remote_storage, (_MODE,)),
+    Rule(reject_events_only_with_autoscaling, ("autoscaling", _MODE)),
     # SGLang.
     Rule(reject_unsupported_sglang_role, (*_PAIR, "integration.role")),
     # Mooncake.
-    Rule(reject_mooncake_multiple_replicas, (_RS, "replicas")),
-    Rule(reject_mooncake_autoscaling, (_RS, "autoscaling", "integration.mode")),
-    Rule(reject_unneeded_engine_host_network, (_RS, "integration.engineHostNetwork")),
+    Rule(reject_mooncake_multiple_replicas, (*_SELECTION, "replicas")),
+    Rule(reject_mooncake_autoscaling, (*_SELECTION, "autoscaling", _MODE)),
+    Rule(reject_unneeded_engine_host_network, (*_SELECTION, "integration.engineHostNetwork")),
     # SGLang native HiCache.
     Rule(reject_missing_hicache_block, ("type", "hiCache")),
     Rule(reject_ambiguous_hicache_capacity, ("type", "hiCache")),

@@ -1245,3 +1245,27 @@ def test_hostile_sizes_are_judged_not_crashed() -> None:
         "spec.remoteStorage.lmCacheServer.resources.limits[nvidia.com/gpu]: Invalid value: "
         f'"{long_gpu}": quantity has more than 1000 digits'
     ]
+
+
+def test_schema_error_in_a_provider_block_does_not_hide_endpoint_errors() -> None:
+    """A pruned value only blocks the rules that read it: a bad quantity type in the
+    resources still lets the endpoint rules judge the endpoint (and vice versa the
+    resource rules stay quiet about the rejected half of a request/limit pair)."""
+    spec = {
+        **VLLM,
+        "remoteStorage": managed(
+            "LMCacheServer",
+            endpoint="lm://x:1",
+            lmCacheServer={
+                "resources": {
+                    "requests": {"nvidia.com/gpu": "1"},
+                    "limits": {"nvidia.com/gpu": 1.0},
+                }
+            },
+        ),
+    }
+    errors = errors_of(spec)
+    assert [e.split(":")[0] for e in errors] == [
+        "spec.remoteStorage.lmCacheServer.resources.limits.nvidia.com/gpu",
+        "spec.remoteStorage.endpoint",
+    ]
