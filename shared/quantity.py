@@ -10,9 +10,11 @@ Accepted forms (k8s.io/apimachinery/pkg/api/resource):
              exponent e<int> / E<int>             ("1e3", "2E-2"; the exponent is an integer)
 
 Like the API server, a value with a fractional part finer than a nanounit is rounded
-away from zero to the next nanounit ("0.1n" is 1n). Values are otherwise exact and
-unbounded (no int64 cap): callers that need bytes or cores convert themselves. One
-deliberate limit: a number of more than ``MAX_DIGITS`` digits is rejected.
+away from zero to the next nanounit ("0.1n" is 1n). Values are exact. Two
+deliberate limits: a magnitude above ``MAX_MAGNITUDE`` (2**63-1, the int64 every
+Kubernetes component reads a quantity into) is rejected instead of silently capped,
+and so is a number written with more than ``MAX_DIGITS`` digits. Any parsed quantity
+can therefore be turned into an int cheaply.
 """
 
 from __future__ import annotations
@@ -35,6 +37,10 @@ _MAX_EXPONENT = 2**31 - 1
 # No resource needs more significant digits; the bound keeps every computation on a
 # quantity cheap (and under Python's int/str conversion limit).
 MAX_DIGITS = 1000
+# The largest magnitude Kubernetes components can use (Quantity.Value() is an int64 and
+# the API server caps binary-suffixed values there). Larger values are rejected rather
+# than capped, so callers can turn any parsed quantity into an int without surprises.
+MAX_MAGNITUDE = Decimal(2**63 - 1)
 
 _NANO = Decimal("1e-9")
 
@@ -58,12 +64,14 @@ def parse_quantity(value: str | int | float) -> Decimal:
     if isinstance(value, bool):
         raise ValueError(f"quantity must be a number or a string, not a boolean: {value!r}")
     if isinstance(value, int):
-        if value.bit_length() > 3 * MAX_DIGITS:
-            raise ValueError(f"quantity has more than {MAX_DIGITS} digits")
+        if abs(value) > MAX_MAGNITUDE:
+            raise ValueError(f"quantity is too large (more than {MAX_MAGNITUDE})")
         return Decimal(value)
     if isinstance(value, float):
         if not math.isfinite(value):
             raise ValueError(f"quantity must be finite: {value!r}")
+        if abs(value) > MAX_MAGNITUDE:
+            raise ValueError(f"quantity is too large (more than {MAX_MAGNITUDE})")
         return _round_to_nano(Decimal(repr(value)))
     if not isinstance(value, str):
         raise ValueError(f"quantity must be a number or a string: {value!r}")
@@ -87,6 +95,8 @@ def parse_quantity(value: str | int | float) -> Decimal:
         else:
             exponent = 0
         amount = number.scaleb(exponent, ctx)
+    if amount > MAX_MAGNITUDE:
+        raise ValueError(f"quantity is too large (more than {MAX_MAGNITUDE})")
     if match.group("sign") == "-":
         amount = -amount
     return _round_to_nano(amount)
