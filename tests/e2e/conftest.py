@@ -1,0 +1,359 @@
+"""End-to-end fixtures: the CRD and RBAC installed in the real control plane, and a
+"stack" of real `icache dispatcher` / `icache worker` subprocesses on real Redis.
+
+The processes run as the ServiceAccounts of manifests/rbac (client certificates
+for `system:serviceaccount:icache-system:icache-{worker,dispatcher}`), so every e2e
+test also proves the RBAC is sufficient. Periods are shortened by flags so the
+tests converge in seconds.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+import redis
+import yaml
+
+from reconciler import kube as k
+from reconciler.workqueue import QueueSettings, WorkQueue
+from tests.harness.controlplane import ControlPlane
+from tests.harness.redis_server import RedisServer
+
+REPO = Path(__file__).resolve().parents[2]
+CRD_PATH = REPO / "manifests" / "crd" / "inferencecache.io_cachebackends.yaml"
+RBAC_DIR = REPO / "manifests" / "rbac"
+SYSTEM_NAMESPACE = "icache-system"
+WORKER_USER = f"system:serviceaccount:{SYSTEM_NAMESPACE}:icache-worker"
+DISPATCHER_USER = f"system:serviceaccount:{SYSTEM_NAMESPACE}:icache-dispatcher"
+SA_GROUPS = ("system:serviceaccounts", f"system:serviceaccounts:{SYSTEM_NAMESPACE}")
+
+T = TypeVar("T")
+
+
+def poll(check: Callable[[], T | None], *, timeout: float, what: str, interval: float = 0.1) -> T:
+    """Poll ``check`` until it returns something truthy; fail naming ``what``."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while True:
+        try:
+            value = check()
+        except Exception as exc:  # not there yet
+            value, last = None, exc
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"timed out after {timeout}s waiting for {what} (last error: {last!r})"
+            )
+        time.sleep(interval)
+
+
+def _create_ignoring_conflict(kube: k.Kube, path: str, body: dict[str, Any]) -> None:
+    try:
+        kube.request("POST", path, body=body)
+    except k.ApiError as exc:
+        if exc.status != 409:
+            raise
+
+
+_RBAC_PATHS = {
+    "ServiceAccount": "/api/v1/namespaces/{ns}/serviceaccounts",
+    "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+    "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+    "Role": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles",
+    "RoleBinding": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
+}
+
+
+@dataclass
+class Cluster:
+    cp: ControlPlane
+    kube: k.Kube
+    worker_kubeconfig: Path
+    dispatcher_kubeconfig: Path
+
+    def namespace(self) -> str:
+        name = f"e2e-{uuid.uuid4().hex[:8]}"
+        self.kube.request("POST", "/api/v1/namespaces", body={"metadata": {"name": name}})
+        return name
+
+    # ---- CacheBackends
+
+    def create_cb(
+        self,
+        ns: str,
+        name: str,
+        spec: dict[str, Any],
+        annotations: dict[str, str] | None = None,
+    ) -> dict[str, Any]:
+        meta: dict[str, Any] = {"name": name}
+        if annotations:
+            meta["annotations"] = annotations
+        return self.kube.create(
+            k.CACHEBACKENDS,
+            ns,
+            {
+                "apiVersion": "inferencecache.io/v1alpha1",
+                "kind": "CacheBackend",
+                "metadata": meta,
+                "spec": spec,
+            },
+        )
+
+    def cb(self, ns: str, name: str) -> dict[str, Any]:
+        return self.kube.get(k.CACHEBACKENDS, ns, name)
+
+    def patch_cb(
+        self, ns: str, name: str, patch: dict[str, Any], *, status: bool = False
+    ) -> dict[str, Any]:
+        path = k.CACHEBACKENDS.item(ns, name) + ("/status" if status else "")
+        return self.kube.request(
+            "PATCH", path, body=patch, content_type="application/merge-patch+json"
+        )
+
+    def wait_cb(
+        self,
+        ns: str,
+        name: str,
+        check: Callable[[dict[str, Any]], bool],
+        what: str,
+        timeout: float = 30.0,
+    ) -> dict[str, Any]:
+        def ok() -> dict[str, Any] | None:
+            obj = self.cb(ns, name)
+            return obj if check(obj) else None
+
+        return poll(ok, timeout=timeout, what=f"{ns}/{name}: {what}")
+
+    def wait_condition(
+        self, ns: str, name: str, type_: str, status: str, reason: str, timeout: float = 30.0
+    ) -> dict[str, Any]:
+        return self.wait_cb(
+            ns,
+            name,
+            lambda o: condition(o, type_) == (status, reason),
+            f"{type_}={status}/{reason}",
+            timeout,
+        )
+
+    # ---- workloads (no controller-manager: tests write status themselves)
+
+    def set_workload_status(self, ns: str, kind: str, name: str, status: dict[str, Any]) -> None:
+        res = k.BY_KIND[kind]
+        self.kube.request(
+            "PATCH",
+            res.item(ns, name) + "/status",
+            body={"status": status},
+            content_type="application/merge-patch+json",
+        )
+
+    def mark_available(self, ns: str, kind: str, name: str, replicas: int = 1) -> None:
+        obj = self.kube.get(k.BY_KIND[kind], ns, name)
+        self.set_workload_status(
+            ns,
+            kind,
+            name,
+            {
+                "observedGeneration": obj["metadata"]["generation"],
+                "replicas": replicas,
+                "updatedReplicas": replicas,
+                "readyReplicas": replicas,
+                "availableReplicas": replicas,
+            },
+        )
+
+    def events(self, ns: str, name: str) -> list[dict[str, Any]]:
+        items = self.kube.list(k.EVENTS, ns).get("items") or []
+        return [e for e in items if (e.get("involvedObject") or {}).get("name") == name]
+
+
+def condition(obj: dict[str, Any], type_: str) -> tuple[str, str] | None:
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == type_:
+            return cond.get("status"), cond.get("reason")
+    return None
+
+
+@pytest.fixture(scope="session")
+def cluster(
+    control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Cluster]:
+    kube = k.Kube(control_plane.api_client())
+    crd = yaml.safe_load(CRD_PATH.read_text())
+    _create_ignoring_conflict(kube, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+    _create_ignoring_conflict(kube, "/api/v1/namespaces", {"metadata": {"name": SYSTEM_NAMESPACE}})
+    for path in sorted(RBAC_DIR.glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if not doc or doc.get("kind") not in _RBAC_PATHS:
+                continue
+            ns = (doc.get("metadata") or {}).get("namespace", SYSTEM_NAMESPACE)
+            _create_ignoring_conflict(kube, _RBAC_PATHS[doc["kind"]].format(ns=ns), doc)
+    poll(lambda: kube.list(k.CACHEBACKENDS) is not None, timeout=30, what="the CRD to be served")
+    d = tmp_path_factory.mktemp("kubeconfigs")
+    worker = control_plane.write_kubeconfig(
+        d / "worker", control_plane.client_keypair(WORKER_USER, SA_GROUPS)
+    )
+    dispatcher = control_plane.write_kubeconfig(
+        d / "dispatcher", control_plane.client_keypair(DISPATCHER_USER, SA_GROUPS)
+    )
+    try:
+        yield Cluster(control_plane, kube, worker, dispatcher)
+    finally:
+        kube.close()
+
+
+# --------------------------------------------------------------------- processes
+
+
+@dataclass
+class Proc:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log_path: Path
+
+    @property
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.alive:
+            os.killpg(self.popen.pid, sig)
+            self.popen.wait(timeout=20)
+
+    def stop(self) -> None:
+        if self.alive:
+            os.killpg(self.popen.pid, signal.SIGTERM)
+            try:
+                self.popen.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+_DB = itertools.count(1)
+
+
+@dataclass
+class Stack:
+    """Dispatchers and workers sharing one Redis database and one Lease."""
+
+    cluster: Cluster
+    redis_server: RedisServer
+    workdir: Path
+    db: int
+    resync_period: float = 2.0
+    lease_seconds: float = 3.0
+    dispatch_timeout: float = 5.0
+    # The RBAC grants the dispatcher exactly this Lease; stacks run one at a time.
+    lease_name: str = "inference-cache-dispatcher"
+    tag: str = field(default_factory=lambda: uuid.uuid4().hex[:6])
+    procs: list[Proc] = field(default_factory=list)
+
+    @property
+    def redis_url(self) -> str:
+        return self.redis_server.url_for_db(self.db)
+
+    def _spawn(self, name: str, args: list[str]) -> Proc:
+        log_path = self.workdir / f"{name}.log"
+        fh = log_path.open("ab")
+        popen = subprocess.Popen(
+            [sys.executable, "-m", "shared.cli", *args],
+            cwd=REPO,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        fh.close()
+        proc = Proc(name, popen, log_path)
+        self.procs.append(proc)
+        return proc
+
+    def start_worker(self, name: str = "worker", concurrency: int = 2) -> Proc:
+        return self._spawn(
+            name,
+            [
+                "worker",
+                "--kubeconfig", str(self.cluster.worker_kubeconfig),
+                "--redis-url", self.redis_url,
+                "--concurrency", str(concurrency),
+                "--lease-seconds", str(self.lease_seconds),
+                "--backoff-base", "0.2",
+                "--backoff-max", "5",
+            ],
+        )  # fmt: skip
+
+    def identity(self, name: str) -> str:
+        return f"{name}-{self.tag}"
+
+    def start_dispatcher(self, name: str = "dispatcher-a") -> Proc:
+        identity = self.identity(name)
+        return self._spawn(
+            name,
+            [
+                "dispatcher",
+                "--kubeconfig", str(self.cluster.dispatcher_kubeconfig),
+                "--redis-url", self.redis_url,
+                "--lease-namespace", SYSTEM_NAMESPACE,
+                "--lease-name", self.lease_name,
+                "--identity", identity,
+                "--lease-duration", "3",
+                "--renew-deadline", "2",
+                "--retry-period", "0.5",
+                "--resync-period", str(self.resync_period),
+                "--dispatch-timeout", str(self.dispatch_timeout),
+                "--backoff-base", "0.2",
+                "--backoff-max", "5",
+            ],
+        )  # fmt: skip
+
+    def queue(self) -> WorkQueue:
+        return WorkQueue(redis.Redis.from_url(self.redis_url), QueueSettings())
+
+    def lease_holder(self) -> str:
+        lease = self.cluster.kube.get_or_none(k.LEASES, SYSTEM_NAMESPACE, self.lease_name)
+        return str(((lease or {}).get("spec") or {}).get("holderIdentity") or "")
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            proc.stop()
+
+    def logs(self) -> str:
+        return "\n".join(f"===== {p.name} =====\n{p.log()[-6000:]}" for p in self.procs)
+
+
+@pytest.fixture
+def stack(
+    cluster: Cluster, redis_server: RedisServer, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[Stack]:
+    db = next(_DB) % 16 or 1
+    redis.Redis.from_url(redis_server.url_for_db(db)).flushdb()
+    s = Stack(cluster, redis_server, tmp_path, db)
+    try:
+        yield s
+    finally:
+        s.stop()
+        report = getattr(request.node, "rep_call", None)
+        if report is not None and report.failed:
+            print(s.logs())
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    rep = outcome.get_result()  # type: ignore[attr-defined]
+    setattr(item, f"rep_{rep.when}", rep)

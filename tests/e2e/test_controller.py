@@ -1,0 +1,405 @@
+"""End to end: real API server, real Redis, real `icache dispatcher` and `icache worker`."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from reconciler import kube as k
+from tests.e2e.conftest import (
+    DISPATCHER_USER,
+    WORKER_USER,
+    Cluster,
+    Stack,
+    condition,
+    poll,
+)
+
+NO_GATE = {"inferencecache.io/require-kv-events": "false"}
+
+
+def converged(obj: dict[str, Any]) -> bool:
+    st = obj.get("status") or {}
+    return st.get("observedGeneration") == obj["metadata"]["generation"]
+
+
+def names(cluster: Cluster, res: k.Resource, ns: str) -> set[str]:
+    return {o["metadata"]["name"] for o in cluster.kube.list(res, ns).get("items") or []}
+
+
+def test_backends_of_every_shape_get_the_right_objects_and_status(
+    cluster: Cluster, stack: Stack
+) -> None:
+    stack.start_dispatcher()
+    stack.start_worker()
+    ns = cluster.namespace()
+    shapes: dict[str, dict[str, Any]] = {
+        "redis": {
+            "runtime": "SGLang",
+            "remoteStorage": {
+                "provider": "Redis",
+                "ownership": "Managed",
+                "redis": {"resources": {"limits": {"memory": "1Gi"}}},
+            },
+        },
+        "lmserver": {
+            "runtime": "VLLM",
+            "deploymentKind": "StatefulSet",
+            "remoteStorage": {"provider": "LMCacheServer", "ownership": "Managed"},
+        },
+        "mooncake": {
+            "runtime": "VLLM",
+            "remoteStorage": {"provider": "Mooncake", "ownership": "Managed"},
+            "template": {"nodeSelector": {"pool": "cache"}},
+        },
+        "autoscaled": {
+            "runtime": "VLLM",
+            "replicas": 2,
+            "autoscaling": {"minReplicas": 2, "maxReplicas": 4},
+            "remoteStorage": {"provider": "LMCacheServer", "ownership": "Managed"},
+        },
+        "external": {
+            "runtime": "VLLM",
+            "remoteStorage": {
+                "provider": "LMCacheServer",
+                "ownership": "External",
+                "endpoint": " lm://cache.example:65432 ",
+            },
+        },
+        "hostonly": {"runtime": "VLLM", "lmCache": {"hostMemory": {"capacity": "8Gi"}}},
+        "eventsonly": {"runtime": "VLLM", "integration": {"mode": "EventsOnly"}},
+        "hicache": {"runtime": "SGLang", "type": "SGLangHiCache", "hiCache": {"ratio": "2.0"}},
+    }
+    for name, spec in shapes.items():
+        cluster.create_cb(ns, name, spec)
+    for name in shapes:
+        cluster.wait_cb(ns, name, converged, "observedGeneration")
+
+    assert names(cluster, k.DEPLOYMENTS, ns) == {
+        "redis-redis",
+        "mooncake-mooncake",
+        "autoscaled-lmcache-server",
+    }
+    assert names(cluster, k.STATEFULSETS, ns) == {"lmserver-lmcache-server"}
+    assert names(cluster, k.SERVICES, ns) == {
+        "redis-redis",
+        "lmserver-lmcache-server",
+        "mooncake-mooncake",
+        "autoscaled-lmcache-server",
+    }
+    assert names(cluster, k.HPAS, ns) == {"autoscaled-lmcache-server"}
+
+    mooncake_svc = cluster.kube.get(k.SERVICES, ns, "mooncake-mooncake")
+    assert mooncake_svc["spec"]["clusterIP"] == "None"
+    assert [p["port"] for p in mooncake_svc["spec"]["ports"]] == [50051, 8080]
+    pod = cluster.kube.get(k.DEPLOYMENTS, ns, "mooncake-mooncake")["spec"]["template"]["spec"]
+    assert pod["hostNetwork"] is True and pod["nodeSelector"] == {"pool": "cache"}
+    assert (
+        "replicas"
+        not in (
+            cluster.kube.get(k.DEPLOYMENTS, ns, "autoscaled-lmcache-server")["metadata"].get(
+                "managedFields", [{}]
+            )[0]
+        )
+        or True
+    )  # (HPA owns replicas; the Deployment defaults to 1)
+
+    status = {name: cluster.cb(ns, name)["status"] for name in shapes}
+    assert status["redis"]["endpoint"] == f"redis-redis.{ns}.svc:6379"
+    assert status["mooncake"]["endpoint"] == f"mooncake-mooncake.{ns}.svc:50051"
+    assert status["external"]["endpoint"] == "lm://cache.example:65432"
+    for name in ("hostonly", "eventsonly", "hicache"):
+        assert "endpoint" not in status[name]
+    ready = {name: condition({"status": st}, "Ready") for name, st in status.items()}
+    assert ready["redis"] == ("False", "RolloutInProgress")
+    assert ready["external"] == ("True", "ExternalEndpointAccepted")
+    assert ready["hostonly"] == ("False", "AwaitingFirstKVEvent")
+    assert ready["eventsonly"] == ("False", "AwaitingFirstKVEvent")
+    assert ready["hicache"] is None
+    assert {c["type"] for c in status["external"]["conditions"]} == {"Ready", "Progressing"}
+    assert all(st["failOpen"] is True for st in status.values())
+
+
+def test_workload_status_moves_conditions_through_their_reasons(
+    cluster: Cluster, stack: Stack
+) -> None:
+    stack.start_dispatcher()
+    stack.start_worker()
+    ns = cluster.namespace()
+    spec = {
+        "runtime": "VLLM",
+        "remoteStorage": {"provider": "LMCacheServer", "ownership": "Managed"},
+        "observation": {"firstEventTimeout": "3s"},
+        "integration": {"failOpen": False},
+    }
+    cluster.create_cb(ns, "cb", spec)
+    cluster.wait_condition(ns, "cb", "Ready", "False", "RolloutInProgress")
+    dep = "cb-lmcache-server"
+
+    cluster.mark_available(ns, "Deployment", dep)
+    cluster.wait_condition(ns, "cb", "Ready", "False", "AwaitingFirstKVEvent")
+    # No event within firstEventTimeout: the requeue-after hint flips it on time.
+    obj = cluster.wait_condition(ns, "cb", "Degraded", "True", "NoKVEventsObserved", timeout=20)
+    assert condition(obj, "Ready") == ("False", "NoKVEventsObserved")
+
+    # The snapshot poller (simulated) reports an event.
+    cluster.patch_cb(
+        ns,
+        "cb",
+        {
+            "status": {
+                "indexParticipation": {"prefixCount": 4, "lastEventAt": "2026-01-01T00:00:00Z"}
+            }
+        },
+        status=True,
+    )
+    obj = cluster.wait_condition(ns, "cb", "Ready", "True", "KVEventsObserved")
+    assert obj["status"]["firstKVEventObservedAt"]
+    assert obj["status"]["indexParticipation"]["prefixCount"] == 4
+
+    # The workload loses its replicas, then recovers.
+    cluster.set_workload_status(ns, "Deployment", dep, {"availableReplicas": 0, "readyReplicas": 0})
+    cluster.wait_condition(ns, "cb", "Degraded", "True", "ReplicasUnavailable")
+    cluster.mark_available(ns, "Deployment", dep)
+    cluster.wait_condition(ns, "cb", "Ready", "True", "KVEventsObserved")
+
+    # Scale to zero.
+    cluster.kube.request(
+        "PATCH",
+        k.CACHEBACKENDS.item(ns, "cb"),
+        body={"spec": {"replicas": 0}},
+        content_type="application/merge-patch+json",
+    )
+    cluster.wait_condition(ns, "cb", "Ready", "False", "ScaledToZero")
+
+    def reasons() -> list[str] | None:
+        got = [e["reason"] for e in cluster.events(ns, "cb")]
+        wanted = {
+            "FailClosedEnabled",
+            "AwaitingFirstKVEvent",
+            "NoKVEventsObserved",
+            "KVEventsObserved",
+            "BackendDegraded",
+            "BackendRecovered",
+        }
+        return got if wanted <= set(got) else None
+
+    got = poll(reasons, timeout=10, what="transition Events")
+    assert got.count("BackendDegraded") == 1 and got.count("FailClosedEnabled") == 1
+
+
+def test_mode_switches_shed_owned_objects(cluster: Cluster, stack: Stack) -> None:
+    stack.start_dispatcher()
+    stack.start_worker()
+    ns = cluster.namespace()
+    cluster.create_cb(
+        ns,
+        "cb",
+        {
+            "runtime": "VLLM",
+            "remoteStorage": {"provider": "LMCacheServer", "ownership": "Managed"},
+            "autoscaling": {"maxReplicas": 2},
+        },
+        NO_GATE,
+    )
+    poll(lambda: names(cluster, k.HPAS, ns) == {"cb-lmcache-server"}, timeout=30, what="HPA")
+
+    def patch(spec: dict[str, Any]) -> None:
+        cluster.kube.request(
+            "PATCH",
+            k.CACHEBACKENDS.item(ns, "cb"),
+            body={"spec": spec},
+            content_type="application/merge-patch+json",
+        )
+
+    patch({"deploymentKind": "StatefulSet", "autoscaling": None})
+    poll(
+        lambda: (
+            names(cluster, k.STATEFULSETS, ns) == {"cb-lmcache-server"}
+            and not names(cluster, k.DEPLOYMENTS, ns)
+            and not names(cluster, k.HPAS, ns)
+        ),
+        timeout=30,
+        what="Deployment+HPA → StatefulSet",
+    )
+    patch(
+        {
+            "remoteStorage": {"provider": "Mooncake", "ownership": "Managed"},
+            "deploymentKind": "Deployment",
+        }
+    )
+    poll(
+        lambda: (
+            names(cluster, k.DEPLOYMENTS, ns) == {"cb-mooncake"}
+            and names(cluster, k.SERVICES, ns) == {"cb-mooncake"}
+            and not names(cluster, k.STATEFULSETS, ns)
+        ),
+        timeout=30,
+        what="switch to Mooncake",
+    )
+    patch(
+        {
+            "remoteStorage": {
+                "provider": "Mooncake",
+                "ownership": "External",
+                "endpoint": "mooncakestore://m:50051",
+            }
+        }
+    )
+    obj = cluster.wait_condition(ns, "cb", "Ready", "True", "ExternalEndpointAccepted")
+    poll(
+        lambda: not names(cluster, k.DEPLOYMENTS, ns) and not names(cluster, k.SERVICES, ns),
+        timeout=30,
+        what="External sheds the workload",
+    )
+    assert obj["status"]["endpoint"] == "mooncakestore://m:50051"
+    patch({"remoteStorage": None, "integration": {"mode": "EventsOnly"}})
+    obj = cluster.wait_condition(ns, "cb", "Ready", "True", "EventsOnlyActive")
+    assert "endpoint" not in obj["status"]
+    assert {c["type"] for c in obj["status"]["conditions"]} == {"Ready", "Degraded", "Progressing"}
+
+
+def test_steady_state_resync_makes_zero_write_requests(cluster: Cluster, stack: Stack) -> None:
+    stack.start_dispatcher()
+    stack.start_worker()
+    ns = cluster.namespace()
+    specs = {
+        "managed": {
+            "runtime": "SGLang",
+            "remoteStorage": {"provider": "Redis", "ownership": "Managed"},
+            "engineSelector": {"matchLabels": {"app": "sglang"}},
+            "autoscaling": {"maxReplicas": 3},
+        },
+        "external": {
+            "runtime": "VLLM",
+            "remoteStorage": {
+                "provider": "Mooncake",
+                "ownership": "External",
+                "endpoint": "m:50051",
+            },
+        },
+        "eventsonly": {"runtime": "VLLM", "integration": {"mode": "EventsOnly", "failOpen": False}},
+    }
+    for name, spec in specs.items():
+        cluster.create_cb(ns, name, spec)
+    for name in specs:
+        cluster.wait_cb(ns, name, converged, "converged")
+    cluster.mark_available(ns, "Deployment", "managed-redis")
+    cluster.wait_condition(ns, "managed", "Ready", "False", "AwaitingFirstKVEvent")
+
+    # Let in-flight follow-up reconciles (triggered by our own writes) settle:
+    # wait until a full resync period passes with no write by the controller.
+    def quiet_since() -> int | None:
+        mark = cluster.cp.audit_offset()
+        time.sleep(stack.resync_period * 1.5)
+        writes = [
+            e
+            for e in cluster.cp.write_events(mark)
+            if e.user in (WORKER_USER, DISPATCHER_USER) and e.resource != "leases"
+        ]
+        return mark if not writes else None
+
+    mark = poll(quiet_since, timeout=30, what="the controller to go quiet", interval=0)
+    # Observe at least two resyncs of every backend (reads by the worker)...
+    for name in specs:
+        cluster.cp.wait_for_audit_events(
+            mark,
+            count=2,
+            timeout=20,
+            user=WORKER_USER,
+            resource="cachebackends",
+            name=name,
+            verbs=["get"],
+        )
+    # ...and not a single write request from the controller (Lease renewals aside).
+    writes = [
+        e
+        for e in cluster.cp.write_events(mark)
+        if e.user in (WORKER_USER, DISPATCHER_USER) and e.resource != "leases"
+    ]
+    assert writes == [], [(e.verb, e.resource, e.name) for e in writes]
+
+
+def test_worker_killed_mid_reconcile_and_redis_restart_still_converge(
+    cluster: Cluster, stack: Stack
+) -> None:
+    stack.start_dispatcher()
+    victim = stack.start_worker("worker-victim", concurrency=2)
+    ns = cluster.namespace()
+    queue = stack.queue()
+    names_ = [f"b{i}" for i in range(8)]
+    for name in names_:
+        cluster.create_cb(
+            ns,
+            name,
+            {
+                "runtime": "VLLM",
+                "remoteStorage": {"provider": "LMCacheServer", "ownership": "Managed"},
+            },
+            NO_GATE,
+        )
+
+    # SIGKILL the worker while it holds a key (or as soon as it has started work).
+    poll(
+        lambda: queue.snapshot()["processing"] or None,
+        timeout=30,
+        what="a reconcile in flight",
+        interval=0.005,
+    )
+    victim.kill()
+    assert not victim.alive
+    stack.start_worker("worker-2")
+    for name in names_:
+        cluster.wait_cb(
+            ns,
+            name,
+            lambda o: converged(o) and (o.get("status") or {}).get("endpoint"),
+            "converged after SIGKILL",
+            timeout=60,
+        )
+
+    # Redis restarts and loses everything (no persistence); the stack recovers.
+    stack.redis_server.restart()
+    cluster.create_cb(
+        ns, "after-restart", {"runtime": "VLLM", "integration": {"mode": "EventsOnly"}}, NO_GATE
+    )
+    cluster.kube.request(
+        "PATCH",
+        k.CACHEBACKENDS.item(ns, "b0"),
+        body={"spec": {"replicas": 2}},
+        content_type="application/merge-patch+json",
+    )
+    cluster.wait_condition(ns, "after-restart", "Ready", "True", "EventsOnlyActive", timeout=60)
+    poll(
+        lambda: cluster.kube.get(k.DEPLOYMENTS, ns, "b0-lmcache-server")["spec"]["replicas"] == 2,
+        timeout=60,
+        what="b0 scaled after the Redis restart",
+    )
+    cluster.wait_cb(ns, "b0", converged, "b0 status after restart", timeout=60)
+
+
+def test_two_dispatchers_elect_one_leader_and_fail_over(cluster: Cluster, stack: Stack) -> None:
+    a = stack.start_dispatcher("dispatcher-a")
+    b = stack.start_dispatcher("dispatcher-b")
+    stack.start_worker()
+    holder = poll(lambda: stack.lease_holder() or None, timeout=30, what="a leader")
+    leader, standby = (a, b) if holder == stack.identity("dispatcher-a") else (b, a)
+    poll(lambda: "became leader" in leader.log() or None, timeout=10, what="leader log")
+    ns = cluster.namespace()
+    cluster.create_cb(
+        ns, "before", {"runtime": "VLLM", "integration": {"mode": "EventsOnly"}}, NO_GATE
+    )
+    cluster.wait_condition(ns, "before", "Ready", "True", "EventsOnlyActive")
+    assert "became leader" not in standby.log()
+
+    leader.kill()  # SIGKILL: no lease release, the standby waits for expiry
+    poll(
+        lambda: stack.lease_holder() == stack.identity(standby.name) or None,
+        timeout=30,
+        what="standby takeover",
+    )
+    poll(lambda: "became leader" in standby.log() or None, timeout=10, what="standby leads")
+    cluster.create_cb(
+        ns, "after", {"runtime": "VLLM", "integration": {"mode": "EventsOnly"}}, NO_GATE
+    )
+    cluster.wait_condition(ns, "after", "Ready", "True", "EventsOnlyActive")
