@@ -73,6 +73,10 @@ def _examples() -> list[Path]:
     return sorted(EXAMPLES.glob("*.json"))
 
 
+def test_examples_exist() -> None:
+    assert len(_examples()) >= 20
+
+
 @pytest.mark.parametrize("example", _examples(), ids=[p.stem for p in _examples()])
 def test_examples_replay_over_plain_http(insecure_webhook: str, example: Path) -> None:
     """Every shipped example replays: the answer is an AdmissionReview with the request uid."""
@@ -80,7 +84,7 @@ def test_examples_replay_over_plain_http(insecure_webhook: str, example: Path) -
     kind = review["request"].get("kind", {}).get("kind", "CacheBackend")
     if kind == "Pod":
         path = "/mutate--v1-pod"
-    elif "mutate" in example.stem or "default" in example.stem:
+    elif example.stem.startswith("mutate"):
         path = "/mutate-inferencecache-io-v1alpha1-cachebackend"
     else:
         path = "/validate-inferencecache-io-v1alpha1-cachebackend"
