@@ -7,6 +7,11 @@ budget is p99 < 5 ms: admission runs on every engine pod CREATE, and the API ser
 webhook timeout is a hard wall.
 
     .venv/bin/python benchmarks/bench_pod_webhook.py [--iterations 3000] [--backends 25]
+    .venv/bin/python benchmarks/bench_pod_webhook.py --live [--iterations 500]
+
+--live starts a real kube-apiserver + etcd (tests/harness), stores the backends there,
+and reads them live (uncached) through the webhook's ApiBackendSource on every
+admission, as cluster mode does.
 """
 
 from __future__ import annotations
@@ -129,10 +134,52 @@ def percentile(samples: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
+def live_source(
+    listed: list[dict[str, Any]],
+) -> tuple[Callable[[str], list[dict[str, Any]]], Callable[[], None]]:
+    """Store the backends in a real API server; return its live list and a stop function."""
+    from kubernetes import client
+
+    from tests.harness.controlplane import ControlPlane
+    from tests.kube_helpers import install_crd
+    from webhook_svc.backend_source import ApiBackendSource
+
+    cp = ControlPlane(audit=False)
+    cp.start()
+    api = cp.api_client()
+    install_crd(api)
+    client.CoreV1Api(api).create_namespace(
+        client.V1Namespace(metadata=client.V1ObjectMeta(name=NS))
+    )
+    custom = client.CustomObjectsApi(api)
+    for item in listed:
+        body = copy.deepcopy(item)
+        body["metadata"].pop("uid", None)
+        status = body.pop("status", None)
+        custom.create_namespaced_custom_object(
+            "inferencecache.io", "v1alpha1", NS, "cachebackends", body
+        )
+        if status:
+            custom.patch_namespaced_custom_object_status(
+                "inferencecache.io",
+                "v1alpha1",
+                NS,
+                "cachebackends",
+                body["metadata"]["name"],
+                {"status": status},
+            )
+    source = ApiBackendSource(cp.api_client())
+    print(f"live mode: {len(listed)} backends stored in kube-apiserver at {cp.server_url}")
+    return source.list, cp.stop
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iterations", type=int, default=3000)
     parser.add_argument("--backends", type=int, default=25, help="other backends in the namespace")
+    parser.add_argument(
+        "--live", action="store_true", help="list backends from a real API server per admission"
+    )
     args = parser.parse_args(argv)
 
     # Production logs one JSON line per admission: pay for formatting, not for a terminal.
@@ -144,9 +191,14 @@ def main(argv: list[str] | None = None) -> int:
     log.propagate = False
 
     listed = backends(args.backends)
+    cleanup: Callable[[], None] = lambda: None  # noqa: E731
 
-    def list_backends(namespace: str) -> list[dict[str, Any]]:
+    def local_list(namespace: str) -> list[dict[str, Any]]:
         return listed
+
+    list_backends: Callable[[str], list[dict[str, Any]]] = local_list
+    if args.live:
+        list_backends, cleanup = live_source(listed)
 
     scenarios = dict(SCENARIOS)
     vllm = next(iter(SCENARIOS.values()))
@@ -171,6 +223,11 @@ def main(argv: list[str] | None = None) -> int:
         p50, p99 = statistics.median(samples), percentile(samples, 0.99)
         worst = max(worst, p99)
         print(f"{name:58s} {p50:8.3f} {p99:8.3f} {max(samples):8.3f}  {outcome}/{reason}")
+    cleanup()
+    if args.live:
+        # The budget is for the handler itself; live figures add one API-server LIST.
+        print(f"worst p99 {worst:.3f} ms including the live LIST round trip")
+        return 0
     verdict = "within" if worst < BUDGET_P99_MS else "OVER"
     print(f"worst p99 {worst:.3f} ms: {verdict} the {BUDGET_P99_MS:.0f} ms budget")
     return 0 if worst < BUDGET_P99_MS else 1
