@@ -1,0 +1,353 @@
+"""`icache certs`: webhook certificates without cert-manager.
+
+Reads the two Secrets (the kubernetes.io/tls Secret the webhook pods mount, and an
+Opaque Secret holding the CA key, which no pod mounts), decides what to keep with
+:func:`shared.certs.plan`, writes back only what changed, and patches ``caBundle``
+into every webhook of both webhook configurations. Safe to re-run at any time (a
+CronJob or a person can run it for rotation); a run that changes nothing writes
+nothing.
+
+``--url-base https://127.0.0.1:PORT`` points the configurations at a URL instead of
+the Service (local development and tests); ``--output-dir`` also writes the files
+``icache webhook --tls-cert-file/--tls-key-file`` reads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from shared import certs
+
+log = logging.getLogger("icache.certs")
+
+DEFAULT_NAMESPACE = "inference-cache-system"
+DEFAULT_SERVICE = "inference-cache-webhook"
+DEFAULT_SECRET = "inference-cache-webhook-tls"
+DEFAULT_MUTATING_CONFIG = "inference-cache-mutating"
+DEFAULT_VALIDATING_CONFIG = "inference-cache-validating"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "icache-certs"}
+JSON_PATCH = "application/json-patch+json"
+
+
+class CertsError(Exception):
+    """A failure worth one line on stderr and exit code 1."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--namespace", default=DEFAULT_NAMESPACE, help="namespace of the webhook")
+    parser.add_argument(
+        "--service", default=DEFAULT_SERVICE, help="webhook Service (its DNS names are the hosts)"
+    )
+    parser.add_argument(
+        "--secret", default=DEFAULT_SECRET, help="kubernetes.io/tls Secret the webhook mounts"
+    )
+    parser.add_argument(
+        "--ca-secret", help="Secret holding the CA key (default: <--secret>-ca; no pod mounts it)"
+    )
+    parser.add_argument(
+        "--kubeconfig", help="kubeconfig (default: in-cluster, then ~/.kube/config)"
+    )
+    parser.add_argument("--context", help="kubeconfig context")
+    parser.add_argument(
+        "--days",
+        type=int,
+        default=certs.DEFAULT_SERVING_DAYS,
+        help="validity of a newly issued serving certificate (default %(default)s)",
+    )
+    parser.add_argument(
+        "--ca-days",
+        type=int,
+        default=certs.DEFAULT_CA_DAYS,
+        help="validity of a newly created CA (default %(default)s)",
+    )
+    parser.add_argument(
+        "--rotate-ca", action="store_true", help="create a new CA even if the stored one is good"
+    )
+    parser.add_argument(
+        "--drop-previous-ca",
+        action="store_true",
+        help="stop trusting the CA replaced by the last rotation (after pods picked up the new one)",
+    )
+    parser.add_argument(
+        "--renew", action="store_true", help="re-issue the serving certificate even if it is good"
+    )
+    parser.add_argument(
+        "--mutating-config",
+        default=DEFAULT_MUTATING_CONFIG,
+        help="MutatingWebhookConfiguration to patch ('' to skip; default %(default)s)",
+    )
+    parser.add_argument(
+        "--validating-config",
+        default=DEFAULT_VALIDATING_CONFIG,
+        help="ValidatingWebhookConfiguration to patch ('' to skip; default %(default)s)",
+    )
+    parser.add_argument(
+        "--url-base",
+        help="point the webhook configurations at https://HOST:PORT instead of the Service",
+    )
+    parser.add_argument(
+        "--hosts",
+        action="append",
+        help="hosts (DNS names or IPs) of the serving certificate, comma-separated or repeated "
+        "(default: the Service DNS names, or the host of --url-base)",
+    )
+    parser.add_argument(
+        "--cluster-domain", default="cluster.local", help="cluster DNS domain (default %(default)s)"
+    )
+    parser.add_argument(
+        "--output-dir",
+        type=Path,
+        help="also write tls.crt, tls.key and ca.crt here (for a local `icache webhook`)",
+    )
+
+
+def resolve_hosts(args: argparse.Namespace) -> list[str]:
+    if args.hosts:
+        hosts = [h.strip() for entry in args.hosts for h in entry.split(",") if h.strip()]
+        if not hosts:
+            raise CertsError("--hosts is empty")
+        return list(dict.fromkeys(hosts))
+    if args.url_base:
+        return [certs.url_host(args.url_base)]
+    return certs.service_hosts(args.service, args.namespace, args.cluster_domain)
+
+
+def load_api_client(kubeconfig: str | None, context: str | None) -> Any:
+    from kubernetes import client, config
+
+    if kubeconfig or context:
+        return config.new_client_from_config(config_file=kubeconfig, context=context)
+    try:
+        config.load_incluster_config()
+        return client.ApiClient()
+    except config.ConfigException:
+        return config.new_client_from_config()
+
+
+def _json(response: Any) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(response.data)
+    return data
+
+
+class Cluster:
+    """The handful of API calls the command makes, dict in, dict out."""
+
+    def __init__(self, api_client: Any) -> None:
+        from kubernetes import client
+
+        self._core = client.CoreV1Api(api_client)
+        self._admission = client.AdmissionregistrationV1Api(api_client)
+
+    @staticmethod
+    def _or_none(call: Callable[[], Any]) -> dict[str, Any] | None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            return _json(call())
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def read_secret(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._or_none(
+            lambda: self._core.read_namespaced_secret(name, namespace, _preload_content=False)
+        )
+
+    def write_secret(
+        self, namespace: str, current: dict[str, Any] | None, body: dict[str, Any]
+    ) -> None:
+        from kubernetes import client
+
+        if current is None:
+            self._core.create_namespaced_secret(namespace, client.V1Secret.model_validate(body))
+            return
+        # resourceVersion makes a concurrent writer fail with 409 instead of being lost.
+        body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+        self._core.replace_namespaced_secret(
+            body["metadata"]["name"], namespace, client.V1Secret.model_validate(body)
+        )
+
+    def read_webhook_config(self, kind: str, name: str) -> dict[str, Any] | None:
+        if kind == "MutatingWebhookConfiguration":
+            return self._or_none(
+                lambda: self._admission.read_mutating_webhook_configuration(
+                    name, _preload_content=False
+                )
+            )
+        return self._or_none(
+            lambda: self._admission.read_validating_webhook_configuration(
+                name, _preload_content=False
+            )
+        )
+
+    def patch_webhook_config(self, kind: str, name: str, ops: list[dict[str, Any]]) -> None:
+        if kind == "MutatingWebhookConfiguration":
+            self._admission.patch_mutating_webhook_configuration(
+                name, ops, _content_type=JSON_PATCH
+            )
+        else:
+            self._admission.patch_validating_webhook_configuration(
+                name, ops, _content_type=JSON_PATCH
+            )
+
+
+def _secret_body(
+    name: str, namespace: str, type_: str, data: dict[str, str], current: dict[str, Any] | None
+) -> dict[str, Any]:
+    meta = (current or {}).get("metadata") or {}
+    labels = {**(meta.get("labels") or {}), **MANAGED_BY}
+    body: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "type": type_,
+        "data": data,
+    }
+    if meta.get("annotations"):
+        body["metadata"]["annotations"] = meta["annotations"]
+    return body
+
+
+def _needs_write(current: dict[str, Any] | None, type_: str, data: dict[str, str]) -> bool:
+    if current is None:
+        return True
+    if current.get("type") != type_:
+        raise CertsError(
+            f"Secret {current['metadata']['name']} has type {current.get('type')}, expected "
+            f"{type_}; delete it or pass another name"
+        )
+    return bool(current.get("data") != data)
+
+
+def write_output_dir(directory: Path, state: certs.CertState) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / certs.TLS_CERT).write_bytes(state.serving.cert_pem)
+    key_path = directory / certs.TLS_KEY
+    key_path.touch(mode=0o600)
+    key_path.chmod(0o600)
+    key_path.write_bytes(state.serving.key_pem)
+    (directory / certs.CA_CERT).write_bytes(certs.ca_bundle(state))
+
+
+def reconcile(
+    cluster: Cluster, args: argparse.Namespace, now: dt.datetime
+) -> tuple[certs.Plan, list[str]]:
+    """Bring the Secrets and webhook configurations up to date; returns the plan and
+    the configurations that were patched."""
+    namespace = args.namespace
+    ca_secret_name = args.ca_secret or f"{args.secret}-ca"
+    url_base = certs.normalise_url_base(args.url_base) if args.url_base else None
+    hosts = resolve_hosts(args)
+
+    tls_secret = cluster.read_secret(namespace, args.secret)
+    ca_secret = cluster.read_secret(namespace, ca_secret_name)
+    ca_data = (ca_secret or {}).get("data")
+    the_plan = certs.plan(
+        ca=certs.pair_from_secret_data(ca_data, certs.CA_CERT, certs.CA_KEY),
+        serving=certs.pair_from_secret_data(
+            (tls_secret or {}).get("data"), certs.TLS_CERT, certs.TLS_KEY
+        ),
+        previous_ca_pem=certs.previous_ca_from_secret_data(ca_data),
+        hosts=hosts,
+        now=now,
+        rotate_ca=args.rotate_ca,
+        renew=args.renew,
+        drop_previous_ca=args.drop_previous_ca,
+        days=args.days,
+        ca_days=args.ca_days,
+    )
+    for part, reason in (
+        ("CA", the_plan.ca_reason),
+        ("serving certificate", the_plan.serving_reason),
+        ("CA bundle", the_plan.previous_ca_reason),
+    ):
+        log.info("%s: %s", part, f"renewed ({reason})" if reason else "kept")
+
+    # The CA first: a crash between the two writes must not leave a serving
+    # certificate whose CA key is lost.
+    ca_data_new = certs.ca_secret_data(the_plan.state)
+    if _needs_write(ca_secret, "Opaque", ca_data_new):
+        cluster.write_secret(
+            namespace,
+            ca_secret,
+            _secret_body(ca_secret_name, namespace, "Opaque", ca_data_new, ca_secret),
+        )
+        log.info("wrote Secret %s/%s", namespace, ca_secret_name)
+    tls_data = certs.tls_secret_data(the_plan.state)
+    if _needs_write(tls_secret, "kubernetes.io/tls", tls_data):
+        cluster.write_secret(
+            namespace,
+            tls_secret,
+            _secret_body(args.secret, namespace, "kubernetes.io/tls", tls_data, tls_secret),
+        )
+        log.info("wrote Secret %s/%s", namespace, args.secret)
+
+    bundle = certs.ca_bundle(the_plan.state)
+    patched: list[str] = []
+    missing: list[str] = []
+    for kind, name in (
+        ("MutatingWebhookConfiguration", args.mutating_config),
+        ("ValidatingWebhookConfiguration", args.validating_config),
+    ):
+        if not name:
+            continue
+        config = cluster.read_webhook_config(kind, name)
+        if config is None:
+            missing.append(f"{kind} {name}")
+            continue
+        ops = certs.webhook_patch(config, bundle, url_base)
+        if ops:
+            cluster.patch_webhook_config(kind, name, ops)
+            patched.append(f"{kind} {name}")
+            log.info("patched %s %s (%d webhooks)", kind, name, len(ops) // 2)
+        else:
+            log.info("%s %s already up to date", kind, name)
+
+    if args.output_dir:
+        write_output_dir(args.output_dir, the_plan.state)
+        log.info("wrote tls.crt, tls.key, ca.crt to %s", args.output_dir)
+    if missing:
+        raise CertsError(
+            f"not found: {', '.join(missing)}; the Secrets are written — apply the manifests "
+            "and run this again to patch caBundle"
+        )
+    return the_plan, patched
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, format="icache certs: %(message)s", stream=sys.stderr)
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        if args.days < 1 or args.ca_days < 1:
+            raise CertsError("--days and --ca-days must be at least 1")
+        api_client = load_api_client(args.kubeconfig, args.context)
+        try:
+            reconcile(Cluster(api_client), args, dt.datetime.now(dt.UTC))
+        finally:
+            api_client.close()
+    except (CertsError, ValueError) as exc:
+        log.error("%s", exc)
+        return 1
+    except ApiException as exc:
+        log.error("API server said %s %s: %s", exc.status, exc.reason, (exc.body or "").strip())
+        return 1
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="icache certs", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,403 @@
+"""`icache certs` against the real API server, and the API server calling a real
+`icache webhook` over TLS with what it produced.
+
+The webhook configurations are the ones the install renders (manifests/), renamed
+per test and limited to the test's namespace so that nothing else in the session
+is admitted by them, even if a teardown never runs.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import ssl
+import subprocess
+import sys
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from shared.manifests_cli import render
+from tests.harness.controlplane import (
+    ControlPlane,
+    free_port,
+    spawn_in_own_group,
+    terminate_process_group,
+    wait_until,
+)
+from tests.samples import ROOT, sample_documents
+
+GROUP, VERSION, PLURAL = "inferencecache.io", "v1alpha1", "cachebackends"
+WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+
+
+def icache(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "shared.cli", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@dataclass
+class WebhookConfigs:
+    mutating: str
+    validating: str
+
+    def read(self, api: client.ApiClient) -> dict[str, dict[str, Any]]:
+        adm = client.AdmissionregistrationV1Api(api)
+        return {
+            "MutatingWebhookConfiguration": json.loads(
+                adm.read_mutating_webhook_configuration(self.mutating, _preload_content=False).data
+            ),
+            "ValidatingWebhookConfiguration": json.loads(
+                adm.read_validating_webhook_configuration(
+                    self.validating, _preload_content=False
+                ).data
+            ),
+        }
+
+
+@pytest.fixture
+def webhook_configs(kube_api_client: client.ApiClient, namespace: str) -> Iterator[WebhookConfigs]:
+    """The install's two webhook configurations (rendered for ``namespace``), created
+    for real under unique names and scoped to ``namespace``."""
+    suffix = uuid.uuid4().hex[:6]
+    names = WebhookConfigs(f"icache-test-{suffix}-mutating", f"icache-test-{suffix}-validating")
+    docs = [
+        d for d in render(ROOT / "manifests", namespace=namespace) if d["kind"] in WEBHOOK_KINDS
+    ]
+    assert sorted(d["kind"] for d in docs) == sorted(WEBHOOK_KINDS)
+    adm = client.AdmissionregistrationV1Api(kube_api_client)
+    for doc in docs:
+        doc = copy.deepcopy(doc)
+        for webhook in doc["webhooks"]:
+            webhook["namespaceSelector"] = {
+                "matchLabels": {"kubernetes.io/metadata.name": namespace}
+            }
+        if doc["kind"] == "MutatingWebhookConfiguration":
+            doc["metadata"]["name"] = names.mutating
+            adm.create_mutating_webhook_configuration(doc)
+        else:
+            doc["metadata"]["name"] = names.validating
+            adm.create_validating_webhook_configuration(doc)
+    try:
+        yield names
+    finally:
+        for delete, name in (
+            (adm.delete_mutating_webhook_configuration, names.mutating),
+            (adm.delete_validating_webhook_configuration, names.validating),
+        ):
+            try:
+                delete(name)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+
+
+@dataclass
+class Webhook:
+    port: int
+    url_base: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+
+def _get(url: str, ca_file: Path) -> int:
+    ctx = ssl.create_default_context(cafile=str(ca_file))
+    with urllib.request.urlopen(url, context=ctx, timeout=2) as resp:
+        return int(resp.status)
+
+
+def start_webhook(
+    control_plane: ControlPlane, cert_dir: Path, port: int, log_path: Path
+) -> subprocess.Popen[bytes]:
+    proc = spawn_in_own_group(
+        [
+            sys.executable,
+            "-m",
+            "shared.cli",
+            "webhook",
+            "--host=127.0.0.1",
+            f"--port={port}",
+            f"--tls-cert-file={cert_dir / 'tls.crt'}",
+            f"--tls-key-file={cert_dir / 'tls.key'}",
+            f"--kubeconfig={control_plane.kubeconfig_path}",
+        ],
+        log_path,
+        ROOT,
+    )
+
+    def died() -> str | None:
+        if proc.poll() is None:
+            return None
+        return f"webhook exited with {proc.returncode}:\n{log_path.read_text()[-3000:]}"
+
+    try:
+        wait_until(
+            lambda: _get(f"https://127.0.0.1:{port}/healthz", cert_dir / "ca.crt") == 200,
+            timeout=60,
+            description="icache webhook /healthz over TLS",
+            abort=died,
+        )
+    except BaseException:
+        terminate_process_group(proc)
+        raise
+    return proc
+
+
+def _cachebackend(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "CacheBackend",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+INVALID_SPEC = {
+    "runtime": "VLLM",
+    "remoteStorage": {"provider": "LMCacheServer", "ownership": "External"},
+}
+
+
+def _rejection(api: client.ApiClient, namespace: str, body: dict[str, Any]) -> str | None:
+    """The API server's message when creating ``body`` (dry run) fails, else None."""
+    try:
+        client.CustomObjectsApi(api).create_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, body, dry_run="All"
+        )
+    except ApiException as exc:
+        return str(json.loads(exc.body).get("message", exc.body))
+    return None
+
+
+def _secret_data(api: client.ApiClient, namespace: str, name: str) -> tuple[str, dict[str, str]]:
+    raw = json.loads(
+        client.CoreV1Api(api).read_namespaced_secret(name, namespace, _preload_content=False).data
+    )
+    return raw["type"], raw["data"]
+
+
+def test_certs_then_api_server_calls_the_webhook_over_tls(
+    control_plane: ControlPlane,
+    kube_api_client: client.ApiClient,
+    cachebackend_crd: dict[str, Any],
+    namespace: str,
+    webhook_configs: WebhookConfigs,
+    tmp_path: Path,
+) -> None:
+    api = kube_api_client
+    port = free_port()
+    url_base = f"https://127.0.0.1:{port}"
+    cert_dir = tmp_path / "certs"
+    certs_args = [
+        "certs",
+        f"--kubeconfig={control_plane.kubeconfig_path}",
+        f"--namespace={namespace}",
+        f"--mutating-config={webhook_configs.mutating}",
+        f"--validating-config={webhook_configs.validating}",
+        f"--url-base={url_base}",
+        f"--output-dir={cert_dir}",
+    ]
+
+    # -- first run: a CA, a serving certificate, both configurations patched ------
+    first = icache(*certs_args)
+    assert first.returncode == 0, first.stderr
+    tls_type, tls = _secret_data(api, namespace, "inference-cache-webhook-tls")
+    assert tls_type == "kubernetes.io/tls"
+    assert set(tls) == {"tls.crt", "tls.key", "ca.crt"}
+    ca_type, ca = _secret_data(api, namespace, "inference-cache-webhook-tls-ca")
+    assert ca_type == "Opaque" and set(ca) == {"ca.crt", "ca.key"}
+    bundle = (cert_dir / "ca.crt").read_bytes()
+    assert base64.b64decode(tls["ca.crt"]) == bundle
+    assert (cert_dir / "tls.key").stat().st_mode & 0o077 == 0
+
+    configs = webhook_configs.read(api)
+    paths = set()
+    for config in configs.values():
+        for webhook in config["webhooks"]:
+            client_config = webhook["clientConfig"]
+            assert "service" not in client_config
+            assert client_config["url"].startswith(url_base + "/")
+            assert base64.b64decode(client_config["caBundle"]) == bundle
+            paths.add(client_config["url"][len(url_base) :])
+    assert paths == {
+        "/mutate-inferencecache-io-v1alpha1-cachebackend",
+        "/validate-inferencecache-io-v1alpha1-cachebackend",
+        "/mutate--v1-pod",
+    }
+
+    # -- the API server calls a real webhook with that certificate --------------
+    proc = start_webhook(control_plane, cert_dir, port, tmp_path / "webhook.log")
+    try:
+        # The API server picks up webhook configurations asynchronously; a dry run
+        # persists nothing, so poll it until our webhook is the one answering.
+        def our_denial() -> str:
+            message = _rejection(api, namespace, _cachebackend("bad", INVALID_SPEC))
+            if message is None or "denied the request" not in message:
+                # Not yet (or not us): raise so a timeout reports what the API server said.
+                raise AssertionError(f"not rejected by our webhook yet: {message}")
+            return message
+
+        message = wait_until(
+            our_denial,
+            timeout=30,
+            description="the API server rejecting through vcachebackend.inferencecache.io",
+        )
+        assert 'admission webhook "vcachebackend.inferencecache.io" denied the request' in message
+        assert "spec.remoteStorage.endpoint" in message
+        with pytest.raises(ApiException) as denied:
+            client.CustomObjectsApi(api).create_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, _cachebackend("bad", INVALID_SPEC)
+            )
+        assert denied.value.status in (400, 422)
+        assert "vcachebackend.inferencecache.io" in json.loads(denied.value.body)["message"]
+
+        # A valid one is admitted and defaulted by mcachebackend.inferencecache.io: the
+        # webhook materialises spec.integration and spec.observation, the API server
+        # then stamps their schema defaults.
+        created = client.CustomObjectsApi(api).create_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, _cachebackend("good", {"runtime": "VLLM"})
+        )
+        assert created["spec"]["integration"]["mode"] == "Offload"
+        assert created["spec"]["integration"]["failOpen"] is True
+        assert created["spec"]["observation"]["firstEventTimeout"] == "5m"
+
+        # The Pod webhook (mpod.inferencecache.io, failurePolicy Ignore) wires a
+        # matching engine Pod; the opt-out label keeps the API server from calling it.
+        _wire_engine_pod(api, namespace)
+    finally:
+        terminate_process_group(proc)
+
+    # -- second run: nothing to do, nothing written ------------------------------
+    since = control_plane.audit_offset()
+    second = icache(*certs_args)
+    assert second.returncode == 0, second.stderr
+    assert "CA: kept" in second.stderr and "serving certificate: kept" in second.stderr
+    assert _secret_data(api, namespace, "inference-cache-webhook-tls-ca")[1] == ca
+    assert _secret_data(api, namespace, "inference-cache-webhook-tls")[1] == tls
+    assert webhook_configs.read(api) == configs
+    writes = [
+        e
+        for e in control_plane.write_events(since)
+        if e.resource
+        in ("secrets", "mutatingwebhookconfigurations", "validatingwebhookconfigurations")
+    ]
+    assert writes == [], [f"{e.verb} {e.resource}/{e.name}" for e in writes]
+
+    # -- forced renewal keeps the CA and the caBundle ----------------------------
+    renewed = icache(*certs_args, "--renew")
+    assert renewed.returncode == 0, renewed.stderr
+    assert _secret_data(api, namespace, "inference-cache-webhook-tls-ca")[1] == ca
+    new_tls = _secret_data(api, namespace, "inference-cache-webhook-tls")[1]
+    assert new_tls["tls.crt"] != tls["tls.crt"] and new_tls["ca.crt"] == tls["ca.crt"]
+    assert webhook_configs.read(api) == configs
+
+
+def _wire_engine_pod(api: client.ApiClient, namespace: str) -> None:
+    (backend,) = [
+        d
+        for name, d in sample_documents()
+        if name == "vllm-lmcache-host-only.yaml" and d["kind"] == "CacheBackend"
+    ]
+    (engine,) = [
+        d
+        for name, d in sample_documents()
+        if name == "vllm-lmcache-host-only.yaml" and d["kind"] == "Deployment"
+    ]
+    client.CustomObjectsApi(api).create_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, copy.deepcopy(backend)
+    )
+    core = client.CoreV1Api(api)
+    # Pods need the namespace's default ServiceAccount (the harness creates it).
+    wait_until(
+        lambda: core.read_namespaced_service_account("default", namespace),
+        timeout=30,
+        description="default ServiceAccount",
+    )
+    template = engine["spec"]["template"]
+
+    def pod(name: str, extra_labels: dict[str, str]) -> dict[str, Any]:
+        meta = copy.deepcopy(template["metadata"])
+        meta["name"] = name
+        meta["labels"] = {**meta.get("labels", {}), **extra_labels}
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": template["spec"]}
+
+    wired = json.loads(
+        core.create_namespaced_pod(namespace, pod("engine", {}), _preload_content=False).data
+    )
+    annotations = wired["metadata"].get("annotations") or {}
+    assert (
+        annotations.get("inferencecache.io/injected-by")
+        == f"{namespace}/{backend['metadata']['name']}"
+    )
+    opted_out = json.loads(
+        core.create_namespaced_pod(
+            namespace,
+            pod("opted-out", {"inferencecache.io/pod-webhook": "disabled"}),
+            _preload_content=False,
+        ).data
+    )
+    assert not any(
+        k.startswith("inferencecache.io/") for k in opted_out["metadata"].get("annotations") or {}
+    )
+
+
+def test_certs_fails_loudly_when_a_configuration_is_missing(
+    control_plane: ControlPlane, kube_api_client: client.ApiClient, namespace: str
+) -> None:
+    """The Secrets are still written (the next run after `kubectl apply` patches)."""
+    result = icache(
+        "certs",
+        f"--kubeconfig={control_plane.kubeconfig_path}",
+        f"--namespace={namespace}",
+        "--mutating-config=icache-test-does-not-exist",
+        "--validating-config=",
+    )
+    assert result.returncode == 1
+    assert "not found: MutatingWebhookConfiguration icache-test-does-not-exist" in result.stderr
+    tls_type, tls = _secret_data(kube_api_client, namespace, "inference-cache-webhook-tls")
+    assert tls_type == "kubernetes.io/tls"
+    from cryptography import x509
+
+    cert = x509.load_pem_x509_certificate(base64.b64decode(tls["tls.crt"]))
+    san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert f"inference-cache-webhook.{namespace}.svc" in san.get_values_for_type(x509.DNSName)
+
+
+def test_rotate_ca_keeps_the_old_ca_trusted_until_dropped(
+    control_plane: ControlPlane, kube_api_client: client.ApiClient, namespace: str
+) -> None:
+    base = [
+        "certs",
+        f"--kubeconfig={control_plane.kubeconfig_path}",
+        f"--namespace={namespace}",
+        "--mutating-config=",
+        "--validating-config=",
+    ]
+    assert icache(*base).returncode == 0
+    _, ca_before = _secret_data(kube_api_client, namespace, "inference-cache-webhook-tls-ca")
+    rotated = icache(*base, "--rotate-ca")
+    assert rotated.returncode == 0, rotated.stderr
+    _, ca_after = _secret_data(kube_api_client, namespace, "inference-cache-webhook-tls-ca")
+    assert ca_after["ca.crt"] != ca_before["ca.crt"]
+    assert ca_after["previous-ca.crt"] == ca_before["ca.crt"]
+    _, tls = _secret_data(kube_api_client, namespace, "inference-cache-webhook-tls")
+    bundle = base64.b64decode(tls["ca.crt"])
+    assert base64.b64decode(ca_before["ca.crt"]) in bundle
+    assert base64.b64decode(ca_after["ca.crt"]) in bundle
+    dropped = icache(*base, "--drop-previous-ca")
+    assert dropped.returncode == 0, dropped.stderr
+    _, tls = _secret_data(kube_api_client, namespace, "inference-cache-webhook-tls")
+    assert base64.b64decode(tls["ca.crt"]) == base64.b64decode(ca_after["ca.crt"])
