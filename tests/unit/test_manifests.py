@@ -1,0 +1,543 @@
+"""The install manifests (manifests/) and `icache manifests`, statically.
+
+What the real API server thinks of them is in tests/integration/test_install_manifests.py
+and test_rbac.py; here: the renderer, and the rules the install must keep (pinned
+images, hardened pods, webhook registration matching the app's routes, names that
+refer to each other resolving).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from reconciler.server_client import DEFAULT_TOKEN_PATH
+from shared import certs, manifests_cli
+from shared.manifests_cli import RenderError, render, split_image
+from tests.samples import ROOT
+from webhook_svc.app import PATH_MUTATE_CB, PATH_MUTATE_POD, PATH_VALIDATE_CB
+
+MANIFESTS = ROOT / "manifests"
+NAMESPACE = "inference-cache-system"
+CERT_MANAGER = MANIFESTS / "overlays" / "cert-manager"
+
+
+@pytest.fixture(scope="module")
+def docs() -> list[dict[str, Any]]:
+    return render(MANIFESTS)
+
+
+def one(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    (found,) = [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name]
+    return found
+
+
+def deployments(docs: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    return (d for d in docs if d["kind"] == "Deployment")
+
+
+def containers(deployment: dict[str, Any]) -> list[dict[str, Any]]:
+    spec = deployment["spec"]["template"]["spec"]
+    return list(spec.get("initContainers") or []) + list(spec["containers"])
+
+
+def webhooks(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {
+        w["name"]: w
+        for d in docs
+        if d["kind"].endswith("WebhookConfiguration")
+        for w in d["webhooks"]
+    }
+
+
+# --------------------------------------------------------------------------- what is installed
+
+
+def test_the_install_holds_every_piece(docs: list[dict[str, Any]]) -> None:
+    kinds = {(d["kind"], d["metadata"]["name"]) for d in docs}
+    for expected in [
+        ("Namespace", NAMESPACE),
+        ("CustomResourceDefinition", "cachebackends.inferencecache.io"),
+        ("ConfigMap", "inference-cache-config"),
+        ("ServiceAccount", "inference-cache-webhook"),
+        ("ClusterRole", "inference-cache-webhook"),
+        ("ClusterRoleBinding", "inference-cache-webhook"),
+        ("Service", "inference-cache-webhook"),
+        ("Deployment", "inference-cache-webhook"),
+        ("PodDisruptionBudget", "inference-cache-webhook"),
+        ("HorizontalPodAutoscaler", "inference-cache-webhook"),
+        ("Deployment", "inference-cache-dispatcher"),
+        ("Deployment", "inference-cache-worker"),
+        ("Deployment", "inference-cache-redis"),
+        ("Service", "inference-cache-redis"),
+        ("MutatingWebhookConfiguration", "inference-cache-mutating"),
+        ("ValidatingWebhookConfiguration", "inference-cache-validating"),
+    ]:
+        assert expected in kinds
+    # No Secret: the default variant gets its certificate from `icache certs`.
+    assert not any(d["kind"] == "Secret" for d in docs)
+
+
+def test_the_crd_is_the_checked_in_one(docs: list[dict[str, Any]]) -> None:
+    crd = one(docs, "CustomResourceDefinition", "cachebackends.inferencecache.io")
+    assert crd == yaml.safe_load(
+        (MANIFESTS / "crd" / "inferencecache.io_cachebackends.yaml").read_text()
+    )
+
+
+def test_everything_namespaced_is_in_the_install_namespace(docs: list[dict[str, Any]]) -> None:
+    for doc in docs:
+        if doc["kind"] in manifests_cli.CLUSTER_SCOPED:
+            assert "namespace" not in doc["metadata"], doc["kind"]
+        else:
+            assert doc["metadata"]["namespace"] == NAMESPACE, doc["kind"]
+    for doc in docs:
+        for subject in doc.get("subjects") or []:
+            assert subject["namespace"] == NAMESPACE
+
+
+def test_apply_order_puts_namespace_and_crd_first_and_webhooks_last(
+    docs: list[dict[str, Any]],
+) -> None:
+    kinds = [d["kind"] for d in docs]
+    assert kinds[:2] == ["Namespace", "CustomResourceDefinition"]
+    assert kinds[-2:] == ["MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"]
+    assert (
+        kinds.index("ServiceAccount")
+        < kinds.index("ClusterRoleBinding")
+        < kinds.index("Deployment")
+    )
+
+
+# --------------------------------------------------------------------------- images and pods
+
+
+def test_every_image_is_pinned(docs: list[dict[str, Any]]) -> None:
+    for deployment in deployments(docs):
+        for container in containers(deployment):
+            _, tag, digest = split_image(container["image"])
+            assert (tag and tag != "latest") or digest, container["image"]
+
+
+def test_processes_run_the_right_image(docs: list[dict[str, Any]]) -> None:
+    images = {d["metadata"]["name"]: containers(d)[0]["image"] for d in deployments(docs)}
+    assert images["inference-cache-webhook"] == "ghcr.io/inference-cache/webhook:0.1.0"
+    assert images["inference-cache-dispatcher"] == "ghcr.io/inference-cache/worker:0.1.0"
+    assert images["inference-cache-worker"] == "ghcr.io/inference-cache/worker:0.1.0"
+    args = {d["metadata"]["name"]: containers(d)[0]["args"][0] for d in deployments(docs)}
+    assert args["inference-cache-webhook"] == "webhook"
+    assert args["inference-cache-dispatcher"] == "dispatcher"
+    assert args["inference-cache-worker"] == "worker"
+
+
+def test_every_pod_is_hardened_and_sized(docs: list[dict[str, Any]]) -> None:
+    for deployment in deployments(docs):
+        pod = deployment["spec"]["template"]["spec"]
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        assert pod["securityContext"]["runAsUser"] > 0
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        for container in containers(deployment):
+            ctx = container["securityContext"]
+            assert ctx["readOnlyRootFilesystem"] is True
+            assert ctx["allowPrivilegeEscalation"] is False
+            assert ctx["capabilities"]["drop"] == ["ALL"]
+            assert {"cpu", "memory"} <= set(container["resources"]["requests"])
+            assert "memory" in container["resources"]["limits"]
+
+
+def test_service_accounts_and_config_keys_resolve(docs: list[dict[str, Any]]) -> None:
+    accounts = {d["metadata"]["name"] for d in docs if d["kind"] == "ServiceAccount"}
+    bound = {
+        s["name"]
+        for d in docs
+        if d["kind"] in ("ClusterRoleBinding", "RoleBinding")
+        for s in d["subjects"]
+    }
+    config = one(docs, "ConfigMap", "inference-cache-config")["data"]
+    for deployment in deployments(docs):
+        pod = deployment["spec"]["template"]["spec"]
+        if deployment["metadata"]["name"] == "inference-cache-redis":
+            assert pod["automountServiceAccountToken"] is False
+            continue
+        assert pod["serviceAccountName"] in accounts & bound
+        for container in containers(deployment):
+            for env in container.get("env") or []:
+                ref = (env.get("valueFrom") or {}).get("configMapKeyRef")
+                if ref:
+                    assert ref["name"] == "inference-cache-config" and ref["key"] in config
+
+
+def test_services_select_pods_and_ports_that_exist(docs: list[dict[str, Any]]) -> None:
+    for service in (d for d in docs if d["kind"] == "Service"):
+        selector = service["spec"]["selector"]
+        (target,) = [
+            d
+            for d in deployments(docs)
+            if selector.items() <= d["spec"]["template"]["metadata"]["labels"].items()
+        ]
+        port_names = {p["name"] for c in containers(target) for p in c.get("ports") or []}
+        for port in service["spec"]["ports"]:
+            assert port["targetPort"] in port_names
+
+
+def test_redis_url_points_at_the_bundled_redis(docs: list[dict[str, Any]]) -> None:
+    url = one(docs, "ConfigMap", "inference-cache-config")["data"]["ICACHE_REDIS_URL"]
+    service = one(docs, "Service", "inference-cache-redis")
+    assert url == f"redis://{service['metadata']['name']}:{service['spec']['ports'][0]['port']}/0"
+
+
+# --------------------------------------------------------------------------- the webhook
+
+
+def test_webhook_deployment_probes_tls_and_availability(docs: list[dict[str, Any]]) -> None:
+    deployment = one(docs, "Deployment", "inference-cache-webhook")
+    (container,) = containers(deployment)
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    pod = deployment["spec"]["template"]["spec"]
+    (tls,) = [v for v in pod["volumes"] if v["name"] == "tls"]
+    assert tls["secret"]["secretName"] == "inference-cache-webhook-tls"
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == "tls"]
+    assert f"--tls-cert-file={mount['mountPath']}/tls.crt" in container["args"]
+    assert f"--tls-key-file={mount['mountPath']}/tls.key" in container["args"]
+    assert {c["topologyKey"] for c in pod["topologySpreadConstraints"]} == {
+        "kubernetes.io/hostname",
+        "topology.kubernetes.io/zone",
+    }
+    # The HPA owns the replica count; several replicas, scaled on CPU.
+    assert "replicas" not in deployment["spec"]
+    hpa = one(docs, "HorizontalPodAutoscaler", "inference-cache-webhook")
+    assert hpa["spec"]["scaleTargetRef"]["name"] == "inference-cache-webhook"
+    assert hpa["spec"]["minReplicas"] >= 2
+    assert hpa["spec"]["metrics"][0]["resource"]["name"] == "cpu"
+    pdb = one(docs, "PodDisruptionBudget", "inference-cache-webhook")
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    assert pdb["spec"]["maxUnavailable"] < hpa["spec"]["minReplicas"]
+
+
+def test_webhook_registrations_match_the_app_and_the_spec(docs: list[dict[str, Any]]) -> None:
+    hooks = webhooks(docs)
+    assert set(hooks) == {
+        "mcachebackend.inferencecache.io",
+        "mpod.inferencecache.io",
+        "vcachebackend.inferencecache.io",
+    }
+    service = one(docs, "Service", "inference-cache-webhook")
+    expected = {
+        "mcachebackend.inferencecache.io": (PATH_MUTATE_CB, "Fail", ["CREATE", "UPDATE"], 10),
+        "vcachebackend.inferencecache.io": (PATH_VALIDATE_CB, "Fail", ["CREATE", "UPDATE"], 10),
+        "mpod.inferencecache.io": (PATH_MUTATE_POD, "Ignore", ["CREATE"], 5),
+    }
+    for name, (path, policy, operations, timeout) in expected.items():
+        hook = hooks[name]
+        assert hook["clientConfig"]["service"] == {
+            "name": service["metadata"]["name"],
+            "namespace": NAMESPACE,
+            "path": path,
+            "port": service["spec"]["ports"][0]["port"],
+        }
+        assert "caBundle" not in hook["clientConfig"]  # re-applying must not clear it
+        assert hook["failurePolicy"] == policy
+        assert hook["sideEffects"] == "None"
+        assert hook["admissionReviewVersions"] == ["v1"]
+        assert hook["timeoutSeconds"] == timeout
+        (rule,) = hook["rules"]
+        assert rule["operations"] == operations
+    assert hooks["mpod.inferencecache.io"]["rules"][0]["resources"] == ["pods"]
+    assert hooks["mcachebackend.inferencecache.io"]["rules"][0]["resources"] == ["cachebackends"]
+
+
+def test_pod_webhook_stays_out_of_its_own_namespace_and_kube_system(
+    docs: list[dict[str, Any]],
+) -> None:
+    hook = webhooks(docs)["mpod.inferencecache.io"]
+    expressions = hook["namespaceSelector"]["matchExpressions"]
+    assert {
+        "key": "kubernetes.io/metadata.name",
+        "operator": "NotIn",
+        "values": [NAMESPACE, "kube-system"],
+    } in expressions
+    opt_out = {"key": "inferencecache.io/pod-webhook", "operator": "NotIn", "values": ["disabled"]}
+    assert opt_out in expressions
+    assert opt_out in hook["objectSelector"]["matchExpressions"]
+
+
+def test_webhook_may_only_read_cachebackends(docs: list[dict[str, Any]]) -> None:
+    role = one(docs, "ClusterRole", "inference-cache-webhook")
+    assert role["rules"] == [
+        {
+            "apiGroups": ["inferencecache.io"],
+            "resources": ["cachebackends"],
+            "verbs": ["get", "list"],
+        }
+    ]
+
+
+# --------------------------------------------------------------------------- dispatcher and worker
+
+
+def test_dispatcher_runs_two_candidates_for_the_lease_its_role_allows(
+    docs: list[dict[str, Any]],
+) -> None:
+    deployment = one(docs, "Deployment", "inference-cache-dispatcher")
+    assert deployment["spec"]["replicas"] == 2
+    (container,) = containers(deployment)
+    (lease_arg,) = [a for a in container["args"] if a.startswith("--lease-name=")]
+    lease = lease_arg.split("=", 1)[1]
+    sa = deployment["spec"]["template"]["spec"]["serviceAccountName"]
+    (binding,) = [
+        d
+        for d in docs
+        if d["kind"] == "RoleBinding" and any(s["name"] == sa for s in d["subjects"])
+    ]
+    role = one(docs, "Role", binding["roleRef"]["name"])
+    named = [r for r in role["rules"] if "leases" in r["resources"] and r.get("resourceNames")]
+    assert any(lease in r["resourceNames"] and "update" in r["verbs"] for r in named)
+    env = {e["name"]: e for e in container["env"]}
+    assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+
+
+def test_worker_presents_an_audience_bound_projected_token(docs: list[dict[str, Any]]) -> None:
+    deployment = one(docs, "Deployment", "inference-cache-worker")
+    (container,) = containers(deployment)
+    (volume,) = [v for v in deployment["spec"]["template"]["spec"]["volumes"] if "projected" in v]
+    (source,) = volume["projected"]["sources"]
+    token = source["serviceAccountToken"]
+    assert token["audience"] == "inference-cache-server"
+    assert token["expirationSeconds"] <= 3600
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == volume["name"]]
+    assert f"{mount['mountPath']}/{token['path']}" == DEFAULT_TOKEN_PATH
+    assert mount["mountPath"] == "/var/run/secrets/inferencecache.io/controller-token"
+    assert f"--token-path={DEFAULT_TOKEN_PATH}" in container["args"]
+
+
+# --------------------------------------------------------------------------- cert-manager variant
+
+
+def test_cert_manager_variant_issues_the_secret_the_webhook_mounts() -> None:
+    docs = render(CERT_MANAGER)
+    serving = one(docs, "Certificate", "inference-cache-webhook")
+    assert serving["spec"]["secretName"] == "inference-cache-webhook-tls"
+    assert serving["spec"]["dnsNames"] == certs.service_hosts("inference-cache-webhook", NAMESPACE)
+    issuer = one(docs, "Issuer", serving["spec"]["issuerRef"]["name"])
+    ca_cert = one(docs, "Certificate", "inference-cache-webhook-ca")
+    assert issuer["spec"]["ca"]["secretName"] == ca_cert["spec"]["secretName"]
+    assert ca_cert["spec"]["isCA"] is True
+    assert "selfSigned" in one(docs, "Issuer", ca_cert["spec"]["issuerRef"]["name"])["spec"]
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        (config,) = [d for d in docs if d["kind"] == kind]
+        annotations = config["metadata"]["annotations"]
+        assert (
+            annotations["cert-manager.io/inject-ca-from"] == f"{NAMESPACE}/inference-cache-webhook"
+        )
+    # Everything else is the default install.
+    default = {(d["kind"], d["metadata"]["name"]) for d in render(MANIFESTS)}
+    assert default < {(d["kind"], d["metadata"]["name"]) for d in docs}
+
+
+# --------------------------------------------------------------------------- --namespace and --image-tag
+
+
+def test_namespace_override_leaves_nothing_in_the_old_namespace() -> None:
+    docs = render(CERT_MANAGER, namespace="cache-ops")
+    assert NAMESPACE not in yaml.safe_dump_all(docs)
+    assert one(docs, "Namespace", "cache-ops")
+    hook = webhooks(docs)["mpod.inferencecache.io"]
+    assert hook["namespaceSelector"]["matchExpressions"][0]["values"] == [
+        "cache-ops",
+        "kube-system",
+    ]
+    assert hook["clientConfig"]["service"]["namespace"] == "cache-ops"
+    serving = one(docs, "Certificate", "inference-cache-webhook")
+    assert serving["spec"]["dnsNames"] == certs.service_hosts(
+        "inference-cache-webhook", "cache-ops"
+    )
+    (config,) = [d for d in docs if d["kind"] == "ValidatingWebhookConfiguration"]
+    assert config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == (
+        "cache-ops/inference-cache-webhook"
+    )
+    # Names that merely contain the namespace's words are untouched.
+    assert one(docs, "Deployment", "inference-cache-webhook")
+
+
+def test_image_tag_retags_our_images_only() -> None:
+    docs = render(MANIFESTS, image_tag="0.2.0-rc.1")
+    images = sorted({c["image"] for d in deployments(docs) for c in containers(d)})
+    assert images == [
+        "docker.io/library/redis:7.4.2-alpine",
+        "ghcr.io/inference-cache/webhook:0.2.0-rc.1",
+        "ghcr.io/inference-cache/worker:0.2.0-rc.1",
+    ]
+
+
+@pytest.mark.parametrize(
+    "image,expected",
+    [
+        ("redis", ("redis", None, None)),
+        ("redis:7", ("redis", "7", None)),
+        ("registry:5000/team/img", ("registry:5000/team/img", None, None)),
+        ("registry:5000/team/img:1.2", ("registry:5000/team/img", "1.2", None)),
+        ("img:1@sha256:abc", ("img", "1", "sha256:abc")),
+    ],
+)
+def test_split_image(image: str, expected: tuple[str, str | None, str | None]) -> None:
+    assert split_image(image) == expected
+
+
+# --------------------------------------------------------------------------- the renderer's edges
+
+
+def _write(directory: Path, files: dict[str, Any]) -> Path:
+    for name, content in files.items():
+        path = directory / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        text = content if isinstance(content, str) else yaml.safe_dump_all(content)
+        path.write_text(text)
+    return directory
+
+
+CONFIGMAP = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "1"}}
+DEPLOYMENT = {
+    "apiVersion": "apps/v1",
+    "kind": "Deployment",
+    "metadata": {"name": "d"},
+    "spec": {
+        "template": {"spec": {"containers": [{"name": "x", "image": "img:1", "args": ["a"]}]}}
+    },
+}
+
+
+def test_unsupported_kustomization_fields_are_refused(tmp_path: Path) -> None:
+    _write(
+        tmp_path,
+        {
+            "kustomization.yaml": [
+                {
+                    "resources": ["cm.yaml"],
+                    "configMapGenerator": [{"name": "x"}],
+                    "namePrefix": "p-",
+                }
+            ],
+            "cm.yaml": [CONFIGMAP],
+        },
+    )
+    with pytest.raises(RenderError, match="configMapGenerator, namePrefix; use kustomize"):
+        render(tmp_path)
+
+
+def test_strategic_merge_patches_with_lists_are_refused(tmp_path: Path) -> None:
+    patch = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"}}
+    patch["spec"] = {"template": {"spec": {"containers": [{"name": "x", "image": "img:2"}]}}}
+    _write(
+        tmp_path,
+        {
+            "kustomization.yaml": [
+                {"resources": ["d.yaml"], "patches": [{"patch": yaml.safe_dump(patch)}]}
+            ],
+            "d.yaml": [DEPLOYMENT],
+        },
+    )
+    with pytest.raises(RenderError, match="use a JSON6902 patch"):
+        render(tmp_path)
+
+
+def test_json6902_and_map_patches_and_deletion(tmp_path: Path) -> None:
+    ops = [{"op": "replace", "path": "/spec/template/spec/containers/0/args", "value": ["b"]}]
+    _write(
+        tmp_path,
+        {
+            "kustomization.yaml": [
+                {
+                    "resources": ["d.yaml", "cm.yaml"],
+                    "patches": [
+                        {
+                            "target": {"kind": "Deployment", "name": "d"},
+                            "patch": yaml.safe_dump(ops),
+                        },
+                        {"path": "merge.yaml"},
+                    ],
+                    "components": ["drop"],
+                }
+            ],
+            "d.yaml": [DEPLOYMENT],
+            "cm.yaml": [CONFIGMAP, {**CONFIGMAP, "metadata": {"name": "gone"}}],
+            "merge.yaml": [
+                {
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "metadata": {"name": "c"},
+                    "data": {"a": None, "b": "2"},
+                }
+            ],
+            "drop/kustomization.yaml": [
+                {
+                    "apiVersion": "kustomize.config.k8s.io/v1alpha1",
+                    "kind": "Component",
+                    "patches": [
+                        {
+                            "patch": "$patch: delete\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: gone\n"
+                        }
+                    ],
+                }
+            ],
+        },
+    )
+    docs = render(tmp_path)
+    assert [d["metadata"]["name"] for d in docs] == ["c", "d"]
+    assert one(docs, "ConfigMap", "c")["data"] == {"b": "2"}
+    assert containers(one(docs, "Deployment", "d"))[0]["args"] == ["b"]
+
+
+def test_a_patch_that_matches_nothing_is_an_error(tmp_path: Path) -> None:
+    _write(
+        tmp_path,
+        {
+            "kustomization.yaml": [{"resources": ["cm.yaml"], "patches": [{"path": "p.yaml"}]}],
+            "cm.yaml": [CONFIGMAP],
+            "p.yaml": [
+                {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "nope"}, "data": {}}
+            ],
+        },
+    )
+    with pytest.raises(RenderError, match="no resource matches"):
+        render(tmp_path)
+
+
+def test_duplicates_missing_files_and_remote_resources_are_errors(tmp_path: Path) -> None:
+    _write(
+        tmp_path / "dup",
+        {
+            "kustomization.yaml": [{"resources": ["a.yaml", "b.yaml"]}],
+            "a.yaml": [CONFIGMAP],
+            "b.yaml": [CONFIGMAP],
+        },
+    )
+    with pytest.raises(RenderError, match="already defined"):
+        render(tmp_path / "dup")
+    _write(tmp_path / "missing", {"kustomization.yaml": [{"resources": ["nope.yaml"]}]})
+    with pytest.raises(RenderError, match="does not exist"):
+        render(tmp_path / "missing")
+    _write(
+        tmp_path / "remote", {"kustomization.yaml": [{"resources": ["https://example.com/x.yaml"]}]}
+    )
+    with pytest.raises(RenderError, match="remote resource"):
+        render(tmp_path / "remote")
+
+
+def test_the_command_prints_yaml_and_fails_cleanly(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = argparse.Namespace(variant="default", kustomization=None, namespace=None, image_tag=None)
+    assert manifests_cli.run(args) == 0
+    printed = [d for d in yaml.safe_load_all(capsys.readouterr().out) if d]
+    assert printed == render(MANIFESTS)
+    args.kustomization = tmp_path
+    assert manifests_cli.run(args) == 1
+    assert "no kustomization.yaml" in capsys.readouterr().err
