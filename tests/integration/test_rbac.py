@@ -1,0 +1,274 @@
+"""Least privilege, checked by the real RBAC authorizer.
+
+The install's ServiceAccounts and RBAC objects are applied for real; then a
+SubjectAccessReview per (identity, request) says whether the API server would
+allow it. Each process can do what it needs and is denied a sample of what it must
+not. One real request per writer (as the worker, through a client certificate for
+its ServiceAccount identity) shows that server-side apply creates objects with the
+``patch`` verb alone, which is all the worker is granted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from reconciler.kube import ApiError, Kube
+from shared.manifests_cli import render
+from tests.harness.controlplane import ControlPlane, wait_until
+from tests.integration.manifest_apply import Applier
+from tests.samples import ROOT
+
+NAMESPACE = "inference-cache-system"
+RBAC_KINDS = (
+    "Namespace",
+    "ServiceAccount",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "Role",
+    "RoleBinding",
+)
+OTHER_NAMESPACE = "team-a"  # any namespace CacheBackends and engine pods live in
+LEASE = "inference-cache-dispatcher"
+
+
+@dataclass(frozen=True)
+class Request:
+    verb: str
+    resource: str
+    group: str = ""
+    namespace: str = OTHER_NAMESPACE
+    subresource: str = ""
+    name: str = ""
+
+    def __str__(self) -> str:
+        res = f"{self.resource}/{self.subresource}" if self.subresource else self.resource
+        where = f" in {self.namespace}" if self.namespace else " cluster-wide"
+        named = f" {self.name}" if self.name else ""
+        return f"{self.verb} {self.group or 'core'}/{res}{named}{where}"
+
+
+def _service_account(docs: list[dict[str, Any]], container_args0: str) -> str:
+    (deployment,) = [
+        d
+        for d in docs
+        if d["kind"] == "Deployment"
+        and d["spec"]["template"]["spec"]["containers"][0]["args"][0] == container_args0
+    ]
+    return str(deployment["spec"]["template"]["spec"]["serviceAccountName"])
+
+
+DOCS = render(ROOT / "manifests")
+WEBHOOK_SA = _service_account(DOCS, "webhook")
+WORKER_SA = _service_account(DOCS, "worker")
+DISPATCHER_SA = _service_account(DOCS, "dispatcher")
+
+
+def user(sa: str) -> str:
+    return f"system:serviceaccount:{NAMESPACE}:{sa}"
+
+
+GROUPS = ["system:serviceaccounts", f"system:serviceaccounts:{NAMESPACE}", "system:authenticated"]
+
+CB = "inferencecache.io"
+ALLOWED: dict[str, list[Request]] = {
+    WEBHOOK_SA: [
+        Request("get", "cachebackends", CB),
+        Request("list", "cachebackends", CB),
+        Request("list", "cachebackends", CB, namespace=""),
+    ],
+    WORKER_SA: [
+        Request("get", "cachebackends", CB),
+        Request("update", "cachebackends", CB, subresource="status"),
+        # Server-side apply is a PATCH; it creates missing objects (shown below).
+        *(
+            Request(verb, resource, group)
+            for resource, group in [
+                ("deployments", "apps"),
+                ("statefulsets", "apps"),
+                ("services", ""),
+                ("horizontalpodautoscalers", "autoscaling"),
+            ]
+            for verb in ("list", "patch", "delete")
+        ),
+        Request("list", "pods"),
+        Request("create", "events"),
+    ],
+    DISPATCHER_SA: [
+        *(
+            Request(verb, resource, group, namespace="")
+            for resource, group in [
+                ("cachebackends", CB),
+                ("deployments", "apps"),
+                ("statefulsets", "apps"),
+                ("services", ""),
+                ("horizontalpodautoscalers", "autoscaling"),
+            ]
+            for verb in ("list", "watch")
+        ),
+        Request("create", "leases", "coordination.k8s.io", namespace=NAMESPACE),
+        Request("get", "leases", "coordination.k8s.io", namespace=NAMESPACE, name=LEASE),
+        Request("update", "leases", "coordination.k8s.io", namespace=NAMESPACE, name=LEASE),
+    ],
+}
+
+# A sample of what each must not do; every one of them would widen the blast
+# radius of a compromised pod.
+EVERYONE_DENIED = [
+    Request("get", "secrets", namespace=NAMESPACE),
+    Request("list", "secrets", namespace=""),
+    Request("get", "secrets", namespace="kube-system"),
+    Request("delete", "namespaces", namespace=""),
+    Request("create", "pods"),
+    Request("create", "clusterrolebindings", "rbac.authorization.k8s.io", namespace=""),
+    Request("escalate", "clusterroles", "rbac.authorization.k8s.io", namespace=""),
+    Request("impersonate", "users", namespace=""),
+    Request(
+        "update", "mutatingwebhookconfigurations", "admissionregistration.k8s.io", namespace=""
+    ),
+    Request("create", "serviceaccounts", subresource="token"),
+]
+DENIED: dict[str, list[Request]] = {
+    WEBHOOK_SA: [
+        *EVERYONE_DENIED,
+        Request("update", "cachebackends", CB),
+        Request("patch", "cachebackends", CB),
+        Request("create", "cachebackends", CB),
+        Request("delete", "cachebackends", CB),
+        Request("watch", "cachebackends", CB),
+        Request("update", "cachebackends", CB, subresource="status"),
+        Request("list", "pods"),
+        Request("create", "events"),
+        Request("get", "leases", "coordination.k8s.io", namespace=NAMESPACE, name=LEASE),
+    ],
+    WORKER_SA: [
+        *EVERYONE_DENIED,
+        Request("update", "cachebackends", CB),
+        Request("delete", "cachebackends", CB),
+        Request("patch", "pods"),
+        Request("delete", "pods"),
+        Request("update", "leases", "coordination.k8s.io", namespace=NAMESPACE, name=LEASE),
+        Request("patch", "configmaps"),
+    ],
+    DISPATCHER_SA: [
+        *EVERYONE_DENIED,
+        Request("update", "cachebackends", CB),
+        Request("update", "cachebackends", CB, subresource="status"),
+        Request("patch", "deployments", "apps"),
+        Request("delete", "services"),
+        # Leases: only its own, only in its own namespace.
+        Request("update", "leases", "coordination.k8s.io", namespace=NAMESPACE, name="other"),
+        Request("delete", "leases", "coordination.k8s.io", namespace=NAMESPACE, name=LEASE),
+        Request("create", "leases", "coordination.k8s.io", namespace="kube-system"),
+        Request("update", "leases", "coordination.k8s.io", namespace="kube-node-lease", name=LEASE),
+    ],
+}
+
+
+@pytest.fixture(scope="module")
+def kube(kube_api_client: client.ApiClient) -> Iterator[Kube]:
+    yield Kube(kube_api_client)
+
+
+@pytest.fixture(scope="module")
+def rbac_installed(
+    kube_api_client: client.ApiClient, cachebackend_crd: dict[str, Any], kube: Kube
+) -> None:
+    applier = Applier(kube_api_client)
+    for doc in DOCS:
+        if doc["kind"] in RBAC_KINDS:
+            applier.apply(doc, dry_run=False)
+    # The RBAC authorizer reads bindings from an informer: wait until it has them.
+    wait_until(
+        lambda: all(_allowed(kube, sa, reqs[0]) for sa, reqs in ALLOWED.items()),
+        timeout=30,
+        description="the RBAC authorizer to see the install's bindings",
+    )
+
+
+def _allowed(kube: Kube, sa: str, req: Request) -> bool:
+    attributes = {
+        "verb": req.verb,
+        "group": req.group,
+        "resource": req.resource,
+        "subresource": req.subresource,
+        "namespace": req.namespace,
+        "name": req.name,
+    }
+    review = kube.request(
+        "POST",
+        "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+        body={
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": {
+                "user": user(sa),
+                "groups": GROUPS,
+                "resourceAttributes": {k: v for k, v in attributes.items() if v},
+            },
+        },
+    )
+    return bool(review["status"].get("allowed"))
+
+
+def test_each_process_has_its_own_service_account() -> None:
+    assert len({WEBHOOK_SA, WORKER_SA, DISPATCHER_SA}) == 3
+
+
+@pytest.mark.parametrize("sa", sorted(ALLOWED))
+def test_each_process_may_do_what_it_needs(kube: Kube, rbac_installed: None, sa: str) -> None:
+    refused = [str(r) for r in ALLOWED[sa] if not _allowed(kube, sa, r)]
+    assert refused == [], f"{sa} lacks: {refused}"
+
+
+@pytest.mark.parametrize("sa", sorted(DENIED))
+def test_each_process_is_denied_what_it_must_not_do(
+    kube: Kube, rbac_installed: None, sa: str
+) -> None:
+    allowed = [str(r) for r in DENIED[sa] if _allowed(kube, sa, r)]
+    assert allowed == [], f"{sa} may: {allowed}"
+
+
+def test_the_webhook_role_is_exactly_read_only_on_cachebackends(kube: Kube) -> None:
+    """No wildcard or extra rule can hide behind the sampled checks."""
+    (role,) = [
+        d for d in DOCS if d["kind"] == "ClusterRole" and d["metadata"]["name"] == WEBHOOK_SA
+    ]
+    assert role["rules"] == [
+        {"apiGroups": [CB], "resources": ["cachebackends"], "verbs": ["get", "list"]}
+    ]
+
+
+def test_no_rule_uses_wildcards() -> None:
+    for doc in DOCS:
+        for rule in doc.get("rules") or []:
+            for key in ("apiGroups", "resources", "verbs"):
+                assert "*" not in rule.get(key, []), (doc["metadata"]["name"], rule)
+
+
+def test_server_side_apply_creates_with_patch_alone_as_the_worker(
+    control_plane: ControlPlane, rbac_installed: None, namespace: str
+) -> None:
+    """The worker holds no ``create`` on its workloads: server-side apply of a missing
+    object is authorised as ``patch`` and creates it. Done for real, as the worker."""
+    api = control_plane.api_client_for(user(WORKER_SA), GROUPS[:2])
+    try:
+        as_worker = Applier(api)
+        service = {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "provider", "namespace": namespace},
+            "spec": {"ports": [{"port": 6379}], "selector": {"app": "provider"}},
+        }
+        created = as_worker.apply(service, dry_run=False)
+        assert created["metadata"]["uid"]
+        # ... and is refused what it does not hold.
+        with pytest.raises(ApiError) as refused:
+            as_worker.kube.request("GET", f"/api/v1/namespaces/{namespace}/secrets")
+        assert refused.value.status == 403
+    finally:
+        api.close()
