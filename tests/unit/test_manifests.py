@@ -9,6 +9,7 @@ refer to each other resolving).
 from __future__ import annotations
 
 import argparse
+import importlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ import yaml
 
 from reconciler.server_client import DEFAULT_TOKEN_PATH
 from shared import certs, manifests_cli
+from shared.cli import SUBCOMMANDS
 from shared.manifests_cli import RenderError, render, split_image
 from tests.samples import ROOT
 from webhook_svc.app import PATH_MUTATE_CB, PATH_MUTATE_POD, PATH_VALIDATE_CB
@@ -133,6 +135,19 @@ def test_processes_run_the_right_image(docs: list[dict[str, Any]]) -> None:
     assert args["inference-cache-webhook"] == "webhook"
     assert args["inference-cache-dispatcher"] == "dispatcher"
     assert args["inference-cache-worker"] == "worker"
+
+
+def test_every_command_line_parses_with_the_real_cli(docs: list[dict[str, Any]]) -> None:
+    """A misspelt or removed flag in a Deployment would crash-loop the pod."""
+    for deployment in deployments(docs):
+        container = containers(deployment)[0]
+        if not container["image"].startswith(manifests_cli.OUR_IMAGES):
+            continue
+        subcommand, *rest = container["args"]
+        parser = argparse.ArgumentParser(prog=f"icache {subcommand}", allow_abbrev=False)
+        importlib.import_module(SUBCOMMANDS[subcommand][0]).add_arguments(parser)
+        parsed = parser.parse_args(rest)
+        assert parsed is not None
 
 
 def test_every_pod_is_hardened_and_sized(docs: list[dict[str, Any]]) -> None:
