@@ -10,6 +10,7 @@ its ServiceAccount identity) shows that server-side apply creates objects with t
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +24,11 @@ from tests.harness.controlplane import ControlPlane, wait_until
 from tests.integration.manifest_apply import Applier
 from tests.samples import ROOT
 
-NAMESPACE = "inference-cache-system"
+# The install rendered into a namespace of its own, with its cluster-scoped RBAC
+# objects renamed: the same rules and bindings, without touching the ClusterRoles of
+# the same names other tests (tests/e2e) install into this shared control plane.
+_RUN = uuid.uuid4().hex[:6]
+NAMESPACE = f"icache-rbac-{_RUN}"
 RBAC_KINDS = (
     "Namespace",
     "ServiceAccount",
@@ -62,7 +67,16 @@ def _service_account(docs: list[dict[str, Any]], container_args0: str) -> str:
     return str(deployment["spec"]["template"]["spec"]["serviceAccountName"])
 
 
-DOCS = render(ROOT / "manifests")
+def _isolated(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    for doc in docs:
+        if doc["kind"] in ("ClusterRole", "ClusterRoleBinding"):
+            doc["metadata"]["name"] += f"-{_RUN}"
+        if doc["kind"] == "ClusterRoleBinding" and doc["roleRef"]["kind"] == "ClusterRole":
+            doc["roleRef"]["name"] += f"-{_RUN}"
+    return docs
+
+
+DOCS = _isolated(render(ROOT / "manifests", namespace=NAMESPACE))
 WEBHOOK_SA = _service_account(DOCS, "webhook")
 WORKER_SA = _service_account(DOCS, "worker")
 DISPATCHER_SA = _service_account(DOCS, "dispatcher")
@@ -235,8 +249,15 @@ def test_each_process_is_denied_what_it_must_not_do(
 
 def test_the_webhook_role_is_exactly_read_only_on_cachebackends(kube: Kube) -> None:
     """No wildcard or extra rule can hide behind the sampled checks."""
+    (binding,) = [
+        d
+        for d in DOCS
+        if d["kind"] == "ClusterRoleBinding" and d["subjects"][0]["name"] == WEBHOOK_SA
+    ]
     (role,) = [
-        d for d in DOCS if d["kind"] == "ClusterRole" and d["metadata"]["name"] == WEBHOOK_SA
+        d
+        for d in DOCS
+        if d["kind"] == "ClusterRole" and d["metadata"]["name"] == binding["roleRef"]["name"]
     ]
     assert role["rules"] == [
         {"apiGroups": [CB], "resources": ["cachebackends"], "verbs": ["get", "list"]}
