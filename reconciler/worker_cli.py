@@ -7,10 +7,14 @@ import logging
 import os
 import socket
 
+import redis
 from prometheus_client import start_http_server
 
 from reconciler import tasks
 from reconciler.celery_app import QUEUE_NAME, make_app, redis_url_from_env
+from reconciler.kube import Kube
+from reconciler.server_client import ServerClient
+from reconciler.snapshot import SnapshotPoller
 from reconciler.workqueue import QueueSettings
 
 
@@ -55,6 +59,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--backoff-max", type=float, default=300.0, help="maximum error backoff (s)"
     )
+    parser.add_argument(
+        "--snapshot-interval",
+        type=float,
+        default=10.0,
+        help="seconds between /snapshot polls (with --server-url; one poller "
+        "per interval across all workers)",
+    )
     parser.add_argument("--metrics-port", type=int, default=0, help="Prometheus port (0: off)")
     parser.add_argument("--log-level", default="INFO")
 
@@ -80,6 +91,15 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.metrics_port:
         start_http_server(args.metrics_port)
+    if args.server_url:
+        # The poller projects /snapshot into status.indexParticipation, which the
+        # KV-event readiness gate reads.
+        SnapshotPoller(
+            Kube.from_kubeconfig(args.kubeconfig),
+            ServerClient(args.server_url, token_path=args.token_path),
+            redis.Redis.from_url(args.redis_url),
+            interval=args.snapshot_interval,
+        ).start()
     app = make_app(args.redis_url)
     tasks.register(app)
     app.worker_main(

@@ -652,3 +652,95 @@ def test_idle_transition_emits_nothing() -> None:
 )
 def test_parse_go_duration(text: str, seconds: float | None) -> None:
     assert parse_go_duration(text) == seconds
+
+
+# ======================================================================= /snapshot projection
+
+
+def _pod(ns: str, name: str, labels: dict[str, str], injected: str | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"namespace": ns, "name": name, "labels": labels}
+    if injected:
+        meta["annotations"] = {"inferencecache.io/injected-by": injected}
+    return {"metadata": meta}
+
+
+def _cb(
+    ns: str, name: str, labels: dict[str, str] | None, ip: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {"runtime": "VLLM"}
+    if labels is not None:
+        spec["engineSelector"] = {"matchLabels": labels}
+    o: dict[str, Any] = {"metadata": {"namespace": ns, "name": name}, "spec": spec}
+    if ip is not None:
+        o["status"] = {"indexParticipation": ip}
+    return o
+
+
+def test_index_participation_attributes_each_replica_to_one_backend() -> None:
+    from reconciler.snapshot import project_index_participation
+
+    pods = {
+        ("ns", "p1"): _pod("ns", "p1", {"app": "vllm"}),
+        ("ns", "p2"): _pod("ns", "p2", {"app": "vllm"}, injected="ns/zeta"),
+    }
+    backends = [
+        _cb("ns", "beta", {"app": "vllm"}),
+        _cb("ns", "alpha", {"app": "vllm"}),
+        _cb("ns", "zeta", None),
+        _cb("ns", "catchall", {}),
+        _cb(
+            "ns",
+            "drained",
+            {"app": "gone"},
+            ip={"prefixCount": 7, "lastEventAt": "2026-01-01T00:00:00Z"},
+        ),
+    ]
+    snapshot = {
+        "replicas": [
+            {
+                "replicaId": "p1",
+                "tenant": "ns",
+                "prefixCount": 5,
+                "lastEventAt": "2026-01-01T10:00:00Z",
+                "t2HitTokens": 1,
+                "t2QueryTokens": 4,
+            },
+            {
+                "replicaId": "p2",
+                "tenant": "ns",
+                "prefixCount": 2,
+                "lastEventAt": "0001-01-01T00:00:00Z",
+            },
+            {"replicaId": "vanished", "tenant": "ns", "prefixCount": 9},
+        ]
+    }
+    out = project_index_participation(snapshot, pods, backends)
+    # First match by name wins among selectors; injected-by beats selectors.
+    assert out["ns/alpha"] == {
+        "prefixCount": 5,
+        "lastEventAt": "2026-01-01T10:00:00Z",
+        "t2HitRate": "0.25",
+    }
+    assert out["ns/zeta"] == {"prefixCount": 2}
+    assert "ns/beta" not in out and "ns/catchall" not in out
+    # A drained backend is reset to 0 rather than keeping stale positives.
+    assert out["ns/drained"] == {"prefixCount": 0}
+
+
+def test_probe_result_passes_only_when_every_stage_ok_or_skipped() -> None:
+    from reconciler.server_client import interpret_probe_result
+
+    assert (
+        interpret_probe_result({"ingest": "ok", "routing": "ok", "t2": "skipped"}).outcome == "ok"
+    )
+    failed = interpret_probe_result(
+        {
+            "ingest": "ok",
+            "routing": "failed",
+            "t2": "skipped",
+            "errors": [{"stage": "routing", "message": "no hint"}],
+        }
+    )
+    assert (failed.outcome, failed.failed_stage, failed.message) == ("failed", "routing", "no hint")
+    assert interpret_probe_result({}).outcome == "failed", "an empty result fails closed"
+    assert interpret_probe_result(None).outcome == "failed"
