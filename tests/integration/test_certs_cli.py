@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from kubernetes.client.rest import ApiException
 
+from reconciler.kube import ApiError, Kube
 from shared.manifests_cli import render
 from tests.harness.controlplane import (
     ControlPlane,
@@ -37,6 +37,15 @@ from tests.samples import ROOT, sample_documents
 
 GROUP, VERSION, PLURAL = "inferencecache.io", "v1alpha1", "cachebackends"
 WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+ADMISSION = "/apis/admissionregistration.k8s.io/v1"
+CONFIG_PATHS = {
+    "MutatingWebhookConfiguration": f"{ADMISSION}/mutatingwebhookconfigurations",
+    "ValidatingWebhookConfiguration": f"{ADMISSION}/validatingwebhookconfigurations",
+}
+
+
+def cachebackends(namespace: str) -> str:
+    return f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}"
 
 
 def icache(*args: str) -> subprocess.CompletedProcess[str]:
@@ -54,22 +63,26 @@ class WebhookConfigs:
     mutating: str
     validating: str
 
-    def read(self, api: client.ApiClient) -> dict[str, dict[str, Any]]:
-        adm = client.AdmissionregistrationV1Api(api)
+    def names(self) -> dict[str, str]:
         return {
-            "MutatingWebhookConfiguration": json.loads(
-                adm.read_mutating_webhook_configuration(self.mutating, _preload_content=False).data
-            ),
-            "ValidatingWebhookConfiguration": json.loads(
-                adm.read_validating_webhook_configuration(
-                    self.validating, _preload_content=False
-                ).data
-            ),
+            "MutatingWebhookConfiguration": self.mutating,
+            "ValidatingWebhookConfiguration": self.validating,
+        }
+
+    def read(self, kube: Kube) -> dict[str, dict[str, Any]]:
+        return {
+            kind: kube.request("GET", f"{CONFIG_PATHS[kind]}/{name}")
+            for kind, name in self.names().items()
         }
 
 
 @pytest.fixture
-def webhook_configs(kube_api_client: client.ApiClient, namespace: str) -> Iterator[WebhookConfigs]:
+def kube(kube_api_client: client.ApiClient) -> Kube:
+    return Kube(kube_api_client)
+
+
+@pytest.fixture
+def webhook_configs(kube: Kube, namespace: str) -> Iterator[WebhookConfigs]:
     """The install's two webhook configurations (rendered for ``namespace``), created
     for real under unique names and scoped to ``namespace``."""
     suffix = uuid.uuid4().hex[:6]
@@ -78,30 +91,22 @@ def webhook_configs(kube_api_client: client.ApiClient, namespace: str) -> Iterat
         d for d in render(ROOT / "manifests", namespace=namespace) if d["kind"] in WEBHOOK_KINDS
     ]
     assert sorted(d["kind"] for d in docs) == sorted(WEBHOOK_KINDS)
-    adm = client.AdmissionregistrationV1Api(kube_api_client)
     for doc in docs:
         doc = copy.deepcopy(doc)
         for webhook in doc["webhooks"]:
             webhook["namespaceSelector"] = {
                 "matchLabels": {"kubernetes.io/metadata.name": namespace}
             }
-        if doc["kind"] == "MutatingWebhookConfiguration":
-            doc["metadata"]["name"] = names.mutating
-            adm.create_mutating_webhook_configuration(doc)
-        else:
-            doc["metadata"]["name"] = names.validating
-            adm.create_validating_webhook_configuration(doc)
+        doc["metadata"]["name"] = names.names()[doc["kind"]]
+        kube.request("POST", CONFIG_PATHS[doc["kind"]], body=doc)
     try:
         yield names
     finally:
-        for delete, name in (
-            (adm.delete_mutating_webhook_configuration, names.mutating),
-            (adm.delete_validating_webhook_configuration, names.validating),
-        ):
+        for kind, name in names.names().items():
             try:
-                delete(name)
-            except ApiException as exc:
-                if exc.status != 404:
+                kube.request("DELETE", f"{CONFIG_PATHS[kind]}/{name}")
+            except ApiError as exc:
+                if not exc.not_found:
                     raise
 
 
@@ -171,33 +176,28 @@ INVALID_SPEC = {
 }
 
 
-def _rejection(api: client.ApiClient, namespace: str, body: dict[str, Any]) -> str | None:
+def _rejection(kube: Kube, namespace: str, body: dict[str, Any]) -> str | None:
     """The API server's message when creating ``body`` (dry run) fails, else None."""
     try:
-        client.CustomObjectsApi(api).create_namespaced_custom_object(
-            GROUP, VERSION, namespace, PLURAL, body, dry_run="All"
-        )
-    except ApiException as exc:
+        kube.request("POST", cachebackends(namespace), query={"dryRun": "All"}, body=body)
+    except ApiError as exc:
         return str(json.loads(exc.body).get("message", exc.body))
     return None
 
 
-def _secret_data(api: client.ApiClient, namespace: str, name: str) -> tuple[str, dict[str, str]]:
-    raw = json.loads(
-        client.CoreV1Api(api).read_namespaced_secret(name, namespace, _preload_content=False).data
-    )
+def _secret_data(kube: Kube, namespace: str, name: str) -> tuple[str, dict[str, str]]:
+    raw = kube.request("GET", f"/api/v1/namespaces/{namespace}/secrets/{name}")
     return raw["type"], raw["data"]
 
 
 def test_certs_then_api_server_calls_the_webhook_over_tls(
     control_plane: ControlPlane,
-    kube_api_client: client.ApiClient,
+    kube: Kube,
     cachebackend_crd: dict[str, Any],
     namespace: str,
     webhook_configs: WebhookConfigs,
     tmp_path: Path,
 ) -> None:
-    api = kube_api_client
     port = free_port()
     url_base = f"https://127.0.0.1:{port}"
     cert_dir = tmp_path / "certs"
@@ -214,16 +214,16 @@ def test_certs_then_api_server_calls_the_webhook_over_tls(
     # -- first run: a CA, a serving certificate, both configurations patched ------
     first = icache(*certs_args)
     assert first.returncode == 0, first.stderr
-    tls_type, tls = _secret_data(api, namespace, "inference-cache-webhook-tls")
+    tls_type, tls = _secret_data(kube, namespace, "inference-cache-webhook-tls")
     assert tls_type == "kubernetes.io/tls"
     assert set(tls) == {"tls.crt", "tls.key", "ca.crt"}
-    ca_type, ca = _secret_data(api, namespace, "inference-cache-webhook-tls-ca")
+    ca_type, ca = _secret_data(kube, namespace, "inference-cache-webhook-tls-ca")
     assert ca_type == "Opaque" and set(ca) == {"ca.crt", "ca.key"}
     bundle = (cert_dir / "ca.crt").read_bytes()
     assert base64.b64decode(tls["ca.crt"]) == bundle
     assert (cert_dir / "tls.key").stat().st_mode & 0o077 == 0
 
-    configs = webhook_configs.read(api)
+    configs = webhook_configs.read(kube)
     paths = set()
     for config in configs.values():
         for webhook in config["webhooks"]:
@@ -244,7 +244,7 @@ def test_certs_then_api_server_calls_the_webhook_over_tls(
         # The API server picks up webhook configurations asynchronously; a dry run
         # persists nothing, so poll it until our webhook is the one answering.
         def our_denial() -> str:
-            message = _rejection(api, namespace, _cachebackend("bad", INVALID_SPEC))
+            message = _rejection(kube, namespace, _cachebackend("bad", INVALID_SPEC))
             if message is None or "denied the request" not in message:
                 # Not yet (or not us): raise so a timeout reports what the API server said.
                 raise AssertionError(f"not rejected by our webhook yet: {message}")
@@ -257,18 +257,16 @@ def test_certs_then_api_server_calls_the_webhook_over_tls(
         )
         assert 'admission webhook "vcachebackend.inferencecache.io" denied the request' in message
         assert "spec.remoteStorage.endpoint" in message
-        with pytest.raises(ApiException) as denied:
-            client.CustomObjectsApi(api).create_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURAL, _cachebackend("bad", INVALID_SPEC)
-            )
+        with pytest.raises(ApiError) as denied:
+            kube.request("POST", cachebackends(namespace), body=_cachebackend("bad", INVALID_SPEC))
         assert denied.value.status in (400, 422)
         assert "vcachebackend.inferencecache.io" in json.loads(denied.value.body)["message"]
 
         # A valid one is admitted and defaulted by mcachebackend.inferencecache.io: the
         # webhook materialises spec.integration and spec.observation, the API server
         # then stamps their schema defaults.
-        created = client.CustomObjectsApi(api).create_namespaced_custom_object(
-            GROUP, VERSION, namespace, PLURAL, _cachebackend("good", {"runtime": "VLLM"})
+        created = kube.request(
+            "POST", cachebackends(namespace), body=_cachebackend("good", {"runtime": "VLLM"})
         )
         assert created["spec"]["integration"]["mode"] == "Offload"
         assert created["spec"]["integration"]["failOpen"] is True
@@ -276,7 +274,7 @@ def test_certs_then_api_server_calls_the_webhook_over_tls(
 
         # The Pod webhook (mpod.inferencecache.io, failurePolicy Ignore) wires a
         # matching engine Pod; the opt-out label keeps the API server from calling it.
-        _wire_engine_pod(api, namespace)
+        _wire_engine_pod(kube, namespace)
     finally:
         terminate_process_group(proc)
 
@@ -285,9 +283,9 @@ def test_certs_then_api_server_calls_the_webhook_over_tls(
     second = icache(*certs_args)
     assert second.returncode == 0, second.stderr
     assert "CA: kept" in second.stderr and "serving certificate: kept" in second.stderr
-    assert _secret_data(api, namespace, "inference-cache-webhook-tls-ca")[1] == ca
-    assert _secret_data(api, namespace, "inference-cache-webhook-tls")[1] == tls
-    assert webhook_configs.read(api) == configs
+    assert _secret_data(kube, namespace, "inference-cache-webhook-tls-ca")[1] == ca
+    assert _secret_data(kube, namespace, "inference-cache-webhook-tls")[1] == tls
+    assert webhook_configs.read(kube) == configs
     writes = [
         e
         for e in control_plane.write_events(since)
@@ -299,13 +297,13 @@ def test_certs_then_api_server_calls_the_webhook_over_tls(
     # -- forced renewal keeps the CA and the caBundle ----------------------------
     renewed = icache(*certs_args, "--renew")
     assert renewed.returncode == 0, renewed.stderr
-    assert _secret_data(api, namespace, "inference-cache-webhook-tls-ca")[1] == ca
-    new_tls = _secret_data(api, namespace, "inference-cache-webhook-tls")[1]
+    assert _secret_data(kube, namespace, "inference-cache-webhook-tls-ca")[1] == ca
+    new_tls = _secret_data(kube, namespace, "inference-cache-webhook-tls")[1]
     assert new_tls["tls.crt"] != tls["tls.crt"] and new_tls["ca.crt"] == tls["ca.crt"]
-    assert webhook_configs.read(api) == configs
+    assert webhook_configs.read(kube) == configs
 
 
-def _wire_engine_pod(api: client.ApiClient, namespace: str) -> None:
+def _wire_engine_pod(kube: Kube, namespace: str) -> None:
     (backend,) = [
         d
         for name, d in sample_documents()
@@ -316,13 +314,11 @@ def _wire_engine_pod(api: client.ApiClient, namespace: str) -> None:
         for name, d in sample_documents()
         if name == "vllm-lmcache-host-only.yaml" and d["kind"] == "Deployment"
     ]
-    client.CustomObjectsApi(api).create_namespaced_custom_object(
-        GROUP, VERSION, namespace, PLURAL, copy.deepcopy(backend)
-    )
-    core = client.CoreV1Api(api)
+    kube.request("POST", cachebackends(namespace), body=copy.deepcopy(backend))
+    pods = f"/api/v1/namespaces/{namespace}/pods"
     # Pods need the namespace's default ServiceAccount (the harness creates it).
     wait_until(
-        lambda: core.read_namespaced_service_account("default", namespace),
+        lambda: kube.request("GET", f"/api/v1/namespaces/{namespace}/serviceaccounts/default"),
         timeout=30,
         description="default ServiceAccount",
     )
@@ -334,20 +330,14 @@ def _wire_engine_pod(api: client.ApiClient, namespace: str) -> None:
         meta["labels"] = {**meta.get("labels", {}), **extra_labels}
         return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": template["spec"]}
 
-    wired = json.loads(
-        core.create_namespaced_pod(namespace, pod("engine", {}), _preload_content=False).data
-    )
+    wired = kube.request("POST", pods, body=pod("engine", {}))
     annotations = wired["metadata"].get("annotations") or {}
     assert (
         annotations.get("inferencecache.io/injected-by")
         == f"{namespace}/{backend['metadata']['name']}"
     )
-    opted_out = json.loads(
-        core.create_namespaced_pod(
-            namespace,
-            pod("opted-out", {"inferencecache.io/pod-webhook": "disabled"}),
-            _preload_content=False,
-        ).data
+    opted_out = kube.request(
+        "POST", pods, body=pod("opted-out", {"inferencecache.io/pod-webhook": "disabled"})
     )
     assert not any(
         k.startswith("inferencecache.io/") for k in opted_out["metadata"].get("annotations") or {}
@@ -355,7 +345,7 @@ def _wire_engine_pod(api: client.ApiClient, namespace: str) -> None:
 
 
 def test_certs_fails_loudly_when_a_configuration_is_missing(
-    control_plane: ControlPlane, kube_api_client: client.ApiClient, namespace: str
+    control_plane: ControlPlane, kube: Kube, namespace: str
 ) -> None:
     """The Secrets are still written (the next run after `kubectl apply` patches)."""
     result = icache(
@@ -367,7 +357,7 @@ def test_certs_fails_loudly_when_a_configuration_is_missing(
     )
     assert result.returncode == 1
     assert "not found: MutatingWebhookConfiguration icache-test-does-not-exist" in result.stderr
-    tls_type, tls = _secret_data(kube_api_client, namespace, "inference-cache-webhook-tls")
+    tls_type, tls = _secret_data(kube, namespace, "inference-cache-webhook-tls")
     assert tls_type == "kubernetes.io/tls"
     from cryptography import x509
 
@@ -377,7 +367,7 @@ def test_certs_fails_loudly_when_a_configuration_is_missing(
 
 
 def test_rotate_ca_keeps_the_old_ca_trusted_until_dropped(
-    control_plane: ControlPlane, kube_api_client: client.ApiClient, namespace: str
+    control_plane: ControlPlane, kube: Kube, namespace: str
 ) -> None:
     base = [
         "certs",
@@ -387,17 +377,17 @@ def test_rotate_ca_keeps_the_old_ca_trusted_until_dropped(
         "--validating-config=",
     ]
     assert icache(*base).returncode == 0
-    _, ca_before = _secret_data(kube_api_client, namespace, "inference-cache-webhook-tls-ca")
+    _, ca_before = _secret_data(kube, namespace, "inference-cache-webhook-tls-ca")
     rotated = icache(*base, "--rotate-ca")
     assert rotated.returncode == 0, rotated.stderr
-    _, ca_after = _secret_data(kube_api_client, namespace, "inference-cache-webhook-tls-ca")
+    _, ca_after = _secret_data(kube, namespace, "inference-cache-webhook-tls-ca")
     assert ca_after["ca.crt"] != ca_before["ca.crt"]
     assert ca_after["previous-ca.crt"] == ca_before["ca.crt"]
-    _, tls = _secret_data(kube_api_client, namespace, "inference-cache-webhook-tls")
+    _, tls = _secret_data(kube, namespace, "inference-cache-webhook-tls")
     bundle = base64.b64decode(tls["ca.crt"])
     assert base64.b64decode(ca_before["ca.crt"]) in bundle
     assert base64.b64decode(ca_after["ca.crt"]) in bundle
     dropped = icache(*base, "--drop-previous-ca")
     assert dropped.returncode == 0, dropped.stderr
-    _, tls = _secret_data(kube_api_client, namespace, "inference-cache-webhook-tls")
+    _, tls = _secret_data(kube, namespace, "inference-cache-webhook-tls")
     assert base64.b64decode(tls["ca.crt"]) == base64.b64decode(ca_after["ca.crt"])
