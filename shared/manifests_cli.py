@@ -513,6 +513,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     directory = args.kustomization or default_manifests_root() / VARIANTS[args.variant]
+    if not directory.is_dir():
+        print(
+            f"icache manifests: no manifests at {directory}; pass --kustomization DIR or set "
+            "ICACHE_MANIFESTS_DIR (the images set it; a source checkout needs neither)",
+            file=sys.stderr,
+        )
+        return 1
     if args.image_tag == "latest":
         print("icache manifests: warning: 'latest' is not a pinned version", file=sys.stderr)
     try:

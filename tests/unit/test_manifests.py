@@ -556,3 +556,6 @@ def test_the_command_prints_yaml_and_fails_cleanly(
     args.kustomization = tmp_path
     assert manifests_cli.run(args) == 1
     assert "no kustomization.yaml" in capsys.readouterr().err
+    args.kustomization = tmp_path / "absent"
+    assert manifests_cli.run(args) == 1
+    assert "ICACHE_MANIFESTS_DIR" in capsys.readouterr().err
