@@ -97,6 +97,8 @@ ALLOWED: dict[str, list[Request]] = {
     ],
     WORKER_SA: [
         Request("get", "cachebackends", CB),
+        # The /snapshot poller attributes replicas by listing a namespace's backends.
+        Request("list", "cachebackends", CB),
         Request("update", "cachebackends", CB, subresource="status"),
         # Server-side apply is a PATCH; it creates missing objects (shown below).
         *(
