@@ -70,10 +70,12 @@ class Reconciler:
         probe_rate_limiter: ProbeRateLimiter | None = None,
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
         instance: str | None = None,
+        probe_window: float = PROBE_WINDOW_SECONDS,
     ) -> None:
         self.kube = kube
         self.server = server
-        self.probe_rate_limiter = probe_rate_limiter or _in_process_rate_limiter()
+        self.probe_window = probe_window
+        self.probe_rate_limiter = probe_rate_limiter or _in_process_rate_limiter(probe_window)
         self.clock = clock
         self.instance = instance or socket.gethostname()
 
@@ -251,7 +253,7 @@ class Reconciler:
             observation.outcome,
             failed_stage=observation.failed_stage,
             message=observation.message,
-            retry_after_seconds=PROBE_WINDOW_SECONDS,
+            retry_after_seconds=self.probe_window,
         )
 
     @staticmethod

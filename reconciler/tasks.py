@@ -70,6 +70,7 @@ def runtime() -> Runtime:
             Kube.from_kubeconfig(_config.kubeconfig),
             server=server,
             probe_rate_limiter=redis_probe_rate_limiter(client, _config.probe_window_seconds),
+            probe_window=_config.probe_window_seconds,
         )
         _runtime = Runtime(queue=queue, reconciler=reconciler, pid=os.getpid())
         return _runtime

@@ -60,6 +60,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--backoff-max", type=float, default=300.0, help="maximum error backoff (s)"
     )
     parser.add_argument(
+        "--probe-interval",
+        type=float,
+        default=30.0,
+        help="at most one /probe per backend per this many seconds",
+    )
+    parser.add_argument(
         "--snapshot-interval",
         type=float,
         default=10.0,
@@ -81,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
             redis_url=args.redis_url,
             server_url=args.server_url,
             token_path=args.token_path,
+            probe_window_seconds=args.probe_interval,
             queue=QueueSettings(
                 prefix=args.queue_prefix,
                 base_delay=args.backoff_base,

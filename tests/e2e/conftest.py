@@ -283,7 +283,9 @@ class Stack:
         self.procs.append(proc)
         return proc
 
-    def start_worker(self, name: str = "worker", concurrency: int = 2) -> Proc:
+    def start_worker(
+        self, name: str = "worker", concurrency: int = 2, extra: list[str] | None = None
+    ) -> Proc:
         return self._spawn(
             name,
             [
@@ -294,6 +296,7 @@ class Stack:
                 "--lease-seconds", str(self.lease_seconds),
                 "--backoff-base", "0.2",
                 "--backoff-max", "5",
+                *(extra or []),
             ],
         )  # fmt: skip
 
