@@ -429,3 +429,46 @@ def test_service_endpoint_publishes_the_first_service_port() -> None:
     svc = by_kind(render(backend(managed("Mooncake"))))["Service"]
     assert service_endpoint(svc) == "cb-mooncake.ns.svc:50051"
     assert service_endpoint({"metadata": {"name": "x"}, "spec": {}}) == ""
+
+
+# ------------------------------------------------------------------ live comparison
+
+
+def _live(obj: dict[str, Any]) -> dict[str, Any]:
+    """What the API server returns: our fields plus defaults and canonical quantities."""
+    live = copy.deepcopy(obj)
+    live["metadata"]["uid"] = "x"
+    live["metadata"]["resourceVersion"] = "7"
+    if live["kind"] == "Deployment":
+        pod = live["spec"]["template"]["spec"]
+        pod["restartPolicy"] = "Always"
+        c = pod["containers"][0]
+        c["imagePullPolicy"] = "IfNotPresent"
+        c["terminationMessagePath"] = "/dev/termination-log"
+        c["readinessProbe"]["periodSeconds"] = 10
+        c["resources"]["limits"]["memory"] = "1Gi"  # the spec said 1024Mi
+        live["spec"]["strategy"] = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%"}}
+    return live
+
+
+def test_server_defaults_and_canonical_quantities_are_not_drift() -> None:
+    from reconciler.diff import needs_apply
+
+    spec = managed("Redis")
+    spec["remoteStorage"]["redis"] = {"resources": {"limits": {"memory": "1024Mi"}}}
+    for obj in render(backend(spec)):
+        assert not needs_apply(obj, _live(obj)), obj["kind"]
+
+
+def test_changed_or_removed_fields_are_drift() -> None:
+    from reconciler.diff import needs_apply
+
+    dep = render(backend(managed("Redis")))[0]
+    live = _live(dep)
+    live["spec"]["template"]["spec"]["containers"][0]["image"] = "redis:6"
+    assert needs_apply(dep, live), "someone edited a field we own"
+    assert needs_apply(dep, None), "missing"
+    # A field we stopped setting (nodeSelector removed from spec.template) changes
+    # the rendered hash even though the new desired object is a subset of live.
+    old = render(backend(managed("Redis", template={"nodeSelector": {"a": "b"}})))[0]
+    assert needs_apply(dep, _live(old))
