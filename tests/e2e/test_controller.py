@@ -349,7 +349,7 @@ def test_worker_killed_mid_reconcile_and_redis_restart_still_converge(
         cluster.wait_cb(
             ns,
             name,
-            lambda o: converged(o) and (o.get("status") or {}).get("endpoint"),
+            lambda o: converged(o) and bool((o.get("status") or {}).get("endpoint")),
             "converged after SIGKILL",
             timeout=60,
         )

@@ -454,7 +454,8 @@ def test_observed_generation_and_fail_open_echo() -> None:
 
 def test_matched_engine_pods_unset_without_claim_capable_selector() -> None:
     engines = EngineObservation(matched_pods=3)
-    for sel in (None, {"matchLabels": {}}):
+    selectors: list[dict[str, Any] | None] = [None, {"matchLabels": {}}]
+    for sel in selectors:
         spec = dict(MANAGED_SPEC)
         if sel is not None:
             spec["engineSelector"] = sel
