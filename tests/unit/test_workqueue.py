@@ -325,3 +325,88 @@ def test_depth_counts_each_state(queue: WorkQueue) -> None:
     dispatched = queue.pop_due(limit=2)
     assert queue.start(dispatched[0], "t") == STARTED
     assert queue.update_depth_metrics() == {"pending": 1, "queued": 1, "processing": 1, "dirty": 0}
+
+
+# ------------------------------------------------------------------ the producer side
+
+
+class FakeKube:
+    """Lists and watches from scripted data; the first watch of each resource can
+    fail with 410 Gone to exercise the re-list."""
+
+    def __init__(self, items: dict[str, list[dict[str, object]]], gone_once: bool) -> None:
+        self.items = items
+        self.gone_once = gone_once
+        self.lists: list[str] = []
+        self.watches: list[tuple[str, str]] = []
+
+    def list(self, res: object, namespace: object = None, **_: object) -> dict[str, object]:
+        plural = res.plural  # type: ignore[attr-defined]
+        self.lists.append(plural)
+        rv = str(10 * len(self.lists))
+        return {"metadata": {"resourceVersion": rv}, "items": self.items.get(plural, [])}
+
+    def watch(
+        self, res: object, *, resource_version: str, **_: object
+    ) -> Iterator[dict[str, object]]:
+        from reconciler.kube import ApiError
+
+        plural = res.plural  # type: ignore[attr-defined]
+        self.watches.append((plural, resource_version))
+        if self.gone_once:
+            self.gone_once = False
+            raise ApiError(410, "Expired", "too old resource version")
+        yield {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "99"}}}
+        time.sleep(0.05)
+
+
+def _obj(ns: str, name: str, owner: str | None = None) -> dict[str, object]:
+    meta: dict[str, object] = {"namespace": ns, "name": name, "resourceVersion": "5"}
+    if owner:
+        meta["ownerReferences"] = [{"kind": "CacheBackend", "name": owner, "controller": True}]
+    return {"metadata": meta}
+
+
+def _dispatcher(queue: WorkQueue, kube: FakeKube) -> object:
+    from reconciler.dispatcher import Dispatcher
+    from reconciler.leader import ElectionSettings
+
+    return Dispatcher(kube, queue, None, ElectionSettings("ns", "lease", "me"))  # type: ignore[arg-type]
+
+
+def test_watch_relists_on_410_gone_and_resumes_from_resource_version(queue: WorkQueue) -> None:
+    from reconciler import kube as k
+
+    fake = FakeKube({"cachebackends": [_obj("ns", "a"), _obj("ns", "b")]}, gone_once=True)
+    d = _dispatcher(queue, fake)
+    leading = threading.Event()
+    leading.set()
+    t = threading.Thread(target=d._watch_loop, args=(k.CACHEBACKENDS, None, leading), daemon=True)  # type: ignore[attr-defined]
+    t.start()
+    deadline = time.monotonic() + 5
+    while len(fake.watches) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    leading.clear()
+    t.join(timeout=5)
+    # list → watch (410) → re-list → watch from the new list's RV → watch from the bookmark's RV
+    assert fake.lists[:2] == ["cachebackends", "cachebackends"]
+    assert fake.watches[0] == ("cachebackends", "10")
+    assert fake.watches[1] == ("cachebackends", "20")
+    assert fake.watches[2] == ("cachebackends", "99")
+    assert sorted(queue.pop_due()) == ["ns/a", "ns/b"]
+    assert d.known == {"ns/a", "ns/b"}  # type: ignore[attr-defined]
+
+
+def test_owned_objects_enqueue_their_owner_and_only_the_leader_enqueues(queue: WorkQueue) -> None:
+    from reconciler.dispatcher import owner_key
+
+    assert owner_key(_obj("ns", "cb-redis", owner="cb")) == "ns/cb"
+    assert owner_key(_obj("ns", "stray")) is None
+    d = _dispatcher(queue, FakeKube({}, gone_once=False))
+    standby = threading.Event()
+    d.enqueue("ns/cb", standby)  # type: ignore[attr-defined]
+    assert queue.pop_due() == [], "a standby never enqueues"
+    leader = threading.Event()
+    leader.set()
+    d.enqueue("ns/cb", leader)  # type: ignore[attr-defined]
+    assert queue.pop_due() == ["ns/cb"]
