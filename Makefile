@@ -6,6 +6,8 @@ VENV ?= .venv
 PY = $(VENV)/bin/python
 PYTHON ?= python3
 PYTEST_ARGS ?=
+VERSION ?= 0.1.0
+IMAGE_REPO ?= ghcr.io/inference-cache
 
 # pytest exits 5 when it collected nothing: that is a failure here, not a pass.
 define pytest
@@ -14,7 +16,7 @@ define pytest
 	exit $$rc
 endef
 
-.PHONY: install controlplane test lint cluster-up cluster-down run e2e
+.PHONY: install controlplane test lint cluster-up cluster-down run e2e manifests images compose-up
 
 install: $(VENV)/.install-stamp
 
@@ -37,7 +39,10 @@ lint: install
 	$(VENV)/bin/ruff check . || rc=1; \
 	$(VENV)/bin/mypy || rc=1; \
 	$(VENV)/bin/mypy tests/harness tests/conftest.py tests/unit/test_harness_certs.py \
-		tests/integration/test_controlplane.py || rc=1; \
+		tests/integration/test_controlplane.py tests/unit/test_certs.py tests/unit/test_manifests.py \
+		tests/unit/test_dockerfiles.py tests/unit/test_compose.py tests/integration/manifest_apply.py \
+		tests/integration/test_install_manifests.py tests/integration/test_rbac.py \
+		tests/integration/test_certs_cli.py || rc=1; \
 	exit $$rc
 
 cluster-up: install controlplane
@@ -48,3 +53,13 @@ cluster-down:
 
 run: install
 	$(VENV)/bin/icache webhook --insecure --port 8443 --backends-from manifests/samples
+
+manifests: install
+	$(VENV)/bin/icache manifests
+
+images:
+	docker build -f Dockerfile.webhook -t $(IMAGE_REPO)/webhook:$(VERSION) .
+	docker build -f Dockerfile.worker -t $(IMAGE_REPO)/worker:$(VERSION) .
+
+compose-up:
+	docker compose up --build
