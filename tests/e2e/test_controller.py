@@ -344,7 +344,17 @@ def test_worker_killed_mid_reconcile_and_redis_restart_still_converge(
     )
     victim.kill()
     assert not victim.alive
+    orphaned = queue.snapshot()["processing"]
     stack.start_worker("worker-2")
+    if orphaned:
+        # The dead worker's claim is not renewed: the dispatcher reaps it and the
+        # key runs again (at-least-once).
+        dispatcher = next(p for p in stack.procs if p.name == "dispatcher-a")
+        poll(
+            lambda: "worker lease expired" in dispatcher.log() or None,
+            timeout=30,
+            what=f"the orphaned lease(s) {sorted(orphaned)} to be reaped",
+        )
     for name in names_:
         cluster.wait_cb(
             ns,
