@@ -116,6 +116,20 @@ def engine_selector_unmatched_event(old: dict[str, Any], new: dict[str, Any]) ->
     return EventSpec(NORMAL, c.EVENT_ENGINE_SELECTOR_UNMATCHED, str(msg))
 
 
+def injected_engine_crash_looping_event(
+    old: dict[str, Any], new: dict[str, Any]
+) -> EventSpec | None:
+    """Warning InjectedEngineCrashLooping once, when EngineCompatibility enters
+    False/InjectedEngineCrashLooping (a preserved condition is no transition)."""
+    o_status, o_reason, _ = _cond(old, c.COND_ENGINE_COMPATIBILITY)
+    n_status, n_reason, n_msg = _cond(new, c.COND_ENGINE_COMPATIBILITY)
+    entered = n_status == "False" and n_reason == c.REASON_INJECTED_ENGINE_CRASH_LOOPING
+    already = o_status == "False" and o_reason == c.REASON_INJECTED_ENGINE_CRASH_LOOPING
+    if entered and not already:
+        return EventSpec(WARNING, c.EVENT_INJECTED_ENGINE_CRASH_LOOPING, n_msg)
+    return None
+
+
 def transition_events(old: dict[str, Any] | None, new: dict[str, Any]) -> list[EventSpec]:
     """Every Event the old→new status transition deserves, in a stable order."""
     old = old or {}
@@ -125,9 +139,10 @@ def transition_events(old: dict[str, Any] | None, new: dict[str, Any]) -> list[E
         if event is not None:
             out.append(event)
     out.extend(kv_gate_events(old, new))
-    event = engine_selector_unmatched_event(old, new)
-    if event is not None:
-        out.append(event)
+    for rule in (engine_selector_unmatched_event, injected_engine_crash_looping_event):
+        event = rule(old, new)
+        if event is not None:
+            out.append(event)
     return out
 
 

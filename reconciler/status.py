@@ -8,8 +8,10 @@ no I/O; the reconcile shell gathers :class:`Observed` and writes the result.
 Modes (``backend_mode``) and what each publishes:
 
 =================  =========================================================
-Managed            Ready, Degraded, Progressing (+FunctionalProbeOK, T2Degraded)
+Managed            Ready, Degraded, Progressing (+FunctionalProbeOK, T2Degraded,
+                   EngineKernelsHealthy, EngineCompatibility)
 HostOnly           Ready, Degraded, Progressing (base reason HostOnlyActive)
+                   (+EngineKernelsHealthy, EngineCompatibility: engine-side)
 EventsOnly         exactly Ready, Degraded, Progressing (base EventsOnlyActive)
 External           Ready + Progressing only (ExternalEndpoint* reasons)
 HiCache            Progressing only (no Ready by design; see ``hicache_conditions``)
@@ -31,11 +33,19 @@ from reconciler.conditions import (
     TRUE,
     UNKNOWN,
     DesiredCondition,
+    find,
     format_time,
     merge_conditions,
     normalised,
     parse_time,
     reason_of,
+)
+from reconciler.engine_pods import (
+    KERNEL_ERROR,
+    KERNEL_FAILED,
+    KERNEL_OK,
+    KERNEL_PENDING,
+    InjectedPodsObservation,
 )
 from shared import constants as c
 from shared.api import effective
@@ -97,6 +107,17 @@ ALLOWED_TYPES: Final[dict[Mode, frozenset[str]]] = {
 
 # Modes where the KV-event readiness gate runs (External is always exempt).
 GATED_MODES: Final = frozenset({Mode.MANAGED, Mode.HOST_ONLY, Mode.EVENTS_ONLY})
+# Modes with an injected KV connector on the engine: the engine-side advisory
+# conditions (EngineKernelsHealthy, EngineCompatibility) apply.
+ENGINE_ADVISORY_MODES: Final = frozenset({Mode.MANAGED, Mode.HOST_ONLY})
+ADVISORY_TYPES: Final = frozenset(
+    {
+        c.COND_FUNCTIONAL_PROBE_OK,
+        c.COND_T2_DEGRADED,
+        c.COND_ENGINE_KERNELS_HEALTHY,
+        c.COND_ENGINE_COMPATIBILITY,
+    }
+)
 
 
 # ----------------------------------------------------------------- observations
@@ -173,6 +194,12 @@ class Observed:
     engines: EngineObservation | None = None
     # None: the probe gate is off (no --server-url); FunctionalProbeOK is cleared.
     probe: ProbeObservation | None = None
+    # The engine pods this backend injected (None: not listed, e.g. a transient list
+    # failure — the engine-side advisory conditions then keep their prior verdict).
+    injected_pods: InjectedPodsObservation | None = None
+    # observedServerInstance as decided by the cascade step of the shell (None: no
+    # decision this time — the prior value stands).
+    server_instance: str | None = None
 
 
 @dataclass(frozen=True)
@@ -579,6 +606,146 @@ def t2_degraded_condition(prev_status: dict[str, Any]) -> DesiredCondition | Non
     )
 
 
+MAX_PODS_IN_MESSAGE: Final = 10
+
+
+def _previous_as_desired(previous: dict[str, Any] | None) -> DesiredCondition | None:
+    if previous is None:
+        return None
+    return DesiredCondition(
+        str(previous.get("type")),
+        str(previous.get("status")),
+        str(previous.get("reason") or ""),
+        str(previous.get("message") or ""),
+    )
+
+
+def _pod_list(items: list[str]) -> str:
+    shown = items[:MAX_PODS_IN_MESSAGE]
+    more = len(items) - len(shown)
+    return "; ".join(shown) + (f"; and {more} more" if more > 0 else "")
+
+
+def engine_kernels_healthy_condition(
+    injected: InjectedPodsObservation | None, previous: dict[str, Any] | None
+) -> DesiredCondition | None:
+    """EngineKernelsHealthy from the lmcache-kernel-check of the matched engine pods.
+
+    Absent when no matched pod runs the check. Any failure → False/KernelLoadFailed
+    (naming the pods and errors); else a check that ended without a recognised result
+    → Unknown/KernelCheckError; else one still running/waiting →
+    Unknown/KernelCheckPending; else True/KernelsHealthy. Pods not listed this time
+    (None) keep the prior verdict.
+    """
+    if injected is None:
+        return _previous_as_desired(previous)
+    reports = injected.kernel_checks
+    if not reports:
+        return None
+    by_state: dict[str, list[str]] = {}
+    for r in reports:
+        text = r.pod
+        if r.state == KERNEL_FAILED:
+            text = f"{r.pod} ({r.mode}): {r.detail}"
+        elif r.state == KERNEL_ERROR:
+            text = f"{r.pod}: {r.detail}"
+        by_state.setdefault(r.state, []).append(text)
+    if KERNEL_FAILED in by_state:
+        return DesiredCondition(
+            c.COND_ENGINE_KERNELS_HEALTHY,
+            FALSE,
+            c.REASON_KERNEL_LOAD_FAILED,
+            "LMCache native kernels (lmcache c_ops) failed to load on "
+            f"{len(by_state[KERNEL_FAILED])}/{len(reports)} engine pod(s): "
+            f"{_pod_list(by_state[KERNEL_FAILED])}. Align the engine image's lmcache build "
+            "with its CUDA runtime.",
+        )
+    if KERNEL_ERROR in by_state:
+        return DesiredCondition(
+            c.COND_ENGINE_KERNELS_HEALTHY,
+            UNKNOWN,
+            c.REASON_KERNEL_CHECK_ERROR,
+            "The lmcache-kernel-check terminated without a recognised result on "
+            f"{_pod_list(by_state[KERNEL_ERROR])}.",
+        )
+    if KERNEL_PENDING in by_state:
+        return DesiredCondition(
+            c.COND_ENGINE_KERNELS_HEALTHY,
+            UNKNOWN,
+            c.REASON_KERNEL_CHECK_PENDING,
+            f"The lmcache-kernel-check has not finished on {_pod_list(by_state[KERNEL_PENDING])}.",
+        )
+    assert set(by_state) == {KERNEL_OK}
+    return DesiredCondition(
+        c.COND_ENGINE_KERNELS_HEALTHY,
+        TRUE,
+        c.REASON_KERNELS_HEALTHY,
+        f"LMCache native kernels loaded on all {len(reports)} engine pod(s) that ran the check.",
+    )
+
+
+def engine_kernel_strict_gate(
+    base: Verdict,
+    injected: InjectedPodsObservation | None,
+    kernels: DesiredCondition | None,
+    previous_ready: dict[str, Any] | None,
+) -> Verdict:
+    """Strict kernel-check mode (read from each pod) downgrades an otherwise-Ready
+    backend to Ready=False/EngineKernelDegraded when a strict pod's kernels failed to
+    load; report-only never does. With the pods not listed this time, a downgrade
+    already published stays while the preserved verdict is still a failure."""
+    if not base.ready:
+        return base
+    if injected is None:
+        if (
+            previous_ready is not None
+            and previous_ready.get("reason") == c.REASON_ENGINE_KERNEL_DEGRADED
+            and kernels is not None
+            and kernels.reason == c.REASON_KERNEL_LOAD_FAILED
+        ):
+            return Verdict(
+                False, c.REASON_ENGINE_KERNEL_DEGRADED, str(previous_ready.get("message") or "")
+            )
+        return base
+    strict = [
+        r.pod
+        for r in injected.kernel_checks
+        if r.state == KERNEL_FAILED and r.mode == c.KERNEL_CHECK_STRICT
+    ]
+    if not strict:
+        return base
+    return Verdict(
+        False,
+        c.REASON_ENGINE_KERNEL_DEGRADED,
+        "Engine pod(s) admitted in strict kernel-check mode failed to load the LMCache "
+        f"native kernels and cannot serve: {_pod_list(strict)}. See EngineKernelsHealthy.",
+    )
+
+
+def engine_compatibility_condition(
+    injected: InjectedPodsObservation | None, previous: dict[str, Any] | None
+) -> DesiredCondition | None:
+    """EngineCompatibility=False/InjectedEngineCrashLooping while an injected engine
+    container is in CrashLoopBackOff; absent otherwise. Never gates Ready. A pod list
+    that failed this time (None) keeps the prior condition."""
+    if injected is None:
+        return _previous_as_desired(previous)
+    if not injected.crash_loops:
+        return None
+    looping = [
+        f"{loop.pod} (container {', '.join(loop.containers)})" for loop in injected.crash_loops
+    ]
+    return DesiredCondition(
+        c.COND_ENGINE_COMPATIBILITY,
+        FALSE,
+        c.REASON_INJECTED_ENGINE_CRASH_LOOPING,
+        f"Injected engine pod(s) in CrashLoopBackOff after KV-connector injection: "
+        f"{_pod_list(looping)}. A common cause is a connector incompatibility (e.g. a "
+        "hybrid-attention model: use spec.integration.mode: EventsOnly), but a bad image, "
+        "command, secret or OOM crash-loops the same way: check the engine logs.",
+    )
+
+
 def engine_selector_status(
     cb: CacheBackend, engines: EngineObservation | None, prev_status: dict[str, Any]
 ) -> tuple[int | None, str | None]:
@@ -779,6 +946,20 @@ def compute_status(cb_obj: dict[str, Any], observed: Observed, now: dt.datetime)
             t2 = t2_degraded_condition(prev)
             if t2 is not None:
                 extra.append(t2)
+        if mode in ENGINE_ADVISORY_MODES:
+            kernels = engine_kernels_healthy_condition(
+                observed.injected_pods, find(prev_conditions, c.COND_ENGINE_KERNELS_HEALTHY)
+            )
+            verdict = engine_kernel_strict_gate(
+                verdict,
+                observed.injected_pods,
+                kernels,
+                find(prev_conditions, c.COND_READY),
+            )
+            compatibility = engine_compatibility_condition(
+                observed.injected_pods, find(prev_conditions, c.COND_ENGINE_COMPATIBILITY)
+            )
+            extra.extend(x for x in (kernels, compatibility) if x is not None)
         degraded_reason = (
             c.REASON_NO_KV_EVENTS_OBSERVED
             if verdict.reason == c.REASON_NO_KV_EVENTS_OBSERVED
@@ -796,11 +977,13 @@ def compute_status(cb_obj: dict[str, Any], observed: Observed, now: dt.datetime)
     if mode != Mode.MANAGED:
         # Cascade baseline is inert and cleared off the managed-provider path.
         status.pop("observedServerInstance", None)
+    elif observed.server_instance is not None:
+        _set_or_drop(status, "observedServerInstance", observed.server_instance or None)
 
     owned = {d.type for d in desired_conditions}
     keep = ALLOWED_TYPES[mode] - owned
-    # FunctionalProbeOK and T2Degraded are ours: when not computed they go.
-    keep -= {c.COND_FUNCTIONAL_PROBE_OK, c.COND_T2_DEGRADED}
+    # The advisory conditions are ours too: when not computed they go.
+    keep -= ADVISORY_TYPES
     status["conditions"] = merge_conditions(
         prev_conditions, desired_conditions, keep=frozenset(keep), generation=generation, now=now
     )

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from reconciler.conditions import find
+from reconciler.engine_pods import CrashLoop, InjectedPodsObservation, KernelCheckReport
 from reconciler.events import transition_events
 from reconciler.status import (
     REASON_UNSUPPORTED_RUNTIME_PAIR,
@@ -745,3 +746,223 @@ def test_probe_result_passes_only_when_every_stage_ok_or_skipped() -> None:
     assert (failed.outcome, failed.failed_stage, failed.message) == ("failed", "routing", "no hint")
     assert interpret_probe_result({}).outcome == "failed", "an empty result fails closed"
     assert interpret_probe_result(None).outcome == "failed"
+
+
+# ======================================================================= engine-side advisories
+
+
+def kernels(*reports: tuple[str, str, str]) -> InjectedPodsObservation:
+    """(pod, mode, state) reports; errors carry a fixed detail."""
+    return InjectedPodsObservation(
+        kernel_checks=tuple(KernelCheckReport(p, m, s, f"{p} boom") for p, m, s in reports)
+    )
+
+
+def ready_managed(**kw: Any) -> Observed:
+    return managed_obs(**kw)
+
+
+def test_engine_kernels_healthy_absent_without_a_reporting_pod() -> None:
+    st = run(obj(annotations=NO_GATE), ready_managed(injected_pods=InjectedPodsObservation()))
+    assert cond(st, "EngineKernelsHealthy") is None
+
+
+@pytest.mark.parametrize(
+    ("reports", "expected"),
+    [
+        ((("a", "report-only", "ok"), ("b", "report-only", "ok")), ("True", "KernelsHealthy")),
+        (
+            (("a", "report-only", "ok"), ("b", "report-only", "failed")),
+            ("False", "KernelLoadFailed"),
+        ),
+        (
+            (("a", "report-only", "error"), ("b", "report-only", "failed")),
+            ("False", "KernelLoadFailed"),
+        ),
+        (
+            (("a", "report-only", "pending"), ("b", "report-only", "error")),
+            ("Unknown", "KernelCheckError"),
+        ),
+        (
+            (("a", "report-only", "ok"), ("b", "report-only", "pending")),
+            ("Unknown", "KernelCheckPending"),
+        ),
+    ],
+)
+def test_engine_kernels_healthy_aggregates_every_reporting_pod(
+    reports: tuple[tuple[str, str, str], ...], expected: tuple[str, str]
+) -> None:
+    st = run(obj(annotations=NO_GATE), ready_managed(injected_pods=kernels(*reports)))
+    assert cond(st, "EngineKernelsHealthy") == expected
+    # report-only never touches Ready
+    assert cond(st, "Ready") == ("True", "BackendReady")
+
+
+def test_kernel_load_failed_message_names_the_pods_and_the_error() -> None:
+    obs = kernels(("b", "strict", "failed"), ("a", "report-only", "failed"), ("c", "x", "ok"))
+    st = run(obj(annotations=NO_GATE), ready_managed(injected_pods=obs))
+    message = find(st["conditions"], "EngineKernelsHealthy")["message"]  # type: ignore[index]
+    assert "2/3 engine pod(s)" in message
+    assert "b (strict): b boom" in message and "a (report-only): a boom" in message
+
+
+def test_strict_kernel_failure_downgrades_ready_report_only_does_not() -> None:
+    strict = kernels(("a", "report-only", "ok"), ("b", "strict", "failed"))
+    st = run(obj(annotations=NO_GATE), ready_managed(injected_pods=strict))
+    assert cond(st, "Ready") == ("False", "EngineKernelDegraded")
+    assert "b" in find(st["conditions"], "Ready")["message"]  # type: ignore[index]
+    assert cond(st, "Degraded") == ("False", "NotDegraded")
+    assert cond(st, "Progressing") == ("False", "EngineKernelDegraded")
+    report_only = kernels(("b", "report-only", "failed"))
+    st = run(obj(annotations=NO_GATE), ready_managed(injected_pods=report_only))
+    assert cond(st, "Ready") == ("True", "BackendReady")
+    # A strict check still running or erroring is not a load failure.
+    pending = kernels(("b", "strict", "pending"), ("c", "strict", "error"))
+    st = run(obj(annotations=NO_GATE), ready_managed(injected_pods=pending))
+    assert cond(st, "Ready") == ("True", "BackendReady")
+
+
+def test_strict_downgrade_does_not_mask_an_upstream_not_ready_reason() -> None:
+    strict = kernels(("b", "strict", "failed"))
+    st = run(obj(), ready_managed(injected_pods=strict))  # KV gate on: awaiting
+    assert cond(st, "Ready") == ("False", "AwaitingFirstKVEvent")
+    assert cond(st, "EngineKernelsHealthy") == ("False", "KernelLoadFailed")
+
+
+def test_strict_downgrade_recovers_when_the_pods_are_healthy() -> None:
+    o = step(
+        obj(annotations=NO_GATE),
+        ready_managed(injected_pods=kernels(("b", "strict", "failed"))),
+        T0,
+    )
+    st = run(o, ready_managed(injected_pods=kernels(("c", "strict", "ok"))), T0)
+    assert cond(st, "Ready") == ("True", "BackendReady")
+    assert cond(st, "EngineKernelsHealthy") == ("True", "KernelsHealthy")
+
+
+def test_pod_list_failure_preserves_engine_advisories_and_the_strict_downgrade() -> None:
+    obs = InjectedPodsObservation(
+        kernel_checks=(KernelCheckReport("b", "strict", "failed", "x"),),
+        crash_loops=(CrashLoop("b", ("vllm",)),),
+    )
+    o = step(obj(annotations=NO_GATE), ready_managed(injected_pods=obs), T0)
+    again = run(o, ready_managed(injected_pods=None), T0 + dt.timedelta(seconds=30))
+    assert status_equal(o["status"], again)
+    assert cond(again, "Ready") == ("False", "EngineKernelDegraded")
+    assert cond(again, "EngineCompatibility") == ("False", "InjectedEngineCrashLooping")
+
+
+def test_engine_compatibility_crash_loop_is_advisory_and_clears() -> None:
+    loops = InjectedPodsObservation(crash_loops=(CrashLoop("b", ("vllm",)),))
+    o = step(obj(annotations=NO_GATE), ready_managed(injected_pods=loops), T0)
+    assert cond(o["status"], "EngineCompatibility") == ("False", "InjectedEngineCrashLooping")
+    message = find(o["status"]["conditions"], "EngineCompatibility")["message"]  # type: ignore[index]
+    assert "b (container vllm)" in message and "EventsOnly" in message
+    assert cond(o["status"], "Ready") == ("True", "BackendReady")  # never gates Ready
+    st = run(o, ready_managed(injected_pods=InjectedPodsObservation()), T0)
+    assert cond(st, "EngineCompatibility") is None
+
+
+def test_crash_looping_event_fires_once_on_the_transition() -> None:
+    loops = InjectedPodsObservation(crash_loops=(CrashLoop("b", ("vllm",)),))
+    o = obj(annotations=NO_GATE)
+    o1 = step(o, ready_managed(injected_pods=InjectedPodsObservation()), T0)
+    o2 = step(o1, ready_managed(injected_pods=loops), T0)
+    events = transition_events(o1["status"], o2["status"])
+    assert [(e.type, e.reason) for e in events] == [("Warning", "InjectedEngineCrashLooping")]
+    more = InjectedPodsObservation(crash_loops=(*loops.crash_loops, CrashLoop("c", ("vllm",))))
+    o3 = step(o2, ready_managed(injected_pods=more), T0)  # message changes, no new Event
+    assert transition_events(o2["status"], o3["status"]) == []
+    o4 = step(o3, ready_managed(injected_pods=None), T0)  # list failure: preserved, silent
+    assert transition_events(o3["status"], o4["status"]) == []
+
+
+def test_host_only_publishes_engine_advisories_and_strict_downgrade() -> None:
+    obs = InjectedPodsObservation(
+        kernel_checks=(KernelCheckReport("b", "strict", "failed", "x"),),
+        crash_loops=(CrashLoop("b", ("vllm",)),),
+    )
+    spec = {"runtime": "VLLM", "lmCache": {"hostMemory": {"capacity": "8Gi"}}}
+    st = run(obj(spec, annotations=NO_GATE), Observed(injected_pods=obs))
+    assert cond(st, "EngineKernelsHealthy") == ("False", "KernelLoadFailed")
+    assert cond(st, "EngineCompatibility") == ("False", "InjectedEngineCrashLooping")
+    assert cond(st, "Ready") == ("False", "EngineKernelDegraded")
+    assert "T2Degraded" not in types(st) and "FunctionalProbeOK" not in types(st)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"runtime": "VLLM", "integration": {"mode": "EventsOnly"}},
+        {
+            "runtime": "VLLM",
+            "remoteStorage": {"provider": "LMCacheServer", "ownership": "External",
+                              "endpoint": "h:1"},
+        },
+    ],
+    ids=["events-only", "external"],
+)  # fmt: skip
+def test_engine_advisories_never_on_events_only_or_external(spec: dict[str, Any]) -> None:
+    obs = InjectedPodsObservation(
+        kernel_checks=(KernelCheckReport("b", "strict", "failed", "x"),),
+        crash_loops=(CrashLoop("b", ("vllm",)),),
+    )
+    st = run(obj(spec, annotations=NO_GATE), Observed(injected_pods=obs))
+    assert not types(st) & {"EngineKernelsHealthy", "EngineCompatibility", "T2Degraded"}
+    assert cond(st, "Ready") != ("False", "EngineKernelDegraded")
+
+
+def test_offload_to_events_only_flip_clears_all_four_advisories() -> None:
+    obs = InjectedPodsObservation(
+        kernel_checks=(KernelCheckReport("b", "report-only", "failed", "x"),),
+        crash_loops=(CrashLoop("b", ("vllm",)),),
+    )
+    o = obj(status={"indexParticipation": {"t2HitRate": "0"}}, annotations=NO_GATE)
+    o = step(o, ready_managed(injected_pods=obs, probe=ProbeObservation("ok")), T0)
+    assert {"FunctionalProbeOK", "T2Degraded", "EngineKernelsHealthy", "EngineCompatibility"} <= (
+        types(o["status"])
+    )
+    o["spec"] = {"runtime": "VLLM", "integration": {"mode": "EventsOnly"}}
+    st = run(o, Observed(injected_pods=obs), T0 + dt.timedelta(seconds=5))
+    assert types(st) == {"Ready", "Degraded", "Progressing"}
+
+
+def test_t2_degraded_never_gates_ready_and_ignores_unreadable_rates() -> None:
+    o = obj(status={"indexParticipation": {"t2HitRate": "0.0"}}, annotations=NO_GATE)
+    st = run(o, managed_obs())
+    assert cond(st, "T2Degraded") == ("True", "T2ZeroHitRate")
+    assert cond(st, "Ready") == ("True", "BackendReady")
+    o = obj(status={"indexParticipation": {"t2HitRate": "n/a"}}, annotations=NO_GATE)
+    assert cond(run(o, managed_obs()), "T2Degraded") is None
+    host_only = {"runtime": "VLLM", "lmCache": {"hostMemory": {"capacity": "8Gi"}}}
+    o = obj(host_only, status={"indexParticipation": {"t2HitRate": "0"}}, annotations=NO_GATE)
+    assert cond(run(o), "T2Degraded") is None
+
+
+# ======================================================================= observedServerInstance
+
+
+def test_observed_server_instance_set_by_the_shell_decision_and_kept_without_one() -> None:
+    o = step(obj(annotations=NO_GATE), managed_obs(server_instance="u1:0"), T0)
+    assert o["status"]["observedServerInstance"] == "u1:0"
+    assert run(o, managed_obs(), T0)["observedServerInstance"] == "u1:0"
+    assert "observedServerInstance" not in run(o, managed_obs(server_instance=""), T0)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"runtime": "VLLM", "integration": {"mode": "EventsOnly"}},
+        {"runtime": "VLLM", "lmCache": {"hostMemory": {"capacity": "8Gi"}}},
+        {
+            "runtime": "VLLM",
+            "remoteStorage": {"provider": "LMCacheServer", "ownership": "External",
+                              "endpoint": "h:1"},
+        },
+        {"runtime": "SGLang", "type": "SGLangHiCache", "hiCache": {"ratio": "2"}},
+    ],
+    ids=["events-only", "host-only", "external", "hicache"],
+)  # fmt: skip
+def test_observed_server_instance_cleared_off_the_managed_path(spec: dict[str, Any]) -> None:
+    o = obj(spec, status={"observedServerInstance": "u1:0"})
+    assert "observedServerInstance" not in run(o, Observed(server_instance="u2:0"))

@@ -1,0 +1,275 @@
+"""Pure reading of engine and cache-server pods for the advisory conditions and the cascade.
+
+Nothing here does I/O: the reconcile shell lists the pods of a backend's namespace once
+and these functions turn the raw pod dicts into the small observations
+``reconciler.status`` and ``reconciler.cascade`` decide on.
+
+- ``injected_by_backend``: a pod belongs to a backend when the webhook's
+  ``injected-by: <ns>/<name>`` names it AND ``injected-by-uid`` equals the live
+  backend's metadata.uid (a copied template from a deleted-and-recreated CR does not).
+- ``kernel_check_report``: the verdict of the ``lmcache-kernel-check`` init container,
+  read from its termination message (current state, else the last termination — a
+  strict check that failed is restarted by the kubelet and waits in CrashLoopBackOff
+  with the verdict on ``lastState``); the mode comes from the pod, never from the
+  backend's current annotation.
+- ``crash_looping_engine_containers``: the pod's containers other than the
+  kvevent-subscriber whose waiting reason is CrashLoopBackOff.
+- ``server_pods``: the managed workload's pods, with the restart sum over the
+  cache-server's own container names (the workload's pod template), so a crashing
+  sidecar injected by another webhook is not counted.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from shared import constants as c
+from shared.runtime_adapters import kernel_check
+from shared.runtime_adapters.engine import SUBSCRIBER_CONTAINER
+
+CRASH_LOOP_BACK_OFF: Final = "CrashLoopBackOff"
+
+KERNEL_OK: Final = "ok"
+KERNEL_FAILED: Final = "failed"
+KERNEL_ERROR: Final = "error"
+KERNEL_PENDING: Final = "pending"
+
+# Bounds on what a pod contributes to a condition message.
+MAX_DETAIL_CHARS: Final = 300
+
+
+@dataclass(frozen=True)
+class KernelCheckReport:
+    """One pod's kernel check: ``state`` is ok | failed | error | pending."""
+
+    pod: str
+    mode: str
+    state: str
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class CrashLoop:
+    pod: str
+    containers: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class InjectedPodsObservation:
+    """What the backend's injected engine pods show, sorted by pod name."""
+
+    kernel_checks: tuple[KernelCheckReport, ...] = ()
+    crash_loops: tuple[CrashLoop, ...] = ()
+
+
+@dataclass(frozen=True)
+class ServerPod:
+    name: str
+    uid: str
+    ready: bool
+    restarts: int
+
+
+@dataclass(frozen=True)
+class ServerPodsObservation:
+    pods: tuple[ServerPod, ...] = field(default_factory=tuple)
+
+
+# ------------------------------------------------------------------ small readers
+
+
+def _meta(obj: dict[str, Any]) -> dict[str, Any]:
+    return obj.get("metadata") or {}
+
+
+def _annotations(obj: dict[str, Any]) -> dict[str, str]:
+    return dict(_meta(obj).get("annotations") or {})
+
+
+def _terminating(pod: dict[str, Any]) -> bool:
+    return bool(_meta(pod).get("deletionTimestamp"))
+
+
+def _clip(text: str, limit: int = MAX_DETAIL_CHARS) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# ------------------------------------------------------------------ injected pods
+
+
+def injected_by_backend(pod: dict[str, Any], namespace: str, name: str, uid: str | None) -> bool:
+    """The webhook wired this pod to exactly this backend incarnation."""
+    if not uid:
+        return False
+    annotations = _annotations(pod)
+    return (
+        annotations.get(c.ANNOTATION_INJECTED_BY) == f"{namespace}/{name}"
+        and annotations.get(c.ANNOTATION_INJECTED_BY_UID) == uid
+    )
+
+
+def parse_kernel_check_verdict(message: str | None) -> dict[str, Any] | None:
+    """The JSON verdict of the termination message; with FallbackToLogsOnError the
+    message may be log lines, so the last line that is a JSON object counts."""
+    text = (message or "").strip()
+    if not text:
+        return None
+    for candidate in (text, *reversed(text.splitlines())):
+        try:
+            value = json.loads(candidate)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            return value
+    return None
+
+
+def _status_named(statuses: Iterable[dict[str, Any]] | None, name: str) -> dict[str, Any] | None:
+    for st in statuses or ():
+        if st.get("name") == name:
+            return st
+    return None
+
+
+def kernel_check_mode_of_pod(pod: dict[str, Any]) -> str:
+    """The mode the pod was admitted under: the webhook's record on the pod, else the
+    check container's own mode env. Anything but ``strict`` never downgrades Ready."""
+    raw = _annotations(pod).get(c.ANNOTATION_LMCACHE_KERNEL_CHECK_MODE) or kernel_check.mode_on_pod(
+        pod
+    )
+    mode = (raw or "").strip().lower()
+    return c.KERNEL_CHECK_STRICT if mode == c.KERNEL_CHECK_STRICT else c.KERNEL_CHECK_REPORT_ONLY
+
+
+def kernel_check_report(pod: dict[str, Any]) -> KernelCheckReport | None:
+    """The pod's kernel-check verdict; None when the pod does not run the check."""
+    spec = pod.get("spec") or {}
+    if _status_named(spec.get("initContainers"), kernel_check.CONTAINER_NAME) is None:
+        return None
+    name = str(_meta(pod).get("name") or "")
+    mode = kernel_check_mode_of_pod(pod)
+    st = _status_named(
+        (pod.get("status") or {}).get("initContainerStatuses"), kernel_check.CONTAINER_NAME
+    )
+    terminated = None
+    if st is not None:
+        terminated = (st.get("state") or {}).get("terminated") or (st.get("lastState") or {}).get(
+            "terminated"
+        )
+    if not terminated:
+        return KernelCheckReport(name, mode, KERNEL_PENDING)
+    verdict = parse_kernel_check_verdict(terminated.get("message"))
+    result = verdict.get("result") if verdict else None
+    if result == "ok":
+        return KernelCheckReport(name, mode, KERNEL_OK)
+    if result == "failed":
+        error = str((verdict or {}).get("error") or "") or "no error text"
+        return KernelCheckReport(name, mode, KERNEL_FAILED, _clip(error))
+    code = terminated.get("exitCode")
+    reason = terminated.get("reason") or ""
+    detail = f"exit code {code}" + (f" ({reason})" if reason else "")
+    if verdict is not None:
+        detail += f", result {result!r}"
+    elif terminated.get("message"):
+        detail += f", message {_clip(str(terminated['message']), 120)!r}"
+    return KernelCheckReport(name, mode, KERNEL_ERROR, detail)
+
+
+def engine_container_names(pod: dict[str, Any]) -> list[str]:
+    """The pod's containers other than the webhook's kvevent-subscriber."""
+    return [
+        str(ct.get("name"))
+        for ct in (pod.get("spec") or {}).get("containers") or []
+        if ct.get("name") != SUBSCRIBER_CONTAINER
+    ]
+
+
+def crash_looping_engine_containers(pod: dict[str, Any]) -> tuple[str, ...]:
+    engines = set(engine_container_names(pod))
+    out = []
+    for st in (pod.get("status") or {}).get("containerStatuses") or []:
+        waiting = (st.get("state") or {}).get("waiting") or {}
+        if st.get("name") in engines and waiting.get("reason") == CRASH_LOOP_BACK_OFF:
+            out.append(str(st.get("name")))
+    return tuple(sorted(out))
+
+
+def observe_injected_pods(
+    pods: Sequence[dict[str, Any]], namespace: str, name: str, uid: str | None
+) -> InjectedPodsObservation:
+    """Kernel-check reports and crash-loops of the live (not terminating) pods this
+    backend injected, in pod-name order so messages are stable across reconciles."""
+    reports: list[KernelCheckReport] = []
+    loops: list[CrashLoop] = []
+    mine = [p for p in pods if injected_by_backend(p, namespace, name, uid) and not _terminating(p)]
+    for pod in sorted(mine, key=lambda p: str(_meta(p).get("name"))):
+        report = kernel_check_report(pod)
+        if report is not None:
+            reports.append(report)
+        looping = crash_looping_engine_containers(pod)
+        if looping:
+            loops.append(CrashLoop(str(_meta(pod).get("name")), looping))
+    return InjectedPodsObservation(tuple(reports), tuple(loops))
+
+
+# ------------------------------------------------------------------ cache-server pods
+
+
+def _labels_match(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    return bool(selector) and selector.items() <= labels.items()
+
+
+def _pod_ready(pod: dict[str, Any]) -> bool:
+    if _terminating(pod):
+        return False
+    return any(
+        cond.get("type") == "Ready" and cond.get("status") == "True"
+        for cond in (pod.get("status") or {}).get("conditions") or []
+    )
+
+
+def server_container_names(workload: dict[str, Any]) -> frozenset[str]:
+    """The cache-server's own containers: those declared on the workload's template."""
+    template = ((workload.get("spec") or {}).get("template") or {}).get("spec") or {}
+    return frozenset(
+        str(ct.get("name"))
+        for key in ("containers", "initContainers")
+        for ct in template.get(key) or []
+        if ct.get("name")
+    )
+
+
+def restart_sum(pod: dict[str, Any], containers: frozenset[str]) -> int:
+    st = pod.get("status") or {}
+    return sum(
+        int(cs.get("restartCount") or 0)
+        for key in ("containerStatuses", "initContainerStatuses")
+        for cs in st.get(key) or []
+        if cs.get("name") in containers
+    )
+
+
+def server_pods(pods: Sequence[dict[str, Any]], workload: dict[str, Any]) -> ServerPodsObservation:
+    """The live pods the managed workload selects (spec.selector.matchLabels)."""
+    selector = {
+        str(k): str(v)
+        for k, v in (
+            ((workload.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+        ).items()
+    }
+    containers = server_container_names(workload)
+    out = [
+        ServerPod(
+            name=str(_meta(p).get("name")),
+            uid=str(_meta(p).get("uid") or ""),
+            ready=_pod_ready(p),
+            restarts=restart_sum(p, containers),
+        )
+        for p in pods
+        if _labels_match(selector, dict(_meta(p).get("labels") or {})) and _meta(p).get("uid")
+    ]
+    return ServerPodsObservation(tuple(sorted(out, key=lambda p: p.name)))
