@@ -51,6 +51,7 @@ class Resource:
 CACHEBACKENDS = Resource("inferencecache.io", "v1alpha1", "cachebackends", "CacheBackend")
 DEPLOYMENTS = Resource("apps", "v1", "deployments", "Deployment")
 STATEFULSETS = Resource("apps", "v1", "statefulsets", "StatefulSet")
+REPLICASETS = Resource("apps", "v1", "replicasets", "ReplicaSet")
 SERVICES = Resource("", "v1", "services", "Service")
 HPAS = Resource("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler")
 PODS = Resource("", "v1", "pods", "Pod")
@@ -59,7 +60,17 @@ LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease")
 
 BY_KIND: dict[str, Resource] = {
     r.kind: r
-    for r in (CACHEBACKENDS, DEPLOYMENTS, STATEFULSETS, SERVICES, HPAS, PODS, EVENTS, LEASES)
+    for r in (
+        CACHEBACKENDS,
+        DEPLOYMENTS,
+        STATEFULSETS,
+        REPLICASETS,
+        SERVICES,
+        HPAS,
+        PODS,
+        EVENTS,
+        LEASES,
+    )
 }
 
 

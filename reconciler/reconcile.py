@@ -7,23 +7,34 @@ requests only: no apply, no delete, no status write, no Event.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import logging
 import socket
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Literal, Protocol
 
 import pydantic
 
 from reconciler import kube as k
 from reconciler import metrics
-from reconciler.conditions import is_true
+from reconciler.cascade import (
+    CASCADE_WINDOW_SECONDS,
+    cascade_targets,
+    deployment_converged,
+    observed_server_instance_transition,
+    restart_trigger_patch,
+)
+from reconciler.conditions import format_time, is_true
 from reconciler.diff import needs_apply
+from reconciler.engine_pods import observe_injected_pods, server_pods
 from reconciler.events import event_object, transition_events
 from reconciler.server_client import ServerClient
 from reconciler.status import (
+    ENGINE_ADVISORY_MODES,
     EngineObservation,
     Mode,
     Observed,
@@ -60,6 +71,41 @@ class ReconcileResult:
 # (key) -> seconds until the next probe is allowed (None: allowed now, and claimed).
 ProbeRateLimiter = Callable[[str], float | None]
 
+# "go": claimed, cascade now; "done": the cascade for exactly this identifier already
+# ran (a retried reconcile after the status write lost a race); "wait": another
+# cascade ran for this backend within the window — seconds until it may.
+CascadeClaim = tuple[Literal["go", "done", "wait"], float]
+
+
+class CascadeLimiter(Protocol):
+    """At most one engine cascade per backend per window (shared across workers)."""
+
+    def claim(self, key: str, value: str) -> CascadeClaim: ...
+
+    def release(self, key: str) -> None: ...
+
+
+class InProcessCascadeLimiter:
+    def __init__(self, window: float = CASCADE_WINDOW_SECONDS) -> None:
+        self.window = window
+        self._lock = threading.Lock()
+        self._claims: dict[str, tuple[float, str]] = {}
+
+    def claim(self, key: str, value: str) -> CascadeClaim:
+        now = time.monotonic()
+        with self._lock:
+            prev = self._claims.get(key)
+            if prev is not None and now - prev[0] < self.window:
+                if prev[1] == value:
+                    return "done", 0.0
+                return "wait", self.window - (now - prev[0])
+            self._claims[key] = (now, value)
+            return "go", 0.0
+
+    def release(self, key: str) -> None:
+        with self._lock:
+            self._claims.pop(key, None)
+
 
 class Reconciler:
     def __init__(
@@ -71,9 +117,11 @@ class Reconciler:
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
         instance: str | None = None,
         probe_window: float = PROBE_WINDOW_SECONDS,
+        cascade_limiter: CascadeLimiter | None = None,
     ) -> None:
         self.kube = kube
         self.server = server
+        self.cascade_limiter = cascade_limiter or InProcessCascadeLimiter()
         self.probe_window = probe_window
         self.probe_rate_limiter = probe_rate_limiter or _in_process_rate_limiter(probe_window)
         self.clock = clock
@@ -110,7 +158,8 @@ class Reconciler:
             # A stored object we cannot read: nothing useful to do until it changes.
             log.error("%s/%s: unreadable CacheBackend: %s", namespace, name, exc)
             return ReconcileResult(mode="invalid")
-        result = ReconcileResult(mode=str(backend_mode(cb)))
+        mode = backend_mode(cb)
+        result = ReconcileResult(mode=str(mode))
 
         desired = render(cb)
         wanted = {(o["kind"], o["metadata"]["name"]) for o in desired}
@@ -140,24 +189,37 @@ class Reconciler:
             c.DEPLOYMENT_KIND_STATEFULSET
         )
         service = live_by_kind.get("Service")
-        observed = Observed(
-            workload=WorkloadObservation.from_object(workload_obj) if workload_obj else None,
-            service_endpoint=service_endpoint(service) if service else "",
-            engines=self._observe_engines(cb),
-        )
+        workload = WorkloadObservation.from_object(workload_obj) if workload_obj else None
         now = self.clock()
+        # Engine-side advisory conditions and the cascade need every pod of the
+        # namespace (injection is an annotation, not a label); other modes count
+        # selector matches only.
+        ns_pods = self._list_pods(namespace) if mode in ENGINE_ADVISORY_MODES else None
+        server_instance: str | None = None
+        cascade_wait: float | None = None
+        if mode == Mode.MANAGED and ns_pods is not None and workload_obj is not None:
+            server_instance, cascade_wait, cascaded = self._server_instance(
+                cb_obj, workload_obj, workload, ns_pods, now
+            )
+            result.writes += cascaded
+        observed = Observed(
+            workload=workload,
+            service_endpoint=service_endpoint(service) if service else "",
+            engines=self._observe_engines(cb, ns_pods, listed=mode in ENGINE_ADVISORY_MODES),
+            injected_pods=(
+                observe_injected_pods(ns_pods, namespace, name, uid)
+                if ns_pods is not None
+                else None
+            ),
+            server_instance=server_instance,
+        )
         outcome = compute_status(cb_obj, observed, now)
         if self.server is not None and outcome.mode == Mode.MANAGED:
             probe = self._probe(cb, outcome.status)
             if probe is not None:
-                observed = Observed(
-                    workload=observed.workload,
-                    service_endpoint=observed.service_endpoint,
-                    engines=observed.engines,
-                    probe=probe,
-                )
+                observed = dataclasses.replace(observed, probe=probe)
                 outcome = compute_status(cb_obj, observed, now)
-        result.requeue_after = outcome.requeue_after
+        result.requeue_after = _min_delay(outcome.requeue_after, cascade_wait)
 
         old_status = cb_obj.get("status") or {}
         if not status_equal(old_status, outcome.status):
@@ -193,14 +255,35 @@ class Reconciler:
                     out[(res.kind, item["metadata"]["name"])] = item
         return out
 
-    def _observe_engines(self, cb: CacheBackend) -> EngineObservation | None:
+    def _list_pods(self, namespace: str) -> list[dict[str, Any]] | None:
+        try:
+            return self.kube.list(k.PODS, namespace).get("items") or []
+        except k.ApiError as exc:
+            # A transient list failure keeps the previous observations.
+            log.warning("%s: could not list pods: %s", namespace, exc)
+            return None
+
+    def _observe_engines(
+        self, cb: CacheBackend, ns_pods: list[dict[str, Any]] | None, *, listed: bool
+    ) -> EngineObservation | None:
+        """``listed``: ``ns_pods`` is this reconcile's list of every pod in the
+        namespace (None when that list failed); otherwise list by selector."""
         labels = effective.match_labels(cb.spec)
         if not labels:
             return None
         namespace = cb.metadata.namespace
         selector = ",".join(f"{key}={value}" for key, value in sorted(labels.items()))
+        if listed and ns_pods is None:
+            return None
         try:
-            pods = self.kube.list(k.PODS, namespace, label_selector=selector).get("items") or []
+            if listed:
+                pods = [
+                    p
+                    for p in ns_pods or []
+                    if labels.items() <= ((p.get("metadata") or {}).get("labels") or {}).items()
+                ]
+            else:
+                pods = self.kube.list(k.PODS, namespace, label_selector=selector).get("items") or []
             deployments = self.kube.list(k.DEPLOYMENTS, namespace).get("items") or []
         except k.ApiError as exc:
             # A transient list failure keeps the previous observation.
@@ -256,9 +339,83 @@ class Reconciler:
             retry_after_seconds=self.probe_window,
         )
 
+    # ------------------------------------------------------------ cascade
+
+    def _server_instance(
+        self,
+        cb_obj: dict[str, Any],
+        workload_obj: dict[str, Any],
+        workload: WorkloadObservation | None,
+        ns_pods: list[dict[str, Any]],
+        now: dt.datetime,
+    ) -> tuple[str | None, float | None, int]:
+        """observedServerInstance for this reconcile, cascading first when the
+        transition is a replacement. Returns (value — None keeps the prior one —,
+        seconds until a rate-limited cascade may run, writes made)."""
+        meta = cb_obj["metadata"]
+        namespace, name, uid = meta["namespace"], meta["name"], meta.get("uid")
+        key = f"{namespace}/{name}"
+        prior = str((cb_obj.get("status") or {}).get("observedServerInstance") or "")
+        observation = server_pods(ns_pods, workload_obj)
+        live_ready = sum(1 for p in observation.pods if p.ready)
+        transition = observed_server_instance_transition(
+            prior, observation.pods, deployment_converged(workload, live_ready)
+        )
+        if not transition.cascade:
+            return transition.value, None, 0
+        replicasets: list[dict[str, Any]] = []
+        if any(
+            ((p.get("metadata") or {}).get("annotations") or {}).get(c.ANNOTATION_INJECTED_BY)
+            == key
+            for p in ns_pods
+        ):
+            replicasets = self.kube.list(k.REPLICASETS, namespace).get("items") or []
+        targets = cascade_targets(ns_pods, replicasets, namespace, name, uid)
+        if not targets:
+            log.info("%s: cache server replaced (%s); no engine Deployment to roll", key, prior)
+            return transition.value, None, 0
+        verdict, wait = self.cascade_limiter.claim(key, transition.value)
+        if verdict == "done":
+            return transition.value, None, 0
+        if verdict == "wait":
+            log.info("%s: cache server replaced; engine cascade rate-limited for %.1fs", key, wait)
+            return None, wait, 0
+        stamp = format_time(now)
+        writes = 0
+        try:
+            for deployment in targets:
+                try:
+                    self.kube.request(
+                        "PATCH",
+                        k.DEPLOYMENTS.item(namespace, deployment),
+                        body=restart_trigger_patch(stamp),
+                        content_type="application/merge-patch+json",
+                    )
+                except k.ApiError as exc:
+                    if not exc.not_found:  # deleted meanwhile: nothing to roll
+                        raise
+                self._count_write("patch", "Deployment")
+                writes += 1
+        except Exception:
+            self.cascade_limiter.release(key)
+            raise
+        log.info(
+            "%s: cache server replaced (%s -> %s): rolled engine Deployment(s) %s",
+            key,
+            prior,
+            transition.value,
+            ", ".join(targets),
+        )
+        return transition.value, None, writes
+
     @staticmethod
     def _count_write(verb: str, resource: str) -> None:
         metrics.API_WRITES.labels(verb, resource).inc()
+
+
+def _min_delay(*values: float | None) -> float | None:
+    present = [v for v in values if v is not None]
+    return min(present) if present else None
 
 
 def _in_process_rate_limiter(window: float = PROBE_WINDOW_SECONDS) -> ProbeRateLimiter:

@@ -13,9 +13,10 @@ import redis
 from celery import Celery
 
 from reconciler import metrics
+from reconciler.cascade import CASCADE_WINDOW_SECONDS
 from reconciler.celery_app import RECONCILE_TASK
 from reconciler.kube import Kube
-from reconciler.reconcile import Reconciler
+from reconciler.reconcile import CascadeClaim, Reconciler
 from reconciler.server_client import DEFAULT_TOKEN_PATH, ServerClient
 from reconciler.workqueue import DONE, QueueSettings, WorkQueue
 
@@ -71,6 +72,7 @@ def runtime() -> Runtime:
             server=server,
             probe_rate_limiter=redis_probe_rate_limiter(client, _config.probe_window_seconds),
             probe_window=_config.probe_window_seconds,
+            cascade_limiter=RedisCascadeLimiter(client, CASCADE_WINDOW_SECONDS),
         )
         _runtime = Runtime(queue=queue, reconciler=reconciler, pid=os.getpid())
         return _runtime
@@ -87,6 +89,36 @@ def redis_probe_rate_limiter(client: redis.Redis, window: float) -> Callable[[st
         return max(float(ttl) / 1000.0, 0.1) if isinstance(ttl, int) and ttl > 0 else window
 
     return limiter
+
+
+class RedisCascadeLimiter:
+    """At most one engine cascade per backend per window across every worker process.
+    The key holds the identifier the cascade ran for, so a reconcile retried after a
+    lost status write recognises its own cascade instead of waiting out the window
+    and rolling the engines twice."""
+
+    def __init__(self, client: redis.Redis, window: float) -> None:
+        self.client = client
+        self.window = window
+
+    @staticmethod
+    def _name(key: str) -> str:
+        return f"icache:cascade:{key}"
+
+    def claim(self, key: str, value: str) -> CascadeClaim:
+        name = self._name(key)
+        if self.client.set(name, value, nx=True, px=int(self.window * 1000)):
+            return "go", 0.0
+        current = self.client.get(name)
+        if isinstance(current, bytes):
+            current = current.decode()
+        if current == value:
+            return "done", 0.0
+        ttl = self.client.pttl(name)
+        return "wait", max(float(ttl) / 1000.0, 0.1) if isinstance(ttl, int) and ttl > 0 else 0.1
+
+    def release(self, key: str) -> None:
+        self.client.delete(self._name(key))
 
 
 def _finish(
