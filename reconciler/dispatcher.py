@@ -5,6 +5,14 @@ Only the elected leader (Lease) watches and enqueues. While leading it runs:
 * one watch per resource — CacheBackends, and the Deployments, StatefulSets,
   Services and HPAs we manage (mapped to their owner's key) — each resuming from
   its last resourceVersion and re-listing on 410 Gone;
+* a watch on pods, for two things: a change of an injected engine pod (or of a
+  managed cache-server pod) enqueues its backend, so kernel-check verdicts,
+  crash-loops and server restarts are seen without waiting for the resync; and the
+  engine-pod events controller (:mod:`reconciler.pod_events`) records
+  InjectedByCacheBackend / SkippedByOperator on the pods the webhook decided on;
+* the ``inferencecache_backend_t2_hit_rate{backend}`` gauge, from the
+  status.indexParticipation.t2HitRate of every CacheBackend the watch sees (the leader
+  is the one process with every backend's current value);
 * a resync that enqueues every known CacheBackend every ``resync_period``;
 * the pump: moves due keys from the work queue to Celery, reaps expired worker
   leases and lost dispatches, and re-adds every key when Redis lost its data.
@@ -27,8 +35,10 @@ from reconciler import kube as k
 from reconciler import metrics
 from reconciler.celery_app import QUEUE_NAME, RECONCILE_TASK
 from reconciler.leader import ElectionSettings, LeaderElector
+from reconciler.pod_events import EnginePodEvents
 from reconciler.workqueue import WorkQueue
-from shared.storage_providers.render import LABEL_MANAGED_BY, MANAGED_BY
+from shared import constants as c
+from shared.storage_providers.render import LABEL_CACHEBACKEND, LABEL_MANAGED_BY, MANAGED_BY
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +67,33 @@ def object_key(obj: dict[str, Any]) -> str:
     return f"{meta.get('namespace')}/{meta.get('name')}"
 
 
+def pod_backend_key(pod: dict[str, Any]) -> str | None:
+    """The backend whose status a change of this pod may move: the one an engine pod
+    was injected by (same namespace only), or the one a managed cache-server pod
+    belongs to (its inferencecache.io/cachebackend label)."""
+    meta = pod.get("metadata") or {}
+    namespace = meta.get("namespace")
+    injected = str((meta.get("annotations") or {}).get(c.ANNOTATION_INJECTED_BY) or "")
+    ns, sep, name = injected.partition("/")
+    if sep and name and ns == namespace:
+        return injected
+    labels = meta.get("labels") or {}
+    if labels.get(LABEL_MANAGED_BY) == MANAGED_BY and labels.get(LABEL_CACHEBACKEND):
+        return f"{namespace}/{labels[LABEL_CACHEBACKEND]}"
+    return None
+
+
+def t2_hit_rate(obj: dict[str, Any]) -> float | None:
+    """status.indexParticipation.t2HitRate as a number; None when unset or unreadable."""
+    raw = ((obj.get("status") or {}).get("indexParticipation") or {}).get("t2HitRate")
+    if raw is None or raw == "":
+        return None
+    try:
+        return float(raw)
+    except (TypeError, ValueError):
+        return None
+
+
 class Dispatcher:
     def __init__(
         self,
@@ -78,6 +115,7 @@ class Dispatcher:
         self._threads: list[threading.Thread] = []
         self._redis_run_id: str | None = None
         self._resync_requested = threading.Event()
+        self.pod_events = EnginePodEvents(kube, instance=election.identity)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -118,6 +156,7 @@ class Dispatcher:
                 )
                 for res in (k.DEPLOYMENTS, k.STATEFULSETS, k.SERVICES, k.HPAS)
             ],
+            ("watch-pods", lambda: self._watch_loop(k.PODS, None, leading)),
             ("pump", lambda: self._pump_loop(leading)),
             ("resync", lambda: self._resync_loop(leading)),
         ]
@@ -127,6 +166,9 @@ class Dispatcher:
 
     def _stop_leading(self) -> None:
         metrics.LEADER.set(0)
+        # A standby exports no backend gauges: the new leader does.
+        metrics.T2_HIT_RATE.clear()
+        self.pod_events.reset()
         if self._leading is not None:
             self._leading.clear()
         self._leading = None
@@ -166,7 +208,30 @@ class Dispatcher:
                 self.known.discard(key)
             else:
                 self.known.add(key)
+        self._export_t2(key, None if kind == "DELETED" else obj)
         self.enqueue(key, leading)
+
+    @staticmethod
+    def _export_t2(key: str, obj: dict[str, Any] | None) -> None:
+        rate = t2_hit_rate(obj) if obj is not None else None
+        if rate is None:
+            with contextlib.suppress(KeyError):
+                metrics.T2_HIT_RATE.remove(key)
+        else:
+            metrics.T2_HIT_RATE.labels(key).set(rate)
+
+    def _handle_pod(self, kind: str, pod: dict[str, Any], leading: threading.Event) -> None:
+        if not leading.is_set():
+            return
+        self.pod_events.observe(kind, pod)
+        if kind == "LIST":
+            return  # the CacheBackend (re-)list enqueues every backend anyway
+        key = pod_backend_key(pod)
+        if key is not None:
+            with self._known_lock:
+                known = key in self.known
+            if known:
+                self.enqueue(key, leading)
 
     def _handle_owned(self, obj: dict[str, Any], leading: threading.Event) -> None:
         key = owner_key(obj)
@@ -175,6 +240,7 @@ class Dispatcher:
 
     def _watch_loop(self, res: k.Resource, selector: str | None, leading: threading.Event) -> None:
         is_cb = res is k.CACHEBACKENDS
+        is_pod = res is k.PODS
         rv: str | None = None
         backoff = 0.5
         while leading.is_set() and not self._stop.is_set():
@@ -188,9 +254,16 @@ class Dispatcher:
                         with self._known_lock:
                             vanished = self.known - current
                             self.known = current
+                        for o in items:
+                            self._export_t2(object_key(o), o)
+                        for key in vanished:
+                            self._export_t2(key, None)
                         # Deleted while we were not watching: one last (no-op) pass.
                         for key in sorted(vanished | current):
                             self.enqueue(key, leading)
+                    elif is_pod:
+                        for o in items:
+                            self._handle_pod("LIST", o, leading)
                     else:
                         for o in items:
                             self._handle_owned(o, leading)
@@ -210,6 +283,8 @@ class Dispatcher:
                         continue
                     if is_cb:
                         self._handle_cachebackend(str(event.get("type")), obj, leading)
+                    elif is_pod:
+                        self._handle_pod(str(event.get("type")), obj, leading)
                     else:
                         self._handle_owned(obj, leading)
                 backoff = 0.5
@@ -237,6 +312,7 @@ class Dispatcher:
             if not leading.is_set():
                 return
             self._enqueue_all(leading)
+            self.pod_events.retry()
 
     def _check_redis_restart(self, leading: threading.Event) -> None:
         """A Redis that restarted without persistence lost the queue: re-add every key."""

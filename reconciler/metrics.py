@@ -40,3 +40,10 @@ WATCH_RESTARTS = Counter(
     "Watch streams re-established, by resource and cause (expired = 410 Gone re-list).",
     ["resource", "cause"],
 )
+T2_HIT_RATE = Gauge(
+    "inferencecache_backend_t2_hit_rate",
+    "Query-weighted tier-2 reload hit rate of a CacheBackend (status.indexParticipation."
+    "t2HitRate), by backend (namespace/name); absent until the tier has been exercised. "
+    "Exported by the leading dispatcher only.",
+    ["backend"],
+)

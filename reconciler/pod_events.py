@@ -1,0 +1,255 @@
+"""The engine-pod events controller: InjectedByCacheBackend / SkippedByOperator on pods.
+
+The Pod webhook cannot record these itself: at mutating admission the pod has no
+metadata.uid yet, and ``kubectl describe pod`` filters Events by involvedObject.uid.
+The leading dispatcher therefore watches pods and, after CREATE, reads the decision
+annotations the webhook persisted:
+
+- ``injected_by_claim`` / ``injected_by_cache_backend_event``: a pod stamped with
+  ``injected-by: <ns>/<name>`` AND ``injected-by-uid`` gets a Normal
+  InjectedByCacheBackend Event only when the UID equals the live CacheBackend's
+  metadata.uid. Skipped when the CR is NotFound, the UID annotation is absent, or it
+  does not match (a copied template, or the CR recreated under the same name). A claim
+  naming another namespace is skipped too: the webhook only ever selects backends in
+  the pod's own namespace.
+- ``skipped_by_operator_event``: a Normal SkippedByOperator Event when the pod carries
+  both a truthy ``skip-inject`` and ``inject-skipped: skip-inject-annotation``.
+
+Each Event is recorded once: its name is a function of the pod's UID and the reason,
+so a second attempt (another leader, a restart) is a 409 on the same object rather
+than a new Event. :class:`EnginePodEvents` is the small shell around the pure rules.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final
+
+from reconciler import kube as k
+from reconciler.conditions import format_time
+from reconciler.events import NORMAL, REPORTING_COMPONENT
+from shared import constants as c
+from shared.pod_wiring import skip_inject_requested
+
+# An Event name is a DNS subdomain (<= 253 characters).
+_MAX_POD_PREFIX: Final = 200
+
+
+@dataclass(frozen=True)
+class PodEventSpec:
+    reason: str
+    message: str
+    type: str = NORMAL
+
+
+def _meta(pod: dict[str, Any]) -> dict[str, Any]:
+    return pod.get("metadata") or {}
+
+
+def _annotations(pod: dict[str, Any]) -> dict[str, str]:
+    return dict(_meta(pod).get("annotations") or {})
+
+
+def relevant(pod: dict[str, Any]) -> bool:
+    """Only pods carrying one of the webhook's decision markers matter."""
+    annotations = _annotations(pod)
+    return c.ANNOTATION_INJECTED_BY in annotations or c.ANNOTATION_INJECT_SKIPPED in annotations
+
+
+@dataclass(frozen=True)
+class InjectedByClaim:
+    namespace: str
+    name: str
+    uid: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def injected_by_claim(pod: dict[str, Any]) -> InjectedByClaim | None:
+    """The backend the pod claims to be injected by, when the claim is checkable: both
+    annotations present, and the backend in the pod's own namespace."""
+    annotations = _annotations(pod)
+    injected = (annotations.get(c.ANNOTATION_INJECTED_BY) or "").strip()
+    uid = (annotations.get(c.ANNOTATION_INJECTED_BY_UID) or "").strip()
+    namespace, sep, name = injected.partition("/")
+    if not sep or not namespace or not name or not uid:
+        return None
+    if namespace != _meta(pod).get("namespace"):
+        return None
+    return InjectedByClaim(namespace, name, uid)
+
+
+def injected_by_cache_backend_event(
+    claim: InjectedByClaim | None, live_uid: str | None
+) -> PodEventSpec | None:
+    """``live_uid``: the named CR's metadata.uid, None when it is NotFound."""
+    if claim is None or live_uid is None or claim.uid != live_uid:
+        return None
+    return PodEventSpec(
+        c.EVENT_INJECTED_BY_CACHE_BACKEND,
+        f"Engine wired by CacheBackend {claim.key} (uid {claim.uid}).",
+    )
+
+
+def skipped_by_operator_event(pod: dict[str, Any]) -> PodEventSpec | None:
+    annotations = _annotations(pod)
+    if (
+        skip_inject_requested(pod)
+        and annotations.get(c.ANNOTATION_INJECT_SKIPPED) == c.INJECT_SKIPPED_VALUE
+    ):
+        return PodEventSpec(
+            c.EVENT_SKIPPED_BY_OPERATOR,
+            f"Cache wiring skipped: the pod opts out with {c.ANNOTATION_SKIP_INJECT}.",
+        )
+    return None
+
+
+def pod_event_name(pod: dict[str, Any], reason: str) -> str:
+    """Deterministic per (pod UID, reason): a repeat is the same object, not a new one."""
+    meta = _meta(pod)
+    digest = hashlib.sha256(f"{meta.get('uid')}/{reason}".encode()).hexdigest()[:16]
+    prefix = str(meta.get("name") or "pod")[:_MAX_POD_PREFIX].rstrip(".-")
+    return f"{prefix}.{digest}"
+
+
+def pod_event_object(
+    pod: dict[str, Any], event: PodEventSpec, now: dt.datetime, instance: str
+) -> dict[str, Any]:
+    meta = _meta(pod)
+    stamp = format_time(now)
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": pod_event_name(pod, event.reason), "namespace": meta.get("namespace")},
+        "involvedObject": {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "name": meta.get("name"),
+            "namespace": meta.get("namespace"),
+            "uid": meta.get("uid"),
+            "resourceVersion": meta.get("resourceVersion"),
+        },
+        "type": event.type,
+        "reason": event.reason,
+        "message": event.message,
+        "firstTimestamp": stamp,
+        "lastTimestamp": stamp,
+        "count": 1,
+        "source": {"component": REPORTING_COMPONENT},
+        "reportingComponent": REPORTING_COMPONENT,
+        "reportingInstance": instance,
+    }
+
+
+log = logging.getLogger(__name__)
+
+
+class EnginePodEvents:
+    """Records the two pod Events, once per pod and reason.
+
+    Decisions are remembered per pod UID (recorded, or final skips: NotFound and UID
+    mismatch cannot heal, since a CR's UID is fixed at creation); a transient API error
+    leaves the pod pending for :meth:`retry` (the dispatcher calls it each resync).
+    """
+
+    def __init__(
+        self,
+        kube: k.Kube,
+        instance: str,
+        clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+    ) -> None:
+        self.kube = kube
+        self.instance = instance
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._done: set[tuple[str, str]] = set()  # (pod uid, reason)
+        self._pending: dict[str, dict[str, Any]] = {}  # pod uid -> pod
+
+    def observe(self, event_type: str, pod: dict[str, Any]) -> None:
+        uid = str(_meta(pod).get("uid") or "")
+        if not uid:
+            return
+        if event_type == "DELETED":
+            self.forget(uid)
+            return
+        if not relevant(pod) or _meta(pod).get("deletionTimestamp"):
+            return
+        try:
+            self._observe(uid, pod)
+        except Exception as exc:  # API error, connection reset: try again later
+            log.warning(
+                "engine-pod events: %s/%s: %s; will retry",
+                _meta(pod).get("namespace"),
+                _meta(pod).get("name"),
+                exc,
+            )
+            with self._lock:
+                self._pending[uid] = pod
+        else:
+            with self._lock:
+                self._pending.pop(uid, None)
+
+    def retry(self) -> None:
+        with self._lock:
+            pending = list(self._pending.values())
+        for pod in pending:
+            self.observe("MODIFIED", pod)
+
+    def forget(self, uid: str) -> None:
+        with self._lock:
+            self._pending.pop(uid, None)
+            self._done = {d for d in self._done if d[0] != uid}
+
+    def reset(self) -> None:
+        with self._lock:
+            self._pending.clear()
+            self._done.clear()
+
+    def _is_done(self, uid: str, reason: str) -> bool:
+        with self._lock:
+            return (uid, reason) in self._done
+
+    def _mark_done(self, uid: str, reason: str) -> None:
+        with self._lock:
+            self._done.add((uid, reason))
+
+    def _observe(self, uid: str, pod: dict[str, Any]) -> None:
+        skipped = skipped_by_operator_event(pod)
+        if skipped is not None and not self._is_done(uid, skipped.reason):
+            self._record(uid, pod, skipped)
+        reason = c.EVENT_INJECTED_BY_CACHE_BACKEND
+        claim = injected_by_claim(pod)
+        if claim is None or self._is_done(uid, reason):
+            return
+        live = self.kube.get_or_none(k.CACHEBACKENDS, claim.namespace, claim.name)
+        live_uid = None if live is None else (str(_meta(live).get("uid") or "") or None)
+        event = injected_by_cache_backend_event(claim, live_uid)
+        if event is None:
+            log.info(
+                "engine-pod events: %s/%s claims %s (uid %s) but the live CR %s: no %s Event",
+                claim.namespace,
+                _meta(pod).get("name"),
+                claim.key,
+                claim.uid,
+                "is not found" if live is None else f"has uid {live_uid}",
+                reason,
+            )
+            self._mark_done(uid, reason)
+            return
+        self._record(uid, pod, event)
+
+    def _record(self, uid: str, pod: dict[str, Any], event: PodEventSpec) -> None:
+        body = pod_event_object(pod, event, self.clock(), self.instance)
+        try:
+            self.kube.create(k.EVENTS, str(_meta(pod).get("namespace")), body)
+        except k.ApiError as exc:
+            if not exc.conflict:  # 409: recorded before (another leader, a restart)
+                raise
+        self._mark_done(uid, event.reason)
