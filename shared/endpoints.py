@@ -148,24 +148,29 @@ def _host_of(endpoint: str) -> str | None:
     return split[0]
 
 
+CLUSTER_DOMAIN: Final = "cluster.local"
+
+
 def service_namespace(endpoint: str, own_namespace: str) -> str | None:
-    """The namespace of the Kubernetes Service an endpoint's host names, if it names one.
+    """The namespace of the Kubernetes Service (or Service-backed pod) an endpoint's host
+    names, when the host is recognisably in-cluster Service DNS.
 
     Decision (the spec: "Bare hostnames, IPs, and unqualified names pass through because
-    no namespace can be inferred"):
+    no namespace can be inferred"; "External hostnames and IPs are unaffected"): only the
+    canonical in-cluster forms name a namespace, so no external hostname is ever mistaken
+    for a Service:
 
-    * ``svc.ns`` (exactly two labels) -> ``ns``. A pod's resolver (ndots:5, search
-      ``<own-ns>.svc.<zone> svc.<zone> <zone>``) tries ``svc.ns.svc.<zone>`` before the
-      name as typed, so a two-label name *is* answered by the Service when one exists.
-      An external two-label name can be written absolute (``example.com.:6379``), which
-      the resolver does not search and is therefore not treated as a Service.
-    * ``svc.ns.svc`` and ``svc.ns.svc.<any cluster domain>`` -> ``ns``; likewise the
-      per-pod names of a headless Service, ``pod.svc.ns.svc.<zone>`` -> ``ns``: the
-      namespace is the label just before the first ``svc`` label at position >= 2.
-    * Everything else -> None: unqualified names (they resolve in the backend's own
-      namespace), IPs, and external FQDNs such as ``redis.example.com`` (three or more
-      labels without a ``svc`` label at position >= 2 are never Service DNS; treating
-      them as one would demand allowCrossNamespace for every external host).
+    * ``<svc>.<ns>.svc`` and ``<svc>.<ns>.svc.cluster.local`` -> ``ns``;
+    * ``<pod>.<svc>.<ns>.svc`` and ``<pod>.<svc>.<ns>.svc.cluster.local`` (per-pod names
+      of a headless Service, e.g. StatefulSet pods) -> ``ns``;
+    * an absolute name (trailing ``.``) and any letter case are the same name.
+
+    Everything else -> None: unqualified names (they resolve in the backend's own
+    namespace), IPs, two-label names such as ``redis.team-b`` or ``cache.internal``, and
+    external FQDNs, including ones that merely contain a ``svc`` label such as
+    ``cache.team-b.svc.example.com``. A cluster with a custom DNS domain acknowledges a
+    crossing with spec.allowCrossNamespace rather than having every name with a ``svc``
+    label treated as a Service.
 
     ``own_namespace`` is not needed to infer the namespace; callers compare the result
     with it (a result equal to it is not a crossing).
@@ -174,13 +179,14 @@ def service_namespace(endpoint: str, own_namespace: str) -> str | None:
     host = _host_of(endpoint)
     if host is None or host.startswith("["):
         return None
-    absolute = host.endswith(".")
-    labels = (host[:-1] if absolute else host).lower().split(".")
-    if any(not label for label in labels) or all(label.isdigit() for label in labels):
+    name = host.lower()
+    if name.endswith("."):
+        name = name[:-1]
+    suffix = "." + CLUSTER_DOMAIN
+    if name.endswith(suffix):
+        name = name[: -len(suffix)]
+    labels = name.split(".")
+    # <svc>.<ns>.svc at least; the namespace is the label just before the final "svc".
+    if len(labels) < 3 or labels[-1] != "svc" or any(not label for label in labels):
         return None
-    for index in range(2, len(labels)):
-        if labels[index] == "svc":
-            return labels[index - 1]
-    if len(labels) == 2 and not absolute:
-        return labels[1]
-    return None
+    return labels[-2]

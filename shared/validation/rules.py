@@ -14,10 +14,10 @@ pruned) does not make a rule judge a value the operator did not write.
 Precedence, to give each mistake one error rather than several on the same field:
 
 * spec.autoscaling that cannot apply is rejected by exactly one rule: events-only
-  (reject_events_only_with_autoscaling), else host-only/External
-  (reject_autoscaling_without_managed_workload), else managed Mooncake
-  (reject_mooncake_autoscaling). minReplicas/maxReplicas rules only judge an
-  autoscaling block that may exist at all.
+  (reject_events_only_with_autoscaling), else Mooncake (reject_mooncake_autoscaling),
+  else host-only/External (reject_autoscaling_without_managed_workload). The rules
+  about the block's own fields (minReplicas with replicas 0, minReplicas <=
+  maxReplicas) state their own conditions and judge it regardless.
 * Contents of a block that is itself rejected (lmCache on a non-LMCache type, hiCache
   on a non-HiCache type) are not judged further.
 """
@@ -45,10 +45,9 @@ from shared.validation.field_errors import (
     FieldPath,
     forbidden,
     invalid,
-    not_supported,
     required,
 )
-from shared.validation.schema import Loc, parse_spec, spec_type_error
+from shared.validation.schema import Loc, drop_nulls, parse_spec, spec_type_error
 
 # ----------------------------------------------------------------------- context
 
@@ -80,7 +79,7 @@ def context_for(obj: Mapping[str, Any], namespace: str = "") -> RuleContext:
 
     For tests and callers that run a single rule; :func:`validate` builds its own.
     """
-    raw = with_schema_defaults(dict(obj))
+    raw = with_schema_defaults(_without_null_spec_fields(obj))
     spec, errors, _ = parse_spec(dict(raw.get("spec") or {}))
     if spec is None or errors:
         raise ValueError(f"spec does not parse: {[str(e) for e in errors]}")
@@ -136,17 +135,9 @@ def _endpoint(spec: CacheBackendSpec) -> str:
     return (rs.endpoint or "").strip() if rs else ""
 
 
-def _managed_mooncake(spec: CacheBackendSpec) -> bool:
-    return _provider(spec) == c.PROVIDER_MOONCAKE and _ownership(spec) == c.OWNERSHIP_MANAGED
-
-
-def _autoscaling_may_exist(spec: CacheBackendSpec) -> bool:
-    """Whether spec.autoscaling has a workload to scale (see the module's precedence)."""
-    return (
-        not _events_only(spec)
-        and _ownership(spec) == c.OWNERSHIP_MANAGED
-        and not _managed_mooncake(spec)
-    )
+def _mooncake(spec: CacheBackendSpec) -> bool:
+    """Spec: the Mooncake rules apply "when remoteStorage.provider: Mooncake"."""
+    return _provider(spec) == c.PROVIDER_MOONCAKE
 
 
 # =========================================================== object-level rules
@@ -192,10 +183,19 @@ def reject_invalid_lmcache_kernel_check_annotation(ctx: RuleContext) -> list[Fie
     """Spec "LMCache client kernels": the annotation is auto|report-only|strict|off, so a
     typo cannot silently relax strict enforcement."""
     value = ctx.annotations.get(c.ANNOTATION_LMCACHE_KERNEL_CHECK)
-    if value is None or value in c.KERNEL_CHECK_MODES:
+    # An explicit empty value is the same as unset (auto).
+    if not value or value in c.KERNEL_CHECK_MODES:
         return []
     path = FieldPath("metadata").child("annotations").key(c.ANNOTATION_LMCACHE_KERNEL_CHECK)
-    return [not_supported(path, value, c.KERNEL_CHECK_MODES)]
+    modes = ", ".join(f'"{mode}"' for mode in c.KERNEL_CHECK_MODES)
+    return [
+        invalid(
+            path,
+            value,
+            f"must be one of {modes} (or unset, which means auto); an unrecognised value "
+            f"would silently relax strict enforcement",
+        )
+    ]
 
 
 def reject_unsupported_runtime_cache_pair(ctx: RuleContext) -> list[FieldError]:
@@ -207,10 +207,11 @@ def reject_unsupported_runtime_cache_pair(ctx: RuleContext) -> list[FieldError]:
     pairs = ", ".join(registry.supported_pairs())
     return [
         invalid(
-            SPEC.child("type"),
-            cache_type,
-            f"no runtime adapter is installed for {spec.runtime}/{cache_type}; "
-            f"supported (runtime/type) pairs: {pairs}",
+            SPEC.child("runtime"),
+            spec.runtime,
+            f"no runtime adapter is installed for the (runtime {spec.runtime}, type "
+            f"{cache_type}) pair {spec.runtime}/{cache_type}; supported (runtime/type) pairs: "
+            f"{pairs}",
         )
     ]
 
@@ -318,8 +319,8 @@ def reject_autoscaling_without_managed_workload(ctx: RuleContext) -> list[FieldE
     """Spec "Cache hierarchy": host-only (no remoteStorage) or External storage requests no
     workload, so there is nothing to autoscale."""
     spec = ctx.parsed
-    if spec.autoscaling is None or _events_only(spec):
-        return []
+    if spec.autoscaling is None or _events_only(spec) or _mooncake(spec):
+        return []  # reported by the events-only / Mooncake rules
     if spec.remote_storage is None:
         reason = "this backend is host-only (no spec.remoteStorage) and provisions no workload"
     elif spec.remote_storage.ownership == c.OWNERSHIP_EXTERNAL:
@@ -636,18 +637,19 @@ def reject_resource_limits_below_requests(ctx: RuleContext) -> list[FieldError]:
             if request > limit:
                 errors.append(
                     invalid(
-                        entry.path,
-                        entry.raw,
-                        f"must be less than or equal to {entry.name} limit of {limit_entry.raw}",
+                        limit_entry.path,
+                        limit_entry.raw,
+                        f"must be greater than or equal to {entry.name} request of "
+                        f"{entry.raw} (requests[{entry.name}])",
                     )
                 )
         elif request != limit:
             errors.append(
                 invalid(
-                    entry.path,
-                    entry.raw,
-                    f"must be equal to {entry.name} limit of {limit_entry.raw} ({kind} "
-                    f"resources cannot be overcommitted)",
+                    limit_entry.path,
+                    limit_entry.raw,
+                    f"must be equal to {entry.name} request of {entry.raw} "
+                    f"(requests[{entry.name}]): {kind} resources cannot be overcommitted",
                 )
             )
     return errors
@@ -672,9 +674,11 @@ def reject_requests_only_for_non_overcommittable_resources(
             and entry.name not in limits
         ):
             errors.append(
-                required(
-                    base.child("limits").key(entry.name),
-                    f"{entry.name} is not overcommittable: set a limit equal to the request",
+                invalid(
+                    entry.path,
+                    entry.raw,
+                    f"{entry.name} is not overcommittable: it must also be set in "
+                    f"{base.child('limits').key(entry.name)} with the same value",
                 )
             )
     return errors
@@ -718,8 +722,6 @@ def reject_zero_replicas_autoscaling_without_min_replicas(ctx: RuleContext) -> l
     a = spec.autoscaling
     if a is None or a.min_replicas is not None or effective.replicas(spec) != 0:
         return []
-    if not _autoscaling_may_exist(spec):
-        return []
     return [
         required(
             AUTOSCALING.child("minReplicas"),
@@ -735,8 +737,6 @@ def reject_min_replicas_above_max_replicas(ctx: RuleContext) -> list[FieldError]
     spec = ctx.parsed
     a = spec.autoscaling
     if a is None or a.min_replicas is None or a.min_replicas <= a.max_replicas:
-        return []
-    if not _autoscaling_may_exist(spec):
         return []
     return [
         invalid(
@@ -807,11 +807,11 @@ def reject_events_only_with_non_lmcache_type(ctx: RuleContext) -> list[FieldErro
     if not _events_only(spec) or cache_type == c.TYPE_LMCACHE:
         return []
     return [
-        invalid(
-            SPEC.child("type"),
-            cache_type,
-            "spec.integration.mode EventsOnly requires type LMCache: events-only wires no KV "
-            "connector, and LMCache supplies the kvevent-subscriber the routing tier needs",
+        forbidden(
+            INTEGRATION.child("mode"),
+            f"mode EventsOnly requires spec.type LMCache, not {cache_type}: events-only wires "
+            f"no KV connector, and LMCache supplies the kvevent-subscriber the routing tier "
+            f"needs",
         )
     ]
 
@@ -874,7 +874,7 @@ def reject_mooncake_multiple_replicas(ctx: RuleContext) -> list[FieldError]:
     """Spec "Mooncake provider configuration": the managed master is a singleton."""
     spec = ctx.parsed
     replicas = effective.replicas(spec)
-    if not _managed_mooncake(spec) or replicas <= 1:
+    if not _mooncake(spec) or replicas <= 1:
         return []
     return [
         invalid(
@@ -889,12 +889,13 @@ def reject_mooncake_multiple_replicas(ctx: RuleContext) -> list[FieldError]:
 def reject_mooncake_autoscaling(ctx: RuleContext) -> list[FieldError]:
     """Spec "Mooncake provider configuration": spec.autoscaling with provider Mooncake."""
     spec = ctx.parsed
-    if spec.autoscaling is None or not _managed_mooncake(spec) or _events_only(spec):
+    if spec.autoscaling is None or not _mooncake(spec) or _events_only(spec):
         return []
     return [
         forbidden(
             AUTOSCALING,
-            "the Mooncake master is a singleton on the host network and cannot be autoscaled",
+            "spec.autoscaling is not supported for remoteStorage.provider Mooncake: the "
+            "master is a singleton on the host network and cannot be autoscaled",
         )
     ]
 
@@ -1046,12 +1047,17 @@ _ENDPOINT = (*_SELECTION, "remoteStorage.endpoint")
 # relational rule never mistakes a rejected half for a missing one.
 _BLOCKS = (
     *_SELECTION,
-    "remoteStorage.redis",
-    "remoteStorage.lmCacheServer",
-    "remoteStorage.mooncake",
+    "remoteStorage.redis.resources",
+    "remoteStorage.lmCacheServer.resources",
+    "remoteStorage.mooncake.resources",
 )
 _MODE = "integration.mode"
+_MIN_REPLICAS = "autoscaling.minReplicas"
 
+# A rule that only needs to know that a block is present does not read it: a block the
+# schema check pruned entirely is absent for it too, while one that only lost a bad
+# child is still there. A rule that reads a value reads its full path, so a pruned
+# value is never mistaken for an omitted one.
 RULES: list[Rule] = [
     Rule(reject_removed_fields, needs_spec=False),
     Rule(reject_invalid_lmcache_kernel_check_annotation, needs_spec=False),
@@ -1059,9 +1065,9 @@ RULES: list[Rule] = [
     # Cache hierarchy must be internally consistent.
     Rule(reject_incomplete_remote_storage, _SELECTION),
     Rule(reject_provider_block_mismatch, _SELECTION),
-    Rule(reject_lmcache_block_with_non_lmcache_type, ("type", "lmCache")),
-    Rule(reject_hicache_block_with_non_hicache_type, ("type", "hiCache")),
-    Rule(reject_autoscaling_without_managed_workload, ("autoscaling", *_SELECTION, _MODE)),
+    Rule(reject_lmcache_block_with_non_lmcache_type, ("type",)),
+    Rule(reject_hicache_block_with_non_hicache_type, ("type",)),
+    Rule(reject_autoscaling_without_managed_workload, (*_SELECTION, _MODE)),
     # Endpoints.
     Rule(reject_external_without_endpoint, _ENDPOINT),
     Rule(reject_managed_endpoint, _ENDPOINT),
@@ -1079,29 +1085,26 @@ RULES: list[Rule] = [
     Rule(reject_fractional_extended_resources, _BLOCKS),
     Rule(reject_misaligned_hugepage_quantities, _BLOCKS),
     # Replicas and autoscaling.
-    Rule(
-        reject_zero_replicas_autoscaling_without_min_replicas,
-        ("replicas", "autoscaling", *_SELECTION, _MODE),
-    ),
-    Rule(reject_min_replicas_above_max_replicas, ("autoscaling", *_SELECTION, _MODE)),
-    # Engine overrides.
-    Rule(reject_reserved_engine_overrides, (*_PAIR, "integration.engineOverrides")),
+    Rule(reject_zero_replicas_autoscaling_without_min_replicas, ("replicas", _MIN_REPLICAS)),
+    Rule(reject_min_replicas_above_max_replicas, (_MIN_REPLICAS, "autoscaling.maxReplicas")),
+    # Engine overrides (a list the schema pruned is absent: its entries were reported).
+    Rule(reject_reserved_engine_overrides, _PAIR),
     # Events-only mode.
     Rule(reject_events_only_with_non_lmcache_type, ("type", _MODE)),
     Rule(reject_events_only_with_remote_storage, (_MODE,)),
-    Rule(reject_events_only_with_autoscaling, ("autoscaling", _MODE)),
+    Rule(reject_events_only_with_autoscaling, (_MODE,)),
     # SGLang.
     Rule(reject_unsupported_sglang_role, (*_PAIR, "integration.role")),
     # Mooncake.
     Rule(reject_mooncake_multiple_replicas, (*_SELECTION, "replicas")),
-    Rule(reject_mooncake_autoscaling, (*_SELECTION, "autoscaling", _MODE)),
+    Rule(reject_mooncake_autoscaling, (*_SELECTION, _MODE)),
     Rule(reject_unneeded_engine_host_network, (*_SELECTION, "integration.engineHostNetwork")),
     # SGLang native HiCache.
     Rule(reject_missing_hicache_block, ("type", "hiCache")),
-    Rule(reject_ambiguous_hicache_capacity, ("type", "hiCache")),
-    Rule(reject_invalid_hicache_ratio, ("type", "hiCache")),
+    Rule(reject_ambiguous_hicache_capacity, ("type", "hiCache.ratio", "hiCache.sizeGB")),
+    Rule(reject_invalid_hicache_ratio, ("type", "hiCache.ratio")),
     # LMCache.
-    Rule(reject_non_positive_host_memory_capacity, ("type", "lmCache")),
+    Rule(reject_non_positive_host_memory_capacity, ("type", "lmCache.hostMemory.capacity")),
 ]
 
 
@@ -1125,6 +1128,14 @@ def _annotations_of(raw: Mapping[str, Any]) -> Mapping[str, str]:
     return {k: v for k, v in annotations.items() if isinstance(k, str) and isinstance(v, str)}
 
 
+def _without_null_spec_fields(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """``obj`` with null properties under .spec pruned, as the API server does."""
+    out = dict(obj)
+    if isinstance(out.get("spec"), dict):
+        out["spec"] = drop_nulls(out["spec"])
+    return out
+
+
 def dedupe(errors: Sequence[FieldError]) -> list[FieldError]:
     """First occurrence of each (Type, Field, BadValue, Detail), order kept."""
     seen: set[tuple[str, str, Any, str]] = set()
@@ -1146,7 +1157,7 @@ def validate(
     each rule's in ``RULES`` order. ``namespace`` is the request's namespace (empty:
     metadata.namespace, else "default").
     """
-    raw = with_schema_defaults(dict(obj))
+    raw = with_schema_defaults(_without_null_spec_fields(obj))
     ns = _namespace_of(raw, namespace)
     errors: list[FieldError] = []
     raw_spec = raw.get("spec")
@@ -1166,9 +1177,8 @@ def validate(
 
 
 MOONCAKE_HOST_NETWORK_WARNING: Final = (
-    "spec.remoteStorage.provider is Mooncake but spec.integration.engineHostNetwork is not "
-    "true: engine pods stay on the overlay network and transfer zero KV (while the backend "
-    "reports Ready); set it to true and roll the engine pods"
+    "Mooncake: set spec.integration.engineHostNetwork=true and roll the engine pods, or they "
+    "stay off the host network and transfer zero KV while the backend reports Ready"
 )
 
 

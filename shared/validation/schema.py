@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import copy
 import re
+import types
 from collections.abc import Sequence
-from typing import Any, Final
+from functools import cache
+from typing import Annotated, Any, Final, Union, get_args, get_origin
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 from shared import constants as c
@@ -46,9 +48,15 @@ from shared.validation.field_errors import (
 
 Loc = tuple[str | int, ...]
 
-# A required top-level field cannot be pruned (its parent is .spec itself): stand in a
-# placeholder so the model parses, and mark the field pruned so no rule reads it.
-_ROOT_PLACEHOLDERS: Final[dict[str, Any]] = {"runtime": c.RUNTIME_VLLM}
+# A missing required field is normally handled by pruning its nearest optional parent.
+# For these that would hide more than the field itself — .spec cannot be pruned, and a
+# spec.autoscaling without maxReplicas is still an autoscaling request the other rules
+# judge (events-only, host-only, Mooncake) — so a placeholder stands in instead and the
+# field (only) is marked pruned: no rule reads the placeholder.
+_PLACEHOLDERS: Final[dict[Loc, Any]] = {
+    ("runtime",): c.RUNTIME_VLLM,
+    ("autoscaling", "maxReplicas"): 1,
+}
 
 _TYPE_NAMES: Final[dict[str, str]] = {
     "int_type": "integer",
@@ -119,8 +127,47 @@ def _real_loc(data: Any, loc: Loc, missing: bool) -> Loc:
     return loc
 
 
+def _unwrap(annotation: Any) -> Any:
+    """The concrete type under Optional[...] / Annotated[...] (a union stays a union)."""
+    while True:
+        origin = get_origin(annotation)
+        if origin is Annotated:
+            annotation = get_args(annotation)[0]
+        elif origin in (Union, types.UnionType):
+            members = [a for a in get_args(annotation) if a is not type(None)]
+            if len(members) != 1:
+                return annotation
+            annotation = members[0]
+        else:
+            return annotation
+
+
+@cache
+def _wire_fields(model: type[BaseModel]) -> dict[str, Any]:
+    """Wire name -> annotation of a model's fields."""
+    return {(info.alias or name): info.annotation for name, info in model.model_fields.items()}
+
+
 def _path(loc: Loc) -> FieldPath:
-    return FieldPath.of(("spec", *loc))
+    """The field.Path of a location in .spec: ``.child`` for object properties, ``[key]``
+    for map keys (``limits[memory]``, ``matchLabels[app]``), ``[0]`` for list items."""
+    path = SPEC
+    current: Any = CacheBackendSpec
+    for part in loc:
+        current = _unwrap(current)
+        origin = get_origin(current)
+        if isinstance(part, int):
+            path = path.item(part)
+            current = get_args(current)[0] if origin is list and get_args(current) else None
+        elif origin is dict:
+            path = path.key(part)
+            args = get_args(current)
+            current = args[1] if len(args) == 2 else None
+        else:
+            path = path.child(part)
+            is_model = isinstance(current, type) and issubclass(current, BaseModel)
+            current = _wire_fields(current).get(part) if is_model else None
+    return path
 
 
 def _convert(error: ErrorDetails, data: Any) -> tuple[Loc, FieldError]:
@@ -198,6 +245,21 @@ def _prune_target(loc: Loc, missing: bool) -> Loc:
     return target
 
 
+def drop_nulls(value: Any) -> Any:
+    """A copy without the object properties whose value is null.
+
+    The API server prunes a null property of a non-nullable schema before defaulting
+    and validation, so ``replicas: null`` means "unset" (and is then defaulted) and a
+    required ``maxReplicas: null`` is "Required value", not a type error. Null list
+    items are kept: they are type errors.
+    """
+    if isinstance(value, dict):
+        return {k: drop_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [drop_nulls(v) for v in value]
+    return value
+
+
 def parse_spec(
     raw_spec: dict[str, Any],
 ) -> tuple[CacheBackendSpec | None, list[FieldError], list[Loc]]:
@@ -215,21 +277,24 @@ def parse_spec(
         # member, and re-locating the second failure after the first deletion would
         # climb to (and delete) its parent.
         targets: list[Loc] = []
-        placeholders: list[str] = []
+        placeholders: list[Loc] = []
         for error in failure:
             missing = error["type"] == "missing"
             loc = _real_loc(work, tuple(error["loc"]), missing)
+            if missing and loc in _PLACEHOLDERS:
+                if loc not in placeholders:
+                    placeholders.append(loc)
+                continue
             target = _prune_target(loc, missing)
-            if target:
-                if target not in targets:
-                    targets.append(target)
-            elif missing and loc and isinstance(loc[0], str) and loc[0] in _ROOT_PLACEHOLDERS:
-                placeholders.append(loc[0])
+            if target and target not in targets:
+                targets.append(target)
         progress = False
-        for name in placeholders:
-            work[name] = _ROOT_PLACEHOLDERS[name]
-            pruned.append((name,))
-            progress = True
+        for loc in placeholders:
+            found, parent = _lookup(work, loc[:-1])
+            if found and isinstance(parent, dict):
+                parent[loc[-1]] = _PLACEHOLDERS[loc]
+                pruned.append(loc)
+                progress = True
         for target in targets:
             if _delete(work, target):
                 pruned.append(target)

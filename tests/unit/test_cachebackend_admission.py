@@ -417,7 +417,11 @@ def test_validate_cross_namespace_uses_request_namespace() -> None:
     namespace."""
     spec = {
         "runtime": "SGLang",
-        "remoteStorage": {"provider": "Redis", "ownership": "External", "endpoint": "r.team-b:1"},
+        "remoteStorage": {
+            "provider": "Redis",
+            "ownership": "External",
+            "endpoint": "r.team-b.svc:1",
+        },
     }
     assert response(validate_cachebackend(request("CREATE", cb(spec))))["allowed"] is False
     spec["allowCrossNamespace"] = True

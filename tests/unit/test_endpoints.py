@@ -93,10 +93,8 @@ def test_strip_scheme_trims_and_drops_the_scheme() -> None:
 @pytest.mark.parametrize(
     ("endpoint", "namespace"),
     [
-        ("redis.team-b:6379", "team-b"),
         ("redis.team-b.svc:6379", "team-b"),
         ("redis.team-b.svc.cluster.local:6379", "team-b"),
-        ("redis.team-b.svc.corp.example:6379", "team-b"),
         ("redis.team-b.svc.cluster.local.:6379", "team-b"),
         ("lm://lmcache.cache-infra.svc:65432", "cache-infra"),
         ("mooncakestore://master.mc.svc.cluster.local:50051", "mc"),
@@ -117,6 +115,10 @@ def test_service_namespace_of_service_dns(endpoint: str, namespace: str) -> None
         "10.0.0.7:6379",
         "[::1]:6379",
         "redis.example.com:6379",  # external FQDN, three labels, no svc label
+        "redis.team-b:6379",  # two labels: a bare hostname, not canonical Service DNS
+        "cache.internal:6379",
+        "cache.team-b.svc.example.com:6379",  # external FQDN that merely has a svc label
+        "redis.team-b.svc.corp.example:6379",  # custom cluster domain: opt in explicitly
         "redis.example.internal:6379",
         "cache.prod.us-east-1.example.com:6379",
         "example.com.:6379",  # absolute two-label name: not searched, not a Service

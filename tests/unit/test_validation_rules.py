@@ -204,11 +204,11 @@ def test_schema_int_or_string_quantity_reported_once() -> None:
     """A quantity is an int-or-string: a float or boolean is one type error, not two."""
     spec = with_resources({"limits": {"memory": 0.5, "cpu": True}})
     assert errors_of(spec) == [
-        'spec.remoteStorage.redis.resources.limits.memory: Invalid value: "number": '
-        "spec.remoteStorage.redis.resources.limits.memory in body must be of type integer or "
+        'spec.remoteStorage.redis.resources.limits[memory]: Invalid value: "number": '
+        "spec.remoteStorage.redis.resources.limits[memory] in body must be of type integer or "
         'string: "number"',
-        'spec.remoteStorage.redis.resources.limits.cpu: Invalid value: "boolean": '
-        "spec.remoteStorage.redis.resources.limits.cpu in body must be of type integer or "
+        'spec.remoteStorage.redis.resources.limits[cpu]: Invalid value: "boolean": '
+        "spec.remoteStorage.redis.resources.limits[cpu] in body must be of type integer or "
         'string: "boolean"',
     ]
 
@@ -326,14 +326,23 @@ def test_reject_invalid_lmcache_kernel_check_annotation_accepts_every_mode() -> 
         )
 
 
-@pytest.mark.parametrize("value", ["strcit", "Strict", "", " strict", "true"])
+@pytest.mark.parametrize("value", ["strcit", "Strict", " strict", "true", "auto "])
 def test_reject_invalid_lmcache_kernel_check_annotation_rejects_typos(value: str) -> None:
     """Spec: a typo cannot silently relax strict enforcement back to report-only."""
     annotations = {"inferencecache.io/lmcache-kernel-check": value}
     assert run(r.reject_invalid_lmcache_kernel_check_annotation, VLLM, annotations=annotations) == [
-        f"metadata.annotations[inferencecache.io/lmcache-kernel-check]: Unsupported value: "
-        f'"{value}": supported values: "auto", "report-only", "strict", "off"'
+        f"metadata.annotations[inferencecache.io/lmcache-kernel-check]: Invalid value: "
+        f'"{value}": must be one of "auto", "report-only", "strict", "off" (or unset, which '
+        "means auto); an unrecognised value would silently relax strict enforcement"
     ]
+
+
+def test_reject_invalid_lmcache_kernel_check_annotation_accepts_empty_as_unset() -> None:
+    """Spec: "auto (default / unset)" — an explicit empty value is unset."""
+    annotations = {"inferencecache.io/lmcache-kernel-check": ""}
+    assert (
+        run(r.reject_invalid_lmcache_kernel_check_annotation, VLLM, annotations=annotations) == []
+    )
 
 
 def test_reject_unsupported_runtime_cache_pair_accepts_shipping_pairs() -> None:
@@ -350,8 +359,9 @@ def test_reject_unsupported_runtime_cache_pair_rejects_vllm_hicache_naming_suppo
     errors = run(r.reject_unsupported_runtime_cache_pair, {**HICACHE, "runtime": "VLLM"})
     pairs = ", ".join(registry.supported_pairs())
     assert errors == [
-        'spec.type: Invalid value: "SGLangHiCache": no runtime adapter is installed for '
-        f"VLLM/SGLangHiCache; supported (runtime/type) pairs: {pairs}"
+        'spec.runtime: Invalid value: "VLLM": no runtime adapter is installed for the (runtime '
+        f"VLLM, type SGLangHiCache) pair VLLM/SGLangHiCache; supported (runtime/type) pairs: "
+        f"{pairs}"
     ]
 
 
@@ -544,7 +554,9 @@ def test_reject_invalid_endpoint_shape_rejects_per_provider(
     ("endpoint", "allow"),
     [
         ("redis:6379", False),  # unqualified: own namespace
-        ("redis.team-a:6379", False),  # own namespace
+        ("redis.team-a:6379", False),  # two labels: a hostname, not Service DNS
+        ("redis.team-b:6379", False),
+        ("cache.team-b.svc.example.com:6379", False),  # external FQDN with a svc label
         ("redis.team-a.svc.cluster.local:6379", False),
         ("redis.example.com:6379", False),  # external FQDN
         ("10.1.2.3:6379", False),
@@ -561,7 +573,11 @@ def test_reject_cross_namespace_endpoint_accepts_same_namespace_external_or_opte
 
 @pytest.mark.parametrize(
     "endpoint",
-    ["redis.team-b:6379", "redis.team-b.svc:6379", "redis.team-b.svc.cluster.local:6379"],
+    [
+        "redis.team-b.svc:6379",
+        "redis.team-b.svc.cluster.local:6379",
+        "redis-0.redis.team-b.svc.cluster.local.:6379",
+    ],
 )
 def test_reject_cross_namespace_endpoint_rejects_other_namespace_service(endpoint: str) -> None:
     """Spec "Cross-namespace endpoint requires opt-in"."""
@@ -740,14 +756,16 @@ def test_reject_resource_limits_below_requests_rejects_inverted_and_unequal() ->
         "limits": {"memory": "8Gi", "cpu": "1500m", "nvidia.com/gpu": "2", "hugepages-2Mi": "4Mi"},
     }
     errors = run(r.reject_resource_limits_below_requests, with_resources(resources))
-    base = "spec.remoteStorage.redis.resources.requests"
+    base = "spec.remoteStorage.redis.resources.limits"
     assert errors == [
-        f'{base}[cpu]: Invalid value: "2": must be less than or equal to cpu limit of 1500m',
-        f'{base}[hugepages-2Mi]: Invalid value: "2Mi": must be equal to hugepages-2Mi limit of '
-        "4Mi (hugepages resources cannot be overcommitted)",
-        f'{base}[memory]: Invalid value: "16Gi": must be less than or equal to memory limit of 8Gi',
-        f'{base}[nvidia.com/gpu]: Invalid value: "1": must be equal to nvidia.com/gpu limit of '
-        "2 (extended resources cannot be overcommitted)",
+        f'{base}[cpu]: Invalid value: "1500m": must be greater than or equal to cpu request of '
+        "2 (requests[cpu])",
+        f'{base}[hugepages-2Mi]: Invalid value: "4Mi": must be equal to hugepages-2Mi request '
+        "of 2Mi (requests[hugepages-2Mi]): hugepages resources cannot be overcommitted",
+        f'{base}[memory]: Invalid value: "8Gi": must be greater than or equal to memory request '
+        "of 16Gi (requests[memory])",
+        f'{base}[nvidia.com/gpu]: Invalid value: "2": must be equal to nvidia.com/gpu request '
+        "of 1 (requests[nvidia.com/gpu]): extended resources cannot be overcommitted",
     ]
 
 
@@ -766,11 +784,14 @@ def test_reject_requests_only_for_non_overcommittable_resources_rejects_gpu_and_
     errors = run(
         r.reject_requests_only_for_non_overcommittable_resources, with_resources(resources)
     )
+    base = "spec.remoteStorage.redis.resources"
     assert errors == [
-        "spec.remoteStorage.redis.resources.limits[hugepages-2Mi]: Required value: "
-        "hugepages-2Mi is not overcommittable: set a limit equal to the request",
-        "spec.remoteStorage.redis.resources.limits[nvidia.com/gpu]: Required value: "
-        "nvidia.com/gpu is not overcommittable: set a limit equal to the request",
+        f'{base}.requests[hugepages-2Mi]: Invalid value: "2Mi": hugepages-2Mi is not '
+        f"overcommittable: it must also be set in {base}.limits[hugepages-2Mi] with the same "
+        "value",
+        f'{base}.requests[nvidia.com/gpu]: Invalid value: "1": nvidia.com/gpu is not '
+        f"overcommittable: it must also be set in {base}.limits[nvidia.com/gpu] with the same "
+        "value",
     ]
 
 
@@ -949,7 +970,11 @@ def test_reject_events_only_with_non_lmcache_type_rejects_hicache() -> None:
     """Spec "Events-only requires spec.type=LMCache"."""
     spec = {**HICACHE, "integration": {"mode": "EventsOnly"}}
     errors = run(r.reject_events_only_with_non_lmcache_type, spec)
-    assert len(errors) == 1 and errors[0].startswith('spec.type: Invalid value: "SGLangHiCache"')
+    assert errors == [
+        "spec.integration.mode: Forbidden: mode EventsOnly requires spec.type LMCache, not "
+        "SGLangHiCache: events-only wires no KV connector, and LMCache supplies the "
+        "kvevent-subscriber the routing tier needs"
+    ]
 
 
 def test_reject_events_only_with_remote_storage_accepts_offload_remote_storage() -> None:
@@ -1025,6 +1050,20 @@ def test_reject_mooncake_multiple_replicas_rejects_two() -> None:
     """Spec: the master is a singleton; spec.replicas > 1 is rejected."""
     errors = run(r.reject_mooncake_multiple_replicas, {**MOONCAKE, "replicas": 2})
     assert len(errors) == 1 and errors[0].startswith("spec.replicas: Invalid value: 2:")
+
+
+def test_reject_mooncake_multiple_replicas_rejects_any_mooncake_provider() -> None:
+    """Spec: "spec.replicas > 1 and spec.autoscaling are rejected at admission when
+    remoteStorage.provider: Mooncake" — the sentence does not restrict it to Managed."""
+    spec = {
+        **VLLM,
+        "remoteStorage": external("Mooncake", "mooncakestore://m:50051"),
+        "integration": {"engineHostNetwork": True},
+        "replicas": 3,
+    }
+    errors = run(r.reject_mooncake_multiple_replicas, spec)
+    assert len(errors) == 1 and errors[0].startswith("spec.replicas: Invalid value: 3:")
+    assert run(r.reject_mooncake_autoscaling, {**spec, "autoscaling": {"maxReplicas": 2}})
 
 
 def test_reject_mooncake_autoscaling_accepts_without_autoscaling() -> None:
@@ -1137,16 +1176,31 @@ def test_reject_non_positive_host_memory_capacity_rejects(capacity: Any, detail:
 
 
 def test_unusable_autoscaling_is_reported_by_exactly_one_rule() -> None:
-    """Module precedence: one error per unusable spec.autoscaling, min/max not judged."""
-    for base in (
-        {**EVENTS_ONLY},
-        {**VLLM},
-        {**VLLM, "remoteStorage": external("LMCacheServer", "lmcache:1")},
-        dict(MOONCAKE),
+    """Module precedence: one error on spec.autoscaling per unusable block; the rules about
+    the block's own fields state their own conditions and still judge it."""
+    for base, reason in (
+        ({**EVENTS_ONLY}, "EventsOnly"),
+        ({**VLLM}, "host-only"),
+        ({**VLLM, "remoteStorage": external("LMCacheServer", "lmcache:1")}, "External"),
+        (dict(MOONCAKE), "Mooncake"),
+        (
+            {
+                **VLLM,
+                "remoteStorage": external("Mooncake", "m:1"),
+                "integration": {"engineHostNetwork": True},
+            },
+            "Mooncake",
+        ),
     ):
-        spec = {**base, "replicas": 0, "autoscaling": {"maxReplicas": 1, "minReplicas": 2}}
-        errors = [e for e in errors_of(spec) if e.startswith("spec.autoscaling")]
-        assert len(errors) == 1, (base, errors)
+        for autoscaling in (
+            {"replicas": 0, "autoscaling": {"maxReplicas": 1}},
+            {"autoscaling": {"maxReplicas": 1, "minReplicas": 2}},
+        ):
+            errors = errors_of({**base, **autoscaling})
+            fields = sorted(e.split(": ")[0] for e in errors)
+            assert fields == ["spec.autoscaling", "spec.autoscaling.minReplicas"], (base, fields)
+            [forbidden_block] = [e for e in errors if e.startswith("spec.autoscaling: ")]
+            assert reason in forbidden_block
 
 
 # ------------------------------------------------------------ validate()
@@ -1187,7 +1241,7 @@ def test_validate_is_pure() -> None:
 
 def test_validate_uses_metadata_namespace_then_default() -> None:
     """Decision: without a request namespace, metadata.namespace, else "default"."""
-    spec = {**SGLANG, "remoteStorage": external("Redis", "redis.team-a:6379")}
+    spec = {**SGLANG, "remoteStorage": external("Redis", "redis.team-a.svc:6379")}
     assert validate(cb(spec), "") == []  # metadata.namespace is team-a
     obj = cb(spec)
     del obj["metadata"]["namespace"]
@@ -1225,7 +1279,8 @@ def test_warnings_mooncake_without_engine_host_network() -> None:
     spec = {**VLLM, "remoteStorage": managed("Mooncake")}
     notes = warnings(cb(spec))
     assert len(notes) == 1
-    assert "overlay network" in notes[0] and "zero KV" in notes[0] and "roll" in notes[0]
+    assert "spec.integration.engineHostNetwork=true" in notes[0]
+    assert "zero KV" in notes[0] and "roll" in notes[0]
     assert len(notes[0]) < 256  # the API server may truncate longer warnings
     assert validate(cb(spec), NS) == []  # admitted, with the warning
 
@@ -1272,6 +1327,6 @@ def test_schema_error_in_a_provider_block_does_not_hide_endpoint_errors() -> Non
     }
     errors = errors_of(spec)
     assert [e.split(":")[0] for e in errors] == [
-        "spec.remoteStorage.lmCacheServer.resources.limits.nvidia.com/gpu",
+        "spec.remoteStorage.lmCacheServer.resources.limits[nvidia.com/gpu]",
         "spec.remoteStorage.endpoint",
     ]
