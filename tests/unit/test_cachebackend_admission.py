@@ -487,6 +487,7 @@ EXPECTED_EXAMPLES: dict[str, tuple[bool, int, bool, int]] = {
     "create-mooncake-without-host-network-warning.json": (True, 0, True, 1),
     "create-invalid-aggregated.json": (False, 7, True, 0),
     "create-invalid-schema.json": (False, 10, True, 1),
+    "create-invalid-resources.json": (False, 3, True, 0),
     "update-introduces-violation.json": (False, 1, False, 0),
     "update-label-edit-on-preexisting-invalid.json": (True, 0, False, 0),
     "update-different-bad-value-is-fresh.json": (False, 1, False, 0),
@@ -517,3 +518,17 @@ def test_example_replays_as_documented(name: str) -> None:
     mutated = response(mutate_cachebackend(req))
     assert mutated["allowed"] is True
     assert ("patch" in mutated) is patched
+
+
+def test_resource_example_reports_kubernetes_map_key_paths() -> None:
+    """Spec "Resources": errors at the selected provider path, map keys as [key]; the
+    limit that is below (or unequal to) its request is the offending field, and a
+    non-overcommittable request without a limit is reported at that request."""
+    req = parse_review(json.loads((EXAMPLES / "create-invalid-resources.json").read_text()))
+    causes = response(validate_cachebackend(req))["status"]["details"]["causes"]
+    base = "spec.remoteStorage.redis.resources"
+    assert [c["field"] for c in causes] == [
+        f"{base}.limits[hugepages-2Mi]",
+        f"{base}.limits[memory]",
+        f"{base}.requests[nvidia.com/gpu]",
+    ]
