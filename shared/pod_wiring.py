@@ -8,9 +8,10 @@ never block engine admission.
 Rules, each in its own function named after the spec:
 
 - ``skip_inject_requested``: ``inferencecache.io/skip-inject`` with a truthy value —
-  ``true``, ``1``, ``yes`` or ``on``, trimmed and case-insensitive (anything else,
-  including ``false``, is not an opt-out) — skips wiring, clears a stale
-  injected-by/injected-by-uid pair and stamps ``inject-skipped: skip-inject-annotation``.
+  ``true``, ``t``, ``1``, ``yes`` or ``on``, trimmed and case-insensitive (Go's
+  strconv.ParseBool truthy set plus yes/on; anything else, including ``false``, is not
+  an opt-out) — skips wiring, clears a stale injected-by/injected-by-uid pair and stamps
+  ``inject-skipped: skip-inject-annotation``.
 - ``select_backend``: CacheBackends of the pod's namespace, sorted by metadata.name; the
   first whose ``spec.engineSelector.matchLabels`` is non-empty and contained in the pod's
   labels wins (a nil/empty selector never matches).
@@ -21,11 +22,13 @@ Rules, each in its own function named after the spec:
   or ``observation.modelID`` the pod is left unwired (fail-open).
 - ``apply_engine_host_network``: Mooncake's ``integration.engineHostNetwork`` puts the pod
   on the host network only together with the connector (a mooncakestore binding).
-- ``stamp_injected``: ``injected-by: <ns>/<name>`` and ``injected-by-uid: <uid>``; clears
+- ``stamp_injected``: ``injected-by: <ns>/<name>`` and ``injected-by-uid: <uid>`` (both,
+  always: an empty uid when the backend has none, e.g. a YAML file without
+  metadata.uid, so a stale uid never vouches for this wiring); clears
   ``inject-skipped``; records the admitted kernel-check mode when the check is injected.
-- ``strip_decision_annotations``: every fail-open strips stale injected-by,
-  injected-by-uid, inject-skipped and the kernel-check-mode record, so a pre-stamped pod
-  template cannot impersonate a wired pod.
+- ``strip_decision_annotations``: every fail-open after the pod is decoded strips stale
+  injected-by, injected-by-uid and inject-skipped — exactly the spec's three, nothing
+  else — so a pre-stamped pod template cannot impersonate a wired pod.
 - ``finish_injected``: a wiring that would make the Pod fail the API server's basic
   validation (duplicate names or mount paths, undeclared volumes, bad env names) fails
   open instead, since a rejected Pod is the opposite of fail-open.
@@ -92,13 +95,15 @@ WIRING_REASONS: Final = (
     REASON_INVALID_RESULT,
 )
 
-SKIP_INJECT_TRUTHY: Final = frozenset({"true", "1", "yes", "on"})
+SKIP_INJECT_TRUTHY: Final = frozenset({"true", "t", "1", "yes", "on"})
 DNS_CLUSTER_FIRST_WITH_HOST_NET: Final = "ClusterFirstWithHostNet"
+# Where an object that names no namespace lives (API server / kubectl default).
+DEFAULT_NAMESPACE: Final = "default"
+# The spec's decision annotations: stripped on every fail-open after the pod is decoded.
 DECISION_ANNOTATIONS: Final = (
     c.ANNOTATION_INJECTED_BY,
     c.ANNOTATION_INJECTED_BY_UID,
     c.ANNOTATION_INJECT_SKIPPED,
-    c.ANNOTATION_LMCACHE_KERNEL_CHECK_MODE,
 )
 
 
@@ -144,11 +149,9 @@ def strip_decision_annotations(pod: dict[str, Any]) -> None:
 def stamp_injected(pod: dict[str, Any], backend: CacheBackend) -> None:
     annotations = _annotations(pod)
     annotations[c.ANNOTATION_INJECTED_BY] = f"{backend.metadata.namespace}/{backend.metadata.name}"
-    if backend.metadata.uid:
-        annotations[c.ANNOTATION_INJECTED_BY_UID] = backend.metadata.uid
-    else:
-        # Without a uid (offline dry runs) a stale one must not vouch for this wiring.
-        annotations.pop(c.ANNOTATION_INJECTED_BY_UID, None)
+    # Spec: TWO annotations on every successfully mutated pod. Without a uid (a backend
+    # file without metadata.uid) it is empty, so a stale one never vouches for this wiring.
+    annotations[c.ANNOTATION_INJECTED_BY_UID] = backend.metadata.uid or ""
     annotations.pop(c.ANNOTATION_INJECT_SKIPPED, None)
     mode = kernel_check.mode_on_pod(pod)
     if mode:
@@ -366,7 +369,8 @@ def wire_pod(
     *,
     namespace: str | None = None,
 ) -> WiringResult:
-    """Wire ``pod`` to its CacheBackend; ``namespace`` defaults to the pod's own."""
+    """Wire ``pod`` to its CacheBackend; ``namespace`` defaults to the pod's own, else
+    ``default``."""
     shape_error = _valid_pod_shape(pod)
     if shape_error:
         if isinstance(pod, dict) and isinstance(pod.get("metadata", {}), dict):
@@ -382,7 +386,7 @@ def wire_pod(
         )
 
     metadata = pod.get("metadata") or {}
-    ns = namespace or metadata.get("namespace") or ""
+    ns = namespace or metadata.get("namespace") or DEFAULT_NAMESPACE
     labels = {str(k): str(v) for k, v in (metadata.get("labels") or {}).items()}
     raw = select_backend(backends, ns, labels)
     if raw is None:

@@ -18,7 +18,10 @@ import time
 from collections.abc import Callable
 from typing import Any, Final
 
+import jsonpatch
+
 from shared.pod_wiring import (
+    DEFAULT_NAMESPACE,
     OUTCOME_FAIL_OPEN,
     OUTCOME_SKIPPED,
     REASON_ADAPTER_ERROR,
@@ -26,6 +29,7 @@ from shared.pod_wiring import (
     REASON_INVALID_RESULT,
     WIRING_REASONS,
     WiringResult,
+    skip_inject_requested,
     strip_decision_annotations,
     wire_pod,
 )
@@ -103,11 +107,54 @@ def _log(
     )
 
 
+def _field_ops(prefix: str, before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:
+    """One add/replace/remove per key of ``prefix`` whose value differs."""
+    ops: list[dict[str, Any]] = []
+    for key in [*before, *(k for k in after if k not in before)]:
+        path = f"{prefix}/{jsonpatch.JsonPointer.from_parts([key]).path.lstrip('/')}"
+        if key not in after:
+            ops.append({"op": "remove", "path": path})
+        elif key not in before:
+            ops.append({"op": "add", "path": path, "value": after[key]})
+        elif before[key] != after[key]:
+            ops.append({"op": "replace", "path": path, "value": after[key]})
+    return ops
+
+
+def field_level_patch(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:
+    """A coarser but always-correct patch: whole annotations and whole spec fields."""
+    ops: list[dict[str, Any]] = []
+    for top in ("metadata", "spec"):
+        b, a = before.get(top), after.get(top)
+        if isinstance(b, dict) and isinstance(a, dict):
+            ops += _field_ops(f"/{top}", b, a)
+        elif b != a:
+            ops += _field_ops(
+                "", {top: b} if top in before else {}, {top: a} if top in after else {}
+            )
+    rest_b = {k: v for k, v in before.items() if k not in ("metadata", "spec")}
+    rest_a = {k: v for k, v in after.items() if k not in ("metadata", "spec")}
+    return ops + _field_ops("", rest_b, rest_a)
+
+
+def verified_patch(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:
+    """The minimal patch, checked by applying it; the field-level one if that ever fails
+    (a wrong patch would wire the pod to something nobody rendered)."""
+    patch = json_patch(before, after)
+    try:
+        if jsonpatch.apply_patch(before, patch) == after:
+            return patch
+    except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException):
+        pass
+    log.warning("minimal JSON patch did not reproduce the wired pod; using field-level ops")
+    return field_level_patch(before, after)
+
+
 def _answer(
     req: AdmissionRequest, before: dict[str, Any], result: WiringResult, started: float
 ) -> tuple[dict[str, Any], str, str]:
     try:
-        patch = json_patch(before, result.pod)
+        patch = verified_patch(before, result.pod)
         response = allow(req.uid, patch=patch)
     except Exception as exc:  # never block admission over an encoding problem
         _log(
@@ -155,7 +202,16 @@ def mutate_pod(
             started,
         )
         return allow(req.uid), OUTCOME_FAIL_OPEN, REASON_DECODE_ERROR
-    namespace = req.namespace or str((pod.get("metadata") or {}).get("namespace") or "")
+    # The request's namespace, else the pod's own, else "default" (where the API server
+    # and kubectl put an object that names none).
+    namespace = (
+        req.namespace
+        or str((pod.get("metadata") or {}).get("namespace") or "")
+        or DEFAULT_NAMESPACE
+    )
+    if skip_inject_requested(pod):
+        # The explicit opt-out needs no backend: decided before (and despite) the list.
+        return _answer(req, pod, wire_pod(pod, [], ctx, namespace=namespace), started)
     try:
         backends = list(list_backends(namespace))
     except Exception as exc:  # any list failure (API, network, file) fails open

@@ -9,9 +9,11 @@ protected, so a CacheBackend cannot silently rewrite the engine owner's template
   place); an entry whose flag is in neither the adapter-owned set nor the user template
   is appended; an entry colliding with an untouched user-template flag is a silent
   no-op. Entries are applied in order.
-- ``suppressArgs``: adapter-owned flags are removed; anything else is a no-op.
+- ``suppressArgs``: the adapter must not inject these: a flag it added is removed, a
+  template flag it modified gets the template's own value back; anything else
+  (user-template flags it did not touch) is a no-op.
 - ``env``: adapter-owned names are upserted, new names appended, user-owned names left.
-- ``suppressEnv``: adapter-owned names are removed; user-owned env is protected.
+- ``suppressEnv``: as suppressArgs, by env name; user-owned env is protected.
 
 Reserved args/env (the adapter's ReservedArgs/ReservedEnv) are never amended: the
 validating webhook rejects such overrides, and a CacheBackend stored before that rule
@@ -25,7 +27,9 @@ now reads as the template's own and stays, with the value the override gave it).
 result is the same pod, so a re-admitted pod yields an empty patch.
 
 An args entry is tokenised like a shell word pair: ``--flag=value`` stays one token,
-``--flag value`` becomes two (the value keeps its inner spaces), ``--flag`` is bare.
+``--flag value`` becomes two (the value keeps its inner spaces), ``--flag`` is bare. An
+entry that does not start with ``--`` continues the entry before it (its value), so
+``["--max-model-len", "4096"]`` is the same override as ``["--max-model-len 4096"]``.
 """
 
 from __future__ import annotations
@@ -89,6 +93,25 @@ def _replace_flag(container: dict[str, Any], flag: str, tokens: list[str]) -> bo
     return False
 
 
+def entry_groups(entries: list[str]) -> list[list[str]]:
+    """``engineOverrides.args`` as argv token groups, one per leading flag.
+
+    An entry that does not start a flag continues the group before it, so the list
+    form ``["--max-model-len", "4096"]`` and the one-entry forms ``"--max-model-len
+    4096"`` / ``"--max-model-len=4096"`` mean the same thing (a value is never dropped).
+    """
+    groups: list[list[str]] = []
+    for entry in entries:
+        tokens = entry_tokens(entry)
+        if not tokens:
+            continue
+        if groups and flag_name(tokens[0]) is None:
+            groups[-1] = [*groups[-1], *tokens]
+        else:
+            groups.append(tokens)
+    return groups
+
+
 def apply_args(
     container: dict[str, Any],
     entries: list[str],
@@ -97,28 +120,46 @@ def apply_args(
     reserved: set[str],
 ) -> None:
     appended: set[str] = set()
-    for entry in entries:
-        tokens = entry_tokens(entry)
-        flag = entry_flag(entry)
-        if not tokens or flag is None or flag in reserved:
+    for tokens in entry_groups(entries):
+        flag = flag_name(tokens[0])
+        if flag is not None and flag in reserved:
             continue
-        if flag in owned or flag in appended:
+        if flag is not None and (flag in owned or flag in appended):
             # A later entry of an appended flag amends it instead of appending twice.
             if not _replace_flag(container, flag, tokens):
                 container["args"] = [*(container.get("args") or []), *tokens]
-        elif flag in user:
+        elif flag is not None and flag in user:
             continue  # the engine owner's own flag: protected
         else:
             container["args"] = [*(container.get("args") or []), *tokens]
-            appended.add(flag)
+            if flag is not None:
+                appended.add(flag)
+
+
+def _occurrence_tokens(container: dict[str, Any], flag: str) -> list[str]:
+    """The tokens of every occurrence of ``flag`` on the container's command line."""
+    tokens = [*(container.get("command") or [])[1:], *(container.get("args") or [])]
+    out: list[str] = []
+    for occ in find_flag(tokens, flag):
+        out += tokens[occ.index : occ.index + occ.width]
+    return out
 
 
 def apply_suppress_args(
-    container: dict[str, Any], flags: list[str], owned: set[str], reserved: set[str]
+    before: dict[str, Any],
+    container: dict[str, Any],
+    flags: list[str],
+    owned: set[str],
+    reserved: set[str],
 ) -> None:
+    """The adapter MUST NOT inject these: an added flag goes, a modified one gets the
+    template's own value back (user-template entries are protected)."""
     for raw in flags:
         flag = flag_name(raw.strip()) or raw.strip()
-        if flag in owned and flag not in reserved:
+        if flag not in owned or flag in reserved:
+            continue
+        original = _occurrence_tokens(before, flag)
+        if not original or not _replace_flag(container, flag, original):
             remove_arg(container, flag)
 
 
@@ -140,11 +181,29 @@ def apply_env(
 
 
 def apply_suppress_env(
-    container: dict[str, Any], names: list[str], owned: set[str], reserved: set[str]
+    before: dict[str, Any],
+    container: dict[str, Any],
+    names: list[str],
+    owned: set[str],
+    reserved: set[str],
 ) -> None:
+    """As ``apply_suppress_args``: an added name goes, a modified one is restored."""
     for name in names:
-        if name in owned and name not in reserved:
+        if name not in owned or name in reserved:
+            continue
+        original = env_map(before).get(name)
+        if not original:
             remove_env(container, name)
+            continue
+        env = list(container.get("env") or [])
+        positions = [i for i, e in enumerate(env) if e.get("name") == name]
+        if not positions:
+            env += [dict(e) for e in original]
+        else:
+            first = positions[0]
+            env = [e for i, e in enumerate(env) if i not in positions]
+            env[first:first] = [dict(e) for e in original]
+        container["env"] = env
 
 
 def apply_engine_overrides(
@@ -167,8 +226,8 @@ def apply_engine_overrides(
     user_env = set(env_map(before))
     r_args, r_env = set(reserved_args), set(reserved_env)
     apply_args(out, list(overrides.args or []), owned_args, user_args, r_args)
-    apply_suppress_args(out, list(overrides.suppress_args or []), owned_args, r_args)
+    apply_suppress_args(before, out, list(overrides.suppress_args or []), owned_args, r_args)
     env = [v.model_dump(by_alias=True, exclude_none=True) for v in overrides.env or []]
     apply_env(out, env, owned_env, user_env, r_env)
-    apply_suppress_env(out, list(overrides.suppress_env or []), owned_env, r_env)
+    apply_suppress_env(before, out, list(overrides.suppress_env or []), owned_env, r_env)
     return out

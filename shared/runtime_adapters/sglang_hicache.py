@@ -14,6 +14,15 @@ before anything is written, so a rejection never leaves partial HiCache wiring.
 
 "Same value" is numeric for ``--hicache-ratio`` (``2`` equals ``2.0``) and
 ``--hicache-size`` (integers), and exact for the enum-valued flags.
+
+Reserved: only ``--enable-hierarchical-cache`` (spec: each adapter guards "only the
+flags/env its own integration cannot function without"; SGLang runs HiCache with its own
+defaults for every --hicache-* flag). The --hicache-* flags are adapter-owned and so
+amendable through spec.integration.engineOverrides, like LMCACHE_CHUNK_SIZE for vLLM.
+A value an override gives one of them is therefore also a "matching" value here (and an
+override-given opposite capacity flag is not a conflict): the pod webhook applies the
+override after this adapter, so a re-admitted pod carries it, and must converge to an
+empty patch instead of failing open.
 """
 
 from __future__ import annotations
@@ -27,7 +36,8 @@ from shared.api.models import CacheBackend, HiCache
 from shared.bindings import Binding, Protocol
 from shared.runtime_adapters.base import InjectContext, InjectionRejected, RuntimeAdapter
 from shared.runtime_adapters.engine import select_sglang_engine
-from shared.runtime_adapters.podspec import cli_tokens, find_flag, runs_shell_script
+from shared.runtime_adapters.overrides import entry_groups
+from shared.runtime_adapters.podspec import cli_tokens, find_flag, flag_name, runs_shell_script
 
 ENABLE = "--enable-hierarchical-cache"
 RATIO = "--hicache-ratio"
@@ -70,6 +80,26 @@ def same_value(flag: str, existing: str, desired: str) -> bool:
     return existing == desired
 
 
+def override_values(backend: CacheBackend) -> dict[str, list[str]]:
+    """--hicache-* flag -> the values spec.integration.engineOverrides.args gives it."""
+    integration = backend.spec.integration
+    overrides = integration.engine_overrides if integration else None
+    out: dict[str, list[str]] = {}
+    for tokens in entry_groups(list(overrides.args or []) if overrides else []):
+        flag = flag_name(tokens[0])
+        if flag not in VALUE_FLAGS:
+            continue
+        if "=" in tokens[0]:
+            out.setdefault(flag, []).append(tokens[0].split("=", 1)[1])
+        elif len(tokens) > 1:
+            out.setdefault(flag, []).append(tokens[1])
+    return out
+
+
+def _accepted(flag: str, existing: str, values: list[str]) -> bool:
+    return any(same_value(flag, existing, value) for value in values)
+
+
 def validate_capacity(hi: HiCache) -> None:
     """Exactly one of ratio and sizeGB (admission enforces it; stored objects may predate it)."""
     if (hi.ratio is None) == (hi.size_gb is None):
@@ -104,21 +134,31 @@ def reject_malformed_or_duplicate(tokens: list[str]) -> None:
                 raise InjectionRejected(f"{flag} is given without a value")
 
 
-def reject_opposite_capacity_mode(tokens: list[str], hi: HiCache) -> None:
+def reject_opposite_capacity_mode(
+    tokens: list[str], hi: HiCache, overridden: dict[str, list[str]] | None = None
+) -> None:
     opposite = SIZE if hi.ratio is not None else RATIO
-    if find_flag(tokens, opposite):
+    allowed = (overridden or {}).get(opposite, [])
+    if any(
+        not _accepted(opposite, occ.value or "", allowed) for occ in find_flag(tokens, opposite)
+    ):
         mode = "ratio" if hi.ratio is not None else "sizeGB"
         raise InjectionRejected(
             f"the engine sets {opposite} but the CacheBackend selects capacity by {mode}"
         )
 
 
-def reject_conflicting_values(tokens: list[str], wanted: list[tuple[str, str | None]]) -> None:
+def reject_conflicting_values(
+    tokens: list[str],
+    wanted: list[tuple[str, str | None]],
+    overridden: dict[str, list[str]] | None = None,
+) -> None:
     for flag, value in wanted:
         if value is None:
             continue
+        accepted = [value, *(overridden or {}).get(flag, [])]
         for occ in find_flag(tokens, flag):
-            if not same_value(flag, occ.value or "", value):
+            if not _accepted(flag, occ.value or "", accepted):
                 raise InjectionRejected(
                     f"the engine sets {flag} {occ.value!r} but the CacheBackend wants {value!r}"
                 )
@@ -128,14 +168,7 @@ class SGLangHiCacheAdapter(RuntimeAdapter):
     name: ClassVar[str] = "SGLang+SGLangHiCache"
     runtime: ClassVar[str] = c.RUNTIME_SGLANG
     cache_type: ClassVar[str] = c.TYPE_SGLANG_HICACHE
-    reserved_args: ClassVar[tuple[str, ...]] = (
-        "--enable-hierarchical-cache",
-        "--hicache-ratio",
-        "--hicache-size",
-        "--hicache-write-policy",
-        "--hicache-io-backend",
-        "--hicache-mem-layout",
-    )
+    reserved_args: ClassVar[tuple[str, ...]] = ("--enable-hierarchical-cache",)
     reserved_env: ClassVar[tuple[str, ...]] = ()
     accepted_protocols: ClassVar[frozenset[Protocol | None]] = frozenset({None})
 
@@ -162,8 +195,9 @@ class SGLangHiCacheAdapter(RuntimeAdapter):
         # All judged on the original pod: nothing is written unless everything passes.
         reject_lmcache_flags(tokens)
         reject_malformed_or_duplicate(tokens)
-        reject_opposite_capacity_mode(tokens, hi)
-        reject_conflicting_values(tokens, wanted)
+        overridden = override_values(backend)
+        reject_opposite_capacity_mode(tokens, hi, overridden)
+        reject_conflicting_values(tokens, wanted, overridden)
         missing = [(flag, value) for flag, value in wanted if not find_flag(tokens, flag)]
         if not missing:
             return copy.deepcopy(pod)

@@ -5,7 +5,8 @@ Engine wire (all upserts, so repeat injection converges):
 - ``--kv-transfer-config {"kv_connector":"LMCacheConnectorV1","kv_role":<role>}`` with
   ReadOnly -> kv_consumer, WriteOnly -> kv_producer, ReadWrite -> kv_both;
 - ``LMCACHE_REMOTE_URL`` = ``lm://host:port`` or ``mooncakestore://host:port`` from the
-  binding; removed for host-only (it is reserved, so a stale value is ours to drop);
+  binding; not injected for host-only, where a value the pod template already carries
+  is the operator's and is preserved (spec: adapters preserve existing user env);
 - ``LMCACHE_CHUNK_SIZE`` (default 256), ``LMCACHE_REMOTE_SERDE`` only when
   spec.lmCache.remoteSerde is set;
 - ``LMCACHE_LOCAL_CPU=True`` and ``LMCACHE_MAX_LOCAL_CPU_SIZE`` (GiB as a float literal,
@@ -30,7 +31,6 @@ from shared.runtime_adapters import kernel_check
 from shared.runtime_adapters.base import InjectContext, InjectionRejected, RuntimeAdapter
 from shared.runtime_adapters.engine import select_vllm_engine
 from shared.runtime_adapters.podspec import (
-    remove_env,
     runs_shell_script,
     upsert_arg,
     upsert_env,
@@ -66,13 +66,13 @@ def fail_open_value(backend: CacheBackend) -> str:
     return "true" if effective.fail_open(backend.spec) else "false"
 
 
-def lmcache_env(backend: CacheBackend, binding: Binding | None) -> dict[str, str | None]:
-    """Env name -> desired value (None: must be absent)."""
+def lmcache_env(backend: CacheBackend, binding: Binding | None) -> dict[str, str]:
+    """Env name -> desired value, in render order."""
     spec = backend.spec
-    env: dict[str, str | None] = {
-        "VLLM_USE_V1": "1",
-        "PYTHONHASHSEED": "0",
-        "LMCACHE_REMOTE_URL": remote_url(binding) if binding is not None else None,
+    env: dict[str, str] = {"VLLM_USE_V1": "1", "PYTHONHASHSEED": "0"}
+    if binding is not None:
+        env["LMCACHE_REMOTE_URL"] = remote_url(binding)
+    env |= {
         "LMCACHE_CHUNK_SIZE": str(effective.chunk_size_tokens(spec)),
         "LMCACHE_LOCAL_CPU": "True",
         "LMCACHE_MAX_LOCAL_CPU_SIZE": gib_decimal_string(host_memory_bytes(spec)),
@@ -127,9 +127,6 @@ class VLLMLMCacheAdapter(RuntimeAdapter):
             )
         upsert_arg(engine, KV_TRANSFER_CONFIG, kv_transfer_config(role))
         for name, value in env.items():
-            if value is None:
-                remove_env(engine, name)
-            else:
-                upsert_env(engine, name, value)
+            upsert_env(engine, name, value)
         kernel_check.converge(out, kernel_check.admitted_mode(mode, engine), engine)
         return out

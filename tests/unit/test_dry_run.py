@@ -104,6 +104,49 @@ def test_load_backends_defaults_namespace(tmp_path: Path) -> None:
     assert load_backends(tmp_path, default_namespace="ml")[0]["metadata"]["namespace"] == "ml"
 
 
+def test_load_backends_reads_yaml_1_2_booleans_and_string_timestamps(tmp_path: Path) -> None:
+    # An unquoted `off` (a kernel-check mode) or `yes` (a label value) stays a string.
+    (tmp_path / "cb.yaml").write_text(
+        """\
+apiVersion: inferencecache.io/v1alpha1
+kind: CacheBackend
+metadata:
+  name: a
+  creationTimestamp: 2026-01-01T00:00:00Z
+  annotations:
+    inferencecache.io/lmcache-kernel-check: off
+spec:
+  runtime: VLLM
+  engineSelector: {matchLabels: {gpu: yes}}
+  integration: {failOpen: false}
+"""
+    )
+    (doc,) = load_backends(tmp_path)
+    assert doc["metadata"]["annotations"] == {c.ANNOTATION_LMCACHE_KERNEL_CHECK: "off"}
+    assert doc["metadata"]["creationTimestamp"] == "2026-01-01T00:00:00Z"
+    assert doc["spec"]["engineSelector"]["matchLabels"] == {"gpu": "yes"}
+    assert doc["spec"]["integration"]["failOpen"] is False
+
+
+def test_load_backends_unpacks_typed_lists_and_sequences(tmp_path: Path) -> None:
+    (tmp_path / "list.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "inferencecache.io/v1alpha1",
+                "kind": "CacheBackendList",
+                "items": [make_backend("a")],
+            }
+        )
+    )
+    (tmp_path / "seq.yaml").write_text(yaml.safe_dump([make_backend("b")]))
+    nameless = make_backend("c")
+    nameless["metadata"] = None
+    write(tmp_path / "z.yaml", nameless)
+    docs = load_backends(tmp_path)
+    assert [d["metadata"].get("name") for d in docs] == ["a", "b", None]
+    assert docs[2]["metadata"] == {"namespace": "default"}
+
+
 def test_load_backends_bad_yaml_is_an_error(tmp_path: Path) -> None:
     (tmp_path / "bad.yaml").write_text("kind: [unclosed")
     with pytest.raises(BackendFileError, match="bad.yaml"):

@@ -13,6 +13,7 @@ from shared.runtime_adapters.overrides import (
     adapter_owned_args,
     adapter_owned_env,
     apply_engine_overrides,
+    entry_groups,
     entry_tokens,
 )
 from tests.unit.test_pod_wiring import (
@@ -99,6 +100,21 @@ def test_args_entry_tokenisation(entry: str, tokens: list[str]) -> None:
     assert entry_tokens(entry) == tokens
 
 
+@pytest.mark.parametrize(
+    ("entries", "groups"),
+    [
+        (["--max-model-len", "4096"], [["--max-model-len", "4096"]]),
+        (["--a", "--b", "1", "--c=2"], [["--a"], ["--b", "1"], ["--c=2"]]),
+        (["positional", "--a"], [["positional"], ["--a"]]),
+        (["--a 1", "2"], [["--a", "1", "2"]]),
+        (["", "  "], []),
+    ],
+)
+def test_args_entries_group_by_leading_flag(entries: list[str], groups: list[list[str]]) -> None:
+    # A value given as its own list entry belongs to the flag before it: never dropped.
+    assert entry_groups(entries) == groups
+
+
 # ----------------------------------------------------------------------- args
 
 
@@ -140,6 +156,30 @@ def test_suppress_args_removes_adapter_owned_flag_only() -> None:
     assert out["args"] == ["--model", "m", "--port", "8000", "--kv-transfer-config", "{}"]
 
 
+def test_args_value_as_its_own_entry_is_kept_with_its_flag() -> None:
+    out = apply(ov(args=["--max-model-len", "4096", "--chunk", "64"]))
+    assert out["args"] == [
+        "--model",
+        "m",
+        "--port",
+        "8000",
+        "--chunk",
+        "64",
+        "--kv-transfer-config",
+        "{}",
+        "--max-model-len",
+        "4096",
+    ]
+
+
+def test_suppress_args_of_a_template_flag_the_adapter_modified_restores_it() -> None:
+    # "Leading flag names the adapter MUST NOT inject": the template's value stays.
+    before = container(["--model", "m", "--chunk=128"])
+    after = container(["--model", "m", "--chunk=256", "--kv-transfer-config", "{}"])
+    out = apply(ov(suppressArgs=["--chunk"]), before, after)
+    assert out["args"] == ["--model", "m", "--chunk=128", "--kv-transfer-config", "{}"]
+
+
 def test_suppress_args_never_removes_reserved_flag() -> None:
     assert apply(ov(suppressArgs=["--kv-transfer-config"])) == AFTER
 
@@ -176,6 +216,18 @@ def test_suppress_env_removes_adapter_owned_only() -> None:
     out = apply(ov(suppressEnv=["LMCACHE_LOCAL_CPU", "HF_HOME", "PYTHONHASHSEED_NOT_THERE"]))
     assert "LMCACHE_LOCAL_CPU" not in env(out)
     assert env(out)["HF_HOME"] == "/cache"
+
+
+def test_suppress_env_of_a_template_value_the_adapter_modified_restores_it() -> None:
+    # "suppressEnv: Env var Names the adapter MUST NOT inject ... user-owned env is
+    # protected": the adapter's 256 goes, the template's own 128 stays where it was.
+    out = apply(ov(suppressEnv=["LMCACHE_CHUNK_SIZE"]))
+    assert out["env"] == [
+        {"name": "HF_HOME", "value": "/cache"},
+        {"name": "LMCACHE_CHUNK_SIZE", "value": "128"},
+        {"name": "LMCACHE_LOCAL_CPU", "value": "True"},
+        {"name": "VLLM_USE_V1", "value": "1"},
+    ]
 
 
 def test_suppress_env_never_removes_reserved_name() -> None:

@@ -225,3 +225,59 @@ def test_every_returned_reason_is_in_the_published_vocabulary() -> None:
     declared |= {v for k, v in vars(pod_admission).items() if k.startswith("REASON_")}
     assert declared == set(pod_admission.ADMISSION_REASONS)
     assert len(pod_admission.ADMISSION_REASONS) == len(set(pod_admission.ADMISSION_REASONS))
+
+
+def test_skip_inject_is_decided_before_listing_backends() -> None:
+    # Spec: a truthy skip-inject "returns Allowed, skips engine wiring ... and stamps
+    # inferencecache.io/inject-skipped" — it needs no backend, so a list error does not
+    # turn the explicit opt-out into an unmarked fail-open.
+    def broken(namespace: str) -> list[dict[str, Any]]:
+        raise ConnectionError("refused")
+
+    pod = make_pod(annotations={c.ANNOTATION_SKIP_INJECT: "true"})
+    review, outcome, reason = mutate_pod(request(pod), broken, CTX)
+    assert (outcome, reason) == ("skipped", "skip_inject_annotation")
+    patched = jsonpatch.apply_patch(pod, patch_of(review))
+    assert patched["metadata"]["annotations"][c.ANNOTATION_INJECT_SKIPPED] == c.INJECT_SKIPPED_VALUE
+
+
+def test_a_pod_without_any_namespace_is_in_default() -> None:
+    list_backends = lister(make_backend(namespace="default"))
+    review, outcome, _ = mutate_pod(
+        request(make_pod(namespace=""), namespace=""), list_backends, CTX
+    )
+    assert list_backends.calls == ["default"]
+    assert outcome == "injected"
+    wired = jsonpatch.apply_patch(make_pod(namespace=""), patch_of(review))
+    assert wired["metadata"]["annotations"][c.ANNOTATION_INJECTED_BY] == "default/cache"
+
+
+def test_a_patch_that_does_not_reproduce_the_pod_falls_back_to_field_ops(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(pod_admission, "json_patch", lambda before, after: [])
+    pod = make_pod()
+    review, outcome, _ = mutate_pod(request(pod), lister(make_backend()), CTX)
+    assert outcome == "injected"
+    ops = patch_of(review)
+    assert {op["path"] for op in ops} == {"/metadata/annotations", "/spec/containers"}
+    wired = jsonpatch.apply_patch(pod, ops)
+    monkeypatch.undo()
+    again, _, _ = mutate_pod(request(wired), lister(make_backend()), CTX)
+    assert "patch" not in again["response"]
+
+
+def test_field_level_patch_round_trips() -> None:
+    before = {
+        "apiVersion": "v1",
+        "metadata": {"annotations": {"a/b": "1"}, "labels": {"x": "y"}},
+        "spec": {"containers": [{"name": "c"}], "volumes": []},
+    }
+    after = {
+        "apiVersion": "v1",
+        "metadata": {"labels": {"x": "y"}},
+        "spec": {"containers": [{"name": "c", "args": ["x"]}], "hostNetwork": True},
+    }
+    ops = pod_admission.field_level_patch(before, after)
+    assert jsonpatch.apply_patch(before, ops) == after
+    assert all(op["path"] not in ("", "/spec", "/metadata") for op in ops)

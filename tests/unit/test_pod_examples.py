@@ -17,32 +17,44 @@ from webhook_svc.pod_admission import mutate_pod
 EXAMPLES = ROOT / "examples" / "admission"
 BACKENDS = load_backends(SAMPLES_DIR)
 
-# file -> (outcome, reason, backend annotation or None)
+SUBSCRIBER_IMAGE = "ghcr.io/inference-cache/kvevent-subscriber:0.1.0"
+# file -> (outcome, reason, backend annotation or None), with --kvevent-subscriber-image
 EXPECTED = {
     "pod-vllm-host-only.json": ("injected", "injected", "default/vllm-host-only"),
     "pod-sglang-lmcache-mp.json": ("injected", "injected", "default/sglang-host-only"),
     "pod-sglang-hicache.json": ("injected", "injected", "default/sglang-hicache"),
+    "pod-vllm-events-only.json": ("injected", "events_only", "default/vllm-events-only"),
+    "pod-vllm-lmcacheserver-external.json": (
+        "injected",
+        "injected",
+        "default/vllm-lmcache-external",
+    ),
+    "pod-mooncake-no-endpoint-fail-open.json": ("fail_open", "missing_endpoint", None),
     "pod-no-match-fail-open.json": ("fail_open", "no_match", None),
     "pod-skip-inject.json": ("skipped", "skip_inject_annotation", None),
 }
+# Without the image, events-only appends nothing and is a fail-open; the rest is unchanged.
+WITHOUT_IMAGE = {"pod-vllm-events-only.json": ("fail_open", "events_only_no_subscriber", None)}
 
 
 def test_every_pod_example_is_listed() -> None:
     assert sorted(p.name for p in EXAMPLES.glob("pod-*.json")) == sorted(EXPECTED)
 
 
+@pytest.mark.parametrize("image", [SUBSCRIBER_IMAGE, None], ids=["image", "no-image"])
 @pytest.mark.parametrize("name", sorted(EXPECTED))
-def test_pod_example_replays_as_documented(name: str) -> None:
+def test_pod_example_replays_as_documented(name: str, image: str | None) -> None:
     req = parse_review(json.loads((EXAMPLES / name).read_text()))
     review, outcome, reason = mutate_pod(
         req,
         lambda ns: [b for b in BACKENDS if b["metadata"].get("namespace", "default") == ns],
-        InjectContext(),
+        InjectContext(kvevent_subscriber_image=image),
     )
-    assert (outcome, reason) == EXPECTED[name][:2]
+    expected = EXPECTED[name] if image else WITHOUT_IMAGE.get(name, EXPECTED[name])
+    assert (outcome, reason) == expected[:2]
     assert review["response"]["allowed"] is True
     patch = json.dumps(review["response"].get("patch", ""))
-    backend = EXPECTED[name][2]
+    backend = expected[2]
     if backend:
         ops = json.loads(base64.b64decode(review["response"]["patch"]))
         assert any(

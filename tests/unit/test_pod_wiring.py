@@ -175,7 +175,6 @@ def stale_annotations() -> dict[str, str]:
         c.ANNOTATION_INJECTED_BY: f"{NS}/forged",
         c.ANNOTATION_INJECTED_BY_UID: "forged-uid",
         c.ANNOTATION_INJECT_SKIPPED: c.INJECT_SKIPPED_VALUE,
-        c.ANNOTATION_LMCACHE_KERNEL_CHECK_MODE: "strict",
         "team/keep": "me",
     }
 
@@ -186,7 +185,6 @@ def assert_decision_annotations_stripped(pod: dict[str, Any]) -> None:
         c.ANNOTATION_INJECTED_BY,
         c.ANNOTATION_INJECTED_BY_UID,
         c.ANNOTATION_INJECT_SKIPPED,
-        c.ANNOTATION_LMCACHE_KERNEL_CHECK_MODE,
     ):
         assert key not in annotations
     assert annotations.get("team/keep") == "me"
@@ -435,7 +433,7 @@ def test_skip_inject_annotation_truthy_values_skip(value: str) -> None:
 
 
 def test_skip_inject_truthy_set_is_documented() -> None:
-    assert {"true", "1", "yes", "on"} == SKIP_INJECT_TRUTHY
+    assert {"true", "t", "1", "yes", "on"} == SKIP_INJECT_TRUTHY
 
 
 @pytest.mark.parametrize("value", ["false", "0", "no", "off", "", "maybe"])
@@ -473,10 +471,12 @@ def test_injected_stamps_injected_by_and_uid_and_clears_inject_skipped() -> None
     assert c.ANNOTATION_INJECT_SKIPPED not in got
 
 
-def test_injected_without_backend_uid_drops_stale_uid() -> None:
+def test_injected_without_backend_uid_stamps_an_empty_uid_over_a_stale_one() -> None:
+    # Spec: "Stamps TWO annotations on every successfully mutated pod"; a backend without
+    # metadata.uid (a YAML file) gives an empty one, never the forged value.
     pod = make_pod(annotations={c.ANNOTATION_INJECTED_BY_UID: "forged"})
     result = wire_pod(pod, [make_backend(uid=None)], CTX)
-    assert c.ANNOTATION_INJECTED_BY_UID not in annotations_of(result.pod)
+    assert annotations_of(result.pod)[c.ANNOTATION_INJECTED_BY_UID] == ""
     assert annotations_of(result.pod)[c.ANNOTATION_INJECTED_BY] == f"{NS}/cache"
 
 

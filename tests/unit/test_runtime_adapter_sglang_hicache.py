@@ -221,3 +221,47 @@ def test_repeat_injection_is_idempotent_and_input_untouched() -> None:
     assert pod == before
     assert inject(once, cb) == once
     assert_valid_pod(once)
+
+
+def test_reserves_only_the_enable_flag() -> None:
+    # Spec "Reserved declarations": an adapter guards "only the flags/env its own
+    # integration cannot function without"; SGLang has defaults for every --hicache-*.
+    assert ADAPTER.reserved_args == ("--enable-hierarchical-cache",)
+    assert ADAPTER.reserved_env == ()
+
+
+def overridden(args: list[str], **hi: Any) -> CacheBackend:
+    raw = make_backend(
+        runtime="SGLang",
+        type_="SGLangHiCache",
+        hiCache=hi or {"ratio": "2.0"},
+        integration={"engineOverrides": {"args": args}},
+    )
+    return CacheBackend.model_validate(raw)
+
+
+@pytest.mark.parametrize(
+    ("existing", "override"),
+    [
+        (["--hicache-write-policy=write_back"], ["--hicache-write-policy=write_back"]),
+        (["--hicache-write-policy", "write_back"], ["--hicache-write-policy", "write_back"]),
+        (["--hicache-ratio", "4"], ["--hicache-ratio 4.0"]),
+        (["--hicache-size=16"], ["--hicache-size=16"]),  # the opposite mode, by override
+    ],
+)
+def test_an_engine_overrides_value_counts_as_matching(
+    existing: list[str], override: list[str]
+) -> None:
+    # A re-admitted pod carries what engineOverrides put there: it converges.
+    cb = overridden(override, ratio="2.0", writePolicy="write_through")
+    pod = make_pod(engine(args=existing))
+    out = inject(pod, cb)
+    assert args_of(out)[: len(existing)] == existing
+
+
+def test_a_value_neither_the_backend_nor_an_override_gives_still_rejects() -> None:
+    cb = overridden(["--hicache-write-policy=write_back"], ratio="2.0", writePolicy="write_through")
+    with pytest.raises(InjectionRejected):
+        inject(make_pod(engine(args=["--hicache-write-policy", "write_through_selective"])), cb)
+    with pytest.raises(InjectionRejected):
+        inject(make_pod(engine(args=["--hicache-size", "8"])), cb)

@@ -102,10 +102,11 @@ def test_remote_url_scheme_never_doubled(binding: Binding, url: str) -> None:
     assert env_of(engine_of(inject(make_pod(), binding=binding)))["LMCACHE_REMOTE_URL"] == url
 
 
-def test_host_only_has_no_remote_url_and_drops_a_stale_one() -> None:
-    stale = make_container(env=[{"name": "LMCACHE_REMOTE_URL", "value": "lm://old:1"}])
-    env = env_of(engine_of(inject(make_pod(stale))))
-    assert "LMCACHE_REMOTE_URL" not in env
+def test_host_only_injects_no_remote_url_and_keeps_the_templates_own() -> None:
+    # Spec: "Adapters preserve existing user args/env"; host-only injects no remote URL.
+    assert "LMCACHE_REMOTE_URL" not in env_of(engine_of(inject(make_pod())))
+    own = make_container(env=[{"name": "LMCACHE_REMOTE_URL", "value": "lm://own:1"}])
+    assert env_of(engine_of(inject(make_pod(own))))["LMCACHE_REMOTE_URL"] == "lm://own:1"
 
 
 def test_chunk_size_default_and_configured() -> None:
