@@ -178,6 +178,74 @@ class Cluster:
         return [e for e in items if (e.get("involvedObject") or {}).get("name") == name]
 
 
+# ---- engine and cache-server pods (wired by annotations, as the Pod webhook leaves them)
+
+KERNEL_CHECK = "lmcache-kernel-check"
+
+
+def create_pod(
+    cluster: Cluster,
+    ns: str,
+    name: str,
+    annotations: dict[str, str],
+    *,
+    labels: dict[str, str] | None = None,
+    containers: tuple[str, ...] = ("vllm",),
+    kernel_check: bool = False,
+    owner: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": [{"name": n, "image": "engine:1"} for n in containers]}
+    if kernel_check:
+        spec["initContainers"] = [{"name": KERNEL_CHECK, "image": "engine:1"}]
+    meta: dict[str, Any] = {
+        "name": name,
+        "labels": labels or {"app": "vllm"},
+        "annotations": annotations,
+    }
+    if owner:
+        meta["ownerReferences"] = [owner]
+    body = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+    # The harness creates each namespace's default ServiceAccount shortly after.
+    return poll(lambda: cluster.kube.create(k.PODS, ns, body), timeout=30, what=f"pod {name}")
+
+
+def set_pod_status(cluster: Cluster, ns: str, name: str, status: dict[str, Any]) -> None:
+    cluster.kube.request(
+        "PATCH",
+        k.PODS.item(ns, name) + "/status",
+        body={"status": status},
+        content_type="application/merge-patch+json",
+    )
+
+
+def injected(cb: dict[str, Any], mode: str | None = None) -> dict[str, str]:
+    meta = cb["metadata"]
+    out = {
+        "inferencecache.io/injected-by": f"{meta['namespace']}/{meta['name']}",
+        "inferencecache.io/injected-by-uid": meta["uid"],
+    }
+    if mode:
+        out["inferencecache.io/lmcache-kernel-check-mode"] = mode
+    return out
+
+
+def create_ready_server_pod(cluster: Cluster, ns: str, workload: dict[str, Any], name: str) -> str:
+    """A Ready pod of the managed cache-server workload (its selector labels and its
+    container); returns the pod UID."""
+    labels = dict(workload["spec"]["selector"]["matchLabels"])
+    container = workload["spec"]["template"]["spec"]["containers"][0]["name"]
+    pod = create_pod(cluster, ns, name, {}, labels=labels, containers=(container,))
+    set_pod_status(
+        cluster,
+        ns,
+        name,
+        {"conditions": [{"type": "Ready", "status": "True"}],
+         "containerStatuses": [{"name": container, "ready": True, "restartCount": 0,
+                                "image": "engine:1", "imageID": "", "state": {"running": {}}}]},
+    )  # fmt: skip
+    return str(pod["metadata"]["uid"])
+
+
 def condition(obj: dict[str, Any], type_: str) -> tuple[str, str] | None:
     for cond in (obj.get("status") or {}).get("conditions") or []:
         if cond.get("type") == type_:
@@ -303,7 +371,7 @@ class Stack:
     def identity(self, name: str) -> str:
         return f"{name}-{self.tag}"
 
-    def start_dispatcher(self, name: str = "dispatcher-a") -> Proc:
+    def start_dispatcher(self, name: str = "dispatcher-a", extra: list[str] | None = None) -> Proc:
         identity = self.identity(name)
         return self._spawn(
             name,
@@ -321,6 +389,7 @@ class Stack:
                 "--dispatch-timeout", str(self.dispatch_timeout),
                 "--backoff-base", "0.2",
                 "--backoff-max", "5",
+                *(extra or []),
             ],
         )  # fmt: skip
 

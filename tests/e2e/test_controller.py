@@ -13,7 +13,11 @@ from tests.e2e.conftest import (
     Cluster,
     Stack,
     condition,
+    create_pod,
+    create_ready_server_pod,
+    injected,
     poll,
+    set_pod_status,
 )
 
 NO_GATE = {"inferencecache.io/require-kv-events": "false"}
@@ -282,6 +286,30 @@ def test_steady_state_resync_makes_zero_write_requests(cluster: Cluster, stack: 
         cluster.wait_cb(ns, name, converged, "converged")
     cluster.mark_available(ns, "Deployment", "managed-redis")
     cluster.wait_condition(ns, "managed", "Ready", "False", "AwaitingFirstKVEvent")
+    # Engine-side observations are idle too: a Ready cache-server pod (the cascade
+    # baseline) and an injected engine pod whose engine crash-loops.
+    server = cluster.kube.get(k.DEPLOYMENTS, ns, "managed-redis")
+    server_uid = create_ready_server_pod(cluster, ns, server, "managed-redis-0")
+    create_pod(
+        cluster, ns, "sglang-0", injected(cluster.cb(ns, "managed")), labels={"app": "sglang"}
+    )
+    set_pod_status(
+        cluster,
+        ns,
+        "sglang-0",
+        {"containerStatuses": [{"name": "vllm", "ready": False, "restartCount": 3,
+                                "image": "engine:1", "imageID": "",
+                                "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]},
+    )  # fmt: skip
+    cluster.wait_cb(
+        ns,
+        "managed",
+        lambda o: (
+            o["status"].get("observedServerInstance") == f"{server_uid}:0"
+            and condition(o, "EngineCompatibility") == ("False", "InjectedEngineCrashLooping")
+        ),
+        "engine-side observations",
+    )
 
     # Let in-flight follow-up reconciles (triggered by our own writes) settle:
     # wait until a full resync period passes with no write by the controller.

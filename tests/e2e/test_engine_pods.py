@@ -1,0 +1,246 @@
+"""End to end: engine pods (wired by annotations, as the Pod webhook leaves them) drive
+the engine-side advisory conditions, the pod Events and the cache-server cascade.
+
+There is no kubelet: the tests write pod status themselves, as envtest users do.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import urllib.request
+
+from reconciler import kube as k
+from tests.e2e.conftest import (
+    KERNEL_CHECK,
+    Cluster,
+    Stack,
+    condition,
+    create_pod,
+    create_ready_server_pod,
+    injected,
+    poll,
+    set_pod_status,
+)
+
+NO_GATE = {"inferencecache.io/require-kv-events": "false"}
+MANAGED = {
+    "runtime": "VLLM",
+    "remoteStorage": {"provider": "LMCacheServer", "ownership": "Managed"},
+    "engineSelector": {"matchLabels": {"app": "vllm"}},
+}
+
+
+def pod_event_reasons(cluster: Cluster, ns: str, pod: str) -> list[str]:
+    return [
+        e["reason"]
+        for e in cluster.kube.list(k.EVENTS, ns).get("items") or []
+        if (e.get("involvedObject") or {}).get("kind") == "Pod"
+        and (e.get("involvedObject") or {}).get("name") == pod
+    ]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        return str(resp.read().decode())
+
+
+def test_engine_pods_drive_advisories_events_and_the_t2_gauge(
+    cluster: Cluster, stack: Stack
+) -> None:
+    port = free_port()
+    stack.start_dispatcher(extra=["--metrics-port", str(port)])
+    stack.start_worker()
+    ns = cluster.namespace()
+    cb = cluster.create_cb(ns, "cb", MANAGED, NO_GATE)
+    cluster.wait_cb(ns, "cb", lambda o: bool((o.get("status") or {}).get("endpoint")), "endpoint")
+    cluster.mark_available(ns, "Deployment", "cb-lmcache-server")
+    cluster.wait_condition(ns, "cb", "Ready", "True", "BackendReady")
+
+    create_pod(cluster, ns, "e-strict", injected(cb, "strict"), kernel_check=True)
+    create_pod(cluster, ns, "e-report", injected(cb, "report-only"), kernel_check=True)
+    skip = {
+        "inferencecache.io/skip-inject": "true",
+        "inferencecache.io/inject-skipped": "skip-inject-annotation",
+    }
+    create_pod(cluster, ns, "e-skipped", skip)
+    forged = {**injected(cb), "inferencecache.io/injected-by-uid": "not-the-live-uid"}
+    create_pod(cluster, ns, "e-forged", forged)
+
+    # Not run yet (no kubelet): pending, Ready untouched.
+    obj = cluster.wait_condition(ns, "cb", "EngineKernelsHealthy", "Unknown", "KernelCheckPending")
+    assert condition(obj, "Ready") == ("True", "BackendReady")
+    assert obj["status"]["matchedEnginePods"] == 4
+
+    ok = json.dumps({"mode": "report-only", "result": "ok", "error": ""})
+    failed = json.dumps({"mode": "strict", "result": "failed", "error": "ImportError: libcudart"})
+    set_pod_status(
+        cluster,
+        ns,
+        "e-report",
+        {"initContainerStatuses": [{"name": KERNEL_CHECK, "ready": False, "restartCount": 0,
+                                    "image": "engine:1", "imageID": "",
+                                    "state": {"terminated": {"exitCode": 0, "message": ok}}}]},
+    )  # fmt: skip
+    set_pod_status(
+        cluster,
+        ns,
+        "e-strict",
+        {"initContainerStatuses": [{"name": KERNEL_CHECK, "ready": False, "restartCount": 2,
+                                    "image": "engine:1", "imageID": "",
+                                    "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                                    "lastState": {"terminated": {"exitCode": 1,
+                                                                 "message": failed}}}]},
+    )  # fmt: skip
+    obj = cluster.wait_condition(ns, "cb", "Ready", "False", "EngineKernelDegraded", timeout=20)
+    kernels = next(c for c in obj["status"]["conditions"] if c["type"] == "EngineKernelsHealthy")
+    assert (kernels["status"], kernels["reason"]) == ("False", "KernelLoadFailed")
+    assert "e-strict (strict): ImportError: libcudart" in kernels["message"]
+
+    # The engine container crash-loops: advisory only, narrated once on the backend.
+    set_pod_status(
+        cluster,
+        ns,
+        "e-report",
+        {"containerStatuses": [{"name": "vllm", "ready": False, "restartCount": 5,
+                                "image": "engine:1", "imageID": "",
+                                "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]},
+    )  # fmt: skip
+    obj = cluster.wait_condition(
+        ns, "cb", "EngineCompatibility", "False", "InjectedEngineCrashLooping", timeout=20
+    )
+    assert condition(obj, "Ready") == ("False", "EngineKernelDegraded")
+    poll(
+        lambda: "InjectedEngineCrashLooping" in [e["reason"] for e in cluster.events(ns, "cb")],
+        timeout=10,
+        what="InjectedEngineCrashLooping Event",
+    )
+
+    # Pod Events from the dispatcher's engine-pod events controller.
+    poll(
+        lambda: (
+            pod_event_reasons(cluster, ns, "e-strict") == ["InjectedByCacheBackend"]
+            and pod_event_reasons(cluster, ns, "e-report") == ["InjectedByCacheBackend"]
+            and pod_event_reasons(cluster, ns, "e-skipped") == ["SkippedByOperator"]
+        ),
+        timeout=20,
+        what="InjectedByCacheBackend / SkippedByOperator pod Events",
+    )
+    assert pod_event_reasons(cluster, ns, "e-forged") == []
+    event = next(
+        e
+        for e in cluster.kube.list(k.EVENTS, ns)["items"]
+        if e["reason"] == "InjectedByCacheBackend" and e["involvedObject"]["name"] == "e-strict"
+    )
+    pod_uid = cluster.kube.get(k.PODS, ns, "e-strict")["metadata"]["uid"]
+    assert event["involvedObject"]["uid"] == pod_uid and event["type"] == "Normal"
+
+    # T2 hit rate (as the snapshot poller writes it): condition and the leader's gauge.
+    cluster.patch_cb(
+        ns, "cb", {"status": {"indexParticipation": {"prefixCount": 1, "t2HitRate": "0"}}},
+        status=True,
+    )  # fmt: skip
+    cluster.wait_condition(ns, "cb", "T2Degraded", "True", "T2ZeroHitRate")
+    sample = f'inferencecache_backend_t2_hit_rate{{backend="{ns}/cb"}} 0.0'
+    poll(lambda: sample in scrape(port), timeout=10, what="the t2 hit-rate gauge")
+
+    # Offload → EventsOnly clears all four advisories.
+    cluster.patch_cb(
+        ns, "cb", {"spec": {"remoteStorage": None, "integration": {"mode": "EventsOnly"}}}
+    )
+    obj = cluster.wait_condition(ns, "cb", "Ready", "True", "EventsOnlyActive")
+    assert {c["type"] for c in obj["status"]["conditions"]} == {"Ready", "Degraded", "Progressing"}
+    # Each pod Event was recorded exactly once.
+    assert pod_event_reasons(cluster, ns, "e-strict") == ["InjectedByCacheBackend"]
+
+
+def test_cache_server_replacement_rolls_the_injected_engine_deployment(
+    cluster: Cluster, stack: Stack
+) -> None:
+    stack.start_dispatcher()
+    stack.start_worker()
+    ns = cluster.namespace()
+    cb = cluster.create_cb(ns, "cb", MANAGED, NO_GATE)
+    server = "cb-lmcache-server"
+    dep = poll(
+        lambda: cluster.kube.get_or_none(k.DEPLOYMENTS, ns, server), timeout=30, what="server"
+    )
+    cluster.mark_available(ns, "Deployment", server)
+    first = create_ready_server_pod(cluster, ns, dep, "server-1")
+    cluster.wait_cb(
+        ns,
+        "cb",
+        lambda o: (o.get("status") or {}).get("observedServerInstance") == f"{first}:0",
+        "baseline observedServerInstance",
+    )
+
+    # The engine workload: Deployment → ReplicaSet → pod wired to this backend.
+    engine = cluster.kube.create(
+        k.DEPLOYMENTS,
+        ns,
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "vllm"},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": {"app": "vllm"}},
+                "template": {
+                    "metadata": {"labels": {"app": "vllm"}},
+                    "spec": {"containers": [{"name": "vllm", "image": "engine:1"}]},
+                },
+            },
+        },
+    )
+    rs = cluster.kube.create(
+        k.REPLICASETS,
+        ns,
+        {
+            "apiVersion": "apps/v1",
+            "kind": "ReplicaSet",
+            "metadata": {
+                "name": "vllm-abc",
+                "labels": {"app": "vllm"},
+                "ownerReferences": [
+                    {"apiVersion": "apps/v1", "kind": "Deployment", "name": "vllm",
+                     "uid": engine["metadata"]["uid"], "controller": True}
+                ],
+            },
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": {"app": "vllm"}},
+                "template": {
+                    "metadata": {"labels": {"app": "vllm"}},
+                    "spec": {"containers": [{"name": "vllm", "image": "engine:1"}]},
+                },
+            },
+        },
+    )  # fmt: skip
+    create_pod(
+        cluster,
+        ns,
+        "vllm-abc-1",
+        injected(cb),
+        owner={"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "vllm-abc",
+               "uid": rs["metadata"]["uid"], "controller": True},
+    )  # fmt: skip
+
+    # The cache server is replaced (no kubelet: an unbound pod is deleted at once).
+    cluster.kube.delete(k.PODS, ns, "server-1")
+    second = create_ready_server_pod(cluster, ns, dep, "server-2")
+    obj = cluster.wait_cb(
+        ns,
+        "cb",
+        lambda o: (o.get("status") or {}).get("observedServerInstance") == f"{second}:0",
+        "observedServerInstance after the replacement",
+        timeout=30,
+    )
+    template = cluster.kube.get(k.DEPLOYMENTS, ns, "vllm")["spec"]["template"]["metadata"]
+    assert "inferencecache.io/cache-server-restart-trigger" in (template.get("annotations") or {})
+    assert condition(obj, "Ready") == ("True", "BackendReady")
