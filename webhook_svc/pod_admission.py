@@ -13,6 +13,7 @@ outcome, reason, namespace, pod name/generateName and backend as extra fields.
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -142,7 +143,8 @@ def verified_patch(before: dict[str, Any], after: dict[str, Any]) -> list[dict[s
     (a wrong patch would wire the pod to something nobody rendered)."""
     patch = json_patch(before, after)
     try:
-        if jsonpatch.apply_patch(before, patch) == after:
+        # A JSON round trip is a cheaper deep copy of a decoded AdmissionReview object.
+        if jsonpatch.apply_patch(json.loads(json.dumps(before)), patch, in_place=True) == after:
             return patch
     except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException):
         pass
