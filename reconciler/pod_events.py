@@ -26,6 +26,7 @@ import datetime as dt
 import hashlib
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
@@ -38,6 +39,11 @@ from shared.pod_wiring import skip_inject_requested
 
 # An Event name is a DNS subdomain (<= 253 characters).
 _MAX_POD_PREFIX: Final = 200
+# A confirmed (backend, uid) pair is reused this long, so the pods of one backend (a
+# leader's initial list, a rollout) cost one GET. Only matches are reused: a UID is fixed
+# at creation, so a match cannot turn stale in a way that forges one, while a miss is
+# always re-checked live (the CR may just have been recreated).
+UID_MATCH_TTL_SECONDS: Final = 10.0
 
 
 @dataclass(frozen=True)
@@ -171,6 +177,7 @@ class EnginePodEvents:
         self._lock = threading.Lock()
         self._done: set[tuple[str, str]] = set()  # (pod uid, reason)
         self._pending: dict[str, dict[str, Any]] = {}  # pod uid -> pod
+        self._matches: dict[tuple[str, str], float] = {}  # (backend key, uid) -> expiry
 
     def observe(self, event_type: str, pod: dict[str, Any]) -> None:
         uid = str(_meta(pod).get("uid") or "")
@@ -211,6 +218,24 @@ class EnginePodEvents:
         with self._lock:
             self._pending.clear()
             self._done.clear()
+            self._matches.clear()
+
+    def _live_uid(self, claim: InjectedByClaim) -> tuple[bool, str | None]:
+        """(found, uid) of the named CacheBackend; a recent confirmed match is reused."""
+        now = time.monotonic()
+        with self._lock:
+            expiry = self._matches.get((claim.key, claim.uid))
+            if expiry is not None and expiry > now:
+                return True, claim.uid
+        live = self.kube.get_or_none(k.CACHEBACKENDS, claim.namespace, claim.name)
+        if live is None:
+            return False, None
+        uid = str(_meta(live).get("uid") or "") or None
+        if uid is not None:
+            with self._lock:
+                self._matches = {m: e for m, e in self._matches.items() if e > now}
+                self._matches[(claim.key, uid)] = now + UID_MATCH_TTL_SECONDS
+        return True, uid
 
     def _is_done(self, uid: str, reason: str) -> bool:
         with self._lock:
@@ -228,8 +253,7 @@ class EnginePodEvents:
         claim = injected_by_claim(pod)
         if claim is None or self._is_done(uid, reason):
             return
-        live = self.kube.get_or_none(k.CACHEBACKENDS, claim.namespace, claim.name)
-        live_uid = None if live is None else (str(_meta(live).get("uid") or "") or None)
+        found, live_uid = self._live_uid(claim)
         event = injected_by_cache_backend_event(claim, live_uid)
         if event is None:
             log.info(
@@ -238,7 +262,7 @@ class EnginePodEvents:
                 _meta(pod).get("name"),
                 claim.key,
                 claim.uid,
-                "is not found" if live is None else f"has uid {live_uid}",
+                f"has uid {live_uid}" if found else "is not found",
                 reason,
             )
             self._mark_done(uid, reason)

@@ -181,6 +181,19 @@ def test_mismatch_and_not_found_are_final_skips() -> None:
     assert gone.events == {}
 
 
+def test_pods_of_one_backend_cost_one_lookup_but_a_miss_is_always_rechecked() -> None:
+    kube = FakeKube({"ns/cb": "u1"})
+    rec = recorder(kube)
+    for i in range(3):
+        rec.observe("ADDED", pod(INJECTED, name=f"e{i}", uid=f"p{i}"))
+    assert reasons(kube) == ["InjectedByCacheBackend"] * 3
+    assert [c for c in kube.calls if c[0] == "get"] == [("get", "ns/cb")]
+    # The CR is recreated: a pod stamped with the new UID is checked live, not skipped.
+    kube.backends["ns/cb"] = "u2"
+    rec.observe("ADDED", pod({**INJECTED, "inferencecache.io/injected-by-uid": "u2"}, uid="p9"))
+    assert reasons(kube) == ["InjectedByCacheBackend"] * 4
+
+
 def test_skipped_pod_gets_skipped_by_operator_without_a_lookup() -> None:
     kube = FakeKube({})
     recorder(kube).observe("ADDED", pod(SKIPPED))
