@@ -3,6 +3,10 @@
 Live mode lists uncached on every admission: an informer-cache miss on a freshly
 Ready backend would leave a pod permanently unwired, since pod CREATE is one-shot.
 Embedded mode re-reads the directory only when a file's mtime or the file set changes.
+A file backend without ``metadata.namespace`` (loaded with namespace "") joins whichever
+namespace asks, as ``kubectl apply -n <ns> -f`` would place it: a directory of backends
+written without namespaces wires pods in any namespace, while a backend that names its
+namespace is seen there only.
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ class FileBackendSource:
             return
         by_namespace: dict[str, list[dict[str, Any]]] = {}
         for backend in self._loader(self._directory):
-            ns = (backend.get("metadata") or {}).get("namespace") or "default"
+            ns = (backend.get("metadata") or {}).get("namespace") or ""
             by_namespace.setdefault(ns, []).append(backend)
         self._by_namespace = by_namespace
         self._fingerprint = fingerprint
@@ -52,7 +56,12 @@ class FileBackendSource:
     def list(self, namespace: str) -> list[dict[str, Any]]:
         with self._lock:
             self._refresh()
-            return list(self._by_namespace.get(namespace, []))
+            scoped = list(self._by_namespace.get(namespace, []))
+            unscoped = self._by_namespace.get("", [])
+        return scoped + [
+            {**b, "metadata": {**(b.get("metadata") or {}), "namespace": namespace}}
+            for b in unscoped
+        ]
 
 
 class ApiBackendSource:

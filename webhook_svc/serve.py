@@ -9,6 +9,7 @@ plain HTTP for local replay with curl.
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import os
 import ssl
@@ -72,7 +73,10 @@ def build_source(args: argparse.Namespace) -> BackendSource:
     if args.backends_from:
         from webhook_svc.backend_files import load_backends
 
-        return FileBackendSource(args.backends_from, load_backends)
+        # Namespace-less files stay unscoped ("") and join the asking pod's namespace.
+        return FileBackendSource(
+            args.backends_from, functools.partial(load_backends, default_namespace="")
+        )
     return ApiBackendSource(load_kube_client(args.kubeconfig))
 
 
