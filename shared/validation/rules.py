@@ -205,10 +205,12 @@ def reject_unsupported_runtime_cache_pair(ctx: RuleContext) -> list[FieldError]:
     if registry.select(spec.runtime, cache_type) is not None:
         return []
     pairs = ", ".join(registry.supported_pairs())
+    # Scoped to spec.type: the runtime is a valid enum value, the engine-cache type is
+    # what has no adapter for it.
     return [
         invalid(
-            SPEC.child("runtime"),
-            spec.runtime,
+            SPEC.child("type"),
+            cache_type,
             f"no runtime adapter is installed for the (runtime {spec.runtime}, type "
             f"{cache_type}) pair {spec.runtime}/{cache_type}; supported (runtime/type) pairs: "
             f"{pairs}",
@@ -806,10 +808,12 @@ def reject_events_only_with_non_lmcache_type(ctx: RuleContext) -> list[FieldErro
     cache_type = effective.cache_type(spec)
     if not _events_only(spec) or cache_type == c.TYPE_LMCACHE:
         return []
+    # Scoped to spec.type, the field the rule names ("requires spec.type=LMCache").
     return [
-        forbidden(
-            INTEGRATION.child("mode"),
-            f"mode EventsOnly requires spec.type LMCache, not {cache_type}: events-only wires "
+        invalid(
+            SPEC.child("type"),
+            cache_type,
+            f"spec.integration.mode EventsOnly requires spec.type LMCache, not {cache_type}: events-only wires "
             f"no KV connector, and LMCache supplies the kvevent-subscriber the routing tier "
             f"needs",
         )

@@ -503,7 +503,7 @@ INVALID_CASES = [
     case(
         "runtime/cache pair must be supported; SupportedPairs in the rejection",
         cb({**HICACHE, "runtime": "VLLM"}),
-        "spec.runtime",
+        "spec.type",
         contains=tuple(registry.supported_pairs()),
     ),
     case("spec: missing", cb(no_spec=True), "spec", contains=("spec: Required value",)),
@@ -885,8 +885,8 @@ INVALID_CASES = [
     case(
         "events-only requires spec.type=LMCache",
         cb({**HICACHE, "integration": {"mode": "EventsOnly"}}),
-        "spec.integration.mode",
-        contains=("LMCache",),
+        "spec.type",
+        contains=("LMCache", "EventsOnly"),
     ),
     case(
         "events-only: spec.remoteStorage is forbidden (Managed)",

@@ -359,7 +359,7 @@ def test_reject_unsupported_runtime_cache_pair_rejects_vllm_hicache_naming_suppo
     errors = run(r.reject_unsupported_runtime_cache_pair, {**HICACHE, "runtime": "VLLM"})
     pairs = ", ".join(registry.supported_pairs())
     assert errors == [
-        'spec.runtime: Invalid value: "VLLM": no runtime adapter is installed for the (runtime '
+        'spec.type: Invalid value: "SGLangHiCache": no runtime adapter is installed for the (runtime '
         f"VLLM, type SGLangHiCache) pair VLLM/SGLangHiCache; supported (runtime/type) pairs: "
         f"{pairs}"
     ]
@@ -971,9 +971,9 @@ def test_reject_events_only_with_non_lmcache_type_rejects_hicache() -> None:
     spec = {**HICACHE, "integration": {"mode": "EventsOnly"}}
     errors = run(r.reject_events_only_with_non_lmcache_type, spec)
     assert errors == [
-        "spec.integration.mode: Forbidden: mode EventsOnly requires spec.type LMCache, not "
-        "SGLangHiCache: events-only wires no KV connector, and LMCache supplies the "
-        "kvevent-subscriber the routing tier needs"
+        'spec.type: Invalid value: "SGLangHiCache": spec.integration.mode EventsOnly requires '
+        "spec.type LMCache, not SGLangHiCache: events-only wires no KV connector, and LMCache "
+        "supplies the kvevent-subscriber the routing tier needs"
     ]
 
 
