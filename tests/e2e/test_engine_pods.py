@@ -74,9 +74,16 @@ def test_engine_pods_drive_advisories_events_and_the_t2_gauge(
     create_pod(cluster, ns, "e-forged", forged)
 
     # Not run yet (no kubelet): pending, Ready untouched.
-    obj = cluster.wait_condition(ns, "cb", "EngineKernelsHealthy", "Unknown", "KernelCheckPending")
+    obj = cluster.wait_cb(
+        ns,
+        "cb",
+        lambda o: (
+            o["status"].get("matchedEnginePods") == 4
+            and condition(o, "EngineKernelsHealthy") == ("Unknown", "KernelCheckPending")
+        ),
+        "four engine pods seen, kernel checks pending",
+    )
     assert condition(obj, "Ready") == ("True", "BackendReady")
-    assert obj["status"]["matchedEnginePods"] == 4
 
     ok = json.dumps({"mode": "report-only", "result": "ok", "error": ""})
     failed = json.dumps({"mode": "strict", "result": "failed", "error": "ImportError: libcudart"})
