@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import signal
 import socket
@@ -12,7 +11,8 @@ from types import FrameType
 import redis
 from prometheus_client import start_http_server
 
-from reconciler.celery_app import make_app, redis_url_from_env
+from reconciler.celery_app import make_app
+from reconciler.cli_common import add_common_arguments, setup_logging
 from reconciler.dispatcher import Dispatcher, DispatcherSettings
 from reconciler.kube import Kube
 from reconciler.leader import ElectionSettings
@@ -20,16 +20,7 @@ from reconciler.workqueue import QueueSettings, WorkQueue
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--kubeconfig",
-        default=os.environ.get("KUBECONFIG") or None,
-        help="kubeconfig path (default: in-cluster ServiceAccount)",
-    )
-    parser.add_argument(
-        "--redis-url",
-        default=redis_url_from_env(),
-        help="Redis URL of the broker and work queue (env ICACHE_REDIS_URL)",
-    )
+    add_common_arguments(parser)
     parser.add_argument(
         "--lease-namespace",
         default=os.environ.get("POD_NAMESPACE", "icache-system"),
@@ -56,24 +47,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=300,
         help="server-side timeout of each watch request (s)",
     )
-    parser.add_argument("--queue-prefix", default="icache:wq")
     parser.add_argument(
         "--dispatch-timeout",
         type=float,
         default=60.0,
         help="re-dispatch a key whose Celery message has not started after this",
     )
-    parser.add_argument("--backoff-base", type=float, default=0.5)
-    parser.add_argument("--backoff-max", type=float, default=300.0)
-    parser.add_argument("--metrics-port", type=int, default=0, help="Prometheus port (0: off)")
-    parser.add_argument("--log-level", default="INFO")
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(threadName)s %(name)s: %(message)s",
-    )
+    setup_logging(args.log_level)
     if args.metrics_port:
         start_http_server(args.metrics_port)
     queue = WorkQueue(

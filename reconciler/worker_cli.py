@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import socket
 
@@ -11,7 +10,8 @@ import redis
 from prometheus_client import start_http_server
 
 from reconciler import tasks
-from reconciler.celery_app import QUEUE_NAME, make_app, redis_url_from_env
+from reconciler.celery_app import QUEUE_NAME, make_app
+from reconciler.cli_common import add_common_arguments, setup_logging
 from reconciler.kube import Kube
 from reconciler.server_client import ServerClient
 from reconciler.snapshot import SnapshotPoller
@@ -19,16 +19,7 @@ from reconciler.workqueue import QueueSettings
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--kubeconfig",
-        default=os.environ.get("KUBECONFIG") or None,
-        help="kubeconfig path (default: in-cluster ServiceAccount)",
-    )
-    parser.add_argument(
-        "--redis-url",
-        default=redis_url_from_env(),
-        help="Redis URL of the broker and work queue (env ICACHE_REDIS_URL)",
-    )
+    add_common_arguments(parser)
     parser.add_argument(
         "--server-url",
         default=os.environ.get("ICACHE_SERVER_URL", ""),
@@ -47,17 +38,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="Celery pool (reconciles are I/O bound: threads by default)",
     )
     parser.add_argument(
-        "--queue-prefix", default="icache:wq", help="Redis key prefix of the work queue"
-    )
-    parser.add_argument(
         "--lease-seconds",
         type=float,
         default=30.0,
         help="work-queue lease per running key, renewed every third of it",
-    )
-    parser.add_argument("--backoff-base", type=float, default=0.5, help="first error backoff (s)")
-    parser.add_argument(
-        "--backoff-max", type=float, default=300.0, help="maximum error backoff (s)"
     )
     parser.add_argument(
         "--probe-interval",
@@ -72,15 +56,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="seconds between /snapshot polls (with --server-url; one poller "
         "per interval across all workers)",
     )
-    parser.add_argument("--metrics-port", type=int, default=0, help="Prometheus port (0: off)")
-    parser.add_argument("--log-level", default="INFO")
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(processName)s %(name)s: %(message)s",
-    )
+    setup_logging(args.log_level)
     tasks.configure(
         tasks.WorkerConfig(
             kubeconfig=args.kubeconfig,

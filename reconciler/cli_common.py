@@ -1,0 +1,40 @@
+"""Flags and logging shared by `icache dispatcher` and `icache worker`.
+
+Both processes meet in the same Redis work queue, so its address, key prefix and
+backoff must be spelled (and defaulted) the same way in both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from reconciler.celery_app import redis_url_from_env
+from shared import jsonlog
+
+
+def add_common_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--kubeconfig",
+        default=os.environ.get("KUBECONFIG") or None,
+        help="kubeconfig path (default: in-cluster ServiceAccount)",
+    )
+    parser.add_argument(
+        "--redis-url",
+        default=redis_url_from_env(),
+        help="Redis URL of the broker and work queue (env ICACHE_REDIS_URL)",
+    )
+    parser.add_argument(
+        "--queue-prefix", default="icache:wq", help="Redis key prefix of the work queue"
+    )
+    parser.add_argument("--backoff-base", type=float, default=0.5, help="first error backoff (s)")
+    parser.add_argument(
+        "--backoff-max", type=float, default=300.0, help="maximum error backoff (s)"
+    )
+    parser.add_argument("--metrics-port", type=int, default=0, help="Prometheus port (0: off)")
+    parser.add_argument("--log-level", default="INFO")
+
+
+def setup_logging(level: str) -> None:
+    """JSON lines on stderr, like the webhook's."""
+    jsonlog.setup(level)
