@@ -57,6 +57,9 @@ from shared.storage_providers.render import managed_provider
 # Not named by the spec: a stored CR whose (runtime, type) pair has no adapter (or
 # whose provider binding the adapter refuses). Admission rejects both today.
 REASON_UNSUPPORTED_RUNTIME_PAIR: Final = "UnsupportedRuntimePair"
+# Progressing=False while stuck: "False once converged (Synced), stuck (Degraded), or
+# scaled to zero (ScaledToZero)".
+REASON_DEGRADED: Final = "Degraded"
 
 # Cadences. The steady 30 s resync is the dispatcher's; these are per-backend hints.
 ENGINE_CHURN_REQUEUE_SECONDS: Final = 5.0
@@ -305,16 +308,16 @@ class Verdict:
     progressing: bool = False
 
 
-def managed_workload_verdict(
-    cb: CacheBackend, w: WorkloadObservation | None, previously_available: bool
-) -> Verdict:
+def managed_workload_verdict(cb: CacheBackend, w: WorkloadObservation | None) -> Verdict:
     """Deployment-level reasons: RolloutInProgress, ScaledToZero, ReplicasUnavailable,
     or (when available) BackendReady — which the KV-event gate may overlay.
 
-    ReplicasUnavailable (Degraded) is a *terminal* state: rolled out but short of
-    available replicas after the workload had been available before, or the
-    Deployment reporting ProgressDeadlineExceeded. A first rollout still waiting for
-    its pods is RolloutInProgress, so every fresh backend does not start Degraded.
+    The spec's three states, read from the workload's status counts: not yet rolled
+    out (current generation unobserved, desired replicas not all updated, or
+    old-revision replicas left) is RolloutInProgress; rolled out but short of
+    available replicas is ReplicasUnavailable (Degraded); rolled out with every
+    desired replica available is BackendReady. A Deployment reporting
+    ProgressDeadlineExceeded is stuck, so it is ReplicasUnavailable too.
     """
     desired = desired_replicas(cb, w)
     kind = effective.deployment_kind(cb.spec)
@@ -331,8 +334,7 @@ def managed_workload_verdict(
         return Verdict(
             True, c.REASON_BACKEND_READY, f"The {kind} is available ({desired}/{desired} replicas)."
         )
-    rolled_out = workload_rolled_out(w, desired)
-    if w.progress_deadline_exceeded or (rolled_out and previously_available):
+    if w.progress_deadline_exceeded or workload_rolled_out(w, desired):
         return Verdict(
             False,
             c.REASON_REPLICAS_UNAVAILABLE,
@@ -350,8 +352,10 @@ def managed_workload_verdict(
 
 def external_endpoint_verdict(cb: CacheBackend) -> tuple[Verdict, str]:
     """External ownership: the provider-specific endpoint shape check is the only
-    readiness signal. Returns the verdict and the endpoint to publish (trimmed; empty
-    unless accepted, so nothing dials an address the check refused)."""
+    readiness signal. Returns the verdict and the endpoint to publish: status.endpoint
+    mirrors the (trimmed) spec endpoint whatever the verdict — nothing dials it (the
+    Pod webhook reads and validates the spec field itself), and kubectl shows the
+    operator-supplied value next to the reason it was refused."""
     rs = cb.spec.remote_storage
     provider = rs.provider if rs is not None and rs.provider else ""
     raw = (rs.endpoint if rs is not None else None) or ""
@@ -374,7 +378,7 @@ def external_endpoint_verdict(cb: CacheBackend) -> tuple[Verdict, str]:
                 c.REASON_EXTERNAL_ENDPOINT_INVALID,
                 f"spec.remoteStorage.endpoint: {error}",
             ),
-            "",
+            endpoint,
         )
     return (
         Verdict(
@@ -421,12 +425,15 @@ def first_available_anchor(
     return stamp, True
 
 
-def first_kv_event_latch(prev_status: dict[str, Any], mode: Mode, now: dt.datetime) -> str | None:
-    """status.firstKVEventObservedAt: write-once, never cleared. Set the first time a
-    gated backend sees indexParticipation.lastEventAt populated; left in place (inert)
-    in every other mode."""
+def first_kv_event_latch(
+    prev_status: dict[str, Any], gate_runs: bool, now: dt.datetime
+) -> str | None:
+    """status.firstKVEventObservedAt: write-once, never cleared. Set the first time the
+    KV-event readiness gate observes indexParticipation.lastEventAt populated — the
+    gate runs once the backend is up (a managed workload Available; host-only and
+    events-only at once) unless opted out; left in place (inert) everywhere else."""
     prev = prev_status.get("firstKVEventObservedAt") or None
-    if prev or mode not in GATED_MODES:
+    if prev or not gate_runs:
         return prev
     last_event = (prev_status.get("indexParticipation") or {}).get("lastEventAt")
     if last_event and parse_time(last_event) is not None and parse_time(last_event) != _EPOCH:
@@ -788,9 +795,10 @@ def engine_churn_requeue(engines: EngineObservation | None) -> float | None:
 def _triplet(v: Verdict, *, degraded_reason: str | None = None) -> list[DesiredCondition]:
     """Ready/Degraded/Progressing from one verdict.
 
-    Progressing: True while converging (rollout, awaiting the first KV event);
-    False with Synced once converged, with the verdict's reason when stuck or
-    scaled to zero.
+    Progressing: True while converging (rollout, first apply, awaiting the first KV
+    event) with the verdict's reason; False with Degraded when stuck (Degraded=True),
+    ScaledToZero when scaled to zero, and Synced once converged — including when a
+    later gate (functional probe, strict kernel check) downgrades only Ready.
     """
     ready = DesiredCondition(c.COND_READY, TRUE if v.ready else FALSE, v.reason, v.message)
     if v.degraded:
@@ -801,12 +809,14 @@ def _triplet(v: Verdict, *, degraded_reason: str | None = None) -> list[DesiredC
         )
     if v.progressing:
         progressing = DesiredCondition(c.COND_PROGRESSING, TRUE, v.reason, v.message)
-    elif v.ready:
+    elif v.degraded:
+        progressing = DesiredCondition(c.COND_PROGRESSING, FALSE, REASON_DEGRADED, v.message)
+    elif v.reason == c.REASON_SCALED_TO_ZERO:
+        progressing = DesiredCondition(c.COND_PROGRESSING, FALSE, v.reason, v.message)
+    else:
         progressing = DesiredCondition(
             c.COND_PROGRESSING, FALSE, c.REASON_SYNCED, "Live state matches the desired state."
         )
-    else:
-        progressing = DesiredCondition(c.COND_PROGRESSING, FALSE, v.reason, v.message)
     return [ready, degraded, progressing]
 
 
@@ -887,7 +897,7 @@ def compute_status(cb_obj: dict[str, Any], observed: Observed, now: dt.datetime)
 
     if mode == Mode.MANAGED:
         endpoint = observed.service_endpoint
-        base = managed_workload_verdict(cb, observed.workload, bool(prev.get("firstAvailableAt")))
+        base = managed_workload_verdict(cb, observed.workload)
         available_now = base.ready
     elif mode == Mode.EXTERNAL:
         base, endpoint = external_endpoint_verdict(cb)
@@ -907,12 +917,9 @@ def compute_status(cb_obj: dict[str, Any], observed: Observed, now: dt.datetime)
         base = Verdict(False, "", "")
 
     anchor, reanchored = first_available_anchor(mode, prev, available_now, now)
-    if mode == Mode.MANAGED and prev.get("firstAvailableAt") and not prev.get("endpoint"):
-        # The discarded anchor came from a no-workload mode: do not let it make a
-        # fresh managed rollout look "previously available".
-        base = managed_workload_verdict(cb, observed.workload, False)
     _set_or_drop(status, "firstAvailableAt", anchor)
-    latch = first_kv_event_latch(prev, mode, now)
+    gate_runs = mode in GATED_MODES and base.ready and kv_event_gate_enabled(cb)
+    latch = first_kv_event_latch(prev, gate_runs, now)
     _set_or_drop(status, "firstKVEventObservedAt", latch)
 
     extra: list[DesiredCondition] = []

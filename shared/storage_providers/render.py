@@ -249,13 +249,18 @@ def render_service(cb: CacheBackend, provider: StorageProvider) -> dict[str, Any
     }
 
 
+HPA_MIN_REPLICAS_FALLBACK: Final = 1
+
+
 def hpa_min_replicas(cb: CacheBackend) -> int:
+    """spec.autoscaling.minReplicas. The defaulter stamps it (= spec.replicas) on first
+    apply only; a CR stored without it (admitted before the defaulter ran) gets the
+    HPA's own floor of 1 — the spec's "the reconciler's HPA fallback silently picks 1"
+    — never a value re-derived from a later spec.replicas."""
     a = cb.spec.autoscaling
     if a is not None and a.min_replicas is not None:
         return a.min_replicas
-    # The defaulter stamps minReplicas on first apply; a CR stored without it falls
-    # back to spec.replicas, floored at the schema's minimum of 1.
-    return max(effective.replicas(cb.spec), 1)
+    return HPA_MIN_REPLICAS_FALLBACK
 
 
 def render_hpa(cb: CacheBackend, provider: StorageProvider) -> dict[str, Any] | None:

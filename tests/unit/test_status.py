@@ -120,10 +120,12 @@ def test_managed_rollout_in_progress_until_generation_observed_and_replicas_upda
         assert cond(run(obj(), managed_obs(w)), "Ready") == ("False", "RolloutInProgress")
 
 
-def test_managed_rolled_out_but_never_available_is_still_progressing_not_degraded() -> None:
+def test_managed_rolled_out_but_replicas_unavailable_is_degraded_even_on_first_rollout() -> None:
+    # "Degraded: rolled out but replicas unavailable (reason ReplicasUnavailable)".
     st = run(obj(), managed_obs(workload(available=0)))
-    assert cond(st, "Ready") == ("False", "RolloutInProgress")
-    assert cond(st, "Degraded") == ("False", "NotDegraded")
+    assert cond(st, "Ready") == ("False", "ReplicasUnavailable")
+    assert cond(st, "Degraded") == ("True", "ReplicasUnavailable")
+    assert cond(st, "Progressing") == ("False", "Degraded")
 
 
 def test_managed_replicas_unavailable_after_having_been_available_is_degraded() -> None:
@@ -132,7 +134,7 @@ def test_managed_replicas_unavailable_after_having_been_available_is_degraded() 
     st = run(o, managed_obs(workload(available=0)), T0)
     assert cond(st, "Ready") == ("False", "ReplicasUnavailable")
     assert cond(st, "Degraded") == ("True", "ReplicasUnavailable")
-    assert cond(st, "Progressing") == ("False", "ReplicasUnavailable")
+    assert cond(st, "Progressing") == ("False", "Degraded")
 
 
 def test_managed_progress_deadline_exceeded_is_replicas_unavailable() -> None:
@@ -194,7 +196,7 @@ def test_kv_gate_no_kv_events_observed_after_timeout_is_degraded() -> None:
     st = run(o, managed_obs(), T0 + dt.timedelta(minutes=5, seconds=1))
     assert cond(st, "Ready") == ("False", "NoKVEventsObserved")
     assert cond(st, "Degraded") == ("True", "NoKVEventsObserved")
-    assert cond(st, "Progressing") == ("False", "NoKVEventsObserved")
+    assert cond(st, "Progressing") == ("False", "Degraded")
 
 
 def test_kv_gate_honours_observation_first_event_timeout() -> None:
@@ -288,7 +290,7 @@ def test_kv_gate_events_only_to_managed_waits_for_the_workload_anchor() -> None:
     o = step(obj({"runtime": "VLLM", "integration": {"mode": "EventsOnly"}}), Observed(), T0)
     assert o["status"]["firstAvailableAt"] == "2026-01-01T12:00:00Z"
     o["spec"] = dict(MANAGED_SPEC)
-    o = step(o, managed_obs(workload(available=0)), T0 + dt.timedelta(minutes=10))
+    o = step(o, managed_obs(workload(updated=0, available=0)), T0 + dt.timedelta(minutes=10))
     assert "firstAvailableAt" not in o["status"]
     assert cond(o["status"], "Ready") == ("False", "RolloutInProgress")
     o = step(o, managed_obs(), T0 + dt.timedelta(minutes=11))
@@ -812,7 +814,8 @@ def test_strict_kernel_failure_downgrades_ready_report_only_does_not() -> None:
     assert cond(st, "Ready") == ("False", "EngineKernelDegraded")
     assert "b" in find(st["conditions"], "Ready")["message"]  # type: ignore[index]
     assert cond(st, "Degraded") == ("False", "NotDegraded")
-    assert cond(st, "Progressing") == ("False", "EngineKernelDegraded")
+    # Only Ready is downgraded: the workload itself has converged.
+    assert cond(st, "Progressing") == ("False", "Synced")
     report_only = kernels(("b", "report-only", "failed"))
     st = run(obj(annotations=NO_GATE), ready_managed(injected_pods=report_only))
     assert cond(st, "Ready") == ("True", "BackendReady")
