@@ -5,9 +5,11 @@ Only the elected leader (Lease) watches and enqueues. While leading it runs:
 * one watch per resource — CacheBackends, and the Deployments, StatefulSets,
   Services and HPAs we manage (mapped to their owner's key) — each resuming from
   its last resourceVersion and re-listing on 410 Gone;
-* a watch on pods, for two things: a change of an injected engine pod (or of a
+* a watch on pods, for three things: a change of an injected engine pod (or of a
   managed cache-server pod) enqueues its backend, so kernel-check verdicts,
-  crash-loops and server restarts are seen without waiting for the resync; and the
+  crash-loops and server restarts are seen without waiting for the resync; a pod
+  that starts or stops matching a backend's spec.engineSelector (created, deleted,
+  relabelled) enqueues that backend, so status.matchedEnginePods follows at once; and the
   engine-pod events controller (:mod:`reconciler.pod_events`) records
   InjectedByCacheBackend / SkippedByOperator on the pods the webhook decided on;
 * the ``inferencecache_backend_t2_hit_rate{backend}`` gauge, from the
@@ -83,6 +85,68 @@ def pod_backend_key(pod: dict[str, Any]) -> str | None:
     return None
 
 
+def match_labels(obj: dict[str, Any]) -> dict[str, str]:
+    """spec.engineSelector.matchLabels of a CacheBackend ({}: claims nothing)."""
+    sel = ((obj.get("spec") or {}).get("engineSelector") or {}).get("matchLabels") or {}
+    return {str(k): str(v) for k, v in sel.items()} if isinstance(sel, dict) else {}
+
+
+class SelectorIndex:
+    """Which backends' engine selectors each pod satisfies, to enqueue a backend when a
+    pod starts or stops matching it (its matchedEnginePods count changes) — not on
+    every status change of an already-matching pod."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        # namespace -> backend key -> matchLabels (non-empty only)
+        self._selectors: dict[str, dict[str, dict[str, str]]] = {}
+        # pod (namespace, name) -> backend keys it matched when last seen
+        self._matched: dict[tuple[str, str], frozenset[str]] = {}
+
+    def set_backend(self, obj: dict[str, Any], deleted: bool = False) -> None:
+        meta = obj.get("metadata") or {}
+        ns, key = str(meta.get("namespace")), object_key(obj)
+        labels = {} if deleted else match_labels(obj)
+        with self._lock:
+            per_ns = self._selectors.setdefault(ns, {})
+            if labels:
+                per_ns[key] = labels
+            else:
+                per_ns.pop(key, None)
+
+    def reset_backends(self, items: list[dict[str, Any]]) -> None:
+        with self._lock:
+            self._selectors = {}
+        for obj in items:
+            self.set_backend(obj)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._selectors = {}
+            self._matched = {}
+
+    def pod_changed(self, kind: str, pod: dict[str, Any]) -> frozenset[str]:
+        """The backends whose match set this pod event changes (old ∆ new)."""
+        meta = pod.get("metadata") or {}
+        ns, name = str(meta.get("namespace")), str(meta.get("name"))
+        labels = meta.get("labels") or {}
+        with self._lock:
+            if kind == "DELETED":
+                now: frozenset[str] = frozenset()
+            else:
+                now = frozenset(
+                    key
+                    for key, sel in (self._selectors.get(ns) or {}).items()
+                    if sel.items() <= labels.items()
+                )
+            before = self._matched.get((ns, name), frozenset())
+            if now:
+                self._matched[(ns, name)] = now
+            else:
+                self._matched.pop((ns, name), None)
+        return before ^ now
+
+
 def t2_hit_rate(obj: dict[str, Any]) -> float | None:
     """status.indexParticipation.t2HitRate as a number; None when unset or unreadable."""
     raw = ((obj.get("status") or {}).get("indexParticipation") or {}).get("t2HitRate")
@@ -116,6 +180,7 @@ class Dispatcher:
         self._redis_run_id: str | None = None
         self._resync_requested = threading.Event()
         self.pod_events = EnginePodEvents(kube, instance=election.identity)
+        self.selectors = SelectorIndex()
 
     # ------------------------------------------------------------ lifecycle
 
@@ -169,6 +234,7 @@ class Dispatcher:
         # A standby exports no backend gauges: the new leader does.
         metrics.T2_HIT_RATE.clear()
         self.pod_events.reset()
+        self.selectors.clear()
         if self._leading is not None:
             self._leading.clear()
         self._leading = None
@@ -208,6 +274,7 @@ class Dispatcher:
                 self.known.discard(key)
             else:
                 self.known.add(key)
+        self.selectors.set_backend(obj, deleted=kind == "DELETED")
         self._export_t2(key, None if kind == "DELETED" else obj)
         self.enqueue(key, leading)
 
@@ -224,14 +291,17 @@ class Dispatcher:
         if not leading.is_set():
             return
         self.pod_events.observe(kind, pod)
+        changed = self.selectors.pod_changed(kind, pod)
         if kind == "LIST":
             return  # the CacheBackend (re-)list enqueues every backend anyway
+        keys = set(changed)
         key = pod_backend_key(pod)
         if key is not None:
-            with self._known_lock:
-                known = key in self.known
-            if known:
-                self.enqueue(key, leading)
+            keys.add(key)
+        with self._known_lock:
+            keys &= self.known
+        for key in sorted(keys):
+            self.enqueue(key, leading)
 
     def _handle_owned(self, obj: dict[str, Any], leading: threading.Event) -> None:
         key = owner_key(obj)
@@ -254,6 +324,7 @@ class Dispatcher:
                         with self._known_lock:
                             vanished = self.known - current
                             self.known = current
+                        self.selectors.reset_backends(items)
                         for o in items:
                             self._export_t2(object_key(o), o)
                         for key in vanished:

@@ -113,6 +113,9 @@ ALLOWED: dict[str, list[Request]] = {
         ),
         Request("list", "pods"),
         Request("create", "events"),
+        # The cascade finds the engine Deployment owning an injected pod through its
+        # ReplicaSet, then rolls that Deployment (a merge patch of its pod template).
+        Request("list", "replicasets", "apps"),
     ],
     DISPATCHER_SA: [
         *(
@@ -123,9 +126,15 @@ ALLOWED: dict[str, list[Request]] = {
                 ("statefulsets", "apps"),
                 ("services", ""),
                 ("horizontalpodautoscalers", "autoscaling"),
+                # Injected engine / cache-server pods enqueue their backend; the
+                # engine-pod events controller reads the webhook's annotations.
+                ("pods", ""),
             ]
             for verb in ("list", "watch")
         ),
+        # InjectedByCacheBackend / SkippedByOperator on pods, checked against the live CR.
+        Request("create", "events"),
+        Request("get", "cachebackends", CB),
         Request("create", "leases", "coordination.k8s.io", namespace=NAMESPACE),
         Request("get", "leases", "coordination.k8s.io", namespace=NAMESPACE, name=LEASE),
         Request("update", "leases", "coordination.k8s.io", namespace=NAMESPACE, name=LEASE),
@@ -169,6 +178,8 @@ DENIED: dict[str, list[Request]] = {
         Request("delete", "pods"),
         Request("update", "leases", "coordination.k8s.io", namespace=NAMESPACE, name=LEASE),
         Request("patch", "configmaps"),
+        Request("patch", "replicasets", "apps"),
+        Request("delete", "replicasets", "apps"),
     ],
     DISPATCHER_SA: [
         *EVERYONE_DENIED,
@@ -176,6 +187,12 @@ DENIED: dict[str, list[Request]] = {
         Request("update", "cachebackends", CB, subresource="status"),
         Request("patch", "deployments", "apps"),
         Request("delete", "services"),
+        # Events are recorded once (409 on a repeat), never patched or deleted.
+        Request("patch", "events"),
+        Request("delete", "events"),
+        Request("patch", "pods"),
+        Request("delete", "pods"),
+        Request("list", "replicasets", "apps"),
         # Leases: only its own, only in its own namespace.
         Request("update", "leases", "coordination.k8s.io", namespace=NAMESPACE, name="other"),
         Request("delete", "leases", "coordination.k8s.io", namespace=NAMESPACE, name=LEASE),

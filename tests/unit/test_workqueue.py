@@ -410,3 +410,61 @@ def test_owned_objects_enqueue_their_owner_and_only_the_leader_enqueues(queue: W
     leader.set()
     d.enqueue("ns/cb", leader)  # type: ignore[attr-defined]
     assert queue.pop_due() == ["ns/cb"]
+
+
+def _cb(ns: str, name: str, labels: dict[str, str] | None) -> dict[str, object]:
+    spec: dict[str, object] = {"runtime": "VLLM"}
+    if labels is not None:
+        spec["engineSelector"] = {"matchLabels": labels}
+    return {"metadata": {"namespace": ns, "name": name}, "spec": spec}
+
+
+def _pod(ns: str, name: str, labels: dict[str, str]) -> dict[str, object]:
+    return {"metadata": {"namespace": ns, "name": name, "labels": labels}}
+
+
+def test_selector_index_reports_backends_a_pod_starts_or_stops_matching() -> None:
+    from reconciler.dispatcher import SelectorIndex
+
+    idx = SelectorIndex()
+    idx.reset_backends(
+        [
+            _cb("ns", "a", {"app": "vllm"}),
+            _cb("ns", "b", {"app": "vllm", "tier": "x"}),
+            _cb("ns", "empty", {}),  # claims nothing: never matches
+            _cb("ns", "none", None),
+            _cb("other", "c", {"app": "vllm"}),
+        ]
+    )
+    assert idx.pod_changed("ADDED", _pod("ns", "p", {"app": "vllm"})) == {"ns/a"}
+    # A status-only change of a matching pod moves no count.
+    assert idx.pod_changed("MODIFIED", _pod("ns", "p", {"app": "vllm"})) == set()
+    assert idx.pod_changed("MODIFIED", _pod("ns", "p", {"app": "vllm", "tier": "x"})) == {"ns/b"}
+    assert idx.pod_changed("MODIFIED", _pod("ns", "p", {"app": "sglang"})) == {"ns/a", "ns/b"}
+    assert idx.pod_changed("ADDED", _pod("ns", "q", {"app": "vllm"})) == {"ns/a"}
+    assert idx.pod_changed("DELETED", _pod("ns", "q", {"app": "vllm"})) == {"ns/a"}
+    idx.set_backend(_cb("ns", "a", None))
+    assert idx.pod_changed("ADDED", _pod("ns", "r", {"app": "vllm"})) == set()
+
+
+def test_a_pod_matching_an_engine_selector_enqueues_its_backend(queue: WorkQueue) -> None:
+    d = _dispatcher(queue, FakeKube({}, gone_once=False))
+    leading = threading.Event()
+    leading.set()
+    d._handle_cachebackend("ADDED", _cb("ns", "a", {"app": "vllm"}), leading)  # type: ignore[attr-defined]
+    d._handle_cachebackend("ADDED", _cb("ns", "b", None), leading)  # type: ignore[attr-defined]
+
+    def drained() -> list[str]:
+        keys = sorted(queue.pop_due())
+        for key in keys:
+            assert queue.start(key, "t") == STARTED
+            queue.done(key, "t", error=False, requeue_after=None)
+        return keys
+
+    assert drained() == ["ns/a", "ns/b"]
+    d._handle_pod("ADDED", _pod("ns", "vllm-0", {"app": "vllm"}), leading)  # type: ignore[attr-defined]
+    assert drained() == ["ns/a"]
+    d._handle_pod("MODIFIED", _pod("ns", "vllm-0", {"app": "vllm"}), leading)  # type: ignore[attr-defined]
+    assert drained() == []
+    d._handle_pod("DELETED", _pod("ns", "vllm-0", {"app": "vllm"}), leading)  # type: ignore[attr-defined]
+    assert drained() == ["ns/a"]
