@@ -82,11 +82,23 @@ class Cluster:
     kube: k.Kube
     worker_kubeconfig: Path
     dispatcher_kubeconfig: Path
+    namespaces: list[str] = field(default_factory=list)
 
     def namespace(self) -> str:
         name = f"e2e-{uuid.uuid4().hex[:8]}"
         self.kube.request("POST", "/api/v1/namespaces", body={"metadata": {"name": name}})
+        self.namespaces.append(name)
         return name
+
+    def delete_backends(self, namespaces: list[str]) -> None:
+        """Delete the CacheBackends a finished test left behind, so the stacks of later
+        tests (which reconcile every backend of the shared control plane) neither spend
+        the machine's CPU on them nor see their state change mid-test. There is no
+        namespace controller to empty a deleted namespace, so they go one by one; their
+        owned objects stay (no garbage collector) and reconcile to nothing."""
+        for ns in namespaces:
+            for cb in self.kube.list(k.CACHEBACKENDS, ns).get("items") or []:
+                self.kube.delete(k.CACHEBACKENDS, ns, cb["metadata"]["name"])
 
     # ---- CacheBackends
 
@@ -415,6 +427,7 @@ def stack(
     db = next(_DB) % 16 or 1
     redis.Redis.from_url(redis_server.url_for_db(db)).flushdb()
     s = Stack(cluster, redis_server, tmp_path, db)
+    first_namespace = len(cluster.namespaces)
     try:
         yield s
     finally:
@@ -422,6 +435,7 @@ def stack(
         report = getattr(request.node, "rep_call", None)
         if report is not None and report.failed:
             print(s.logs())
+        cluster.delete_backends(cluster.namespaces[first_namespace:])
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)

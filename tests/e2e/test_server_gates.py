@@ -131,7 +131,10 @@ def test_snapshot_poller_and_functional_probe_gate(
         stub_server.probe_response = {"ingest": "ok", "routing": "ok", "t2": "skipped"}
     obj = cluster.wait_condition(ns, "cb", "Ready", "True", "KVEventsObserved", timeout=30)
     assert condition(obj, "FunctionalProbeOK") == ("True", "ProbeOK")
-    body, auth = stub_server.probes[-1]
+    # Backends other tests left in the shared control plane are probed too: ours is
+    # the one named after this namespace.
+    with stub_server.lock:
+        body, auth = [p for p in stub_server.probes if p[0].get("backend") == f"{ns}/cb"][-1]
     assert body == {
         "backend": f"{ns}/cb",
         "model": "Qwen/Qwen3",
