@@ -152,14 +152,21 @@ class WorkloadObservation:
             for cond in st.get("conditions") or ()
         )
         replicas = spec.get("replicas")
+        kind = str(obj.get("kind") or c.DEPLOYMENT_KIND_DEPLOYMENT)
+        available = int(st.get("availableReplicas") or 0)
+        if kind == c.DEPLOYMENT_KIND_STATEFULSET:
+            # Our StatefulSets set no minReadySeconds, so a Ready replica is an available
+            # one; readyReplicas is the StatefulSet's long-standing count
+            # (availableReplicas came later and not every writer fills it in).
+            available = max(available, int(st.get("readyReplicas") or 0))
         return cls(
-            kind=str(obj.get("kind") or c.DEPLOYMENT_KIND_DEPLOYMENT),
+            kind=kind,
             generation=int(meta.get("generation") or 0),
             observed_generation=int(st.get("observedGeneration") or 0),
             spec_replicas=1 if replicas is None else int(replicas),
             replicas=int(st.get("replicas") or 0),
             updated_replicas=int(st.get("updatedReplicas") or 0),
-            available_replicas=int(st.get("availableReplicas") or 0),
+            available_replicas=available,
             ready_replicas=int(st.get("readyReplicas") or 0),
             progress_deadline_exceeded=deadline,
         )

@@ -281,12 +281,29 @@ def test_steady_state_resync_makes_zero_write_requests(cluster: Cluster, stack: 
             },
         },
         "eventsonly": {"runtime": "VLLM", "integration": {"mode": "EventsOnly", "failOpen": False}},
-    }
+        "hostonly": {"runtime": "VLLM", "engineSelector": {"matchLabels": {"app": "none"}}},
+        "hicache": {"runtime": "SGLang", "type": "SGLangHiCache", "hiCache": {"ratio": "2.0"}},
+        # Quantities the API server canonicalises, template overrides, host networking.
+        "mooncake": {
+            "runtime": "VLLM",
+            "deploymentKind": "StatefulSet",
+            "remoteStorage": {
+                "provider": "Mooncake",
+                "ownership": "Managed",
+                "mooncake": {"resources": {"requests": {"memory": "1024Mi", "cpu": "0.5"},
+                                           "limits": {"memory": "2Gi"}}},
+            },
+            "template": {"tolerations": [{"key": "cache", "operator": "Exists"}],
+                         "terminationGracePeriodSeconds": 5},
+        },
+    }  # fmt: skip
     for name, spec in specs.items():
         cluster.create_cb(ns, name, spec)
     for name in specs:
         cluster.wait_cb(ns, name, converged, "converged")
     cluster.mark_available(ns, "Deployment", "managed-redis")
+    cluster.mark_available(ns, "StatefulSet", "mooncake-mooncake")
+    cluster.wait_condition(ns, "mooncake", "Ready", "False", "AwaitingFirstKVEvent")
     cluster.wait_condition(ns, "managed", "Ready", "False", "AwaitingFirstKVEvent")
     # Engine-side observations are idle too: a Ready cache-server pod (the cascade
     # baseline) and an injected engine pod whose engine crash-loops.

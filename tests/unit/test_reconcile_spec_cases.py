@@ -121,6 +121,7 @@ class Workload:
     spec_replicas: int | None = None  # HPA-written; None keeps the rendered value
     deadline_exceeded: bool = False
     empty_status: bool = False  # freshly created, nothing has written status yet
+    omit_available: bool = False  # a StatefulSet status without availableReplicas
 
 
 AVAILABLE = Workload()
@@ -151,6 +152,8 @@ def workload_object(cb_obj: dict[str, Any], w: Workload) -> dict[str, Any]:
         "readyReplicas": w.ready,
         "availableReplicas": w.available,
     }
+    if w.omit_available:
+        del status["availableReplicas"]
     if obj["kind"] == "Deployment":
         status["conditions"] = [
             {
@@ -644,6 +647,14 @@ CASES: list[Case] = [
         workload=Workload(ready=0, available=0),
         conditions=UNAVAILABLE,
         events=[W_DEGRADED],
+    ),
+    Case(
+        "statefulset/ready-replicas: a StatefulSet status counting readyReplicas only (no "
+        "availableReplicas) is available",
+        spec(LMSERVER, deploymentKind="StatefulSet"),
+        annotations=NO_GATE,
+        workload=Workload(omit_available=True),
+        conditions=BACKEND_READY,
     ),
     Case(
         "endpoint/redis: 'for Managed remote storage it is populated from the "
