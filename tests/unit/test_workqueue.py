@@ -316,6 +316,9 @@ def test_wait_for_work_wakes_on_add(queue: WorkQueue) -> None:
     t0 = time.monotonic()
     queue.wait_for_work(5.0)
     assert time.monotonic() - t0 < 3.0
+    # The add may still be reading its reply: let it finish before the fixture closes
+    # the client under it (an unhandled exception in the timer thread otherwise).
+    timer.join(timeout=5)
     assert queue.pop_due() == ["k"]
 
 
