@@ -37,7 +37,6 @@ class RuntimeAdapter(ABC):
     def supports_binding(self, binding: Binding | None) -> bool:
         return (binding.protocol if binding else None) in self.accepted_protocols
 
-    @abstractmethod
     def inject(
         self,
         pod: dict[str, Any],
@@ -45,4 +44,25 @@ class RuntimeAdapter(ABC):
         binding: Binding | None,
         ctx: InjectContext,
     ) -> dict[str, Any]:
-        """Return a wired copy of ``pod`` (never mutate the input); raise InjectionRejected."""
+        """Return a wired copy of ``pod`` (never mutate the input); raise InjectionRejected.
+
+        SupportsBinding is part of the contract: a binding the adapter does not accept is
+        rejected here, once for every adapter, before any adapter-specific wiring runs.
+        """
+        if not self.supports_binding(binding):
+            accepted = ", ".join(sorted(p or "host-only" for p in self.accepted_protocols))
+            got = binding.protocol if binding else "host-only"
+            raise InjectionRejected(
+                f"{self.name} does not accept a {got} binding (accepts {accepted})"
+            )
+        return self.wire(pod, backend, binding, ctx)
+
+    @abstractmethod
+    def wire(
+        self,
+        pod: dict[str, Any],
+        backend: CacheBackend,
+        binding: Binding | None,
+        ctx: InjectContext,
+    ) -> dict[str, Any]:
+        """The adapter's own wiring, for a binding it accepts."""

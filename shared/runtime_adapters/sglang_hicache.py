@@ -175,15 +175,13 @@ class SGLangHiCacheAdapter(RuntimeAdapter):
     def engine_container_index(self, pod: dict[str, Any]) -> int:
         return select_sglang_engine(pod)
 
-    def inject(
+    def wire(
         self,
         pod: dict[str, Any],
         backend: CacheBackend,
         binding: Binding | None,
         ctx: InjectContext,
     ) -> dict[str, Any]:
-        if not self.supports_binding(binding):
-            raise InjectionRejected(f"{self.name} accepts no remote storage binding")
         hi = backend.spec.hi_cache
         if hi is None:
             raise InjectionRejected("type SGLangHiCache requires spec.hiCache")

@@ -262,15 +262,13 @@ class SGLangLMCacheAdapter(RuntimeAdapter):
     def engine_container_index(self, pod: dict[str, Any]) -> int:
         return select_sglang_engine(pod)
 
-    def inject(
+    def wire(
         self,
         pod: dict[str, Any],
         backend: CacheBackend,
         binding: Binding | None,
         ctx: InjectContext,
     ) -> dict[str, Any]:
-        if not self.supports_binding(binding):
-            raise InjectionRejected(f"{self.name} does not accept a {binding} binding")
         spec = backend.spec
         role = effective.integration_role(spec)
         if role != c.ROLE_READ_WRITE:

@@ -102,15 +102,13 @@ class VLLMLMCacheAdapter(RuntimeAdapter):
     def engine_container_index(self, pod: dict[str, Any]) -> int:
         return select_vllm_engine(pod)
 
-    def inject(
+    def wire(
         self,
         pod: dict[str, Any],
         backend: CacheBackend,
         binding: Binding | None,
         ctx: InjectContext,
     ) -> dict[str, Any]:
-        if not self.supports_binding(binding):
-            raise InjectionRejected(f"{self.name} does not accept a {binding} binding")
         role = effective.integration_role(backend.spec)
         # Everything that can reject is decided before the copy is touched.
         index = self.engine_container_index(pod)
