@@ -43,6 +43,9 @@ class StorageProvider(ABC):
     host_network: ClassVar[bool] = False
     #: Deployment strategy Recreate (no surge) for pods that bind host ports.
     recreate_strategy: ClassVar[bool] = False
+    #: Command used when the provider block sets none (providers with an operator
+    #: ``command`` override; Redis renders args instead and overrides command_and_args).
+    default_command: ClassVar[tuple[str, ...]] = ()
 
     @property
     def protocol(self) -> Protocol:
@@ -61,11 +64,17 @@ class StorageProvider(ABC):
         blk = self.block(spec)
         return blk.resources if blk is not None else None
 
-    @abstractmethod
     def command_and_args(
         self, spec: CacheBackendSpec, resources: dict[str, Any]
     ) -> tuple[list[str] | None, list[str] | None]:
-        """(command, args) of the container, given the rendered resources block."""
+        """(command, args) of the container, given the rendered resources block.
+
+        The default: the operator's ``command`` from the provider block, else
+        ``default_command``.
+        """
+        blk = self.block(spec)
+        command = getattr(blk, "command", None) if blk is not None else None
+        return list(command or self.default_command), None
 
     def readiness_probe(self) -> dict[str, Any]:
         # A TCP probe on the first Service port: the port the binding dials.

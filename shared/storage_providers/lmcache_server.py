@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from shared import constants as c
 from shared.api.models import CacheBackendSpec, LMCacheServerProvider
@@ -30,14 +30,7 @@ class LMCacheServerStorageProvider(StorageProvider):
     default_image: ClassVar[str] = DEFAULT_LMCACHE_SERVER_IMAGE
     container_ports: ClassVar[tuple[Port, ...]] = (Port("lm", LMCACHE_SERVER_PORT),)
     service_ports: ClassVar[tuple[Port, ...]] = (Port("lm", LMCACHE_SERVER_PORT),)
+    default_command: ClassVar[tuple[str, ...]] = tuple(DEFAULT_LMCACHE_SERVER_COMMAND)
 
     def block(self, spec: CacheBackendSpec) -> LMCacheServerProvider | None:
         return spec.remote_storage.lm_cache_server if spec.remote_storage else None
-
-    def command_and_args(
-        self, spec: CacheBackendSpec, resources: dict[str, Any]
-    ) -> tuple[list[str] | None, list[str] | None]:
-        blk = self.block(spec)
-        if blk is not None and blk.command:
-            return list(blk.command), None
-        return list(DEFAULT_LMCACHE_SERVER_COMMAND), None

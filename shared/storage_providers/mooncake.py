@@ -8,7 +8,7 @@ reachable) and a Recreate rollout (a surge pod would collide on the host ports).
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from shared import constants as c
 from shared.api.models import CacheBackendSpec, MooncakeProvider
@@ -48,14 +48,7 @@ class MooncakeStorageProvider(StorageProvider):
     headless_service: ClassVar[bool] = True
     host_network: ClassVar[bool] = True
     recreate_strategy: ClassVar[bool] = True
+    default_command: ClassVar[tuple[str, ...]] = tuple(DEFAULT_MOONCAKE_COMMAND)
 
     def block(self, spec: CacheBackendSpec) -> MooncakeProvider | None:
         return spec.remote_storage.mooncake if spec.remote_storage else None
-
-    def command_and_args(
-        self, spec: CacheBackendSpec, resources: dict[str, Any]
-    ) -> tuple[list[str] | None, list[str] | None]:
-        blk = self.block(spec)
-        if blk is not None and blk.command:
-            return list(blk.command), None
-        return list(DEFAULT_MOONCAKE_COMMAND), None
