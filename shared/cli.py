@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.util
 import sys
 from collections.abc import Sequence
 
@@ -28,25 +27,16 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def _available() -> dict[str, tuple[str, str]]:
-    return {
-        name: entry
-        for name, entry in SUBCOMMANDS.items()
-        if importlib.util.find_spec(entry[0]) is not None
-    }
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="icache", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    available = _available()
     wanted = (list(argv) if argv is not None else sys.argv[1:])[:1]
-    for name, (module_name, help_text) in available.items():
+    for name, (module_name, help_text) in SUBCOMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
         if wanted == [name]:
             importlib.import_module(module_name).add_arguments(p)
     args = parser.parse_args(argv)
-    module = importlib.import_module(available[args.command][0])
+    module = importlib.import_module(SUBCOMMANDS[args.command][0])
     rc: int = module.run(args)
     return rc
 
