@@ -17,6 +17,7 @@ from kubernetes import client
 from tests.harness.controlplane import (
     ADMIN_USER,
     SERVICE_ACCOUNT_CONTROLLER_USER,
+    WRITE_VERBS,
     ControlPlane,
     ControlPlaneError,
     wait_until,
@@ -230,8 +231,13 @@ def test_audit_log_counts_write_requests(
     assert control_plane.count_writes(since, **mine) == 2
     assert control_plane.count_writes(since, verbs={"create"}, **mine) == 1
     # The harness's own ServiceAccount controller writes under its own name.
-    sa_writes = control_plane.write_events(
-        0, user=SERVICE_ACCOUNT_CONTROLLER_USER, resource="serviceaccounts", namespace=ns
+    # It runs on its own schedule, so wait for its write rather than reading once.
+    sa_writes = control_plane.wait_for_audit_events(
+        0,
+        verbs=WRITE_VERBS,
+        user=SERVICE_ACCOUNT_CONTROLLER_USER,
+        resource="serviceaccounts",
+        namespace=ns,
     )
     assert [e.name for e in sa_writes] == ["default"]
 
