@@ -215,9 +215,17 @@ def rbac_installed(
     for doc in DOCS:
         if doc["kind"] in RBAC_KINDS:
             applier.apply(doc, dry_run=False)
-    # The RBAC authorizer reads bindings from an informer: wait until it has them.
+    # The RBAC authorizer reads Roles, ClusterRoles and their bindings through one
+    # informer per kind, so one binding seen says nothing about another: wait until a
+    # request through every binding is allowed. Each process's first rule comes from its
+    # ClusterRoleBinding; the dispatcher's Lease rules from its RoleBinding.
+    lease = Request("get", "leases", "coordination.k8s.io", namespace=NAMESPACE, name=LEASE)
+    through_each_binding = [(sa, reqs[0]) for sa, reqs in ALLOWED.items()]
+    through_each_binding.append((DISPATCHER_SA, lease))
+    bindings = [d for d in DOCS if d["kind"] in ("ClusterRoleBinding", "RoleBinding")]
+    assert len(through_each_binding) == len(bindings), "one request per binding"
     wait_until(
-        lambda: all(_allowed(kube, sa, reqs[0]) for sa, reqs in ALLOWED.items()),
+        lambda: all(_allowed(kube, sa, req) for sa, req in through_each_binding),
         timeout=30,
         description="the RBAC authorizer to see the install's bindings",
     )
