@@ -58,6 +58,17 @@ def admission_ns(
             return False
 
         wait_until(webhook_answers, timeout=30, description="API server calling the webhook")
+
+        def mutating_webhook_answers() -> bool:
+            # The mutating configuration reaches the API server through an informer of
+            # its own: the validating webhook answering says nothing about it. Only the
+            # webhook materialises spec.integration (the schema defaults under it).
+            probe = custom.create_namespaced_custom_object(
+                GROUP, VERSION, ns, PLURAL, _backend("probe"), dry_run="All"
+            )
+            return "integration" in probe["spec"]
+
+        wait_until(mutating_webhook_answers, timeout=30, description="the mutating webhook")
         yield ns
 
 
