@@ -265,9 +265,22 @@ def test_certs_then_api_server_calls_the_webhook_over_tls(
         # A valid one is admitted and defaulted by mcachebackend.inferencecache.io: the
         # webhook materialises spec.integration and spec.observation, the API server
         # then stamps their schema defaults.
-        created = kube.request(
-            "POST", cachebackends(namespace), body=_cachebackend("good", {"runtime": "VLLM"})
+        good = _cachebackend("good", {"runtime": "VLLM"})
+
+        def our_defaults() -> bool:
+            # The mutating configuration reaches the API server through an informer of
+            # its own: our validating webhook answering says nothing about it.
+            dry_run = kube.request(
+                "POST", cachebackends(namespace), query={"dryRun": "All"}, body=good
+            )
+            return "integration" in dry_run["spec"]
+
+        wait_until(
+            our_defaults,
+            timeout=30,
+            description="the API server defaulting through mcachebackend.inferencecache.io",
         )
+        created = kube.request("POST", cachebackends(namespace), body=good)
         assert created["spec"]["integration"]["mode"] == "Offload"
         assert created["spec"]["integration"]["failOpen"] is True
         assert created["spec"]["observation"]["firstEventTimeout"] == "5m"
