@@ -439,7 +439,12 @@ def test_two_dispatchers_elect_one_leader_and_fail_over(cluster: Cluster, stack:
     a = stack.start_dispatcher("dispatcher-a")
     b = stack.start_dispatcher("dispatcher-b")
     stack.start_worker()
-    holder = poll(lambda: stack.lease_holder() or None, timeout=30, what="a leader")
+    # The Lease outlives earlier stacks (a dispatcher that was not stopped cleanly never
+    # released it): wait for one of ours to hold it, not for any holder.
+    ours = {stack.identity(a.name), stack.identity(b.name)}
+    holder = poll(
+        lambda: (h := stack.lease_holder()) in ours and h, timeout=30, what="one of ours leads"
+    )
     leader, standby = (a, b) if holder == stack.identity("dispatcher-a") else (b, a)
     poll(lambda: "became leader" in leader.log() or None, timeout=10, what="leader log")
     ns = cluster.namespace()
