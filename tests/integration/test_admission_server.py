@@ -63,7 +63,7 @@ def admission_ns(
             # The mutating configuration reaches the API server through an informer of
             # its own: the validating webhook answering says nothing about it. Only the
             # webhook materialises spec.integration (the schema defaults under it).
-            probe = custom.create_namespaced_custom_object(
+            probe: Any = custom.create_namespaced_custom_object(
                 GROUP, VERSION, ns, PLURAL, _backend("probe"), dry_run="All"
             )
             return "integration" in probe["spec"]
