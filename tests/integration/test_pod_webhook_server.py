@@ -15,7 +15,13 @@ import pytest
 from kubernetes import client
 
 from shared import constants as c
-from tests.harness.controlplane import CertificateAuthority, ControlPlane, free_port, wait_until
+from tests.harness.controlplane import (
+    AuditEvent,
+    CertificateAuthority,
+    ControlPlane,
+    free_port,
+    wait_until,
+)
 from tests.webhook_process import (
     Endpoint,
     WebhookProcess,
@@ -26,6 +32,9 @@ from tests.webhook_process import (
 
 GROUP, VERSION, PLURAL = "inferencecache.io", "v1alpha1", "cachebackends"
 SUFFIX = "pods"
+# The key prefix of the audit annotation the API server adds when it ignores a failed
+# mutating webhook call (failurePolicy Ignore).
+FAILED_OPEN_ANNOTATION = "failed-open.mutation.webhook.admission.k8s.io/"
 SUBSCRIBER_IMAGE = "ghcr.io/inference-cache/kvevent-subscriber:0.1.0"
 
 
@@ -94,7 +103,8 @@ def pod_ns(
                 hiCache={"sizeGB": 16, "writePolicy": "write_through"},
             ),
         )
-        core = client.CoreV1Api(kube_api_client)
+        # The typed client wants V1Pod; a plain manifest dict is what it sends anyway.
+        core: Any = client.CoreV1Api(kube_api_client)
 
         def webhook_wires() -> bool:
             probe = _pod(
@@ -112,7 +122,8 @@ def pod_ns(
 
 
 def _create(api: client.ApiClient, ns: str, pod: dict[str, Any]) -> dict[str, Any]:
-    created = client.CoreV1Api(api).create_namespaced_pod(ns, pod)
+    core: Any = client.CoreV1Api(api)
+    created = core.create_namespaced_pod(ns, pod)
     out: dict[str, Any] = api.sanitize_for_serialization(created)
     return out
 
@@ -131,7 +142,7 @@ def test_vllm_pod_comes_back_wired_and_annotated(
     )
     annotations = pod["metadata"]["annotations"]
     assert annotations[c.ANNOTATION_INJECTED_BY] == f"{pod_ns}/a-vllm"
-    backend = client.CustomObjectsApi(kube_api_client).get_namespaced_custom_object(
+    backend: Any = client.CustomObjectsApi(kube_api_client).get_namespaced_custom_object(
         GROUP, VERSION, pod_ns, PLURAL, "a-vllm"
     )
     assert annotations[c.ANNOTATION_INJECTED_BY_UID] == backend["metadata"]["uid"]
@@ -217,17 +228,43 @@ def test_skip_inject_annotation_is_honoured(kube_api_client: client.ApiClient, p
     assert "--kv-transfer-config" not in (pod["spec"]["containers"][0].get("args") or [])
 
 
+def _failed_open(event: AuditEvent) -> list[str]:
+    """Mutating webhooks the API server skipped under failurePolicy Ignore for this
+    request (it records each in an audit annotation)."""
+    annotations: dict[str, str] = event.raw.get("annotations") or {}
+    return sorted(
+        name for key, name in annotations.items() if key.startswith(FAILED_OPEN_ANNOTATION)
+    )
+
+
 def test_pods_are_created_while_the_webhook_is_down(
-    kube_api_client: client.ApiClient, cachebackend_crd: dict[str, Any]
+    control_plane: ControlPlane, kube_api_client: client.ApiClient, cachebackend_crd: dict[str, Any]
 ) -> None:
     """Spec "Fail-open": failurePolicy Ignore, so an unreachable webhook never blocks pods."""
     # Nothing listens on this port; the CA is valid but signs nothing served.
     dead = Endpoint(f"https://127.0.0.1:{free_port()}", CertificateAuthority("unused").cert_pem)
+    core: Any = client.CoreV1Api(kube_api_client)
+    engine = _pod("engine-0", {"app": "vllm"}, "vllm", "vllm/vllm-openai:v0.11.0", [])
     with registered(kube_api_client, dead, "down"):
         ns = labelled_namespace(kube_api_client, f"down-{uuid.uuid4().hex[:6]}", "down")
-        pod = _create(
-            kube_api_client,
-            ns,
-            _pod("engine-0", {"app": "vllm"}, "vllm", "vllm/vllm-openai:v0.11.0", []),
+
+        def create_audited(dry_run: str | None) -> AuditEvent:
+            since = control_plane.audit_offset()
+            core.create_namespaced_pod(ns, engine, dry_run=dry_run)
+            events = control_plane.wait_for_audit_events(
+                since, verbs=["create"], resource="pods", namespace=ns, name="engine-0"
+            )
+            return events[-1]
+
+        # The API server loads a new configuration shortly after it is created. Until a
+        # dry run records that mpod failed open, a create would not exercise fail-open.
+        wait_until(
+            lambda: _failed_open(create_audited("All")) == ["mpod.inferencecache.io"],
+            timeout=30,
+            description="the API server to call (and fail open on) the unreachable Pod webhook",
         )
-        assert pod["metadata"]["name"] == "engine-0"
+        event = create_audited(None)
+        assert event.code == 201
+        assert _failed_open(event) == ["mpod.inferencecache.io"]
+        pod: Any = core.read_namespaced_pod("engine-0", ns)
+        assert pod.spec.containers[0].args is None  # admitted unwired
