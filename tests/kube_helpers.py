@@ -24,11 +24,13 @@ def install_crd(api: client.ApiClient, timeout: float = 60.0) -> dict[str, Any]:
         if exc.status != 409:
             raise
         current = ext.read_custom_resource_definition(name)
+        assert current.metadata is not None
         body["metadata"]["resourceVersion"] = current.metadata.resource_version
         ext.replace_custom_resource_definition(name, body)
 
     def established() -> bool:
         crd = ext.read_custom_resource_definition(name)
+        assert crd.status is not None
         conds = crd.status.conditions or []
         return any(c.type == "Established" and c.status == "True" for c in conds)
 

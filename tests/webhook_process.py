@@ -195,6 +195,9 @@ def registered(
 ) -> Iterator[None]:
     """Register both webhook configurations; remove them afterwards."""
     adm = client.AdmissionregistrationV1Api(api)
+    # Plain manifest dicts: the client serialises them as the request bodies.
+    mutating: Any
+    validating: Any
     mutating, validating = webhook_configurations(hook, suffix)
     adm.create_mutating_webhook_configuration(mutating)
     adm.create_validating_webhook_configuration(validating)

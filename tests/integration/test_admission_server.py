@@ -54,7 +54,11 @@ def admission_ns(
                     GROUP, VERSION, ns, PLURAL, _external_without_endpoint("probe"), dry_run="All"
                 )
             except ApiException as exc:
-                return exc.status == 422 and "spec.remoteStorage.endpoint" in exc.body
+                return (
+                    exc.status == 422
+                    and exc.body is not None
+                    and "spec.remoteStorage.endpoint" in exc.body
+                )
             return False
 
         wait_until(webhook_answers, timeout=30, description="API server calling the webhook")
@@ -77,6 +81,7 @@ def _custom(api: client.ApiClient) -> client.CustomObjectsApi:
 
 
 def _causes(exc: ApiException) -> list[dict[str, Any]]:
+    assert exc.body is not None
     causes: list[dict[str, Any]] = json.loads(exc.body)["details"]["causes"]
     return causes
 
@@ -101,6 +106,7 @@ def test_aggregated_field_scoped_errors_reach_the_client(
     assert "spec.remoteStorage.endpoint" in fields
     assert any(f.startswith("spec.autoscaling") for f in fields)
     assert any(f.startswith("spec.integration.engineOverrides.env") for f in fields)
+    assert info.value.body is not None
     message = json.loads(info.value.body)["message"]
     assert "PYTHONHASHSEED" in message and "spec.remoteStorage.endpoint" in message
 
@@ -117,7 +123,7 @@ def test_defaults_are_stored(kube_api_client: client.ApiClient, admission_ns: st
     _custom(kube_api_client).create_namespaced_custom_object(
         GROUP, VERSION, admission_ns, PLURAL, body
     )
-    got = _custom(kube_api_client).get_namespaced_custom_object(
+    got: Any = _custom(kube_api_client).get_namespaced_custom_object(
         GROUP, VERSION, admission_ns, PLURAL, "defaults"
     )
     spec = got["spec"]
@@ -129,7 +135,7 @@ def test_defaults_are_stored(kube_api_client: client.ApiClient, admission_ns: st
 
     # First apply only: a later replicas edit does not move the floor.
     got["spec"]["replicas"] = 4
-    updated = _custom(kube_api_client).replace_namespaced_custom_object(
+    updated: Any = _custom(kube_api_client).replace_namespaced_custom_object(
         GROUP, VERSION, admission_ns, PLURAL, "defaults", got
     )
     assert updated["spec"]["autoscaling"]["minReplicas"] == 3
@@ -179,9 +185,9 @@ def test_update_rejects_only_violations_it_introduces(
     wait_until(webhook_covers_namespace, timeout=30, description="webhook covers the namespace")
 
     # An unrelated edit of the pre-existing invalid object is allowed.
-    current = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "legacy")
+    current: Any = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "legacy")
     current["metadata"].setdefault("labels", {})["edited"] = "yes"
-    edited = custom.replace_namespaced_custom_object(
+    edited: Any = custom.replace_namespaced_custom_object(
         GROUP, VERSION, namespace, PLURAL, "legacy", current
     )
     assert edited["metadata"]["labels"]["edited"] == "yes"
@@ -200,7 +206,9 @@ def test_update_that_breaks_a_valid_object_is_rejected(
     custom.create_namespaced_custom_object(
         GROUP, VERSION, admission_ns, PLURAL, _backend("valid", replicas=1)
     )
-    current = custom.get_namespaced_custom_object(GROUP, VERSION, admission_ns, PLURAL, "valid")
+    current: Any = custom.get_namespaced_custom_object(
+        GROUP, VERSION, admission_ns, PLURAL, "valid"
+    )
     current["spec"]["integration"]["role"] = "ReadOnly"
     current["spec"]["runtime"] = "SGLang"
     with pytest.raises(ApiException) as info:

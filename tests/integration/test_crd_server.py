@@ -20,7 +20,7 @@ def _custom(api: client.ApiClient) -> client.CustomObjectsApi:
 
 
 def _create(api: client.ApiClient, ns: str, body: dict[str, Any]) -> dict[str, Any]:
-    created: dict[str, Any] = _custom(api).create_namespaced_custom_object(
+    created: Any = _custom(api).create_namespaced_custom_object(
         GROUP, VERSION, ns, PLURAL, body, field_validation="Strict"
     )
     return created
@@ -36,6 +36,7 @@ def _minimal(name: str = "cb") -> dict[str, Any]:
 
 
 def _error(exc: ApiException) -> dict[str, Any]:
+    assert exc.body is not None
     body: dict[str, Any] = json.loads(exc.body)
     return body
 
@@ -58,8 +59,10 @@ def test_every_sample_applies(
         assert created["spec"]["runtime"] == doc["spec"]["runtime"]
     else:
         assert doc["kind"] == "Deployment"
+        # The client serialises a plain manifest dict as the body.
+        deployment: Any = doc
         client.AppsV1Api(kube_api_client).create_namespaced_deployment(
-            namespace, doc, field_validation="Strict"
+            namespace, deployment, field_validation="Strict"
         )
 
 
@@ -72,7 +75,7 @@ def test_schema_defaults_appear_on_read_back(
     body["spec"]["integration"] = {}
     body["spec"]["observation"] = {"modelID": "m"}
     _create(kube_api_client, namespace, body)
-    got = _custom(kube_api_client).get_namespaced_custom_object(
+    got: Any = _custom(kube_api_client).get_namespaced_custom_object(
         GROUP, VERSION, namespace, PLURAL, "cb"
     )
     spec = got["spec"]
@@ -127,6 +130,7 @@ def test_removed_fields_are_not_served(
     with pytest.raises(ApiException) as info:
         _create(kube_api_client, namespace, body)
     assert info.value.status in (400, 422)
+    assert info.value.body is not None
     assert field in info.value.body
     assert "unknown field" in info.value.body
 
@@ -166,7 +170,7 @@ def test_status_subresource_and_printer_columns(
     created = _create(kube_api_client, namespace, _minimal())
     # A status in the main resource is ignored...
     created["status"] = {"endpoint": "ignored:1"}
-    updated = custom.replace_namespaced_custom_object(
+    updated: Any = custom.replace_namespaced_custom_object(
         GROUP, VERSION, namespace, PLURAL, "cb", created
     )
     assert "status" not in updated or "endpoint" not in updated.get("status", {})
@@ -188,7 +192,7 @@ def test_status_subresource_and_printer_columns(
     custom.patch_namespaced_custom_object_status(
         GROUP, VERSION, namespace, PLURAL, "cb", {"status": status}
     )
-    got = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "cb")
+    got: Any = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "cb")
     assert got["status"]["endpoint"] == "cb.ns.svc:65432"
 
     method, url, headers, _, _ = kube_api_client.param_serialize(
@@ -199,7 +203,9 @@ def test_status_subresource_and_printer_columns(
     )
     raw = kube_api_client.call_api(method, url, header_params=headers)
     raw.read()
-    table = json.loads(raw.data)
+    # RESTResponse.data starts as None; read() fills it with the response bytes.
+    data: Any = raw.data
+    table = json.loads(data)
     names = [col["name"] for col in table["columnDefinitions"]]
     assert names[:6] == ["Name", "Ready", "Endpoint", "Matched", "Prefixes", "LastEvent"]
     cells = table["rows"][0]["cells"]

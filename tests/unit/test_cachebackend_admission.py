@@ -415,7 +415,7 @@ def test_validate_uses_generate_name_request_name_when_metadata_name_missing() -
 def test_validate_cross_namespace_uses_request_namespace() -> None:
     """Spec "Cross-namespace endpoint requires opt-in": judged against the request's
     namespace."""
-    spec = {
+    spec: dict[str, Any] = {
         "runtime": "SGLang",
         "remoteStorage": {
             "provider": "Redis",

@@ -266,7 +266,7 @@ def _gauge(backend: str) -> float | None:
 
 def test_t2_gauge_follows_the_backend_status_and_goes_with_it() -> None:
     key = "gauge-ns/cb"
-    with_rate = {
+    with_rate: dict[str, Any] = {
         "metadata": {"namespace": "gauge-ns", "name": "cb"},
         "status": {"indexParticipation": {"t2HitRate": "0"}},
     }
