@@ -30,6 +30,7 @@ from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 RENEW_BEFORE: Final = dt.timedelta(days=30)
@@ -116,7 +117,7 @@ def normalise_url_base(url_base: str) -> str:
     return url_base.rstrip("/")
 
 
-def _san_entries(hosts: Iterable[str]) -> list[x509.GeneralName]:
+def san_entries(hosts: Iterable[str]) -> list[x509.GeneralName]:
     entries: list[x509.GeneralName] = []
     for host in hosts:
         try:
@@ -140,7 +141,8 @@ def certificate_hosts(cert: x509.Certificate) -> set[str]:
 # --------------------------------------------------------------------------- issuing
 
 
-def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
+def pem_key(key: PrivateKeyTypes) -> bytes:
+    """The key as unencrypted PKCS#8 PEM (what Kubernetes TLS Secrets hold)."""
     return key.private_bytes(
         serialization.Encoding.PEM,
         serialization.PrivateFormat.PKCS8,
@@ -148,7 +150,7 @@ def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
     )
 
 
-def _pem_cert(cert: x509.Certificate) -> bytes:
+def pem_cert(cert: x509.Certificate) -> bytes:
     return cert.public_bytes(serialization.Encoding.PEM)
 
 
@@ -195,7 +197,7 @@ def new_ca(
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .sign(key, hashes.SHA256())
     )
-    return KeyPair(_pem_cert(cert), _pem_key(key))
+    return KeyPair(pem_cert(cert), pem_key(key))
 
 
 def issue_serving(
@@ -225,14 +227,14 @@ def issue_serving(
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(_key_usage(ca=False), critical=True)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(x509.SubjectAlternativeName(_san_entries(hosts)), critical=False)
+        .add_extension(x509.SubjectAlternativeName(san_entries(hosts)), critical=False)
         .add_extension(
             x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
             critical=False,
         )
         .sign(ca_key, hashes.SHA256())
     )
-    return KeyPair(_pem_cert(cert), _pem_key(key))
+    return KeyPair(pem_cert(cert), pem_key(key))
 
 
 # --------------------------------------------------------------------------- checks

@@ -29,7 +29,6 @@ import atexit
 import base64
 import contextlib
 import datetime as dt
-import ipaddress
 import json
 import os
 import shutil
@@ -52,6 +51,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from shared import certs
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO_ROOT / "tests" / "controlplane" / "build.sh"
@@ -265,41 +266,10 @@ def find_binaries(*, build: bool = True) -> Binaries:
 # PKI
 # --------------------------------------------------------------------------- #
 
-PrivateKey = ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
 
-
-def _pem_key(key: PrivateKey) -> bytes:
-    return key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    )
-
-
-def _pem_cert(cert: x509.Certificate) -> bytes:
-    return cert.public_bytes(serialization.Encoding.PEM)
-
-
-def _san_entries(hosts: Iterable[str]) -> list[x509.GeneralName]:
-    entries: list[x509.GeneralName] = []
-    for host in hosts:
-        try:
-            entries.append(x509.IPAddress(ipaddress.ip_address(host)))
-        except ValueError:
-            entries.append(x509.DNSName(host))
-    return entries
-
-
-@dataclass(frozen=True)
-class KeyPair:
-    """A certificate and its private key, PEM encoded."""
-
-    cert_pem: bytes
-    key_pem: bytes
-
-    @property
-    def cert(self) -> x509.Certificate:
-        return x509.load_pem_x509_certificate(self.cert_pem)
+class KeyPair(certs.KeyPair):
+    """A certificate and its private key, PEM encoded, that can be written to files
+    for the API server's and etcd's flags."""
 
     def write(self, directory: Path, stem: str) -> tuple[Path, Path]:
         """Write ``<stem>.crt`` and ``<stem>.key`` (mode 0600) into ``directory``."""
@@ -358,11 +328,11 @@ class CertificateAuthority:
 
     @property
     def cert_pem(self) -> bytes:
-        return _pem_cert(self._cert)
+        return certs.pem_cert(self._cert)
 
     @property
     def key_pair(self) -> KeyPair:
-        return KeyPair(self.cert_pem, _pem_key(self._key))
+        return KeyPair(self.cert_pem, certs.pem_key(self._key))
 
     def _issue(
         self,
@@ -404,7 +374,7 @@ class CertificateAuthority:
         if sans:
             builder = builder.add_extension(x509.SubjectAlternativeName(list(sans)), critical=False)
         cert = builder.sign(self._key, hashes.SHA256())
-        return KeyPair(_pem_cert(cert), _pem_key(key))
+        return KeyPair(certs.pem_cert(cert), certs.pem_key(key))
 
     def issue_serving(self, hosts: Iterable[str] = ("127.0.0.1", "localhost")) -> KeyPair:
         """A TLS server certificate valid for ``hosts`` (IP addresses or DNS names)."""
@@ -412,7 +382,7 @@ class CertificateAuthority:
         if not hosts:
             raise ValueError("a serving certificate needs at least one host")
         subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0])])
-        return self._issue(subject, ExtendedKeyUsageOID.SERVER_AUTH, _san_entries(hosts))
+        return self._issue(subject, ExtendedKeyUsageOID.SERVER_AUTH, certs.san_entries(hosts))
 
     def issue_client(self, user: str, groups: Iterable[str] = ()) -> KeyPair:
         """A client certificate: kube-apiserver reads CN as the user, O as groups."""
@@ -427,7 +397,7 @@ def generate_service_account_key() -> tuple[bytes, bytes]:
     public = key.public_key().public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
     )
-    return _pem_key(key), public
+    return certs.pem_key(key), public
 
 
 @dataclass(frozen=True)
