@@ -9,7 +9,12 @@ import time
 from typing import Any
 
 # Attributes every LogRecord has; anything else was passed with extra= and is logged.
-_STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName", "color_message"}
+_STANDARD = set(vars(logging.makeLogRecord({}))) | {
+    "message",
+    "asctime",
+    "taskName",
+    "color_message",
+}
 
 
 class JsonFormatter(logging.Formatter):

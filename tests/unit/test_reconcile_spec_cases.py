@@ -402,8 +402,13 @@ CASES: list[Case] = [
         LMSERVER,
         workload=None,
         conditions=ROLLING,
-        fields={"endpoint": LM_ENDPOINT, "failOpen": True, "observedGeneration": 1,
-                "firstAvailableAt": ABSENT, "matchedEnginePods": ABSENT},
+        fields={
+            "endpoint": LM_ENDPOINT,
+            "failOpen": True,
+            "observedGeneration": 1,
+            "firstAvailableAt": ABSENT,
+            "matchedEnginePods": ABSENT,
+        },
     ),
     Case(
         "ready/fresh-deployment-no-status: not yet 'rolled out its current generation'",
@@ -486,8 +491,10 @@ CASES: list[Case] = [
         workload=AVAILABLE,
         conditions=OBSERVED,
         events=[N_OBSERVED],
-        fields={"firstKVEventObservedAt": T0S, "indexParticipation": EVENT_SEEN[
-            "indexParticipation"]},
+        fields={
+            "firstKVEventObservedAt": T0S,
+            "indexParticipation": EVENT_SEEN["indexParticipation"],
+        },
     ),
     Case(
         "kv-gate/latch-waits-for-gate: firstKVEventObservedAt is 'the first time the KV-event "
@@ -500,7 +507,7 @@ CASES: list[Case] = [
     ),
     Case(
         "kv-gate/opted-out: 'opt-out per CR with the annotation inferencecache.io/"
-        "require-kv-events: \"false\"' — no gate, no latch",
+        'require-kv-events: "false"\' — no gate, no latch',
         LMSERVER,
         annotations=NO_GATE,
         prev={**EVENT_SEEN},
@@ -567,8 +574,7 @@ CASES: list[Case] = [
         fields={"firstKVEventObservedAt": ago(minutes=20)},
     ),
     Case(
-        "kv-gate/flap-after-timeout: 'a later flap cannot bounce it back to "
-        "AwaitingFirstKVEvent'",
+        "kv-gate/flap-after-timeout: 'a later flap cannot bounce it back to AwaitingFirstKVEvent'",
         LMSERVER,
         prev=prev_status(
             cond("Ready", "False", "ReplicasUnavailable", ago(minutes=1)),
@@ -592,8 +598,7 @@ CASES: list[Case] = [
         events=[N_RECOVERED],
     ),
     Case(
-        "events/recovered-gate-off: ReplicasUnavailable → BackendReady narrates "
-        "BackendRecovered",
+        "events/recovered-gate-off: ReplicasUnavailable → BackendReady narrates BackendRecovered",
         LMSERVER,
         annotations=NO_GATE,
         prev=PREV_REPLICAS_UNAVAILABLE,
@@ -737,8 +742,7 @@ CASES: list[Case] = [
         fields={"failOpen": False},
     ),
     Case(
-        "status/observed-generation: 'The .metadata.generation last reconciled by the "
-        "controller'",
+        "status/observed-generation: 'The .metadata.generation last reconciled by the controller'",
         LMSERVER,
         generation=7,
         annotations=NO_GATE,
@@ -748,8 +752,7 @@ CASES: list[Case] = [
     ),
     # ------------------------------------------------------------ functional probe
     Case(
-        "probe/ok: 'all stages ok (or skipped) → FunctionalProbeOK=True/ProbeOK, no Ready "
-        "change'",
+        "probe/ok: 'all stages ok (or skipped) → FunctionalProbeOK=True/ProbeOK, no Ready change'",
         LMSERVER,
         prev={**PREV_OBSERVED},
         workload=AVAILABLE,
@@ -809,7 +812,7 @@ CASES: list[Case] = [
         conditions={**OBSERVED, "FunctionalProbeOK": ("True", "ProbeBypassed")},
     ),
     Case(
-        "probe/gate-off: '--server-probe-url=\"\" ... clears any stale FunctionalProbeOK "
+        'probe/gate-off: \'--server-probe-url="" ... clears any stale FunctionalProbeOK '
         "condition'",
         LMSERVER,
         prev={
@@ -924,8 +927,10 @@ CASES: list[Case] = [
             "Ready": ("True", "ExternalEndpointAccepted"),
             "Progressing": ("False", "ExternalEndpointAccepted"),
         },
-        fields={"firstKVEventObservedAt": ABSENT, "indexParticipation": EVENT_SEEN[
-            "indexParticipation"]},
+        fields={
+            "firstKVEventObservedAt": ABSENT,
+            "indexParticipation": EVENT_SEEN["indexParticipation"],
+        },
     ),
     Case(
         "external/from-managed: firstKVEventObservedAt 'is intentionally left in place'; "
