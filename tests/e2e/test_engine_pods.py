@@ -55,7 +55,7 @@ def test_engine_pods_drive_advisories_events_and_the_t2_gauge(
     cluster: Cluster, stack: Stack
 ) -> None:
     port = free_port()
-    stack.start_dispatcher(extra=["--metrics-port", str(port)])
+    dispatcher = stack.start_dispatcher(extra=["--metrics-port", str(port)])
     stack.start_worker()
     ns = cluster.namespace()
     cb = cluster.create_cb(ns, "cb", MANAGED, NO_GATE)
@@ -138,6 +138,17 @@ def test_engine_pods_drive_advisories_events_and_the_t2_gauge(
         ),
         timeout=20,
         what="InjectedByCacheBackend / SkippedByOperator pod Events",
+    )
+    # A forged UID claim gets no Event. Absence only means something once the
+    # dispatcher has decided on that pod, which it logs.
+    poll(
+        lambda: (
+            f"{ns}/e-forged claims {ns}/cb (uid not-the-live-uid) but the live CR has uid"
+            in dispatcher.log()
+            or None
+        ),
+        timeout=20,
+        what="the dispatcher's decision on e-forged",
     )
     assert pod_event_reasons(cluster, ns, "e-forged") == []
     event = next(
