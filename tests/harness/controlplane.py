@@ -41,6 +41,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -790,6 +791,21 @@ class ControlPlane:
         server's own bookkeeping (``system:apiserver`` lease/endpoint updates).
         """
         return len(self.write_events(since, **filters))
+
+    def audit_barrier(self, since: int = 0, timeout: float = 10.0) -> None:
+        """Return once the audit log holds a request made by this call.
+
+        The server writes an event just after it answers, so a request answered
+        before this call is logged by the time the barrier's own (later) request is.
+        Call it before asserting that something was *not* written.
+        """
+        marker = f"audit-barrier-{uuid.uuid4().hex[:12]}"
+        status, _ = self.get(f"/api/v1/namespaces/default/configmaps/{marker}")
+        if status != 404:
+            raise ControlPlaneError(f"audit barrier: GET {marker} answered {status}, not 404")
+        self.wait_for_audit_events(
+            since, verbs=["get"], resource="configmaps", name=marker, timeout=timeout
+        )
 
     def wait_for_audit_events(
         self, since: int = 0, *, count: int = 1, timeout: float = 10.0, **filters: Any

@@ -299,6 +299,7 @@ def test_certs_then_api_server_calls_the_webhook_over_tls(
     assert _secret_data(kube, namespace, "inference-cache-webhook-tls-ca")[1] == ca
     assert _secret_data(kube, namespace, "inference-cache-webhook-tls")[1] == tls
     assert webhook_configs.read(kube) == configs
+    control_plane.audit_barrier(since)
     writes = [
         e
         for e in control_plane.write_events(since)

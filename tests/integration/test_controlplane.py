@@ -242,6 +242,21 @@ def test_audit_log_counts_write_requests(
     assert [e.name for e in sa_writes] == ["default"]
 
 
+def test_audit_barrier_lets_a_single_read_see_earlier_requests(
+    control_plane: ControlPlane, kube_api_client: client.ApiClient
+) -> None:
+    core = client.CoreV1Api(kube_api_client)
+    ns = make_namespace(kube_api_client)
+    since = control_plane.audit_offset()
+    core.create_namespaced_config_map(
+        ns, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="before"))
+    )
+    control_plane.audit_barrier(since)
+    # One read, no polling: the barrier already waited.
+    writes = control_plane.write_events(since, user=ADMIN_USER, namespace=ns)
+    assert [(e.verb, e.name) for e in writes] == [("create", "before")]
+
+
 def test_stop_is_idempotent_and_leaves_nothing_behind() -> None:
     cp = ControlPlane(audit=False, service_account_admission=False)
     cp.start()
