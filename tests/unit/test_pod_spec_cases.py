@@ -559,6 +559,44 @@ def test_pw_managed_without_status_endpoint_strips_stale_annotations(hook: Webho
     assert all(op["path"].startswith("/metadata/annotations") for op in ops)
 
 
+def test_pw_managed_uses_status_endpoint_never_a_spec_endpoint(hook: Webhook) -> None:
+    # [PW] "Managed ownership uses status.endpoint from the live Service". A stored
+    # Managed backend that still carries a spec.remoteStorage.endpoint (admission rejects
+    # one today; a file or an older object may have it) is wired to status.endpoint only.
+    remote = {**managed("LMCacheServer"), "endpoint": "user.example.com:1234"}
+    hook.write(backend(remote=remote, status_endpoint="cache-lmcache-server.team-a.svc:65432"))
+    result, _ = hook.admit(pod())
+    assert result == expect_vllm(
+        pod(), env=vllm_env(remote="lm://cache-lmcache-server.team-a.svc:65432")
+    )
+
+
+def test_pw_managed_spec_endpoint_does_not_stand_in_for_status(hook: Webhook) -> None:
+    # [PW] Managed: status.endpoint or nothing; "A non-nil binding with a missing endpoint
+    # fails open" even when spec.remoteStorage.endpoint is set.
+    remote = {**managed("LMCacheServer"), "endpoint": "user.example.com:1234"}
+    hook.write(backend(remote=remote))
+    review_ok_without_patch(hook, pod())
+
+
+@pytest.mark.parametrize("endpoint", [None, "", "   "], ids=["unset", "empty", "blank"])
+def test_ext_external_without_endpoint_never_falls_back_to_status(
+    hook: Webhook, endpoint: str | None
+) -> None:
+    # [PW] "External ownership uses the trimmed, provider-validated
+    # spec.remoteStorage.endpoint with no fallback to stale status"; "A non-nil binding
+    # with a missing endpoint fails open".
+    remote: dict[str, Any] = {"provider": "LMCacheServer", "ownership": "External"}
+    if endpoint is not None:
+        remote["endpoint"] = endpoint
+    hook.write(backend(remote=remote, status_endpoint="stale.example.com:9"))
+    review_ok_without_patch(hook, pod())
+    stale = pod(annotations={INJECTED_BY: f"{NS}/cache", INJECTED_BY_UID: UID})
+    result, _ = hook.admit(stale)
+    assert result["metadata"].get("annotations", {}) == {}
+    assert result["spec"] == stale["spec"]
+
+
 @pytest.mark.parametrize(
     ("endpoint", "url"),
     [
