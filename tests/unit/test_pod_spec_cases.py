@@ -1124,8 +1124,25 @@ def test_sgl_unwritable_dev_shm_fails_open(
             "mount": {"name": "mine", "mountPath": "/etc/lmcache"},
         },
         {"extra": {"name": "lmcache-mp-worker", "image": "mine"}},
+        {
+            # The reserved mount path on a container other than the engine: no duplicate
+            # mountPath on the engine, so only the reserved-name rule can catch it.
+            "volumes": [{"name": "mine", "emptyDir": {}}],
+            "extra": {
+                "name": "helper",
+                "image": "mine",
+                "volumeMounts": [{"name": "mine", "mountPath": "/etc/lmcache"}],
+            },
+        },
     ],
-    ids=["init-container", "config-volume", "dshm-volume", "config-mount-path", "container"],
+    ids=[
+        "init-container",
+        "config-volume",
+        "dshm-volume",
+        "config-mount-path",
+        "container",
+        "config-mount-path-on-a-sidecar",
+    ],
 )
 def test_sgl_reserved_name_squatting_fails_open(hook: Webhook, squat: dict[str, Any]) -> None:
     # [SGL] "If the pod already carries one of them and the adapter did not render it,

@@ -305,8 +305,27 @@ def test_dev_shm_from_undeclared_volume_is_rejected() -> None:
             sglang(volumeMounts=[{"name": "cfg", "mountPath": "/etc/lmcache"}]),
             volumes=[{"name": "cfg", "configMap": {"name": "mine"}}],
         ),
+        make_pod(
+            sglang(),
+            make_container("helper", volumeMounts=[{"name": "cfg", "mountPath": "/etc/lmcache/"}]),
+            volumes=[{"name": "cfg", "emptyDir": {}}],
+        ),
+        make_pod(
+            sglang(),
+            make_container(
+                "helper", volumeMounts=[{"name": "lmcache-config", "mountPath": "/cfg"}]
+            ),
+        ),
     ],
-    ids=["worker-init", "worker-regular", "config-volume", "dshm-volume", "config-mount-path"],
+    ids=[
+        "worker-init",
+        "worker-regular",
+        "config-volume",
+        "dshm-volume",
+        "config-mount-path",
+        "config-mount-path-on-a-sidecar",
+        "reserved-volume-name-mounted-by-a-sidecar",
+    ],
 )
 def test_reserved_name_squatting_is_rejected(pod: dict[str, Any]) -> None:
     with pytest.raises(InjectionRejected):
