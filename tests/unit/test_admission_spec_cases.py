@@ -1310,9 +1310,14 @@ def test_delete_is_always_allowed(client: TestClient, path: str) -> None:
 
 
 def test_status_subresource_update_is_not_judged(client: TestClient) -> None:
+    """A status write cannot change the spec (the API server keeps the old one), so the
+    spec is not judged: not even a violation the spec would introduce next to oldObject."""
     obj = cb({**SGLANG, "integration": {"role": "ReadOnly"}})
-    resp = post(client, PATH_VALIDATE_CB, review("UPDATE", obj, obj, subResource="status"))
-    assert resp["allowed"] is True
+    valid_old = cb(SGLANG)
+    for old in (obj, valid_old, None):
+        resp = post(client, PATH_VALIDATE_CB, review("UPDATE", obj, old, subResource="status"))
+        assert resp["allowed"] is True
+        assert "status" not in resp
 
 
 def test_request_without_namespace_and_without_metadata_namespace(client: TestClient) -> None:
