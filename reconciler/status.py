@@ -442,8 +442,10 @@ def first_kv_event_latch(
     prev = prev_status.get("firstKVEventObservedAt") or None
     if prev or not gate_runs:
         return prev
-    last_event = (prev_status.get("indexParticipation") or {}).get("lastEventAt")
-    if last_event and parse_time(last_event) is not None and parse_time(last_event) != _EPOCH:
+    # An absent, unparseable or zero timestamp (the Unix epoch, or Go's zero time
+    # 0001-01-01T00:00:00Z) is "not yet observed", never an event.
+    last_event = parse_time((prev_status.get("indexParticipation") or {}).get("lastEventAt"))
+    if last_event is not None and last_event > _EPOCH:
         return format_time(now)
     return None
 

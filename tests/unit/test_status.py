@@ -229,6 +229,21 @@ def test_kv_gate_event_present_on_first_reconcile_counts() -> None:
     assert cond(run(o, managed_obs()), "Ready") == ("True", "KVEventsObserved")
 
 
+@pytest.mark.parametrize(
+    "last_event_at",
+    ["1970-01-01T00:00:00Z", "0001-01-01T00:00:00Z", "1969-12-31T23:59:59Z", "not-a-time", ""],
+)
+def test_kv_gate_zero_or_unreadable_last_event_at_is_not_an_event(last_event_at: str) -> None:
+    """Index Participation: lastEventAt is "Unset until the first event arrives;
+    readiness gates must treat the absent value as 'not yet observed' rather than
+    epoch", and server-contract.md: "A zero lastEventAt (or omitted) means no event" —
+    Go's zero time (0001-01-01) included."""
+    o = obj(status={"indexParticipation": {"prefixCount": 0, "lastEventAt": last_event_at}})
+    st = run(o, managed_obs())
+    assert cond(st, "Ready") == ("False", "AwaitingFirstKVEvent")
+    assert "firstKVEventObservedAt" not in st
+
+
 def test_kv_gate_ever_observed_survives_last_event_at_being_cleared() -> None:
     o = obj(
         status={"indexParticipation": {"prefixCount": 0, "lastEventAt": "2026-01-01T11:00:00Z"}}
