@@ -1471,6 +1471,26 @@ def test_pw_malformed_pod_spec_fails_open(hook: Webhook) -> None:
     review_ok_without_patch(hook, bad)
 
 
+def test_pw_decoded_pod_without_containers_strips_stale_annotations(hook: Webhook) -> None:
+    # [PW] "On all other fail-open returns after the pod is decoded ... the webhook strips
+    # stale injected-by/injected-by-uid and inject-skipped annotations". A Pod with an
+    # empty spec.containers decodes; nothing can be wired, and nothing may be vouched for.
+    hook.write(backend())
+    bad = pod(
+        annotations={
+            "team/keep": "me",
+            INJECTED_BY: f"{NS}/cache",
+            INJECTED_BY_UID: UID,
+            INJECT_SKIPPED: c.INJECT_SKIPPED_VALUE,
+        }
+    )
+    bad["spec"]["containers"] = []
+    result, ops = hook.admit(bad)
+    assert result["metadata"]["annotations"] == {"team/keep": "me"}
+    assert result["spec"] == bad["spec"]
+    assert all(op["path"].startswith("/metadata/annotations") for op in ops)
+
+
 @pytest.mark.parametrize("break_it", ["bad-yaml", "missing-dir"])
 def test_pw_list_error_fails_open_and_strips(tmp_path: Path, break_it: str) -> None:
     # [PW] "Every error path (decode failure, list error, ...) returns admission.Allowed".
