@@ -870,6 +870,23 @@ def test_pod_list_failure_preserves_engine_advisories_and_the_strict_downgrade()
     assert cond(again, "EngineCompatibility") == ("False", "InjectedEngineCrashLooping")
 
 
+def test_pod_list_failure_keeps_a_report_only_failure_from_downgrading_ready() -> None:
+    """EngineKernelsHealthy: "Default mode is fail-open observability — it does NOT gate
+    Ready unless strict"; "report-only mode never downgrades Ready". A preserved
+    report-only KernelLoadFailed (pods not listed this time) must not turn into a
+    strict-style EngineKernelDegraded downgrade."""
+    o = step(
+        obj(annotations=NO_GATE),
+        ready_managed(injected_pods=kernels(("b", "report-only", "failed"))),
+        T0,
+    )
+    assert cond(o["status"], "Ready") == ("True", "BackendReady")
+    again = run(o, ready_managed(injected_pods=None), T0 + dt.timedelta(seconds=30))
+    assert cond(again, "EngineKernelsHealthy") == ("False", "KernelLoadFailed")
+    assert cond(again, "Ready") == ("True", "BackendReady")
+    assert status_equal(o["status"], again)
+
+
 def test_engine_compatibility_crash_loop_is_advisory_and_clears() -> None:
     loops = InjectedPodsObservation(crash_loops=(CrashLoop("b", ("vllm",)),))
     o = step(obj(annotations=NO_GATE), ready_managed(injected_pods=loops), T0)
