@@ -574,6 +574,22 @@ def test_functional_probe_error_after_failure_is_sticky_false() -> None:
         assert cond(st, "Ready") == ("False", "ProbeRoutingFailed")
 
 
+def test_rate_limited_probe_requeues_at_the_window_expiry() -> None:
+    """Functional-probe gate: "rate-limited reconcile → no probe call ... The reconciler
+    also schedules a requeue at the rate-limit window expiry so a quiet stuck backend
+    re-probes even without external watch events." """
+    o = step(READY_OBJ, probe_obs("failed", failed_stage="routing", message="m"), T0)
+    res = compute_status(o, probe_obs("rate_limited", retry_after_seconds=12.5), T0)
+    assert cond(res.status, "Ready") == ("False", "ProbeRoutingFailed")
+    assert res.requeue_after == 12.5
+    # A healthy backend is re-probed each window too (the next probe is what would
+    # notice a regression), and the earlier of two deadlines wins.
+    ok = step(READY_OBJ, probe_obs("ok"), T0)
+    res = compute_status(ok, probe_obs("rate_limited", retry_after_seconds=20.0), T0)
+    assert cond(res.status, "FunctionalProbeOK") == ("True", "ProbeOK")
+    assert res.requeue_after == 20.0
+
+
 def test_functional_probe_bypassed_by_annotation() -> None:
     st = run(READY_OBJ, probe_obs("bypassed"))
     assert cond(st, "FunctionalProbeOK") == ("True", "ProbeBypassed")
