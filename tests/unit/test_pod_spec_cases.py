@@ -1541,6 +1541,19 @@ def test_ov_env_new_name_is_appended(hook: Webhook) -> None:
     assert result == expect_vllm(pod(), env=[*vllm_env(), extra, secret])
 
 
+def test_ov_env_override_the_api_server_would_reject_fails_open(hook: Webhook) -> None:
+    # [PW] Fail-open: "webhook errors MUST NOT block engine admission". An env name
+    # containing "=" is invalid under both the strict and the relaxed Kubernetes env-name
+    # rules, so wiring it would get the Pod rejected: the pod is admitted unwired
+    # instead, and stale decision annotations are stripped.
+    hook.write(overrides_backend(env=[{"name": "A=B", "value": "1"}]))
+    review_ok_without_patch(hook, pod())
+    stale = pod(annotations={INJECTED_BY: f"{NS}/cache", INJECTED_BY_UID: UID})
+    result, _ = hook.admit(stale)
+    assert result["metadata"].get("annotations", {}) == {}
+    assert result["spec"] == stale["spec"]
+
+
 def test_ov_env_colliding_with_user_env_is_a_silent_no_op(hook: Webhook) -> None:
     # [OV] env: "a name colliding with a user-owned env the adapter did not touch is a
     # silent no-op" — "the user template protected".
