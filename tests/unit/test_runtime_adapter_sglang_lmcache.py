@@ -87,6 +87,24 @@ def test_engine_gets_enable_lmcache_config_file_and_env() -> None:
     assert env == {"LMCACHE_USE_EXPERIMENTAL": "True", "INFERENCECACHE_FAIL_OPEN": "true"}
 
 
+def test_engine_flags_already_in_the_command_are_converged_not_duplicated() -> None:
+    """Spec "Idempotency": upsertFlag / upsertArgPair converge on the desired value rather
+    than appending a duplicate, and adapters preserve existing user args: an engine whose
+    CLI lives in ``command`` and already carries the LMCache flags keeps them there."""
+    command = [
+        "python3",
+        "-m",
+        "sglang.launch_server",
+        "--enable-lmcache",
+        "--lmcache-config-file",
+        "/old/path.yaml",
+    ]
+    engine_in = sglang(command=command, args=["--model-path", "Qwen/Qwen3-8B"])
+    engine = containers_of(inject(make_pod(engine_in)))["sglang"]
+    assert engine["command"] == [*command[:-1], "/etc/lmcache/lmcache-mp.yaml"]
+    assert engine["args"] == ["--model-path", "Qwen/Qwen3-8B"]
+
+
 def test_no_vllm_or_lm_url_env_for_sglang() -> None:
     env = env_of(containers_of(inject(make_pod(sglang()), binding=REDIS))["sglang"])
     for name in ("VLLM_USE_V1", "PYTHONHASHSEED", "LMCACHE_REMOTE_URL", "LMCACHE_CHUNK_SIZE"):
