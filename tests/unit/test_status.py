@@ -762,6 +762,29 @@ def test_index_participation_attributes_each_replica_to_one_backend() -> None:
     assert out["ns/drained"] == {"prefixCount": 0}
 
 
+def test_index_participation_empty_selector_never_claims_by_vacuous_truth() -> None:
+    """Index Participation: 'A CacheBackend without an EngineSelector (or with empty
+    MatchLabels) is excluded from the selector fallback — otherwise a misconfigured
+    backend would silently claim every replica in its namespace by vacuous truth — but
+    a pod can still be attributed to it via the injected-by annotation.' The empty
+    selector sorts first here, so only the exclusion keeps it from claiming."""
+    from reconciler.snapshot import project_index_participation
+
+    pods = {
+        ("ns", "stray"): _pod("ns", "stray", {"app": "other"}),
+        ("ns", "wired"): _pod("ns", "wired", {"app": "other"}, injected="ns/a-empty"),
+    }
+    backends = [_cb("ns", "a-empty", {}), _cb("ns", "a-none", None), _cb("ns", "z", {"app": "x"})]
+    snapshot = {
+        "replicas": [
+            {"replicaId": "stray", "tenant": "ns", "prefixCount": 3},
+            {"replicaId": "wired", "tenant": "ns", "prefixCount": 4},
+        ]
+    }
+    out = project_index_participation(snapshot, pods, backends)
+    assert out == {"ns/a-empty": {"prefixCount": 4}}
+
+
 def test_probe_result_passes_only_when_every_stage_ok_or_skipped() -> None:
     from reconciler.server_client import interpret_probe_result
 
