@@ -427,6 +427,38 @@ def test_mooncake_master_runs_on_host_network_with_recreate_and_headless_service
     assert c["readinessProbe"] == {"tcpSocket": {"port": 50051}}
 
 
+def test_mooncake_command_override_never_moves_the_fixed_ports() -> None:
+    """remoteStorage.mooncake.command: 'the rendered Service, readiness probe, status
+    endpoint, and engine binding use those fixed values and are not derived from
+    free-form command text.'"""
+    spec = managed("Mooncake")
+    spec["remoteStorage"]["mooncake"] = {
+        "command": ["mooncake_master", "--rpc_port=6000", "--http_metadata_server_port=7000"]
+    }
+    objs = by_kind(render(backend(spec)))
+    c = container(list(objs.values()))
+    assert c["command"] == [
+        "mooncake_master",
+        "--rpc_port=6000",
+        "--http_metadata_server_port=7000",
+    ]
+    assert [p["containerPort"] for p in c["ports"]] == [50051, 8080, 9003]
+    assert c["readinessProbe"] == {"tcpSocket": {"port": 50051}}
+    assert [p["port"] for p in objs["Service"]["spec"]["ports"]] == [50051, 8080]
+    assert service_endpoint(objs["Service"]) == "cb-mooncake.ns.svc:50051"
+
+
+def test_mooncake_statefulset_keeps_host_network_without_a_deployment_strategy() -> None:
+    """'its Deployment uses the Recreate rollout strategy': `strategy` is a Deployment
+    field; a StatefulSet has none (server-side apply rejects undeclared fields), and
+    the master's host networking and headless Service do not depend on the kind."""
+    objs = by_kind(render(backend(managed("Mooncake", deploymentKind="StatefulSet"))))
+    sts = objs["StatefulSet"]
+    assert "strategy" not in sts["spec"]
+    assert sts["spec"]["template"]["spec"]["hostNetwork"] is True
+    assert objs["Service"]["spec"]["clusterIP"] == "None"
+
+
 def test_service_endpoint_publishes_the_first_service_port() -> None:
     svc = by_kind(render(backend(managed("Mooncake"))))["Service"]
     assert service_endpoint(svc) == "cb-mooncake.ns.svc:50051"
