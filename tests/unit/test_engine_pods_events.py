@@ -168,6 +168,22 @@ def test_a_second_recorder_upserts_nothing_new() -> None:
     assert reasons(kube) == ["InjectedByCacheBackend"]
 
 
+def test_an_already_recorded_event_409_is_done_not_retried() -> None:
+    """Contract Notes: 'a re-enqueue across controller restarts upserts the existing
+    event rather than spamming' — the 409 on the deterministic Event name means
+    'recorded before', so the new leader marks it done instead of retrying it."""
+    kube = FakeKube({"ns/cb": "u1"})
+    recorder(kube).observe("ADDED", pod(INJECTED))
+    second = recorder(kube)
+    second.observe("ADDED", pod(INJECTED))
+    creates = [c for c in kube.calls if c[0] == "create"]
+    assert len(creates) == 2  # the first recorder's, and the second's 409
+    second.retry()
+    second.observe("MODIFIED", pod(INJECTED))
+    assert [c for c in kube.calls if c[0] == "create"] == creates
+    assert reasons(kube) == ["InjectedByCacheBackend"]
+
+
 def test_mismatch_and_not_found_are_final_skips() -> None:
     kube = FakeKube({"ns/cb": "recreated"})
     rec = recorder(kube)
