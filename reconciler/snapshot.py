@@ -41,11 +41,17 @@ def owning_backend(pod: dict[str, Any], backends_in_namespace: list[dict[str, An
     that backend); otherwise the first backend by name whose non-empty selector is a
     subset of the pod's labels — the pod webhook's first-match rule. Backends with
     no selector never claim by vacuous truth.
+
+    Decision: a claim naming another namespace is ignored (the selector rule decides).
+    The webhook only selects backends in the pod's own namespace, so such a claim was
+    not written by it, and honouring it would let a pod in one namespace make another
+    namespace's backend look fed (and pass its KV-event gate).
     """
     meta = pod.get("metadata") or {}
-    injected = (meta.get("annotations") or {}).get(c.ANNOTATION_INJECTED_BY)
-    if injected and "/" in injected:
-        return str(injected)
+    injected = str((meta.get("annotations") or {}).get(c.ANNOTATION_INJECTED_BY) or "")
+    claim_namespace, _, claim_name = injected.partition("/")
+    if claim_name and claim_namespace == meta.get("namespace"):
+        return injected
     labels = meta.get("labels") or {}
     for cb in sorted(backends_in_namespace, key=lambda o: str(o["metadata"]["name"])):
         sel = _selector(cb)

@@ -785,6 +785,28 @@ def test_index_participation_empty_selector_never_claims_by_vacuous_truth() -> N
     assert out == {"ns/a-empty": {"prefixCount": 4}}
 
 
+def test_index_participation_ignores_an_injected_by_claim_on_another_namespace() -> None:
+    """Index Participation step 2 (injected-by resolves the owner directly) applies to
+    claims the webhook can have written: it only selects backends in the pod's own
+    namespace. A claim on another namespace's backend falls back to step 3 (the
+    selector rule) and never feeds that backend's indexParticipation."""
+    from reconciler.snapshot import project_index_participation
+
+    pods = {
+        ("a", "forged"): _pod("a", "forged", {"app": "vllm"}, injected="b/victim"),
+        ("a", "stray"): _pod("a", "stray", {"app": "other"}, injected="b/victim"),
+    }
+    backends = [_cb("a", "local", {"app": "vllm"}), _cb("b", "victim", {"app": "vllm"})]
+    snapshot = {
+        "replicas": [
+            {"replicaId": "forged", "tenant": "a", "prefixCount": 3},
+            {"replicaId": "stray", "tenant": "a", "prefixCount": 4},
+        ]
+    }
+    out = project_index_participation(snapshot, pods, backends)
+    assert out == {"a/local": {"prefixCount": 3}}
+
+
 def test_probe_result_passes_only_when_every_stage_ok_or_skipped() -> None:
     from reconciler.server_client import interpret_probe_result
 
