@@ -16,7 +16,7 @@ define pytest
 	exit $$rc
 endef
 
-.PHONY: install controlplane test lint cluster-up cluster-down run e2e manifests images compose-up
+.PHONY: install controlplane test unit lint cluster-up cluster-down run e2e manifests images compose-up
 
 install: $(VENV)/.install-stamp
 
@@ -30,6 +30,11 @@ controlplane:
 
 test: install controlplane
 	$(call pytest,tests)
+
+# The pure tests only: no Go, no control plane, no Redis; seconds, for the
+# edit-test loop. A test that uses a real process is marked `services`.
+unit: install
+	$(call pytest,tests/unit -m "not services and not integration and not e2e")
 
 e2e: install controlplane
 	$(call pytest,tests/e2e)

