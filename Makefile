@@ -16,7 +16,7 @@ define pytest
 	exit $$rc
 endef
 
-.PHONY: install controlplane test unit lint cluster-up cluster-down run e2e manifests images compose-up
+.PHONY: install controlplane test unit lint cluster-up cluster-down run e2e manifests images compose-up bench-webhook
 
 install: $(VENV)/.install-stamp
 
@@ -65,3 +65,8 @@ images:
 
 compose-up:
 	docker compose up --build
+
+# Admission throughput over TLS vs a compiled floor (issue 12); needs Go.
+BENCH_ARGS ?=
+bench-webhook: install controlplane
+	$(PY) benchmarks/bench_webhook.py $(BENCH_ARGS)

@@ -42,6 +42,7 @@ class WebhookProcess:
     cert_path: Path
     key_path: Path
     ca: CertificateAuthority
+    pid: int = 0  # the `icache webhook` process (the supervisor when it runs workers)
 
 
 @contextmanager
@@ -95,7 +96,7 @@ def run_webhook(
                     else None
                 ),
             )
-            yield WebhookProcess(url, ca.cert_pem, log_path, cert_path, key_path, ca)
+            yield WebhookProcess(url, ca.cert_pem, log_path, cert_path, key_path, ca, proc.pid)
         finally:
             terminate_process_group(proc)
             if os.environ.get("ICACHE_SHOW_WEBHOOK_LOG"):

@@ -1,0 +1,3 @@
+module inference-cache/benchmarks/floor
+
+go 1.22
