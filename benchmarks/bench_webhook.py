@@ -336,6 +336,34 @@ def run_floor(
         terminate_process_group(proc)
 
 
+def start_py_spy(
+    out_dir: Path | None, label: str, pid: int, seconds: float
+) -> subprocess.Popen[bytes] | None:
+    """Sample the webhook (and its workers) while vegeta runs: a flat raw-stack file."""
+    if out_dir is None:
+        return None
+    out_dir.mkdir(parents=True, exist_ok=True)
+    name = label.split()[0].lower()
+    return subprocess.Popen(
+        [
+            shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy"),
+            "record",
+            "--pid",
+            str(pid),
+            "--subprocesses",
+            "--format",
+            "raw",
+            "--rate",
+            "250",
+            "--duration",
+            str(max(1, int(seconds))),
+            "--output",
+            str(out_dir / f"{name}.txt"),
+        ],
+        stdout=subprocess.DEVNULL,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=5.0, help="seconds per endpoint")
@@ -348,6 +376,12 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=None,
         help="icache webhook --workers (default: the webhook's own default)",
+    )
+    parser.add_argument(
+        "--py-spy",
+        type=Path,
+        metavar="DIR",
+        help="profile the webhook with py-spy (pip install py-spy) under load: DIR/<endpoint>.txt",
     )
     parser.add_argument("--no-floor", action="store_true", help="skip the Go floor")
     parser.add_argument(
@@ -410,6 +444,7 @@ def main(argv: list[str] | None = None) -> int:
                         )
                     if args.warmup:
                         attack(vegeta, hook.url + path, body, ca_file, args.warmup, 8, work)
+                    profiler = start_py_spy(args.py_spy, label, root, args.duration)
                     ours = attack(
                         vegeta,
                         hook.url + path,
@@ -419,6 +454,8 @@ def main(argv: list[str] | None = None) -> int:
                         args.connections,
                         work,
                     )
+                    if profiler:
+                        profiler.wait(timeout=60)
                     rows.append((label, floor_fig, ours))
             print_table(rows)
             print("\nRSS per webhook process (MiB): idle -> peak under load")
