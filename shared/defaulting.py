@@ -22,11 +22,11 @@ to reject, and defaulting a defaulted object changes nothing.
 
 from __future__ import annotations
 
-import copy
 from typing import Any, Final
 
 from shared import constants as c
 from shared.api.effective import DEFAULT_FIRST_EVENT_TIMEOUT
+from shared.jsoncopy import json_copy
 
 INTEGRATION_DEFAULTS: Final[dict[str, Any]] = {
     "mode": c.MODE_OFFLOAD,
@@ -45,7 +45,7 @@ def _materialise(spec: dict[str, Any], name: str, defaults: dict[str, Any]) -> N
         return  # wrong type: validation reports it
     for key, value in defaults.items():
         if block.get(key) is None:
-            block[key] = copy.deepcopy(value)
+            block[key] = json_copy(value)
 
 
 def _is_int(value: Any) -> bool:
@@ -62,7 +62,7 @@ def default_cachebackend(
     minReplicas default is decided by the operation alone (first apply = CREATE).
     """
     del old_obj
-    out = copy.deepcopy(obj)
+    out = json_copy(obj)
     spec = out.get("spec")
     if not isinstance(spec, dict):
         return out

@@ -39,7 +39,6 @@ wired pod returns an equal pod (an empty JSON patch).
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -50,6 +49,7 @@ from shared.api import effective
 from shared.api.models import CacheBackend
 from shared.bindings import PROVIDER_PROTOCOL, Binding
 from shared.endpoints import endpoint_shape_error, strip_scheme
+from shared.jsoncopy import json_copy
 from shared.runtime_adapters import kernel_check, registry, subscriber
 from shared.runtime_adapters.base import InjectContext, InjectionRejected, RuntimeAdapter
 from shared.runtime_adapters.engine import EngineLocator, candidate_indexes
@@ -167,7 +167,7 @@ def skip_inject_requested(pod: dict[str, Any]) -> bool:
 
 
 def skip_injection(pod: dict[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(pod)
+    out = json_copy(pod)
     strip_decision_annotations(out)
     annotations = _annotations(out)
     annotations[c.ANNOTATION_INJECT_SKIPPED] = c.INJECT_SKIPPED_VALUE
@@ -338,7 +338,7 @@ def apply_overrides(
 def _fail_open(
     pod: dict[str, Any], reason: str, message: str, backend: str | None = None
 ) -> WiringResult:
-    out = copy.deepcopy(pod)
+    out = json_copy(pod)
     strip_decision_annotations(out)
     return WiringResult(out, OUTCOME_FAIL_OPEN, reason, message, backend)
 
@@ -424,7 +424,7 @@ def wire_events_only(
             pod, REASON_EVENTS_ONLY_NO_SUBSCRIBER, f"events-only: {missing}; pod left unwired", key
         )
     adapter = registry.select(backend.spec.runtime, effective.cache_type(backend.spec))
-    out = copy.deepcopy(pod)
+    out = json_copy(pod)
     try:
         append_subscriber(out, backend, ctx, _engine_for_events(pod, adapter), offload=False)
     except InjectionRejected as exc:

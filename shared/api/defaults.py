@@ -8,10 +8,10 @@ had been applied, so it runs this first.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from shared.api.crd import spec_openapi_schema
+from shared.jsoncopy import json_copy
 
 
 def _apply(schema: dict[str, Any], value: Any) -> None:
@@ -20,7 +20,7 @@ def _apply(schema: dict[str, Any], value: Any) -> None:
         if isinstance(props, dict):
             for name, prop in props.items():
                 if name not in value and "default" in prop:
-                    value[name] = copy.deepcopy(prop["default"])
+                    value[name] = json_copy(prop["default"])
                 if name in value:
                     _apply(prop, value[name])
         extra = schema.get("additionalProperties")
@@ -34,6 +34,6 @@ def _apply(schema: dict[str, Any], value: Any) -> None:
 
 def with_schema_defaults(obj: dict[str, Any]) -> dict[str, Any]:
     """A deep copy of a CacheBackend object with every schema default applied."""
-    out = copy.deepcopy(obj)
+    out = json_copy(obj)
     _apply(spec_openapi_schema(), out)
     return out

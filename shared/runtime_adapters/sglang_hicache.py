@@ -27,13 +27,13 @@ empty patch instead of failing open.
 
 from __future__ import annotations
 
-import copy
 from decimal import Decimal, InvalidOperation
 from typing import Any, ClassVar
 
 from shared import constants as c
 from shared.api.models import CacheBackend, HiCache
 from shared.bindings import Binding, Protocol
+from shared.jsoncopy import json_copy
 from shared.runtime_adapters.base import InjectContext, InjectionRejected, RuntimeAdapter
 from shared.runtime_adapters.engine import select_sglang_engine
 from shared.runtime_adapters.overrides import entry_groups
@@ -198,13 +198,13 @@ class SGLangHiCacheAdapter(RuntimeAdapter):
         reject_conflicting_values(tokens, wanted, overridden)
         missing = [(flag, value) for flag, value in wanted if not find_flag(tokens, flag)]
         if not missing:
-            return copy.deepcopy(pod)
+            return json_copy(pod)
         if runs_shell_script(engine_in):
             raise InjectionRejected(
                 f"container {engine_in.get('name')!r} runs a shell script (sh -c); flags "
                 "appended to args would not reach SGLang: put the SGLang CLI in command/args"
             )
-        out = copy.deepcopy(pod)
+        out = json_copy(pod)
         engine = out["spec"]["containers"][index]
         args = list(engine.get("args") or [])
         for flag, value in missing:

@@ -32,7 +32,6 @@ downwardAPI or projected volume is rejected too: the MP data path writes there.
 
 from __future__ import annotations
 
-import copy
 import json
 from typing import Any, ClassVar
 
@@ -40,6 +39,7 @@ from shared import constants as c
 from shared.api import effective
 from shared.api.models import CacheBackend
 from shared.bindings import Binding, Protocol
+from shared.jsoncopy import json_copy
 from shared.runtime_adapters.base import InjectContext, InjectionRejected, RuntimeAdapter
 from shared.runtime_adapters.engine import select_sglang_engine
 from shared.runtime_adapters.podspec import (
@@ -306,7 +306,7 @@ class SGLangLMCacheAdapter(RuntimeAdapter):
             shm_mount=shm_mount,
         )
 
-        out = copy.deepcopy(pod)
+        out = json_copy(pod)
         engine = out["spec"]["containers"][index]
         upsert_flag(engine, ENABLE_LMCACHE)
         upsert_arg(engine, LMCACHE_CONFIG_FILE, CONFIG_PATH)

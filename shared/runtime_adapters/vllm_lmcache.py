@@ -19,7 +19,6 @@ Engine wire (all upserts, so repeat injection converges):
 
 from __future__ import annotations
 
-import copy
 import json
 from typing import Any, ClassVar
 
@@ -27,6 +26,7 @@ from shared import constants as c
 from shared.api import effective
 from shared.api.models import CacheBackend
 from shared.bindings import Binding, Protocol
+from shared.jsoncopy import json_copy
 from shared.runtime_adapters import kernel_check
 from shared.runtime_adapters.base import InjectContext, InjectionRejected, RuntimeAdapter
 from shared.runtime_adapters.engine import select_vllm_engine
@@ -115,7 +115,7 @@ class VLLMLMCacheAdapter(RuntimeAdapter):
         env = lmcache_env(backend, binding)
         mode = kernel_check.requested_mode(backend.metadata.annotations)
 
-        out = copy.deepcopy(pod)
+        out = json_copy(pod)
         engine = out["spec"]["containers"][index]
         if runs_shell_script(engine):
             raise InjectionRejected(

@@ -1033,6 +1033,8 @@ class Rule:
 
     def blocked_by(self, pruned: Sequence[Loc]) -> bool:
         """Whether a field this rule reads was rejected (and pruned) by the schema check."""
+        if not pruned:  # the usual case: nothing was pruned, nothing is blocked
+            return False
         for read in self.reads:
             parts = tuple(read.split("."))
             for loc in pruned:
