@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import base64
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
 import jsonpatch
+
+from webhook_svc.codec import encode_response
 
 
 class BadReview(ValueError):
@@ -65,9 +66,7 @@ def allow(
     response: dict[str, Any] = {"uid": uid, "allowed": True}
     if patch:
         response["patchType"] = "JSONPatch"
-        response["patch"] = base64.b64encode(
-            json.dumps(patch, separators=(",", ":")).encode()
-        ).decode()
+        response["patch"] = base64.b64encode(encode_response(patch)).decode()
     if warnings:
         response["warnings"] = warnings
     if message:

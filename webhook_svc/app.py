@@ -7,7 +7,6 @@ CacheBackend routes it becomes a denial with a message).
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -22,6 +21,7 @@ from shared.runtime_adapters.base import InjectContext
 from webhook_svc import metrics
 from webhook_svc.admission_review import AdmissionRequest, BadReview, deny, parse_review
 from webhook_svc.backend_source import BackendSource
+from webhook_svc.codec import decode_review, encode_response
 
 log = logging.getLogger("icache.webhook")
 
@@ -121,7 +121,7 @@ def create_app(
             except BodyTooLarge:
                 return _bad_request(path, "too_large", f"body exceeds {max_body_bytes} bytes", 413)
             try:
-                req = parse_review(json.loads(raw))
+                req = parse_review(decode_review(raw))
             except BadReview as exc:
                 return _bad_request(path, "malformed", str(exc))
             except (ValueError, UnicodeDecodeError) as exc:
@@ -133,7 +133,7 @@ def create_app(
                 response, outcome = answer(req)
             metrics.ADMISSIONS.labels(path, outcome).inc()
             metrics.ADMISSION_LATENCY.labels(path).observe(time.perf_counter() - start)
-            return JSONResponse(response)
+            return Response(encode_response(response), media_type="application/json")
 
     for path in routes:
         register(path)

@@ -13,7 +13,6 @@ outcome, reason, namespace, pod name/generateName and backend as extra fields.
 from __future__ import annotations
 
 import copy
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -21,6 +20,7 @@ from typing import Any, Final
 
 import jsonpatch
 
+from shared.jsoncopy import json_copy
 from shared.pod_wiring import (
     DEFAULT_NAMESPACE,
     OUTCOME_FAIL_OPEN,
@@ -143,8 +143,7 @@ def verified_patch(before: dict[str, Any], after: dict[str, Any]) -> list[dict[s
     (a wrong patch would wire the pod to something nobody rendered)."""
     patch = json_patch(before, after)
     try:
-        # A JSON round trip is a cheaper deep copy of a decoded AdmissionReview object.
-        if jsonpatch.apply_patch(json.loads(json.dumps(before)), patch, in_place=True) == after:
+        if jsonpatch.apply_patch(json_copy(before), patch, in_place=True) == after:
             return patch
     except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException):
         pass
