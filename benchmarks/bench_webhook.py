@@ -191,6 +191,29 @@ class Figures:
     p99_ms: float
     errors: int
     requests: int
+    cpu_us: float = 0.0  # server CPU (user+sys, all its processes) per request
+
+
+def cpu_seconds(root: int) -> float:
+    """user+sys CPU time of ``root`` and its descendants, from /proc."""
+    total = 0
+    for pid in process_tree(root):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            fields = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def measured(
+    root: int, vegeta: Path, url: str, body: bytes, ca: Path, seconds: float, n: int, work: Path
+) -> Figures:
+    """attack() plus the server's CPU per request: a figure a busy machine blurs less
+    than req/s, since it does not depend on how much CPU the server was given."""
+    before = cpu_seconds(root)
+    figures = attack(vegeta, url, body, ca, seconds, n, work)
+    if figures.requests:
+        figures.cpu_us = (cpu_seconds(root) - before) / figures.requests * 1e6
+    return figures
 
 
 def attack(
@@ -331,7 +354,7 @@ def run_floor(
             description="floor /healthz",
             abort=lambda: f"floor exited:\n{tail(log_path)}" if proc.poll() is not None else None,
         )
-        yield url
+        yield url, proc.pid
     finally:
         terminate_process_group(proc)
 
@@ -409,9 +432,9 @@ def main(argv: list[str] | None = None) -> int:
         with run_webhook(cp.kubeconfig_path, extra) as hook, contextlib.ExitStack() as stack:
             ca_file = work / "ca.crt"
             ca_file.write_bytes(hook.ca_pem)
-            floor_url = None
+            floor_url, floor_pid = None, 0
             if floor_bin:
-                floor_url = stack.enter_context(run_floor(floor_bin, cp, hook.ca, work))
+                floor_url, floor_pid = stack.enter_context(run_floor(floor_bin, cp, hook.ca, work))
             check_answers(hook.url, hook.ca_pem)
             if floor_url:
                 check_floor = ssl.create_default_context(cadata=hook.ca_pem.decode())
@@ -433,7 +456,8 @@ def main(argv: list[str] | None = None) -> int:
                     if floor_url:
                         if args.warmup:
                             attack(vegeta, floor_url + path, body, ca_file, args.warmup, 8, work)
-                        floor_fig = attack(
+                        floor_fig = measured(
+                            floor_pid,
                             vegeta,
                             floor_url + path,
                             body,
@@ -445,7 +469,8 @@ def main(argv: list[str] | None = None) -> int:
                     if args.warmup:
                         attack(vegeta, hook.url + path, body, ca_file, args.warmup, 8, work)
                     profiler = start_py_spy(args.py_spy, label, root, args.duration)
-                    ours = attack(
+                    ours = measured(
+                        root,
                         vegeta,
                         hook.url + path,
                         body,
@@ -472,25 +497,28 @@ def main(argv: list[str] | None = None) -> int:
 
 def print_table(rows: list[tuple[str, Figures | None, Figures]]) -> None:
     print(
-        f"\n{'endpoint':24s} | {'floor req/s':>11s} {'p50':>7s} {'p99':>7s} | "
-        f"{'icache req/s':>12s} {'p50':>7s} {'p99':>7s} {'err':>4s} | "
-        f"{'ratio':>5s} {'p99 x':>6s}"
+        f"\n{'endpoint':23s}| {'floor req/s':>11s} {'p50':>6s} {'p99':>6s} {'cpu/req':>8s} | "
+        f"{'icache req/s':>12s} {'p50':>6s} {'p99':>6s} {'cpu/req':>8s} {'err':>3s} | "
+        f"{'ratio':>5s} {'p99 x':>5s} {'cpu x':>5s}"
     )
     for label, floor, ours in rows:
         left = (
-            f"{floor.rate:11.0f} {floor.p50_ms:5.1f}ms {floor.p99_ms:5.1f}ms"
+            f"{floor.rate:11.0f} {floor.p50_ms:4.1f}ms {floor.p99_ms:4.1f}ms {floor.cpu_us:6.0f}us"
             if floor
-            else f"{'-':>11s} {'-':>7s} {'-':>7s}"
+            else f"{'-':>11s} {'-':>6s} {'-':>6s} {'-':>8s}"
         )
         ratio = f"{ours.rate / floor.rate:5.2f}" if floor and floor.rate else "    -"
-        p99x = f"{ours.p99_ms / floor.p99_ms:6.2f}" if floor and floor.p99_ms else "     -"
+        p99x = f"{ours.p99_ms / floor.p99_ms:5.2f}" if floor and floor.p99_ms else "    -"
+        cpux = f"{floor.cpu_us / ours.cpu_us:5.2f}" if floor and ours.cpu_us else "    -"
         print(
-            f"{label:24s} | {left} | {ours.rate:12.0f} {ours.p50_ms:5.1f}ms "
-            f"{ours.p99_ms:5.1f}ms {ours.errors:4d} | {ratio} {p99x}"
+            f"{label:23s}| {left} | {ours.rate:12.0f} {ours.p50_ms:4.1f}ms {ours.p99_ms:4.1f}ms "
+            f"{ours.cpu_us:6.0f}us {ours.errors:3d} | {ratio} {p99x} {cpux}"
         )
     print(
         "ratio = icache req/s / floor req/s (>= 1.0: as fast as the floor); "
-        "p99 x = icache p99 / floor p99 (<= 1.0: no worse)"
+        "p99 x = icache p99 / floor p99 (<= 1.0: no worse);\n"
+        "cpu x = floor CPU per request / icache CPU per request (server processes only, "
+        "user+sys; steadier than req/s on a shared machine)"
     )
 
 

@@ -150,6 +150,8 @@ def create_app(
 
     @app.get("/metrics")
     def prometheus() -> Response:
-        return Response(generate_latest(metrics.REGISTRY), media_type=CONTENT_TYPE_LATEST)
+        return Response(
+            generate_latest(metrics.exposition_registry()), media_type=CONTENT_TYPE_LATEST
+        )
 
     return app

@@ -2,9 +2,23 @@
 
 from __future__ import annotations
 
+import os
+
 from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.multiprocess import MultiProcessCollector
 
 REGISTRY = CollectorRegistry(auto_describe=True)
+
+
+def exposition_registry() -> CollectorRegistry:
+    """What /metrics renders: this process's registry, or with several webhook workers
+    (webhook_svc.workers) the values of every worker, summed."""
+    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        return REGISTRY
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry)
+    return registry
+
 
 ADMISSIONS = Counter(
     "inferencecache_webhook_admissions_total",

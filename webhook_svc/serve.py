@@ -12,6 +12,7 @@ import argparse
 import functools
 import logging
 import os
+import shutil
 import ssl
 import threading
 from pathlib import Path
@@ -20,6 +21,12 @@ from typing import Any
 from shared import jsonlog
 from shared.runtime_adapters.base import InjectContext
 from webhook_svc.backend_source import ApiBackendSource, BackendSource, FileBackendSource
+from webhook_svc.workers import (
+    available_cpus,
+    bind,
+    fork_workers,
+    share_metrics_between_workers,
+)
 
 log = logging.getLogger("icache.webhook")
 
@@ -55,6 +62,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--tls-reload-interval", type=float, default=10.0, help="seconds between certificate checks"
     )
     parser.add_argument("--log-level", default="info")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=int(os.environ.get("ICACHE_WEBHOOK_WORKERS") or 0),
+        help="worker processes (default 0: the CPUs the container gets, its CPU limit "
+        "rounded up; env ICACHE_WEBHOOK_WORKERS)",
+    )
 
 
 def load_kube_client(kubeconfig: str | None) -> Any:
@@ -119,6 +133,9 @@ class ReloadingTLS:
 
 
 def run(args: argparse.Namespace) -> int:
+    workers = args.workers if args.workers > 0 else available_cpus()
+    # Before prometheus_client is imported: it picks its value store at import time.
+    metrics_dir = share_metrics_between_workers() if workers > 1 else None
     import uvicorn
 
     from webhook_svc.app import create_app
@@ -127,6 +144,14 @@ def run(args: argparse.Namespace) -> int:
     if not args.insecure and not (args.tls_cert_file and args.tls_key_file):
         log.error("--tls-cert-file and --tls-key-file are required unless --insecure is given")
         return 2
+    listener = None
+    if metrics_dir:
+        # Forked before any thread, client or TLS context exists: each worker builds its own.
+        listener = bind(args.host, args.port)
+        code = fork_workers(listener, workers)
+        if code is not None:  # the supervisor, once every worker is gone
+            shutil.rmtree(metrics_dir, ignore_errors=True)
+            return code
     source = build_source(args)
     ctx = InjectContext(
         kvevent_subscriber_image=args.kvevent_subscriber_image,
@@ -153,5 +178,5 @@ def run(args: argparse.Namespace) -> int:
         extra={"port": args.port, "tls": not args.insecure, "backends": mode},
     )
     server = uvicorn.Server(config)
-    server.run()
+    server.run(sockets=[listener] if listener else None)
     return 0
