@@ -21,6 +21,7 @@ from reconciler.server_client import DEFAULT_TOKEN_PATH
 from shared import certs, manifests_cli
 from shared.cli import SUBCOMMANDS
 from shared.manifests_cli import RenderError, render, split_image
+from shared.quantity import parse_quantity
 from tests.samples import ROOT
 from webhook_svc.app import PATH_MUTATE_CB, PATH_MUTATE_POD, PATH_VALIDATE_CB
 
@@ -559,3 +560,27 @@ def test_the_command_prints_yaml_and_fails_cleanly(
     args.kustomization = tmp_path / "absent"
     assert manifests_cli.run(args) == 1
     assert "ICACHE_MANIFESTS_DIR" in capsys.readouterr().err
+
+
+# Issue 12 item 4, from benchmarks/bench_webhook.py (RSS idle -> peak under load):
+# supervisor ~50 MiB, worker ~60-65 MiB. Budgets with headroom for large lists.
+SUPERVISOR_MIB = 64
+WORKER_MIB = 96
+
+
+def _mib(quantity: str) -> float:
+    return float(parse_quantity(quantity)) / 2**20
+
+
+def test_webhook_memory_limit_covers_its_worker_count(docs: list[dict[str, Any]]) -> None:
+    """Issue 12 item 4: the webhook pins --workers (no CPU limit, so the default would be
+    the node's CPU count) and its memory request/limit cover that many workers."""
+    deployment = one(docs, "Deployment", "inference-cache-webhook")
+    (container,) = containers(deployment)
+    workers = [a for a in container["args"] if a.startswith("--workers=")]
+    assert len(workers) == 1
+    count = int(workers[0].split("=", 1)[1])
+    resources = container["resources"]
+    # Request: what they use; limit: twice the workers' budget (large lists, bursts).
+    assert _mib(resources["requests"]["memory"]) >= SUPERVISOR_MIB + count * 64
+    assert _mib(resources["limits"]["memory"]) >= SUPERVISOR_MIB + 2 * count * WORKER_MIB
