@@ -20,6 +20,7 @@ from typing import Any, Final
 
 import jsonpatch
 
+from shared import json_diff
 from shared.jsoncopy import json_copy
 from shared.pod_wiring import (
     DEFAULT_NAMESPACE,
@@ -143,9 +144,13 @@ def verified_patch(before: dict[str, Any], after: dict[str, Any]) -> list[dict[s
     (a wrong patch would wire the pod to something nobody rendered)."""
     patch = json_patch(before, after)
     try:
-        if jsonpatch.apply_patch(json_copy(before), patch, in_place=True) == after:
+        try:
+            patched = json_diff.apply(json_copy(before), patch)
+        except json_diff.UnsupportedOp:  # jsonpatch's patches may move and copy
+            patched = jsonpatch.apply_patch(json_copy(before), patch, in_place=True)
+        if json_diff.same(patched, after):
             return patch
-    except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException):
+    except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException, LookupError, TypeError):
         pass
     log.warning("minimal JSON patch did not reproduce the wired pod; using field-level ops")
     return field_level_patch(before, after)
