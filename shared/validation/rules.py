@@ -15,7 +15,8 @@ Precedence, to give each mistake one error rather than several on the same field
 
 * spec.autoscaling that cannot apply is rejected by exactly one rule: events-only
   (reject_events_only_with_autoscaling), else Mooncake (reject_mooncake_autoscaling),
-  else host-only/External (reject_autoscaling_without_managed_workload). The rules
+  else managed Redis (reject_managed_redis_autoscaling), else host-only/External
+  (reject_autoscaling_without_managed_workload). The rules
   about the block's own fields (minReplicas with replicas 0, minReplicas <=
   maxReplicas) state their own conditions and judge it regardless.
 * Contents of a block that is itself rejected (lmCache on a non-LMCache type, hiCache
@@ -138,6 +139,11 @@ def _endpoint(spec: CacheBackendSpec) -> str:
 def _mooncake(spec: CacheBackendSpec) -> bool:
     """Spec: the Mooncake rules apply "when remoteStorage.provider: Mooncake"."""
     return _provider(spec) == c.PROVIDER_MOONCAKE
+
+
+def _managed_redis(spec: CacheBackendSpec) -> bool:
+    """Issue 11.1: the managed Redis rules apply with provider Redis and ownership Managed."""
+    return _provider(spec) == c.PROVIDER_REDIS and _ownership(spec) == c.OWNERSHIP_MANAGED
 
 
 # =========================================================== object-level rules
@@ -323,6 +329,8 @@ def reject_autoscaling_without_managed_workload(ctx: RuleContext) -> list[FieldE
     spec = ctx.parsed
     if spec.autoscaling is None or _events_only(spec) or _mooncake(spec):
         return []  # reported by the events-only / Mooncake rules
+    if _managed_redis(spec):
+        return []  # reported by reject_managed_redis_autoscaling
     if spec.remote_storage is None:
         reason = "this backend is host-only (no spec.remoteStorage) and provisions no workload"
     elif spec.remote_storage.ownership == c.OWNERSHIP_EXTERNAL:
@@ -904,6 +912,46 @@ def reject_mooncake_autoscaling(ctx: RuleContext) -> list[FieldError]:
     ]
 
 
+# ---------------------------------------------------------------- managed Redis
+
+MANAGED_REDIS_SINGLETON: Final = (
+    "the managed Redis is one non-clustered instance behind a single Service: more "
+    "replicas would each hold a separate part of the keyspace, so every engine would see "
+    "a different partial cache"
+)
+
+
+def reject_managed_redis_multiple_replicas(ctx: RuleContext) -> list[FieldError]:
+    """Issue 11.1: remoteStorage Redis + Managed provisions one non-clustered instance,
+    so spec.replicas is 0 or 1 (0 disables it)."""
+    spec = ctx.parsed
+    replicas = effective.replicas(spec)
+    if not _managed_redis(spec) or replicas <= 1:
+        return []
+    return [
+        invalid(
+            SPEC.child("replicas"),
+            replicas,
+            f"use 0 or 1: {MANAGED_REDIS_SINGLETON}",
+        )
+    ]
+
+
+def reject_managed_redis_autoscaling(ctx: RuleContext) -> list[FieldError]:
+    """Issue 11.1: spec.autoscaling with remoteStorage Redis + Managed (scaling out would
+    shard the keyspace as it goes)."""
+    spec = ctx.parsed
+    if spec.autoscaling is None or not _managed_redis(spec) or _events_only(spec):
+        return []
+    return [
+        forbidden(
+            AUTOSCALING,
+            f"spec.autoscaling is not supported for a Managed Redis remoteStorage: "
+            f"{MANAGED_REDIS_SINGLETON}; remove spec.autoscaling",
+        )
+    ]
+
+
 def reject_unneeded_engine_host_network(ctx: RuleContext) -> list[FieldError]:
     """Spec: integration.engineHostNetwork is rejected on backends that do not need it
     (only a Mooncake remoteStorage does), so it never sits inert."""
@@ -932,6 +980,63 @@ def reject_missing_hicache_block(ctx: RuleContext) -> list[FieldError]:
     if effective.cache_type(spec) != c.TYPE_SGLANG_HICACHE or spec.hi_cache is not None:
         return []
     return [required(HICACHE, "type SGLangHiCache needs spec.hiCache with ratio or sizeGB")]
+
+
+def _hicache(spec: CacheBackendSpec) -> bool:
+    return effective.cache_type(spec) == c.TYPE_SGLANG_HICACHE
+
+
+def reject_unsupported_hicache_role(ctx: RuleContext) -> list[FieldError]:
+    """Issue 11.2: SGLang HiCache has no producer/consumer split (exactly as for
+    SGLang+LMCache), so only ReadWrite is supported."""
+    spec = ctx.parsed
+    role = effective.integration_role(spec)
+    if not _hicache(spec) or role == c.ROLE_READ_WRITE:
+        return []
+    return [
+        invalid(
+            INTEGRATION.child("role"),
+            role,
+            "SGLang HiCache has no producer/consumer split (the engine both stores to and "
+            "reloads from its host tier); only ReadWrite is supported",
+        )
+    ]
+
+
+def reject_hicache_fail_closed(ctx: RuleContext) -> list[FieldError]:
+    """Issue 11.2: failOpen false on HiCache would be a silent no-op (no remote tier
+    whose loss could close serving); the supported value is named."""
+    spec = ctx.parsed
+    if not _hicache(spec) or effective.fail_open(spec):
+        return []
+    return [
+        invalid(
+            INTEGRATION.child("failOpen"),
+            False,
+            "SGLang HiCache supports only failOpen: true (the default): its cache lives in "
+            "the engine pod and has no remote tier whose loss could close serving, so false "
+            "would be a silent no-op",
+        )
+    ]
+
+
+def reject_hicache_without_engine_selector(ctx: RuleContext) -> list[FieldError]:
+    """Issue 11.2: a HiCache backend does nothing unless it selects engine pods, so it
+    needs a non-empty spec.engineSelector.matchLabels."""
+    spec = ctx.parsed
+    if not _hicache(spec):
+        return []
+    selector = spec.engine_selector
+    if selector is not None and selector.match_labels:
+        return []
+    return [
+        required(
+            SPEC.child("engineSelector", "matchLabels"),
+            "type SGLangHiCache configures the selected SGLang engine pods and provisions "
+            "nothing else: set the labels of the engine pods to wire (an empty selector "
+            "matches no pod)",
+        )
+    ]
 
 
 def reject_ambiguous_hicache_capacity(ctx: RuleContext) -> list[FieldError]:
@@ -1102,9 +1207,15 @@ RULES: list[Rule] = [
     # Mooncake.
     Rule(reject_mooncake_multiple_replicas, (*_SELECTION, "replicas")),
     Rule(reject_mooncake_autoscaling, (*_SELECTION, _MODE)),
+    # Managed Redis (one non-clustered instance).
+    Rule(reject_managed_redis_multiple_replicas, (*_SELECTION, "replicas")),
+    Rule(reject_managed_redis_autoscaling, (*_SELECTION, _MODE)),
     Rule(reject_unneeded_engine_host_network, (*_SELECTION, "integration.engineHostNetwork")),
     # SGLang native HiCache.
     Rule(reject_missing_hicache_block, ("type", "hiCache")),
+    Rule(reject_unsupported_hicache_role, ("type", "integration.role")),
+    Rule(reject_hicache_fail_closed, ("type", "integration.failOpen")),
+    Rule(reject_hicache_without_engine_selector, ("type", "engineSelector.matchLabels")),
     Rule(reject_ambiguous_hicache_capacity, ("type", "hiCache.ratio", "hiCache.sizeGB")),
     Rule(reject_invalid_hicache_ratio, ("type", "hiCache.ratio")),
     # LMCache.

@@ -949,10 +949,55 @@ INVALID_CASES = [
         cb({**VLLM, "integration": HOST_NETWORK}),
         "spec.integration.engineHostNetwork",
     ),
+    # --- Managed Redis is one non-clustered instance (issue 11.1)
+    case(
+        "reject_managed_redis_multiple_replicas: SGLang + managed Redis with replicas 2",
+        cb({**MANAGED_REDIS, "replicas": 2}),
+        "spec.replicas",
+        contains=("non-clustered", "partial cache"),
+    ),
+    case(
+        "reject_managed_redis_autoscaling: SGLang + managed Redis with autoscaling",
+        cb({**MANAGED_REDIS, "autoscaling": {"minReplicas": 1, "maxReplicas": 3}}),
+        "spec.autoscaling",
+        contains=("non-clustered",),
+    ),
+    case(
+        "reject_managed_redis_*: replicas 3 and autoscaling, one error each",
+        cb({**MANAGED_REDIS, "replicas": 3, "autoscaling": {"maxReplicas": 4}}),
+        "spec.replicas",
+        "spec.autoscaling",
+    ),
+    # --- HiCache supports only the defaults it can honour (issue 11.2)
+    *[
+        case(
+            f"reject_unsupported_hicache_role: HiCache rejects {role}",
+            cb({**HICACHE, "integration": {"role": role}}),
+            "spec.integration.role",
+            contains=(role, "ReadWrite"),
+        )
+        for role in ("ReadOnly", "WriteOnly")
+    ],
+    case(
+        "reject_hicache_fail_closed: HiCache rejects failOpen false, naming true",
+        cb({**HICACHE, "integration": {"failOpen": False}}),
+        "spec.integration.failOpen",
+        contains=("failOpen: true",),
+    ),
+    case(
+        "reject_hicache_without_engine_selector: no engineSelector",
+        cb({k: v for k, v in HICACHE.items() if k != "engineSelector"}),
+        "spec.engineSelector.matchLabels",
+    ),
+    case(
+        "reject_hicache_without_engine_selector: empty matchLabels",
+        cb({**HICACHE, "engineSelector": {"matchLabels": {}}}),
+        "spec.engineSelector.matchLabels",
+    ),
     # --- HiCache
     case(
         "hicache: spec.hiCache is required for type SGLangHiCache",
-        cb({**SGLANG, "type": "SGLangHiCache"}),
+        cb({**SGLANG, "type": "SGLangHiCache", "engineSelector": HICACHE["engineSelector"]}),
         "spec.hiCache",
     ),
     case(

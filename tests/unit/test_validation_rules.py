@@ -43,7 +43,12 @@ def run(check: r.RuleCheck, spec: dict[str, Any], namespace: str = NS, **meta: A
 
 VLLM = {"runtime": "VLLM"}
 SGLANG = {"runtime": "SGLang"}
-HICACHE = {"runtime": "SGLang", "type": "SGLangHiCache", "hiCache": {"ratio": "2.0"}}
+HICACHE = {
+    "runtime": "SGLang",
+    "type": "SGLangHiCache",
+    "engineSelector": {"matchLabels": {"app": "sglang"}},
+    "hiCache": {"ratio": "2.0"},
+}
 
 
 def managed(provider: str, **extra: Any) -> dict[str, Any]:
@@ -218,8 +223,7 @@ def test_schema_hicache_enums_and_minimums() -> None:
     take the SGLang CLI values; ratio is a string."""
     errors = errors_of(
         {
-            **SGLANG,
-            "type": "SGLangHiCache",
+            **HICACHE,
             "hiCache": {
                 "sizeGB": 0,
                 "writePolicy": "write_around",
@@ -238,7 +242,7 @@ def test_schema_hicache_enums_and_minimums() -> None:
         'spec.hiCache.memoryLayout: Unsupported value: "page_last": supported values: '
         '"layer_first", "page_first", "page_first_direct", "page_first_kv_split", "page_head"',
     ]
-    assert errors_of({**SGLANG, "type": "SGLangHiCache", "hiCache": {"ratio": 2}}) == [
+    assert errors_of({**HICACHE, "hiCache": {"ratio": 2}}) == [
         'spec.hiCache.ratio: Invalid value: "integer": spec.hiCache.ratio in body must be of '
         'type string: "integer"'
     ]
@@ -1076,6 +1080,64 @@ def test_reject_mooncake_autoscaling_rejects_autoscaling() -> None:
     assert len(errors) == 1 and errors[0].startswith("spec.autoscaling: Forbidden:")
 
 
+# ------------------------------------------------------------- managed Redis
+
+
+MANAGED_REDIS = {**SGLANG, "remoteStorage": managed("Redis")}
+
+
+@pytest.mark.parametrize("replicas", [None, 0, 1])
+def test_reject_managed_redis_multiple_replicas_accepts_zero_and_one(
+    replicas: int | None,
+) -> None:
+    """Issue 11.1: one instance (or 0, disabled) is what a managed Redis is."""
+    spec = dict(MANAGED_REDIS) if replicas is None else {**MANAGED_REDIS, "replicas": replicas}
+    assert run(r.reject_managed_redis_multiple_replicas, spec) == []
+
+
+def test_reject_managed_redis_multiple_replicas_accepts_external_redis_and_other_providers() -> (
+    None
+):
+    """Issue 11.1 is about the Redis the controller provisions (Managed): an External
+    Redis runs no workload of ours; LMCacheServer scales out as before."""
+    external_redis = {**SGLANG, "remoteStorage": external("Redis", "r:6379"), "replicas": 3}
+    assert run(r.reject_managed_redis_multiple_replicas, external_redis) == []
+    assert run(r.reject_managed_redis_multiple_replicas, {**MANAGED_LMCACHE, "replicas": 3}) == []
+
+
+def test_reject_managed_redis_multiple_replicas_rejects_two_at_spec_replicas() -> None:
+    """Issue 11.1: replicas > 1 behind one Service shards the keyspace; the error is on
+    spec.replicas and says why."""
+    errors = run(r.reject_managed_redis_multiple_replicas, {**MANAGED_REDIS, "replicas": 2})
+    assert len(errors) == 1 and errors[0].startswith("spec.replicas: Invalid value: 2: use 0 or 1")
+    assert "non-clustered" in errors[0] and "partial cache" in errors[0]
+
+
+def test_reject_managed_redis_autoscaling_accepts_without_autoscaling() -> None:
+    assert run(r.reject_managed_redis_autoscaling, MANAGED_REDIS) == []
+    spec = {**MANAGED_LMCACHE, "autoscaling": {"maxReplicas": 3}}
+    assert run(r.reject_managed_redis_autoscaling, spec) == []
+
+
+def test_reject_managed_redis_autoscaling_rejects_autoscaling_at_spec_autoscaling() -> None:
+    """Issue 11.1: spec.autoscaling shards the keyspace as it scales."""
+    spec = {**MANAGED_REDIS, "autoscaling": {"minReplicas": 1, "maxReplicas": 3}}
+    errors = run(r.reject_managed_redis_autoscaling, spec)
+    assert len(errors) == 1 and errors[0].startswith("spec.autoscaling: Forbidden:")
+    assert "non-clustered" in errors[0]
+
+
+def test_managed_redis_replicas_and_autoscaling_each_get_exactly_one_error() -> None:
+    """Issue 11.1 through validate(): both fields reported, once each (the host-only /
+    External autoscaling rule stays out of it)."""
+    spec = {**MANAGED_REDIS, "replicas": 3, "autoscaling": {"maxReplicas": 4}}
+    errors = validate(cb(spec), NS)
+    assert [e.field for e in errors] == ["spec.replicas", "spec.autoscaling"]
+    events_only = {**spec, "integration": {"mode": "EventsOnly"}}
+    fields = [e.field for e in validate(cb(events_only), NS)]
+    assert fields.count("spec.autoscaling") == 1
+
+
 def test_reject_unneeded_engine_host_network_accepts_mooncake_and_false() -> None:
     """Spec: engineHostNetwork is for Mooncake; false is inert anywhere."""
     assert run(r.reject_unneeded_engine_host_network, MOONCAKE) == []
@@ -1111,6 +1173,58 @@ def test_reject_missing_hicache_block_rejects_absent_block() -> None:
     """Spec "SGLang native HiCache": hiCache is required for type SGLangHiCache."""
     errors = run(r.reject_missing_hicache_block, {**SGLANG, "type": "SGLangHiCache"})
     assert len(errors) == 1 and errors[0].startswith("spec.hiCache: Required value")
+
+
+def test_reject_unsupported_hicache_role_accepts_read_write() -> None:
+    assert run(r.reject_unsupported_hicache_role, HICACHE) == []
+    spec = {**HICACHE, "integration": {"role": "ReadWrite"}}
+    assert run(r.reject_unsupported_hicache_role, spec) == []
+    # Other pairs are judged by their own rules.
+    vllm = {**VLLM, "integration": {"role": "ReadOnly"}}
+    assert run(r.reject_unsupported_hicache_role, vllm) == []
+
+
+@pytest.mark.parametrize("role", ["ReadOnly", "WriteOnly"])
+def test_reject_unsupported_hicache_role_rejects_read_only_and_write_only(role: str) -> None:
+    """Issue 11.2: HiCache has no producer/consumer split, as for SGLang+LMCache."""
+    errors = run(r.reject_unsupported_hicache_role, {**HICACHE, "integration": {"role": role}})
+    assert len(errors) == 1
+    assert errors[0].startswith(f'spec.integration.role: Invalid value: "{role}":')
+    assert "only ReadWrite is supported" in errors[0]
+
+
+def test_reject_hicache_fail_closed_accepts_fail_open_true_and_default() -> None:
+    assert run(r.reject_hicache_fail_closed, HICACHE) == []
+    spec = {**HICACHE, "integration": {"failOpen": True}}
+    assert run(r.reject_hicache_fail_closed, spec) == []
+    assert run(r.reject_hicache_fail_closed, {**VLLM, "integration": {"failOpen": False}}) == []
+
+
+def test_reject_hicache_fail_closed_rejects_false_naming_the_supported_value() -> None:
+    """Issue 11.2: no remote tier could close serving; the flag would be a silent no-op."""
+    errors = run(r.reject_hicache_fail_closed, {**HICACHE, "integration": {"failOpen": False}})
+    assert len(errors) == 1
+    assert errors[0].startswith("spec.integration.failOpen: Invalid value: false:")
+    assert "supports only failOpen: true" in errors[0]
+
+
+def test_reject_hicache_without_engine_selector_accepts_labels() -> None:
+    assert run(r.reject_hicache_without_engine_selector, HICACHE) == []
+    # Only HiCache requires one: other backends may be wired by selector later.
+    assert run(r.reject_hicache_without_engine_selector, VLLM) == []
+
+
+@pytest.mark.parametrize("selector", [None, {}, {"matchLabels": {}}, {"matchLabels": None}])
+def test_reject_hicache_without_engine_selector_rejects_missing_or_empty(
+    selector: dict[str, Any] | None,
+) -> None:
+    """Issue 11.2: a HiCache backend must select engine pods (empty matches none)."""
+    spec = {k: v for k, v in HICACHE.items() if k != "engineSelector"}
+    if selector is not None:
+        spec["engineSelector"] = selector
+    errors = run(r.reject_hicache_without_engine_selector, spec)
+    assert len(errors) == 1
+    assert errors[0].startswith("spec.engineSelector.matchLabels: Required value:")
 
 
 @pytest.mark.parametrize("block", [{"ratio": "2.0"}, {"sizeGB": 64}])
