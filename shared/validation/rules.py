@@ -35,6 +35,7 @@ from typing import Any, Final, Literal
 from shared import constants as c
 from shared.api import effective
 from shared.api.defaults import with_schema_defaults
+from shared.api.duration import DurationError, parse_go_duration_ns
 from shared.api.models import CacheBackendSpec, ResourceRequirements
 from shared.bindings import PROVIDER_PROTOCOL
 from shared.endpoints import endpoint_shape_error, service_namespace
@@ -1114,6 +1115,56 @@ def reject_non_positive_host_memory_capacity(ctx: RuleContext) -> list[FieldErro
     return []
 
 
+# --------------------------------------------------------------- observation
+
+FIRST_EVENT_TIMEOUT: Final = SPEC.child("observation", "firstEventTimeout")
+
+
+def _first_event_timeout(spec: CacheBackendSpec) -> str | None:
+    return spec.observation.first_event_timeout if spec.observation else None
+
+
+def reject_negative_first_event_timeout(ctx: RuleContext) -> list[FieldError]:
+    """Issue 11.3: firstEventTimeout takes Go's duration grammar, whose leading sign
+    makes "-1s" grammatical; a negative window for the first KV event means nothing."""
+    value = _first_event_timeout(ctx.parsed)
+    if value is None:
+        return []
+    try:
+        ns = parse_go_duration_ns(value)
+    except DurationError:
+        return []  # reported by reject_out_of_range_first_event_timeout / the schema
+    if ns >= 0:
+        return []
+    return [
+        invalid(
+            FIRST_EVENT_TIMEOUT,
+            value,
+            "must not be negative: it is how long the KV-event gate waits for the first "
+            'event once the backend is up ("0" reports NoKVEventsObserved at once)',
+        )
+    ]
+
+
+def reject_out_of_range_first_event_timeout(ctx: RuleContext) -> list[FieldError]:
+    """Issue 11.3: exactly Go's time.ParseDuration, which also rejects a duration that
+    does not fit int64 nanoseconds (the CRD pattern cannot express that bound)."""
+    value = _first_event_timeout(ctx.parsed)
+    if value is None:
+        return []
+    try:
+        parse_go_duration_ns(value)
+    except DurationError as exc:
+        return [
+            invalid(
+                FIRST_EVENT_TIMEOUT,
+                value,
+                f"not a Go duration ({exc}): at most 2562047h47m16.854775807s",
+            )
+        ]
+    return []
+
+
 # ===================================================================== registry
 
 
@@ -1220,6 +1271,9 @@ RULES: list[Rule] = [
     Rule(reject_invalid_hicache_ratio, ("type", "hiCache.ratio")),
     # LMCache.
     Rule(reject_non_positive_host_memory_capacity, ("type", "lmCache.hostMemory.capacity")),
+    # Observation.
+    Rule(reject_negative_first_event_timeout, ("observation.firstEventTimeout",)),
+    Rule(reject_out_of_range_first_event_timeout, ("observation.firstEventTimeout",)),
 ]
 
 

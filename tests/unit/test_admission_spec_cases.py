@@ -332,6 +332,14 @@ VALID_CASES = [
         cb({**MANAGED_LMCACHE, "autoscaling": {"minReplicas": 3, "maxReplicas": 3}}),
     ),
     case("replicas: 0 without autoscaling scales to zero", cb({**MANAGED_LMCACHE, "replicas": 0})),
+    # --- observation.firstEventTimeout takes exactly Go's duration grammar (issue 11.3)
+    *[
+        case(
+            f"firstEventTimeout: {value!r} is a Go duration",
+            cb({**VLLM, "observation": {"firstEventTimeout": value}}),
+        )
+        for value in ("0", "0s", "1h30m", "1.5h", "90s")
+    ],
     # --- engine overrides
     case(
         "overrides: LMCACHE_CHUNK_SIZE / SERDE / LOCAL_CPU / MAX_LOCAL_CPU_SIZE are NOT reserved",
@@ -547,6 +555,21 @@ INVALID_CASES = [
         ),
         "spec.autoscaling.targetCPUUtilizationPercent",
     ),
+    case(
+        "reject_negative_first_event_timeout: -1s",
+        cb({**VLLM, "observation": {"firstEventTimeout": "-1s"}}),
+        "spec.observation.firstEventTimeout",
+        contains=("must not be negative",),
+    ),
+    *[
+        case(
+            f"firstEventTimeout: {value!r} is not a Go duration",
+            cb({**VLLM, "observation": {"firstEventTimeout": value}}),
+            "spec.observation.firstEventTimeout",
+            contains=("should match",),
+        )
+        for value in ("1d", "5 m")
+    ],
     case(
         "observation.firstEventTimeout is a duration",
         cb({**VLLM, "observation": {"firstEventTimeout": "five minutes"}}),

@@ -193,7 +193,7 @@ def test_schema_errors_use_wire_paths_and_kubernetes_wording() -> None:
         '"LMCacheServer", "Mooncake"',
         'spec.observation.firstEventTimeout: Invalid value: "5 minutes": '
         "spec.observation.firstEventTimeout in body should match "
-        "'^([0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$'",
+        "'^[-+]?(0|(([0-9]+(\\.[0-9]*)?|\\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$'",
         'spec.replicas: Invalid value: "string": spec.replicas in body must be of type '
         'integer: "string"',
         "spec.autoscaling.minReplicas: Invalid value: 0: spec.autoscaling.minReplicas in "
@@ -1078,6 +1078,66 @@ def test_reject_mooncake_autoscaling_rejects_autoscaling() -> None:
     """Spec: spec.autoscaling is rejected when remoteStorage.provider: Mooncake."""
     errors = run(r.reject_mooncake_autoscaling, {**MOONCAKE, "autoscaling": {"maxReplicas": 2}})
     assert len(errors) == 1 and errors[0].startswith("spec.autoscaling: Forbidden:")
+
+
+# --------------------------------------------------------------- observation
+
+
+@pytest.mark.parametrize("value", ["0", "0s", "1h30m", "1.5h", "90s", "+5m", "-0", "5m"])
+def test_reject_negative_first_event_timeout_accepts_zero_and_positive(value: str) -> None:
+    """Issue 11.3: Go's duration grammar; 0 is a valid zero duration."""
+    spec = {**VLLM, "observation": {"firstEventTimeout": value}}
+    assert run(r.reject_negative_first_event_timeout, spec) == []
+    assert validate(cb(spec), NS) == []
+
+
+@pytest.mark.parametrize("value", ["-1s", "-1h30m", "-.5s"])
+def test_reject_negative_first_event_timeout_rejects_negative(value: str) -> None:
+    """Issue 11.3: "-1s" is grammatical Go, but a negative window means nothing."""
+    spec = {**VLLM, "observation": {"firstEventTimeout": value}}
+    errors = run(r.reject_negative_first_event_timeout, spec)
+    assert errors == [
+        f'spec.observation.firstEventTimeout: Invalid value: "{value}": must not be negative: '
+        "it is how long the KV-event gate waits for the first event once the backend is up "
+        '("0" reports NoKVEventsObserved at once)'
+    ]
+
+
+def test_reject_out_of_range_first_event_timeout_accepts_the_int64_maximum() -> None:
+    spec = {**VLLM, "observation": {"firstEventTimeout": "2562047h47m16.854775807s"}}
+    assert run(r.reject_out_of_range_first_event_timeout, spec) == []
+
+
+@pytest.mark.parametrize("value", ["2562047h47m16.854775808s", "9223372036854775808ns", "3000000h"])
+def test_reject_out_of_range_first_event_timeout_rejects_overflow(value: str) -> None:
+    """Issue 11.3: Go's time.ParseDuration rejects a duration past int64 nanoseconds."""
+    errors = validate(cb({**VLLM, "observation": {"firstEventTimeout": value}}), NS)
+    assert [(e.field, e.bad_value) for e in errors] == [
+        ("spec.observation.firstEventTimeout", value)
+    ]
+    assert "not a Go duration" in errors[0].detail
+
+
+@pytest.mark.parametrize(
+    ("value", "admitted"),
+    [
+        ("0", True),
+        ("0s", True),
+        ("1h30m", True),
+        ("1.5h", True),
+        ("90s", True),
+        ("-1s", False),
+        ("1d", False),
+        ("5 m", False),
+    ],
+)
+def test_first_event_timeout_accepts_exactly_go_durations(value: str, admitted: bool) -> None:
+    """Issue 11.3's table, through validate(): schema pattern plus rules."""
+    errors = validate(cb({**VLLM, "observation": {"firstEventTimeout": value}}), NS)
+    if admitted:
+        assert errors == []
+    else:
+        assert [e.field for e in errors] == ["spec.observation.firstEventTimeout"]
 
 
 # ------------------------------------------------------------- managed Redis
