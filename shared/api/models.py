@@ -124,7 +124,8 @@ class LMCacheConfig(APIModel):
         None,
         description=(
             "Serializer LMCache uses for the remote tier (LMCACHE_REMOTE_SERDE), for example "
-            "naive or cachegen. Unset leaves the LMCache default."
+            "naive or cachegen. Unset means naive: with a remote binding the engine env always "
+            "names the serializer, never relying on LMCache's own default."
         ),
     )
 
