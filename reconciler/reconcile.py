@@ -161,9 +161,10 @@ class Reconciler:
         mode = backend_mode(cb)
         result = ReconcileResult(mode=str(mode))
 
-        desired = render(cb)
-        wanted = {(o["kind"], o["metadata"]["name"]) for o in desired}
         owned = self._list_owned(namespace, name, uid)
+        # The live objects let an autoscaled workload keep the HPA's replica count.
+        desired = render(cb, owned)
+        wanted = {(o["kind"], o["metadata"]["name"]) for o in desired}
 
         # Shed what is no longer desired (mode switch, provider or kind change).
         for (kind, obj_name), live in owned.items():
