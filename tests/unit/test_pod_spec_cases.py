@@ -351,7 +351,22 @@ def subscriber(
                 "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}},
             },
         ],
+        # Issue 9.6: small documented requests/limits, restricted Pod Security.
+        "resources": {
+            "requests": {"cpu": "10m", "memory": "32Mi"},
+            "limits": {"cpu": "500m", "memory": "256Mi"},
+        },
+        "securityContext": RESTRICTED_NON_ROOT,
     }
+
+
+# Issue 9.6: the Pod Security "restricted" controls every added container carries.
+RESTRICTED = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+RESTRICTED_NON_ROOT = {**RESTRICTED, "runAsNonRoot": True}
 
 
 def stamped(
