@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from kubernetes.client.rest import ApiException
 
 from shared import constants as c
 from tests.harness.controlplane import ControlPlane, wait_until
@@ -235,3 +236,24 @@ def test_quota_counts_the_added_containers(
 
 def _millicores(value: str) -> int:
     return int(value[:-1]) if value.endswith("m") else int(value) * 1000
+
+
+def test_the_api_server_enforces_both_policies_on_unwired_pods(
+    kube_api_client: client.ApiClient, namespaces: dict[str, str]
+) -> None:
+    """Control: PodSecurity and ResourceQuota admission are on in this kube-apiserver, so
+    the admissions above prove something. A pod no backend selects (left unwired) is
+    rejected when it is not restricted-compliant, and when a container has no requests."""
+    loose = _vllm_pod(f"loose-{uuid.uuid4().hex[:5]}")
+    loose["metadata"]["labels"] = {"app": "unselected"}
+    del loose["spec"]["containers"][0]["securityContext"]
+    with pytest.raises(ApiException) as info:
+        _create(kube_api_client, namespaces["restricted"], loose)
+    assert info.value.status == 403 and "PodSecurity" in str(info.value.body)
+
+    no_requests = _vllm_pod(f"noreq-{uuid.uuid4().hex[:5]}")
+    no_requests["metadata"]["labels"] = {"app": "unselected"}
+    del no_requests["spec"]["containers"][0]["resources"]
+    with pytest.raises(ApiException) as info:
+        _create(kube_api_client, namespaces["quota"], no_requests)
+    assert info.value.status == 403 and "must specify" in str(info.value.body)
