@@ -109,7 +109,8 @@ ALLOWED: dict[str, list[Request]] = {
                 ("services", ""),
                 ("horizontalpodautoscalers", "autoscaling"),
             ]
-            for verb in ("list", "patch", "delete")
+            # get: the ownership check before a first write (issue 10 item 1).
+            for verb in ("get", "list", "patch", "delete")
         ),
         Request("list", "pods"),
         Request("create", "events"),
