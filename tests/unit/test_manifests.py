@@ -320,13 +320,20 @@ def test_pod_webhook_stays_out_of_its_own_namespace_and_kube_system(
 
 
 def test_webhook_may_only_read_cachebackends(docs: list[dict[str, Any]]) -> None:
+    """...and ask SubjectAccessReviews (issue 10 item 6: may the writer of a CacheBackend
+    create the workload it shapes?)."""
     role = one(docs, "ClusterRole", "inference-cache-webhook")
     assert role["rules"] == [
         {
             "apiGroups": ["inferencecache.io"],
             "resources": ["cachebackends"],
             "verbs": ["get", "list"],
-        }
+        },
+        {
+            "apiGroups": ["authorization.k8s.io"],
+            "resources": ["subjectaccessreviews"],
+            "verbs": ["create"],
+        },
     ]
 
 
