@@ -214,3 +214,28 @@ def test_the_issue_example_chat_redis_service_through_dispatcher_and_worker(
     svc = cluster.kube.get(k.SERVICES, ns, "chat-redis")
     assert owned_by(svc, cb["metadata"]["uid"])
     assert condition(cluster.cb(ns, "chat"), "Ready") == ("False", "RolloutInProgress")
+
+
+def test_shedding_on_a_mode_flip_never_deletes_a_foreign_lookalike(
+    cluster: Cluster, worker_kube: k.Kube
+) -> None:
+    """Issue 10.1, deletion path: a foreign StatefulSet carrying our labels (but no
+    controller reference to the backend) survives the flip that sheds ours."""
+    ns = cluster.namespace()
+    try:
+        cluster.create_cb(ns, "cb", CASES["Deployment"][0], annotations=NO_GATE)
+        rec = Reconciler(worker_kube)
+        rec.reconcile(f"{ns}/cb")
+        labels = cluster.kube.get(k.DEPLOYMENTS, ns, NAME)["metadata"]["labels"]
+        body = dict(CASES["StatefulSet"][1])
+        body["metadata"] = {"name": NAME, "labels": labels}
+        lookalike = cluster.kube.create(k.STATEFULSETS, ns, body)
+        cluster.patch_cb(
+            ns, "cb", {"spec": {"remoteStorage": None, "integration": {"mode": "EventsOnly"}}}
+        )
+        rec.reconcile(f"{ns}/cb")
+        assert cluster.kube.get_or_none(k.DEPLOYMENTS, ns, NAME) is None
+        assert cluster.kube.get_or_none(k.SERVICES, ns, NAME) is None
+        assert cluster.kube.get(k.STATEFULSETS, ns, NAME) == lookalike
+    finally:
+        cluster.delete_backends([ns])
