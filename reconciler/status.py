@@ -46,6 +46,12 @@ from reconciler.engine_pods import (
     KERNEL_PENDING,
     InjectedPodsObservation,
 )
+from reconciler.ownership import (
+    NAME_CONFLICT_REQUEUE_SECONDS,
+    REASON_NAME_CONFLICT,
+    NameConflict,
+    name_conflict_message,
+)
 from shared import constants as c
 from shared.api import effective
 from shared.api.duration import parse_go_duration
@@ -210,6 +216,9 @@ class Observed:
     # observedServerInstance as decided by the cascade step of the shell (None: no
     # decision this time — the prior value stands).
     server_instance: str | None = None
+    # Rendered objects whose names are taken by objects this backend does not own
+    # (the shell wrote nothing this time).
+    name_conflicts: tuple[NameConflict, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -341,6 +350,14 @@ def managed_workload_verdict(cb: CacheBackend, w: WorkloadObservation | None) ->
         f"{w.available_replicas}/{desired} available.",
         progressing=True,
     )
+
+
+def name_conflict_verdict(conflicts: tuple[NameConflict, ...]) -> Verdict | None:
+    """Ready=False/NameConflict (Degraded: stuck until someone acts) while a rendered
+    name is taken by an object this backend does not own; None otherwise."""
+    if not conflicts:
+        return None
+    return Verdict(False, REASON_NAME_CONFLICT, name_conflict_message(conflicts), degraded=True)
 
 
 def external_endpoint_verdict(cb: CacheBackend) -> tuple[Verdict, str]:
@@ -892,8 +909,11 @@ def compute_status(cb_obj: dict[str, Any], observed: Observed, now: dt.datetime)
 
     if mode == Mode.MANAGED:
         endpoint = observed.service_endpoint
-        base = managed_workload_verdict(cb, observed.workload)
+        conflict = name_conflict_verdict(observed.name_conflicts)
+        base = conflict or managed_workload_verdict(cb, observed.workload)
         available_now = base.ready
+        if conflict is not None:
+            requeue = _min_delay(requeue, NAME_CONFLICT_REQUEUE_SECONDS)
     elif mode == Mode.EXTERNAL:
         base, endpoint = external_endpoint_verdict(cb)
     elif mode == Mode.EVENTS_ONLY:

@@ -22,6 +22,7 @@ from shared.runtime_adapters.base import InjectContext
 from webhook_svc import metrics
 from webhook_svc.admission_review import AdmissionRequest, BadReview, deny, parse_review
 from webhook_svc.backend_source import BackendSource
+from webhook_svc.workload_authz import AccessReviewer, authorizing
 
 log = logging.getLogger("icache.webhook")
 
@@ -76,6 +77,7 @@ def create_app(
     backends: BackendSource,
     inject_ctx: InjectContext,
     max_body_bytes: int = 3 * 1024 * 1024,
+    access_reviewer: AccessReviewer | None = None,
 ) -> FastAPI:
     # Imported here so the app module loads even while a route's module is being built.
     from webhook_svc.cachebackend_admission import mutate_cachebackend, validate_cachebackend
@@ -106,7 +108,11 @@ def create_app(
 
     routes: dict[str, Callable[[AdmissionRequest], tuple[dict[str, Any], str]]] = {
         PATH_MUTATE_CB: cachebackend_route(PATH_MUTATE_CB, mutate_cachebackend),
-        PATH_VALIDATE_CB: cachebackend_route(PATH_VALIDATE_CB, validate_cachebackend),
+        # With an API server: the requesting user must also be allowed to create the
+        # workload the backend shapes (webhook_svc/workload_authz.py).
+        PATH_VALIDATE_CB: cachebackend_route(
+            PATH_VALIDATE_CB, authorizing(validate_cachebackend, access_reviewer)
+        ),
         PATH_MUTATE_POD: pod_answer,
     }
 
@@ -126,8 +132,9 @@ def create_app(
                 return _bad_request(path, "malformed", str(exc))
             except (ValueError, UnicodeDecodeError) as exc:
                 return _bad_request(path, "malformed", f"body is not JSON: {exc}")
-            if path == PATH_MUTATE_POD:
-                # Live mode lists backends over the network: keep the event loop free.
+            if path == PATH_MUTATE_POD or (path == PATH_VALIDATE_CB and access_reviewer):
+                # Live mode lists backends (and reviews access) over the network: keep
+                # the event loop free.
                 response, outcome = await run_in_threadpool(answer, req)
             else:
                 response, outcome = answer(req)

@@ -132,7 +132,16 @@ def run(args: argparse.Namespace) -> int:
         kvevent_subscriber_image=args.kvevent_subscriber_image,
         server_address=args.server_address,
     )
-    app = create_app(source, ctx, max_body_bytes=args.max_body_bytes)
+    reviewer = None
+    if args.backends_from:
+        log.warning(
+            "embedded mode: no API server, so no SubjectAccessReview of CacheBackend writers"
+        )
+    else:
+        from webhook_svc.workload_authz import ApiAccessReviewer
+
+        reviewer = ApiAccessReviewer(load_kube_client(args.kubeconfig))
+    app = create_app(source, ctx, max_body_bytes=args.max_body_bytes, access_reviewer=reviewer)
     tls: ReloadingTLS | None = None
     if not args.insecure:
         tls = ReloadingTLS(args.tls_cert_file, args.tls_key_file, args.tls_reload_interval)

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from reconciler.server_client import DEFAULT_TOKEN_PATH
-from shared import certs, manifests_cli
+from shared import certs, manifests_cli, redis_auth
 from shared.cli import SUBCOMMANDS
 from shared.manifests_cli import RenderError, render, split_image
 from tests.samples import ROOT
@@ -206,6 +206,41 @@ def test_redis_url_points_at_the_bundled_redis(docs: list[dict[str, Any]]) -> No
     assert url == f"redis://{service['metadata']['name']}:{service['spec']['ports'][0]['port']}/0"
 
 
+def _secret_env(container: dict[str, Any], name: str) -> dict[str, Any]:
+    (env,) = [e for e in container.get("env") or [] if e["name"] == name]
+    ref: dict[str, Any] = env["valueFrom"]["secretKeyRef"]
+    return ref
+
+
+def test_redis_requires_the_password_from_the_install_secret(docs: list[dict[str, Any]]) -> None:
+    """Issue 10 item 5: authentication by default; no `--protected-mode no`."""
+    (redis,) = containers(one(docs, "Deployment", "inference-cache-redis"))
+    args = redis["args"]
+    assert "--protected-mode" not in args
+    assert args[args.index("--requirepass") + 1] == "$(REDIS_PASSWORD)"
+    for name in ("REDIS_PASSWORD", "REDISCLI_AUTH"):  # the server; the probe's redis-cli
+        ref = _secret_env(redis, name)
+        assert ref == {"name": redis_auth.DEFAULT_SECRET, "key": redis_auth.PASSWORD_KEY}
+    assert redis["readinessProbe"]["exec"]["command"] == ["redis-cli", "ping"]
+
+
+@pytest.mark.parametrize("name", ["inference-cache-worker", "inference-cache-dispatcher"])
+def test_worker_and_dispatcher_read_the_redis_password_from_the_same_secret(
+    docs: list[dict[str, Any]], name: str
+) -> None:
+    (container,) = containers(one(docs, "Deployment", name))
+    ref = _secret_env(container, "ICACHE_REDIS_PASSWORD")
+    # Not optional: without the Secret the pod waits instead of dialling Redis
+    # unauthenticated.
+    assert ref == {"name": redis_auth.DEFAULT_SECRET, "key": redis_auth.PASSWORD_KEY}
+    # The URL stays password-free in the ConfigMap; the documented JSON6902 patches
+    # for an external Redis address env/0 (worker) and env/1 (dispatcher).
+    index = 0 if name == "inference-cache-worker" else 1
+    assert container["env"][index]["name"] == "ICACHE_REDIS_URL"
+    url = one(docs, "ConfigMap", "inference-cache-config")["data"]["ICACHE_REDIS_URL"]
+    assert "@" not in url
+
+
 # --------------------------------------------------------------------------- the webhook
 
 
@@ -285,13 +320,20 @@ def test_pod_webhook_stays_out_of_its_own_namespace_and_kube_system(
 
 
 def test_webhook_may_only_read_cachebackends(docs: list[dict[str, Any]]) -> None:
+    """...and ask SubjectAccessReviews (issue 10 item 6: may the writer of a CacheBackend
+    create the workload it shapes?)."""
     role = one(docs, "ClusterRole", "inference-cache-webhook")
     assert role["rules"] == [
         {
             "apiGroups": ["inferencecache.io"],
             "resources": ["cachebackends"],
             "verbs": ["get", "list"],
-        }
+        },
+        {
+            "apiGroups": ["authorization.k8s.io"],
+            "resources": ["subjectaccessreviews"],
+            "verbs": ["create"],
+        },
     ]
 
 
