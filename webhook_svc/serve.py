@@ -25,7 +25,12 @@ log = logging.getLogger("icache.webhook")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--host", default="0.0.0.0", help="address to listen on")
+    parser.add_argument(
+        "--host",
+        default=None,
+        help="address to listen on (default: 0.0.0.0 with TLS, 127.0.0.1 with --insecure; "
+        "'::' for IPv6)",
+    )
     parser.add_argument("--port", type=int, default=8443, help="port to listen on")
     parser.add_argument("--insecure", action="store_true", help="serve plain HTTP (local replay)")
     parser.add_argument("--tls-cert-file", type=Path, help="serving certificate (PEM)")
@@ -55,6 +60,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--tls-reload-interval", type=float, default=10.0, help="seconds between certificate checks"
     )
     parser.add_argument("--log-level", default="info")
+
+
+def listen_host(args: argparse.Namespace) -> str:
+    """--host, else every IPv4 address with TLS and loopback only for plain HTTP: the
+    insecure mode serves /metrics and live-API lookups to whoever can connect."""
+    if args.host is not None:
+        return str(args.host)
+    return "127.0.0.1" if args.insecure else "0.0.0.0"
 
 
 def load_kube_client(kubeconfig: str | None) -> Any:
@@ -138,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
         tls = ReloadingTLS(args.tls_cert_file, args.tls_key_file, args.tls_reload_interval)
     config = uvicorn.Config(
         app,
-        host=args.host,
+        host=listen_host(args),
         port=args.port,
         log_config=None,
         access_log=False,
@@ -150,7 +163,12 @@ def run(args: argparse.Namespace) -> int:
     mode = f"embedded ({args.backends_from})" if args.backends_from else "live API"
     log.info(
         "serving admission webhooks",
-        extra={"port": args.port, "tls": not args.insecure, "backends": mode},
+        extra={
+            "host": listen_host(args),
+            "port": args.port,
+            "tls": not args.insecure,
+            "backends": mode,
+        },
     )
     server = uvicorn.Server(config)
     server.run()
