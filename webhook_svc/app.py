@@ -7,21 +7,24 @@ CacheBackend routes it becomes a denial with a message).
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.concurrency import run_in_threadpool
 
+from shared.pod_wiring import OUTCOME_FAIL_OPEN
 from shared.runtime_adapters.base import InjectContext
 from webhook_svc import metrics
-from webhook_svc.admission_review import AdmissionRequest, BadReview, deny, parse_review
+from webhook_svc.admission_review import AdmissionRequest, BadReview, allow, deny, parse_review
 from webhook_svc.backend_source import BackendSource
+from webhook_svc.codec import BadBody, decode_body, encode_json
+from webhook_svc.pod_admission import REASON_INTERNAL_ERROR
 
 log = logging.getLogger("icache.webhook")
 
@@ -48,12 +51,12 @@ async def _read_limited(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def _bad_request(endpoint: str, reason: str, detail: str, code: int = 400) -> JSONResponse:
+def _bad_request(endpoint: str, reason: str, detail: str, code: int = 400) -> tuple[int, bytes]:
     metrics.BAD_REQUESTS.labels(endpoint, reason).inc()
     log.warning(
         "bad admission request", extra={"endpoint": endpoint, "reason": reason, "detail": detail}
     )
-    return JSONResponse({"error": detail}, status_code=code)
+    return code, encode_json({"error": detail})
 
 
 def _internal_denial(req: AdmissionRequest, exc: Exception) -> dict[str, Any]:
@@ -72,6 +75,44 @@ def _internal_denial(req: AdmissionRequest, exc: Exception) -> dict[str, Any]:
     )
 
 
+def _pod_fail_open(req: AdmissionRequest, exc: Exception) -> dict[str, Any]:
+    log.exception(
+        "pod admission failed; admitting unchanged",
+        extra={"uid": req.uid, "outcome": OUTCOME_FAIL_OPEN, "reason": REASON_INTERNAL_ERROR},
+    )
+    metrics.POD_WIRING.labels(OUTCOME_FAIL_OPEN, REASON_INTERNAL_ERROR).inc()
+    return allow(req.uid)
+
+
+@dataclass(frozen=True)
+class Route:
+    """One admission path: its answer, and the answer when anything at all goes wrong
+    (the Pod route admits, the CacheBackend routes deny with the error)."""
+
+    path: str
+    answer: Callable[[AdmissionRequest], tuple[dict[str, Any], str]]
+    fallback: Callable[[AdmissionRequest, Exception], dict[str, Any]]
+
+    def admit(self, raw: bytes, started: float) -> tuple[int, bytes]:
+        """(HTTP status, body) for one request body: 200 with an AdmissionReview, or a
+        400 naming what is wrong with the body. Never raises."""
+        try:
+            req = parse_review(decode_body(raw))
+        except BadBody as exc:
+            return _bad_request(self.path, exc.reason, exc.detail)
+        except BadReview as exc:
+            return _bad_request(self.path, "malformed", str(exc))
+        try:
+            response, outcome = self.answer(req)
+            body = encode_json(response)
+        except Exception as exc:  # never a 500: the route's own safe answer instead
+            response, outcome = self.fallback(req, exc), "error"
+            body = encode_json(response)
+        metrics.ADMISSIONS.labels(self.path, outcome).inc()
+        metrics.ADMISSION_LATENCY.labels(self.path).observe(time.perf_counter() - started)
+        return 200, body
+
+
 def create_app(
     backends: BackendSource,
     inject_ctx: InjectContext,
@@ -85,7 +126,7 @@ def create_app(
     app.state.ready = True
 
     def cachebackend_route(
-        endpoint: str, handler: Callable[[AdmissionRequest], dict[str, Any]]
+        handler: Callable[[AdmissionRequest], dict[str, Any]],
     ) -> Callable[[AdmissionRequest], tuple[dict[str, Any], str]]:
         def answer(req: AdmissionRequest) -> tuple[dict[str, Any], str]:
             try:
@@ -104,39 +145,32 @@ def create_app(
         metrics.POD_WIRING.labels(outcome, reason).inc()
         return response, outcome
 
-    routes: dict[str, Callable[[AdmissionRequest], tuple[dict[str, Any], str]]] = {
-        PATH_MUTATE_CB: cachebackend_route(PATH_MUTATE_CB, mutate_cachebackend),
-        PATH_VALIDATE_CB: cachebackend_route(PATH_VALIDATE_CB, validate_cachebackend),
-        PATH_MUTATE_POD: pod_answer,
-    }
+    routes = [
+        Route(PATH_MUTATE_CB, cachebackend_route(mutate_cachebackend), _internal_denial),
+        Route(PATH_VALIDATE_CB, cachebackend_route(validate_cachebackend), _internal_denial),
+        Route(PATH_MUTATE_POD, pod_answer, _pod_fail_open),
+    ]
 
-    def register(path: str) -> None:
-        answer = routes[path]
-
-        @app.post(path)
+    def register(route: Route) -> None:
+        @app.post(route.path)
         async def admission(request: Request) -> Response:
-            start = time.perf_counter()
+            started = time.perf_counter()
             try:
                 raw = await _read_limited(request, max_body_bytes)
             except BodyTooLarge:
-                return _bad_request(path, "too_large", f"body exceeds {max_body_bytes} bytes", 413)
-            try:
-                req = parse_review(json.loads(raw))
-            except BadReview as exc:
-                return _bad_request(path, "malformed", str(exc))
-            except (ValueError, UnicodeDecodeError) as exc:
-                return _bad_request(path, "malformed", f"body is not JSON: {exc}")
-            if path == PATH_MUTATE_POD:
-                # Live mode lists backends over the network: keep the event loop free.
-                response, outcome = await run_in_threadpool(answer, req)
+                status, body = _bad_request(
+                    route.path, "too_large", f"body exceeds {max_body_bytes} bytes", 413
+                )
             else:
-                response, outcome = answer(req)
-            metrics.ADMISSIONS.labels(path, outcome).inc()
-            metrics.ADMISSION_LATENCY.labels(path).observe(time.perf_counter() - start)
-            return JSONResponse(response)
+                if route.path == PATH_MUTATE_POD:
+                    # Live mode lists backends over the network: keep the event loop free.
+                    status, body = await run_in_threadpool(route.admit, raw, started)
+                else:
+                    status, body = route.admit(raw, started)
+            return Response(body, status_code=status, media_type="application/json")
 
-    for path in routes:
-        register(path)
+    for route in routes:
+        register(route)
 
     @app.get("/healthz")
     def healthz() -> Response:
