@@ -31,3 +31,10 @@ BAD_REQUESTS = Counter(
     ["endpoint", "reason"],
     registry=REGISTRY,
 )
+TLS_RELOADS = Counter(
+    "inferencecache_webhook_tls_reloads_total",
+    "Serving-certificate reload attempts after the files changed: reloaded, or failed "
+    "(the previous certificate keeps serving).",
+    ["result"],
+    registry=REGISTRY,
+)

@@ -1,8 +1,7 @@
 """`icache webhook`: serve the admission webhooks under uvicorn.
 
-TLS comes from --tls-cert-file/--tls-key-file and is reloaded in place when the files
-change (cert-manager rotates them): the SSLContext is shared by every new handshake,
-so loading the new chain into it takes effect without a restart. --insecure serves
+TLS comes from --tls-cert-file/--tls-key-file and is reloaded when the files change
+(cert-manager or `icache certs` rotates them): see webhook_svc/tls.py. --insecure serves
 plain HTTP for local replay with curl.
 """
 
@@ -12,14 +11,13 @@ import argparse
 import functools
 import logging
 import os
-import ssl
-import threading
 from pathlib import Path
 from typing import Any
 
 from shared import jsonlog
 from shared.runtime_adapters.base import InjectContext
 from webhook_svc.backend_source import ApiBackendSource, BackendSource, FileBackendSource
+from webhook_svc.tls import ReloadingTLS
 
 log = logging.getLogger("icache.webhook")
 
@@ -93,44 +91,6 @@ def build_source(args: argparse.Namespace) -> BackendSource:
     return ApiBackendSource(load_kube_client(args.kubeconfig))
 
 
-class ReloadingTLS:
-    """An SSLContext whose certificate chain is reloaded when the files change."""
-
-    def __init__(self, cert: Path, key: Path, interval: float) -> None:
-        self.cert, self.key, self.interval = cert, key, interval
-        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        self.context.minimum_version = ssl.TLSVersion.TLSv1_2
-        self._stamp = self._current_stamp()
-        self.context.load_cert_chain(str(cert), str(key))
-        self._stop = threading.Event()
-
-    def _current_stamp(self) -> tuple[int, int]:
-        return (self.cert.stat().st_mtime_ns, self.key.stat().st_mtime_ns)
-
-    def check(self) -> bool:
-        """Reload when either file changed; keep serving the old chain if the new one is bad."""
-        try:
-            stamp = self._current_stamp()
-            if stamp == self._stamp:
-                return False
-            self.context.load_cert_chain(str(self.cert), str(self.key))
-        except (OSError, ssl.SSLError) as exc:
-            log.warning(
-                "certificate reload failed; keeping the previous one", extra={"error": str(exc)}
-            )
-            return False
-        self._stamp = stamp
-        log.info("reloaded serving certificate", extra={"cert": str(self.cert)})
-        return True
-
-    def start(self) -> None:
-        def loop() -> None:
-            while not self._stop.wait(self.interval):
-                self.check()
-
-        threading.Thread(target=loop, name="tls-reload", daemon=True).start()
-
-
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -149,6 +109,7 @@ def run(args: argparse.Namespace) -> int:
     tls: ReloadingTLS | None = None
     if not args.insecure:
         tls = ReloadingTLS(args.tls_cert_file, args.tls_key_file, args.tls_reload_interval)
+        tls.load()  # unusable files at startup: fail now, with the error
     config = uvicorn.Config(
         app,
         host=listen_host(args),
@@ -156,10 +117,8 @@ def run(args: argparse.Namespace) -> int:
         log_config=None,
         access_log=False,
         lifespan="off",
-        ssl_context_factory=(lambda _cfg, _default: tls.context) if tls else None,
+        ssl_context_factory=tls,
     )
-    if tls:
-        tls.start()
     mode = f"embedded ({args.backends_from})" if args.backends_from else "live API"
     log.info(
         "serving admission webhooks",
