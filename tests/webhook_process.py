@@ -70,6 +70,7 @@ class WebhookProcess:
     cert_path: Path
     key_path: Path
     ca: CertificateAuthority
+    proc: subprocess.Popen[bytes] | None = None
 
 
 @contextmanager
@@ -123,7 +124,7 @@ def run_webhook(
                     else None
                 ),
             )
-            yield WebhookProcess(url, ca.cert_pem, log_path, cert_path, key_path, ca)
+            yield WebhookProcess(url, ca.cert_pem, log_path, cert_path, key_path, ca, proc)
         finally:
             terminate_process_group(proc)
             if os.environ.get("ICACHE_SHOW_WEBHOOK_LOG"):

@@ -24,6 +24,7 @@ from webhook_svc import metrics
 from webhook_svc.admission_review import AdmissionRequest, BadReview, allow, deny, parse_review
 from webhook_svc.backend_source import BackendSource
 from webhook_svc.codec import BadBody, decode_body, encode_json
+from webhook_svc.lifecycle import CloseWhenDraining, lifecycle_of, lifespan
 from webhook_svc.pod_admission import REASON_INTERNAL_ERROR
 
 log = logging.getLogger("icache.webhook")
@@ -122,8 +123,8 @@ def create_app(
     from webhook_svc.cachebackend_admission import mutate_cachebackend, validate_cachebackend
     from webhook_svc.pod_admission import mutate_pod
 
-    app = FastAPI(title="inference-cache webhook", docs_url=None, redoc_url=None)
-    app.state.ready = True
+    app = FastAPI(title="inference-cache webhook", docs_url=None, redoc_url=None, lifespan=lifespan)
+    app.add_middleware(CloseWhenDraining)
 
     def cachebackend_route(
         handler: Callable[[AdmissionRequest], dict[str, Any]],
@@ -177,8 +178,9 @@ def create_app(
         return Response("ok", media_type="text/plain")
 
     @app.get("/readyz")
-    def readyz() -> Response:
-        if not app.state.ready:
+    def readyz(request: Request) -> Response:
+        lifecycle = lifecycle_of(request.scope)
+        if lifecycle is not None and lifecycle.draining:
             return Response("shutting down", status_code=503, media_type="text/plain")
         return Response("ok", media_type="text/plain")
 

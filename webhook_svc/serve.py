@@ -17,6 +17,7 @@ from typing import Any
 from shared import jsonlog
 from shared.runtime_adapters.base import InjectContext
 from webhook_svc.backend_source import ApiBackendSource, BackendSource, FileBackendSource
+from webhook_svc.lifecycle import DrainingServer
 from webhook_svc.tls import ReloadingTLS
 
 log = logging.getLogger("icache.webhook")
@@ -56,6 +57,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--tls-reload-interval", type=float, default=10.0, help="seconds between certificate checks"
+    )
+    parser.add_argument(
+        "--shutdown-drain-seconds",
+        type=float,
+        default=5.0,
+        help="after SIGTERM: /readyz answers 503 while requests are still served this long",
+    )
+    parser.add_argument(
+        "--shutdown-timeout-seconds",
+        type=int,
+        default=10,
+        help="after the drain: the longest wait for in-flight requests before exiting",
     )
     parser.add_argument("--log-level", default="info")
 
@@ -116,7 +129,8 @@ def run(args: argparse.Namespace) -> int:
         port=args.port,
         log_config=None,
         access_log=False,
-        lifespan="off",
+        lifespan="on",
+        timeout_graceful_shutdown=args.shutdown_timeout_seconds,
         ssl_context_factory=tls,
     )
     mode = f"embedded ({args.backends_from})" if args.backends_from else "live API"
@@ -129,6 +143,6 @@ def run(args: argparse.Namespace) -> int:
             "backends": mode,
         },
     )
-    server = uvicorn.Server(config)
+    server = DrainingServer(config, drain_seconds=args.shutdown_drain_seconds)
     server.run()
     return 0
