@@ -16,7 +16,13 @@ from typing import Any
 
 from shared import jsonlog
 from shared.runtime_adapters.base import InjectContext
-from webhook_svc.backend_source import ApiBackendSource, BackendSource, FileBackendSource
+from webhook_svc.backend_source import (
+    DEFAULT_LIST_TIMEOUT_SECONDS,
+    ApiBackendSource,
+    BackendSource,
+    DeadlineSource,
+    FileBackendSource,
+)
 from webhook_svc.lifecycle import DrainingServer
 from webhook_svc.tls import ReloadingTLS
 
@@ -51,6 +57,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--server-address",
         default=os.environ.get("ICACHE_SERVER_ADDRESS", "inference-cache-server:50051"),
         help="gRPC address of the cache-index server the kvevent-subscriber reports to",
+    )
+    parser.add_argument(
+        "--backend-list-timeout",
+        type=float,
+        default=DEFAULT_LIST_TIMEOUT_SECONDS,
+        help="live mode: seconds the Pod webhook waits for the CacheBackend list before "
+        "admitting the pod unwired (list_error); keep it well inside the webhook's "
+        "timeoutSeconds (5)",
     )
     parser.add_argument(
         "--max-body-bytes", type=int, default=3 * 1024 * 1024, help="request body size limit"
@@ -101,7 +115,8 @@ def build_source(args: argparse.Namespace) -> BackendSource:
         return FileBackendSource(
             args.backends_from, functools.partial(load_backends, default_namespace="")
         )
-    return ApiBackendSource(load_kube_client(args.kubeconfig))
+    timeout = args.backend_list_timeout
+    return DeadlineSource(ApiBackendSource(load_kube_client(args.kubeconfig), timeout), timeout)
 
 
 def run(args: argparse.Namespace) -> int:
