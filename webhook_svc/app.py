@@ -7,6 +7,7 @@ CacheBackend routes it becomes a denial with a message).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -21,6 +22,15 @@ from starlette.concurrency import run_in_threadpool
 from shared.pod_wiring import OUTCOME_FAIL_OPEN
 from shared.runtime_adapters.base import InjectContext
 from webhook_svc import metrics
+from webhook_svc.admission_gate import (
+    BODY_READ_SECONDS,
+    BUDGET_WAIT_SECONDS,
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_INFLIGHT_BYTES,
+    MIN_RESERVATION_BYTES,
+    ByteBudget,
+    Overloaded,
+)
 from webhook_svc.admission_review import AdmissionRequest, BadReview, allow, deny, parse_review
 from webhook_svc.backend_source import BackendSource
 from webhook_svc.codec import BadBody, decode_body, encode_json
@@ -117,7 +127,8 @@ class Route:
 def create_app(
     backends: BackendSource,
     inject_ctx: InjectContext,
-    max_body_bytes: int = 3 * 1024 * 1024,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES,
 ) -> FastAPI:
     # Imported here so the app module loads even while a route's module is being built.
     from webhook_svc.cachebackend_admission import mutate_cachebackend, validate_cachebackend
@@ -152,22 +163,49 @@ def create_app(
         Route(PATH_MUTATE_POD, pod_answer, _pod_fail_open),
     ]
 
+    budget = ByteBudget(max(max_inflight_bytes, max_body_bytes))
+
+    async def answer(route: Route, request: Request, started: float) -> tuple[int, bytes]:
+        declared = request.headers.get("content-length", "")
+        size = int(declared) if declared.isdigit() else max_body_bytes
+        if size > max_body_bytes:
+            return _bad_request(
+                route.path, "too_large", f"body exceeds {max_body_bytes} bytes", 413
+            )
+        async with budget.reserve(max(size, MIN_RESERVATION_BYTES), BUDGET_WAIT_SECONDS):
+            metrics.INFLIGHT_BYTES.set(budget.used)
+            try:
+                async with asyncio.timeout(BODY_READ_SECONDS):
+                    raw = await _read_limited(request, max_body_bytes)
+            except BodyTooLarge:
+                return _bad_request(
+                    route.path, "too_large", f"body exceeds {max_body_bytes} bytes", 413
+                )
+            except TimeoutError:
+                return _bad_request(
+                    route.path, "timeout", f"body not received within {BODY_READ_SECONDS:g} s", 408
+                )
+            # Decoding and judging hold the GIL in long stretches: never on the event loop,
+            # which keeps answering /healthz and reading other requests meanwhile.
+            return await run_in_threadpool(route.admit, raw, started)
+
     def register(route: Route) -> None:
         @app.post(route.path)
         async def admission(request: Request) -> Response:
             started = time.perf_counter()
             try:
-                raw = await _read_limited(request, max_body_bytes)
-            except BodyTooLarge:
-                status, body = _bad_request(
-                    route.path, "too_large", f"body exceeds {max_body_bytes} bytes", 413
+                status, body = await answer(route, request, started)
+            except Overloaded:
+                metrics.OVERLOADED.labels(route.path).inc()
+                log.warning("admission budget full: 503", extra={"endpoint": route.path})
+                return Response(
+                    encode_json({"error": "webhook overloaded: retry shortly"}),
+                    status_code=503,
+                    headers={"Retry-After": "1"},
+                    media_type="application/json",
                 )
-            else:
-                if route.path == PATH_MUTATE_POD:
-                    # Live mode lists backends over the network: keep the event loop free.
-                    status, body = await run_in_threadpool(route.admit, raw, started)
-                else:
-                    status, body = route.admit(raw, started)
+            finally:
+                metrics.INFLIGHT_BYTES.set(budget.used)
             return Response(body, status_code=status, media_type="application/json")
 
     for route in routes:

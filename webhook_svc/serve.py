@@ -16,6 +16,11 @@ from typing import Any
 
 from shared import jsonlog
 from shared.runtime_adapters.base import InjectContext
+from webhook_svc.admission_gate import (
+    DEFAULT_LIMIT_CONCURRENCY,
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_INFLIGHT_BYTES,
+)
 from webhook_svc.backend_source import (
     DEFAULT_LIST_TIMEOUT_SECONDS,
     ApiBackendSource,
@@ -23,7 +28,6 @@ from webhook_svc.backend_source import (
     DeadlineSource,
     FileBackendSource,
 )
-from webhook_svc.lifecycle import DrainingServer
 from webhook_svc.tls import ReloadingTLS
 
 log = logging.getLogger("icache.webhook")
@@ -67,7 +71,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "timeoutSeconds (5)",
     )
     parser.add_argument(
-        "--max-body-bytes", type=int, default=3 * 1024 * 1024, help="request body size limit"
+        "--max-body-bytes",
+        type=int,
+        default=DEFAULT_MAX_BODY_BYTES,
+        help="request body size limit (larger: 413)",
+    )
+    parser.add_argument(
+        "--max-inflight-bytes",
+        type=int,
+        default=DEFAULT_MAX_INFLIGHT_BYTES,
+        help="body bytes this process reads, decodes and judges at once; the rest wait, "
+        "then get 503 (size it with the memory limit: docs/install.md)",
+    )
+    parser.add_argument(
+        "--limit-concurrency",
+        type=int,
+        default=DEFAULT_LIMIT_CONCURRENCY,
+        help="connections plus requests this process holds at once before answering 503",
     )
     parser.add_argument(
         "--tls-reload-interval", type=float, default=10.0, help="seconds between certificate checks"
@@ -123,6 +143,7 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from webhook_svc.app import create_app
+    from webhook_svc.lifecycle import DrainingServer
 
     jsonlog.setup(args.log_level)
     if not args.insecure and not (args.tls_cert_file and args.tls_key_file):
@@ -133,7 +154,12 @@ def run(args: argparse.Namespace) -> int:
         kvevent_subscriber_image=args.kvevent_subscriber_image,
         server_address=args.server_address,
     )
-    app = create_app(source, ctx, max_body_bytes=args.max_body_bytes)
+    app = create_app(
+        source,
+        ctx,
+        max_body_bytes=args.max_body_bytes,
+        max_inflight_bytes=args.max_inflight_bytes,
+    )
     tls: ReloadingTLS | None = None
     if not args.insecure:
         tls = ReloadingTLS(args.tls_cert_file, args.tls_key_file, args.tls_reload_interval)
@@ -145,6 +171,7 @@ def run(args: argparse.Namespace) -> int:
         log_config=None,
         access_log=False,
         lifespan="on",
+        limit_concurrency=args.limit_concurrency,
         timeout_graceful_shutdown=args.shutdown_timeout_seconds,
         ssl_context_factory=tls,
     )
