@@ -1,8 +1,11 @@
 """The FastAPI app: three admission routes, health, readiness and metrics.
 
-Every route answers 200 with an AdmissionReview, or 400/413 for a body that is not
-one; no path returns a 500 (an unexpected error on the Pod route fails open, on the
-CacheBackend routes it becomes a denial with a message).
+Every route answers 200 with an AdmissionReview, or 400/408/413 for a body that is
+not one, or 503 + Retry-After when the in-flight byte budget stays full
+(webhook_svc/admission_gate.py); no path returns a 500 (an unexpected error on the Pod
+route fails open, on the CacheBackend routes it becomes a denial with a message).
+Per request: reserve budget, read the body, then ``Route.admit`` on the thread pool
+(decode with webhook_svc/codec.py, answer, encode).
 """
 
 from __future__ import annotations

@@ -4,13 +4,15 @@ Every route goes through ``decode_body`` and ``encode_json``, so a faster JSON l
 is a change to this module only. ``decode_body`` turns every way a body can fail to be
 JSON into ``BadBody`` (an HTTP 400 naming the problem): bytes that are not UTF-8, nesting
 deeper than the parser's recursion limit (``RecursionError`` is not a ``ValueError``),
-the non-JSON constants ``NaN``/``Infinity``, and lone UTF-16 surrogate escapes
+the non-JSON constants ``NaN``/``Infinity`` and numbers that overflow to them (``1e400``),
+and lone UTF-16 surrogate escapes
 (``"\\ud800"``), which no UTF-8 response could echo back.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any, Final
 
@@ -31,10 +33,17 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON value")
 
 
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):  # 1e400: no answer could carry it back as JSON
+        raise ValueError(f"number {text[:40]} is out of range")
+    return value
+
+
 def decode_body(raw: bytes) -> Any:
     """The parsed body, or ``BadBody``."""
     try:
-        value = json.loads(raw, parse_constant=_reject_constant)
+        value = json.loads(raw, parse_constant=_reject_constant, parse_float=_finite_float)
     except RecursionError:
         raise BadBody("too_deep", "body is not JSON we accept: it nests too deeply") from None
     except UnicodeDecodeError as exc:

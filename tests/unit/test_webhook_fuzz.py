@@ -2,8 +2,9 @@
 
 Each case takes a valid AdmissionReview from examples/admission (CacheBackends and
 Pods) and mutates it structurally: values replaced by other JSON types, keys deleted
-or added, subtrees wrapped in deep nesting, strings grown large or filled with any
-Unicode (lone surrogates included), the uid changed, bytes truncated. Whatever comes
+or added, subtrees wrapped in deep nesting, edge-case numbers (1e400, 5000 digits),
+strings grown large or filled with any Unicode (lone surrogates included), the uid
+changed, bytes truncated. Whatever comes
 in, the answer is
 
 * 200 with an AdmissionReview whose response echoes the request uid, or
@@ -109,7 +110,11 @@ _JSON = st.recursive(
 )
 # Any code point, lone surrogates included (json.dumps \u-escapes them).
 _ANY_TEXT = st.text(st.characters(codec=None, categories=None), max_size=40)
-_DEEP = "\x00deep\x00"
+# JSON text json.dumps cannot produce: nesting deeper than it recurses, and numbers
+# Python reads as inf or as huge ints. Placed via a placeholder string, then swapped in.
+_RAW_NUMBERS = st.sampled_from(
+    ["1e400", "-1e400", "1e-400", "-0", "0.0e0", "1" * 5000, "9" * 300, "1E+2", "-2.5e-3"]
+)
 
 
 def _slots(doc: Any, here: list[Any] | None = None) -> Iterator[tuple[Any, Any]]:
@@ -130,14 +135,24 @@ def _slots(doc: Any, here: list[Any] | None = None) -> Iterator[tuple[Any, Any]]
 def mutated_reviews(draw: st.DrawFn, reviews: list[dict[str, Any]]) -> tuple[bytes, Any]:
     """(body bytes, the uid the answer must echo if it is a 200)."""
     doc: Any = copy.deepcopy(draw(st.sampled_from(reviews)))
-    depth = 0
+    raw: dict[str, str] = {}  # placeholder string -> the JSON text it stands for
     for _ in range(draw(st.integers(min_value=0, max_value=5))):
         slots = list(_slots(doc))
         container, key = draw(st.sampled_from(slots))
         value = doc if container is None else container[key]
         kind = draw(
             st.sampled_from(
-                ["replace", "delete", "add_key", "wrap", "deep", "big", "unicode", "uid"]
+                [
+                    "replace",
+                    "delete",
+                    "add_key",
+                    "wrap",
+                    "deep",
+                    "number",
+                    "big",
+                    "unicode",
+                    "uid",
+                ]
             )
         )
         new: Any = value
@@ -153,7 +168,11 @@ def mutated_reviews(draw: st.DrawFn, reviews: list[dict[str, Any]]) -> tuple[byt
             new = draw(st.sampled_from([[value], {"x": value}, {draw(_KEYS): value}]))
         elif kind == "deep":
             depth = draw(st.sampled_from([1, 50, 500, 990, 1_100, 5_000, 100_000]))
-            new = _DEEP
+            new = f"\x00raw{len(raw)}\x00"
+            raw[new] = "[" * depth + "1" + "]" * depth
+        elif kind == "number":
+            new = f"\x00raw{len(raw)}\x00"
+            raw[new] = draw(_RAW_NUMBERS)
         elif kind == "big":
             new = "x" * draw(st.integers(min_value=0, max_value=MAX_BODY + 1024))
         elif kind == "unicode":
@@ -166,8 +185,8 @@ def mutated_reviews(draw: st.DrawFn, reviews: list[dict[str, Any]]) -> tuple[byt
         else:
             container[key] = new
     text = json.dumps(doc, ensure_ascii=draw(st.booleans()))
-    if depth:  # nesting built as text: json.dumps itself would recurse too deep
-        text = text.replace(json.dumps(_DEEP), "[" * depth + "1" + "]" * depth, 1)
+    for placeholder, json_text in raw.items():  # a placeholder a later mutation dropped
+        text = text.replace(json.dumps(placeholder), json_text, 1)  # is simply absent
     body = text.encode("utf-8", "surrogatepass")
     if draw(st.integers(min_value=0, max_value=19)) == 0:
         body = body[: draw(st.integers(min_value=0, max_value=len(body)))]
