@@ -26,7 +26,7 @@ from tests.samples import ROOT, SAMPLES_DIR
 from tests.webhook_process import WebhookProcess, run_webhook
 
 POD_PATH = "/mutate--v1-pod"
-DRAIN_SECONDS = 4
+DRAIN_SECONDS = 6
 
 
 def _pod_review(uid: str) -> bytes:
