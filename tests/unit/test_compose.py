@@ -53,6 +53,9 @@ def test_webhook_runs_embedded_over_plain_http_with_the_samples(compose: dict[st
     command = webhook["command"]
     assert command[0] == "webhook"
     assert "--insecure" in command
+    # Issue 9 item 7: plain HTTP binds 127.0.0.1 unless told; Docker's port mapping
+    # reaches the container's interface, not its loopback.
+    assert _flag(command, "--host") == "0.0.0.0"
     samples_in_container = _flag(command, "--backends-from")
     (mount,) = [v for v in webhook["volumes"] if v["target"] == samples_in_container]
     assert (ROOT / mount["source"]).resolve() == ROOT / "manifests" / "samples"
