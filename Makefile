@@ -16,7 +16,7 @@ define pytest
 	exit $$rc
 endef
 
-.PHONY: install controlplane test unit lint cluster-up cluster-down run e2e manifests images compose-up bench-webhook
+.PHONY: install controlplane test unit fuzz lint cluster-up cluster-down run e2e manifests images compose-up bench-webhook
 
 install: $(VENV)/.install-stamp
 
@@ -35,6 +35,12 @@ test: install controlplane
 # edit-test loop. A test that uses a real process is marked `services`.
 unit: install
 	$(call pytest,tests/unit -m "not services and not integration and not e2e")
+
+# Issue 9: hypothesis fuzzing of the three admission routes, >= 100,000 cases with a
+# fresh seed (in-process through the ASGI app; `make test` runs a fixed-seed slice).
+FUZZ_EXAMPLES ?= 100000
+fuzz: install
+	ICACHE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(call pytest,-s tests/unit/test_webhook_fuzz.py)
 
 e2e: install controlplane
 	$(call pytest,tests/e2e)

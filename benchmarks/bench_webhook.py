@@ -440,7 +440,8 @@ def main(argv: list[str] | None = None) -> int:
                 check_floor = ssl.create_default_context(cadata=hook.ca_pem.decode())
                 for _, path, example in endpoints:
                     post(floor_url + path, payload(example), check_floor)
-            root = hook.pid
+            assert hook.proc is not None
+            root = hook.proc.pid
             time.sleep(1.0)  # let the workers settle before the idle reading
             idle = {pid: rss_mib(pid) for pid in process_tree(root)}
             print(

@@ -12,13 +12,16 @@ from typing import Final
 
 from celery import Celery
 
+from reconciler import redis_settings
+
 QUEUE_NAME: Final = "icache-reconcile"
 RECONCILE_TASK: Final = "icache.reconcile"
 DEFAULT_REDIS_URL: Final = "redis://127.0.0.1:6379/0"
 
 
 def redis_url_from_env() -> str:
-    return os.environ.get("ICACHE_REDIS_URL", DEFAULT_REDIS_URL)
+    # ICACHE_REDIS_URL joined with ICACHE_REDIS_PASSWORD (see redis_settings).
+    return redis_settings.redis_url(os.environ.get("ICACHE_REDIS_URL") or DEFAULT_REDIS_URL)
 
 
 def make_app(redis_url: str | None = None) -> Celery:

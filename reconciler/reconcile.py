@@ -32,6 +32,7 @@ from reconciler.conditions import format_time, is_true
 from reconciler.diff import needs_apply
 from reconciler.engine_pods import observe_injected_pods, server_pods
 from reconciler.events import event_object, transition_events
+from reconciler.ownership import name_conflicts, owned_by
 from reconciler.server_client import ServerClient
 from reconciler.status import (
     ENGINE_ADVISORY_MODES,
@@ -161,29 +162,52 @@ class Reconciler:
         mode = backend_mode(cb)
         result = ReconcileResult(mode=str(mode))
 
-        desired = render(cb)
-        wanted = {(o["kind"], o["metadata"]["name"]) for o in desired}
         owned = self._list_owned(namespace, name, uid)
-
-        # Shed what is no longer desired (mode switch, provider or kind change).
-        for (kind, obj_name), live in owned.items():
-            if (kind, obj_name) not in wanted:
-                log.info("%s/%s: shedding %s %s", namespace, name, kind, obj_name)
-                self.kube.delete(
-                    k.BY_KIND[kind], namespace, obj_name, uid=live["metadata"].get("uid")
-                )
-                self._count_write("delete", kind)
-                result.writes += 1
+        # The live objects let an autoscaled workload keep the HPA's replica count.
+        desired = render(cb, owned)
+        wanted = {(o["kind"], o["metadata"]["name"]) for o in desired}
+        existing = self._read_unlisted(namespace, desired, owned)
+        conflicts = name_conflicts(desired, existing, uid)
 
         live_by_kind: dict[str, dict[str, Any]] = {}
-        for obj in desired:
-            kind, obj_name = obj["kind"], obj["metadata"]["name"]
-            current = owned.get((kind, obj_name))
-            if current is None or needs_apply(obj, current):
-                current = self.kube.apply(k.BY_KIND[kind], namespace, obj)
-                self._count_write("apply", kind)
-                result.writes += 1
-            live_by_kind[kind] = current
+        if conflicts:
+            # Hold the backend as a unit: no shed, no apply, until every rendered name
+            # is free or ours (a half-provisioned backend, or a shed workload whose
+            # replacement cannot be created, is worse than the last good state).
+            log.warning(
+                "%s/%s: name conflict, writing nothing: %s",
+                namespace,
+                name,
+                ", ".join(f"{x.kind} {x.name}" for x in conflicts),
+            )
+            for (kind, obj_name), live in owned.items():
+                if (kind, obj_name) in wanted:
+                    live_by_kind[kind] = live
+        else:
+            # Shed what is no longer desired (mode switch, provider or kind change).
+            # Only objects we control are candidates (see _list_owned), and the delete
+            # is preconditioned on the uid we looked at.
+            for (kind, obj_name), live in owned.items():
+                if (kind, obj_name) not in wanted:
+                    log.info("%s/%s: shedding %s %s", namespace, name, kind, obj_name)
+                    self.kube.delete(
+                        k.BY_KIND[kind], namespace, obj_name, uid=live["metadata"].get("uid")
+                    )
+                    self._count_write("delete", kind)
+                    result.writes += 1
+
+            for obj in desired:
+                kind, obj_name = obj["kind"], obj["metadata"]["name"]
+                current = owned.get((kind, obj_name)) or existing.get((kind, obj_name))
+                if current is None or needs_apply(obj, current):
+                    # An existing object is updated only as the very object we saw
+                    # (uid precondition), so a foreign object recreated under the name
+                    # meanwhile is refused, not adopted.
+                    live_uid = (current or {}).get("metadata", {}).get("uid")
+                    current = self.kube.apply(k.BY_KIND[kind], namespace, obj, uid=live_uid)
+                    self._count_write("apply", kind)
+                    result.writes += 1
+                live_by_kind[kind] = current
 
         workload_obj = live_by_kind.get(c.DEPLOYMENT_KIND_DEPLOYMENT) or live_by_kind.get(
             c.DEPLOYMENT_KIND_STATEFULSET
@@ -212,6 +236,7 @@ class Reconciler:
                 else None
             ),
             server_instance=server_instance,
+            name_conflicts=tuple(conflicts),
         )
         outcome = compute_status(cb_obj, observed, now)
         if self.server is not None and outcome.mode == Mode.MANAGED:
@@ -246,13 +271,28 @@ class Reconciler:
     def _list_owned(
         self, namespace: str, name: str, uid: str | None
     ) -> dict[tuple[str, str], dict[str, Any]]:
+        """Objects carrying our labels *and* a controller reference to this backend."""
         selector = owned_selector(name)
         out: dict[tuple[str, str], dict[str, Any]] = {}
         for res in OWNED_RESOURCES:
             for item in self.kube.list(res, namespace, label_selector=selector).get("items") or []:
-                refs = (item.get("metadata") or {}).get("ownerReferences") or []
-                if any(r.get("uid") == uid and r.get("controller") for r in refs):
+                if owned_by(item, uid):
                     out[(res.kind, item["metadata"]["name"])] = item
+        return out
+
+    def _read_unlisted(
+        self,
+        namespace: str,
+        desired: list[dict[str, Any]],
+        owned: dict[tuple[str, str], dict[str, Any]],
+    ) -> dict[tuple[str, str], dict[str, Any] | None]:
+        """The live object of each rendered name the owned list did not cover (None:
+        absent). Steady state reads nothing here: every rendered object is owned."""
+        out: dict[tuple[str, str], dict[str, Any] | None] = {}
+        for obj in desired:
+            key = (obj["kind"], obj["metadata"]["name"])
+            if key not in owned:
+                out[key] = self.kube.get_or_none(k.BY_KIND[key[0]], namespace, key[1])
         return out
 
     def _list_pods(self, namespace: str) -> list[dict[str, Any]] | None:

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from shared import certs
+from shared import certs, redis_auth
 
 log = logging.getLogger("icache.certs")
 
@@ -87,6 +87,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--validating-config",
         default=DEFAULT_VALIDATING_CONFIG,
         help="ValidatingWebhookConfiguration to patch ('' to skip; default %(default)s)",
+    )
+    parser.add_argument(
+        "--redis-secret",
+        default=redis_auth.DEFAULT_SECRET,
+        help="Secret with the bundled Redis's password: created with a random one when "
+        "missing, never changed ('' to skip; default %(default)s)",
     )
     parser.add_argument(
         "--url-base",
@@ -290,6 +296,11 @@ def reconcile(
         )
         log.info("wrote Secret %s/%s", namespace, args.secret)
 
+    if args.redis_secret and redis_auth.ensure_password_secret(
+        cluster, namespace, args.redis_secret
+    ):
+        log.info("wrote Secret %s/%s (a new random Redis password)", namespace, args.redis_secret)
+
     bundle = certs.ca_bundle(the_plan.state)
     patched: list[str] = []
     missing: list[str] = []
@@ -334,7 +345,7 @@ def run(args: argparse.Namespace) -> int:
             reconcile(Cluster(api_client), args, dt.datetime.now(dt.UTC))
         finally:
             api_client.close()
-    except (CertsError, ValueError) as exc:
+    except (CertsError, redis_auth.RedisAuthError, ValueError) as exc:
         log.error("%s", exc)
         return 1
     except ApiException as exc:

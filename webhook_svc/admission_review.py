@@ -10,7 +10,7 @@ import jsonpatch
 
 from shared import json_diff
 from shared.jsoncopy import json_copy
-from webhook_svc.codec import encode_response
+from webhook_svc.codec import encode_json
 
 
 class BadReview(ValueError):
@@ -68,7 +68,7 @@ def allow(
     response: dict[str, Any] = {"uid": uid, "allowed": True}
     if patch:
         response["patchType"] = "JSONPatch"
-        response["patch"] = base64.b64encode(encode_response(patch)).decode()
+        response["patch"] = base64.b64encode(encode_json(patch)).decode()
     if warnings:
         response["warnings"] = warnings
     if message:

@@ -1,42 +1,120 @@
-"""JSON in and out of the admission routes: orjson, with the stdlib as the referee.
+"""Request bodies in, response bodies out: the webhook's one JSON decoder and encoder.
 
-orjson decodes and encodes an AdmissionReview several times faster than ``json``
-(issue 12 profile). Its grammar is a little narrower (no NaN/Infinity, UTF-8 only),
-so a body orjson rejects is decoded again by ``json``: exactly what was accepted
-before is still accepted, and anything else fails the same way (ValueError, a 400).
-orjson also turns an integer beyond 64 bits into a float where ``json`` keeps it
-exact, so a body with a run of 19 or more digits goes to ``json`` directly (a
-validation error must name the value as written). Encoding falls back the same way
-for a type orjson does not know.
+Every route goes through ``decode_body`` and ``encode_json``, so a faster JSON library
+is a change to this module only: orjson where it gives exactly ``json``'s answer, and
+``json`` for everything else (issue 12). ``decode_body`` turns every way a body can fail to be
+JSON into ``BadBody`` (an HTTP 400 naming the problem): bytes that are not UTF-8, nesting
+deeper than the parser's recursion limit (``RecursionError`` is not a ``ValueError``),
+the non-JSON constants ``NaN``/``Infinity`` and numbers that overflow to them (``1e400``),
+and lone UTF-16 surrogate escapes
+(``"\\ud800"``), which no UTF-8 response could echo back.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
-# Shorter digit runs always fit in an int64, which orjson keeps exact.
-_LONG_DIGITS = re.compile(rb"[0-9]{19}")
+# A \u escape of a surrogate code point (D800-DFFF): only then can a lone one exist.
+_SURROGATE_ESCAPE: Final = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
-def decode_review(body: bytes) -> Any:
-    """The decoded JSON body; ValueError (or UnicodeDecodeError) when it is not JSON."""
-    if _LONG_DIGITS.search(body):
-        return json.loads(body)
+class BadBody(ValueError):
+    """The body is not JSON we can answer: HTTP 400 with ``reason`` as the metric label."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):  # 1e400: no answer could carry it back as JSON
+        raise ValueError(f"number {text[:40]} is out of range")
+    return value
+
+
+def decode_body(raw: bytes) -> Any:
+    """The parsed body, or ``BadBody``."""
+    fast = _decode_fast(raw)
+    if fast is not _SLOW_PATH:
+        return fast
     try:
-        return orjson.loads(body)
+        value = json.loads(raw, parse_constant=_reject_constant, parse_float=_finite_float)
+    except RecursionError:
+        raise BadBody("too_deep", "body is not JSON we accept: it nests too deeply") from None
+    except UnicodeDecodeError as exc:
+        raise BadBody("malformed", f"body is not UTF-8 JSON: {exc.reason}") from None
+    except ValueError as exc:
+        raise BadBody("malformed", f"body is not JSON: {exc}") from None
+    if _SURROGATE_ESCAPE.search(raw):
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise BadBody(
+                "malformed", "body is not valid Unicode: it holds a lone UTF-16 surrogate escape"
+            ) from None
+        except RecursionError:
+            raise BadBody("too_deep", "body is not JSON we accept: it nests too deeply") from None
+    return value
+
+
+_SLOW_PATH: Final = object()
+# Digit runs this short always fit an int64, which orjson keeps exact; a longer one may
+# be an integer orjson would turn into a float, so ``json`` decodes it.
+_LONG_DIGITS: Final = re.compile(rb"[0-9]{19}")
+
+
+def _decode_fast(raw: bytes) -> Any:
+    """orjson's parse (issue 12: several times faster than ``json``), or ``_SLOW_PATH``.
+
+    orjson refuses everything ``decode_body`` turns into ``BadBody`` (non-UTF-8 bytes,
+    NaN/Infinity, numbers that overflow, lone surrogate escapes, nesting past 1024) and
+    a few bodies ``json`` accepts (UTF-16/32, nesting between 1024 and the recursion
+    limit): anything it refuses takes the ``json`` path, so what is accepted, what is
+    refused, and the 400's wording are exactly as before.
+    """
+    if _LONG_DIGITS.search(raw):
+        return _SLOW_PATH
+    try:
+        return orjson.loads(raw)
     except orjson.JSONDecodeError:
-        return json.loads(body)
+        return _SLOW_PATH
 
 
-def encode_response(obj: Any) -> bytes:
-    """Compact UTF-8 JSON, as Starlette's JSONResponse renders it."""
+def encode_json(value: Any) -> bytes:
+    """Compact UTF-8 JSON; never emits NaN/Infinity (those raise ``ValueError``)."""
     try:
-        return orjson.dumps(obj)
-    except TypeError:
-        return json.dumps(
-            obj, ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":")
-        ).encode("utf-8")
+        # orjson writes NaN/Infinity as null: only finite values may take this path.
+        if _finite(value):
+            return orjson.dumps(value)
+    except (TypeError, RecursionError):  # a type orjson refuses, or too deep to check
+        pass
+    try:
+        return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode(
+            "utf-8"
+        )
+    except UnicodeEncodeError:
+        # A lone surrogate made it in after all: \u-escape it rather than fail to answer.
+        return json.dumps(value, allow_nan=False, separators=(",", ":")).encode("ascii")
+
+
+def _finite(value: Any) -> bool:
+    """No float in ``value`` is NaN or infinite (those must raise, as ``json`` does)."""
+    kind = type(value)
+    if kind is float:
+        return math.isfinite(value)
+    if kind is dict:
+        return all(_finite(v) for v in value.values())
+    if kind is list:
+        return all(_finite(v) for v in value)
+    return True

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.multiprocess import MultiProcessCollector
 
 REGISTRY = CollectorRegistry(auto_describe=True)
@@ -41,7 +41,28 @@ POD_WIRING = Counter(
 )
 BAD_REQUESTS = Counter(
     "inferencecache_webhook_bad_requests_total",
-    "Requests rejected with HTTP 400/413 before admission (malformed or oversized bodies).",
+    "Requests rejected with HTTP 400/408/413 before admission (malformed, slow or "
+    "oversized bodies).",
     ["endpoint", "reason"],
     registry=REGISTRY,
+)
+TLS_RELOADS = Counter(
+    "inferencecache_webhook_tls_reloads_total",
+    "Serving-certificate reload attempts after the files changed: reloaded, or failed "
+    "(the previous certificate keeps serving).",
+    ["result"],
+    registry=REGISTRY,
+)
+OVERLOADED = Counter(
+    "inferencecache_webhook_overloaded_total",
+    "Admission requests answered 503 (Retry-After) because the in-flight body budget stayed full.",
+    ["endpoint"],
+    registry=REGISTRY,
+)
+INFLIGHT_BYTES = Gauge(
+    "inferencecache_webhook_inflight_body_bytes",
+    "Body bytes reserved by admission requests being read, decoded or judged.",
+    registry=REGISTRY,
+    # With several workers: the sum over the live ones (ignored with one process).
+    multiprocess_mode="livesum",
 )

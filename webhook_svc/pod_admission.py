@@ -75,7 +75,12 @@ def _decode_pod(req: AdmissionRequest) -> dict[str, Any] | None:
     kind = obj.get("kind")
     if kind not in (None, "Pod"):
         return None
-    if not isinstance(obj.get("metadata", {}), dict) or not isinstance(obj.get("spec"), dict):
+    metadata = obj.get("metadata", {})
+    if not isinstance(metadata, dict) or not isinstance(obj.get("spec"), dict):
+        return None
+    # Read before any wiring decision (the skip-inject opt-out, the selector): a list,
+    # string or number here is no Pod the API server would have decoded.
+    if any(not isinstance(metadata.get(key) or {}, dict) for key in ("labels", "annotations")):
         return None
     return obj
 
@@ -89,7 +94,9 @@ def _log(
     backend: str | None,
     started: float,
 ) -> None:
-    metadata = (pod or {}).get("metadata") or {}
+    metadata = (pod or {}).get("metadata")
+    if not isinstance(metadata, dict):  # the log line must not fail on a hostile object
+        metadata = {}
     level = logging.WARNING if reason in _ERROR_REASONS else logging.INFO
     log.log(
         level,
@@ -98,9 +105,9 @@ def _log(
         extra={
             "outcome": outcome,
             "reason": reason,
-            "namespace": req.namespace or metadata.get("namespace") or "",
-            "pod_name": req.name or metadata.get("name") or "",
-            "pod_generate_name": metadata.get("generateName") or "",
+            "namespace": req.namespace or str(metadata.get("namespace") or ""),
+            "pod_name": req.name or str(metadata.get("name") or ""),
+            "pod_generate_name": str(metadata.get("generateName") or ""),
             "backend": backend or "",
             "uid": req.uid,
             "dry_run": req.dry_run,

@@ -222,3 +222,28 @@ def test_delete_is_allowed(kube_api_client: client.ApiClient, admission_ns: str)
     custom = _custom(kube_api_client)
     custom.create_namespaced_custom_object(GROUP, VERSION, admission_ns, PLURAL, _backend("doomed"))
     custom.delete_namespaced_custom_object(GROUP, VERSION, admission_ns, PLURAL, "doomed")
+
+
+def test_issue_11_rules_through_the_real_api_server(
+    kube_api_client: client.ApiClient, admission_ns: str
+) -> None:
+    """Issue 11 via kube-apiserver -> webhook: firstEventTimeout "0" is admitted, "-1s"
+    (grammatical for the CRD pattern) is denied by the webhook on its field, and a
+    managed Redis with replicas 2 or autoscaling is denied on those fields."""
+    custom = _custom(kube_api_client)
+    ok = _backend("timeout-zero", observation={"firstEventTimeout": "0"})
+    custom.create_namespaced_custom_object(GROUP, VERSION, admission_ns, PLURAL, ok)
+    redis = {"provider": "Redis", "ownership": "Managed"}
+    for body, field in (
+        (_backend("timeout-negative", observation={"firstEventTimeout": "-1s"}),
+         "spec.observation.firstEventTimeout"),
+        (_backend("redis-two", runtime="SGLang", remoteStorage=redis, replicas=2),
+         "spec.replicas"),
+        (_backend("redis-hpa", runtime="SGLang", remoteStorage=redis,
+                  autoscaling={"maxReplicas": 3}),
+         "spec.autoscaling"),
+    ):  # fmt: skip
+        with pytest.raises(ApiException) as info:
+            custom.create_namespaced_custom_object(GROUP, VERSION, admission_ns, PLURAL, body)
+        assert info.value.status == 422
+        assert [c["field"] for c in _causes(info.value)] == [field]

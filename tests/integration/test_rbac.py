@@ -94,6 +94,8 @@ ALLOWED: dict[str, list[Request]] = {
         Request("get", "cachebackends", CB),
         Request("list", "cachebackends", CB),
         Request("list", "cachebackends", CB, namespace=""),
+        # Issue 10 item 6: may the CacheBackend's writer create its workload?
+        Request("create", "subjectaccessreviews", "authorization.k8s.io", namespace=""),
     ],
     WORKER_SA: [
         Request("get", "cachebackends", CB),
@@ -109,7 +111,8 @@ ALLOWED: dict[str, list[Request]] = {
                 ("services", ""),
                 ("horizontalpodautoscalers", "autoscaling"),
             ]
-            for verb in ("list", "patch", "delete")
+            # get: the ownership check before a first write (issue 10 item 1).
+            for verb in ("get", "list", "patch", "delete")
         ),
         Request("list", "pods"),
         Request("create", "events"),
@@ -169,6 +172,7 @@ DENIED: dict[str, list[Request]] = {
         Request("list", "pods"),
         Request("create", "events"),
         Request("get", "leases", "coordination.k8s.io", namespace=NAMESPACE, name=LEASE),
+        Request("create", "tokenreviews", "authentication.k8s.io", namespace=""),
     ],
     WORKER_SA: [
         *EVERYONE_DENIED,
@@ -275,7 +279,8 @@ def test_each_process_is_denied_what_it_must_not_do(
 
 
 def test_the_webhook_role_is_exactly_read_only_on_cachebackends(kube: Kube) -> None:
-    """No wildcard or extra rule can hide behind the sampled checks."""
+    """No wildcard or extra rule can hide behind the sampled checks. Besides reading
+    CacheBackends it may only ask SubjectAccessReviews (issue 10 item 6)."""
     (binding,) = [
         d
         for d in DOCS
@@ -287,7 +292,12 @@ def test_the_webhook_role_is_exactly_read_only_on_cachebackends(kube: Kube) -> N
         if d["kind"] == "ClusterRole" and d["metadata"]["name"] == binding["roleRef"]["name"]
     ]
     assert role["rules"] == [
-        {"apiGroups": [CB], "resources": ["cachebackends"], "verbs": ["get", "list"]}
+        {"apiGroups": [CB], "resources": ["cachebackends"], "verbs": ["get", "list"]},
+        {
+            "apiGroups": ["authorization.k8s.io"],
+            "resources": ["subjectaccessreviews"],
+            "verbs": ["create"],
+        },
     ]
 
 

@@ -139,7 +139,8 @@ def _served_serial(port: int, ca_pem: bytes) -> int:
 
 def test_every_worker_reloads_the_tls_certificate() -> None:
     with run_webhook(extra_args=["--backends-from", str(SAMPLES_DIR), "--workers", "2"]) as hook:
-        assert len(_children(hook.pid)) == 2
+        assert hook.proc is not None
+        assert len(_children(hook.proc.pid)) == 2
         port = int(hook.url.rsplit(":", 1)[1])
         first = _served_serial(port, hook.ca_pem)
         cert, key = hook.ca.issue_serving(["127.0.0.1"]).write(hook.cert_path.parent, "rotated")

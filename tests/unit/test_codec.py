@@ -1,9 +1,11 @@
-"""Issue 12 item 2: the fast codec and copies decide exactly as the stdlib did.
+"""Issue 12 item 2: the orjson fast path decides exactly as the json path did.
 
-orjson decodes/encodes the AdmissionReview; whatever ``json`` accepted is still
-accepted (the stdlib decodes what orjson refuses), and the encoded bytes decode to
-the same value. ``json_copy`` is a deep copy; cached quantity parsing returns the
-same values and still rejects malformed strings every time.
+``decode_body`` tries orjson first and falls back to the stdlib path for anything
+orjson refuses or would read differently; every body here must give the same value,
+or the same ``BadBody`` (reason and wording), on both paths. ``encode_json`` must give
+bytes that decode to the same value and still refuse NaN/Infinity. ``json_copy`` is a
+deep copy; cached quantity parsing returns the same values and still rejects malformed
+strings every time.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ import pytest
 
 from shared.jsoncopy import json_copy
 from shared.quantity import parse_quantity
-from webhook_svc.codec import decode_review, encode_response
+from webhook_svc import codec
+from webhook_svc.codec import BadBody, decode_body, encode_json
 
 REVIEW: dict[str, Any] = {
     "apiVersion": "admission.k8s.io/v1",
@@ -27,40 +30,52 @@ REVIEW: dict[str, Any] = {
     },
 }
 
-
-@pytest.mark.parametrize(
-    "body",
-    [
-        json.dumps(REVIEW).encode(),
-        json.dumps(REVIEW, ensure_ascii=False).encode("utf-8"),
-        b'{"big": 123456789012345678901234567890}',  # orjson would make it a float
-        b'{"n": -9223372036854775809, "u": 18446744073709551616}',
-        b'{"x": NaN, "y": Infinity}',  # the stdlib's extensions
-        json.dumps(REVIEW).encode("utf-16"),  # json.loads detects UTF-16/32
-        b'{"dup": 1, "dup": 2}',
-    ],
-)
-def test_decode_review_accepts_what_json_accepted(body: bytes) -> None:
-    decoded = decode_review(body)
-    expected = json.loads(body)
-    assert json.dumps(decoded, sort_keys=True) == json.dumps(expected, sort_keys=True)
-
-
-@pytest.mark.parametrize("body", [b"", b"{", b"\xff\xfe\x00", b"[1,]", b"not json"])
-def test_decode_review_rejects_what_json_rejected(body: bytes) -> None:
-    with pytest.raises(ValueError):
-        json.loads(body)
-    with pytest.raises(ValueError):
-        decode_review(body)
+BODIES = [
+    json.dumps(REVIEW).encode(),
+    json.dumps(REVIEW, ensure_ascii=False).encode("utf-8"),
+    b'{"big": 123456789012345678901234567890}',  # orjson would make it a float
+    b'{"n": -9223372036854775809, "u": 18446744073709551616}',
+    b'{"x": NaN}',
+    b'{"x": Infinity}',
+    b'{"x": 1e400}',
+    b'{"x": -1e400, "y": 1.0e-400}',
+    json.dumps(REVIEW).encode("utf-16"),  # json.loads detects UTF-16/32
+    b'{"dup": 1, "dup": 2}',
+    b'["\\ud800"]',  # a lone surrogate escape
+    b'["\\ud83d\\ude00"]',  # a surrogate pair
+    b"[" * 1100 + b"]" * 1100,  # deeper than orjson goes
+    b"",
+    b"{",
+    b"\xff\xfe\x00",
+    b"[1,]",
+    b"not json",
+    b"-0",
+    b"1E5",
+]
 
 
-def test_encode_response_round_trips() -> None:
-    assert json.loads(encode_response(REVIEW)) == REVIEW
+def _outcome(raw: bytes) -> tuple[str, Any]:
+    try:
+        return "value", json.dumps(decode_body(raw), sort_keys=True)
+    except BadBody as exc:
+        return "bad", (exc.reason, exc.detail)
 
 
-def test_encode_response_falls_back_for_types_orjson_refuses() -> None:
+@pytest.mark.parametrize("raw", BODIES, ids=range(len(BODIES)))
+def test_fast_path_decides_like_the_json_path(raw: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
+    fast = _outcome(raw)
+    monkeypatch.setattr(codec, "_decode_fast", lambda raw: codec._SLOW_PATH)
+    assert fast == _outcome(raw)
+
+
+def test_encode_json_round_trips_and_refuses_non_finite() -> None:
+    assert json.loads(encode_json(REVIEW)) == REVIEW
     odd = {"n": 2**70, "k": {1: "int key"}}
-    assert json.loads(encode_response(odd)) == {"n": 2**70, "k": {"1": "int key"}}
+    assert json.loads(encode_json(odd)) == {"n": 2**70, "k": {"1": "int key"}}
+    with pytest.raises(ValueError):
+        encode_json({"x": [float("nan")]})
+    with pytest.raises(ValueError):
+        encode_json({"x": float("inf")})
 
 
 def test_json_copy_is_a_deep_copy() -> None:

@@ -305,7 +305,10 @@ def vllm_env(
     fail_open: str = "true",
     serde: str | None = None,
 ) -> list[dict[str, Any]]:
-    """[PW]/[RS]/[MC]/[SC]: the vLLM+LMCache env, in render order."""
+    """[PW]/[RS]/[MC]/[SC]: the vLLM+LMCache env, in render order. Issue 11.5: a remote
+    binding always names the serializer (``naive`` unless spec.lmCache.remoteSerde)."""
+    if remote and serde is None:
+        serde = "naive"
     env = [{"name": "VLLM_USE_V1", "value": "1"}, {"name": "PYTHONHASHSEED", "value": "0"}]
     if remote:
         env.append({"name": "LMCACHE_REMOTE_URL", "value": remote})
@@ -348,7 +351,22 @@ def subscriber(
                 "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}},
             },
         ],
+        # Issue 9.6: small documented requests/limits, restricted Pod Security.
+        "resources": {
+            "requests": {"cpu": "10m", "memory": "32Mi"},
+            "limits": {"cpu": "500m", "memory": "256Mi"},
+        },
+        "securityContext": RESTRICTED_NON_ROOT,
     }
+
+
+# Issue 9.6: the Pod Security "restricted" controls every added container carries.
+RESTRICTED = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+RESTRICTED_NON_ROOT = {**RESTRICTED, "runAsNonRoot": True}
 
 
 def stamped(
@@ -1529,6 +1547,32 @@ def test_ov_env_override_of_adapter_owned_name_wins_in_place(hook: Webhook) -> N
     result, _ = hook.admit(pod())
     env = [e for e in vllm_env()]
     env[2] = {"name": "LMCACHE_CHUNK_SIZE", "value": "1024"}
+    assert result == expect_vllm(pod(), env=env)
+
+
+@pytest.mark.parametrize("amend", ["env", "suppressEnv"])
+def test_ov_env_amends_the_default_remote_serde(hook: Webhook, amend: str) -> None:
+    # Issue 11.5: LMCACHE_REMOTE_SERDE is always injected with a remote binding
+    # (default naive), and stays an adapter-owned, non-reserved tunable: engineOverrides
+    # can still replace or suppress it.
+    override: Any = (
+        [{"name": "LMCACHE_REMOTE_SERDE", "value": "cachegen"}]
+        if amend == "env"
+        else ["LMCACHE_REMOTE_SERDE"]
+    )
+    hook.write(
+        backend(
+            remote=managed("LMCacheServer"),
+            status_endpoint="cache-lmcache-server.team-a.svc:65432",
+            integration={"engineOverrides": {amend: override}},
+        )
+    )
+    result, _ = hook.admit(pod())
+    env = vllm_env(remote="lm://cache-lmcache-server.team-a.svc:65432")
+    assert env[-1] == {"name": "LMCACHE_REMOTE_SERDE", "value": "naive"}
+    env = env[:-1] + (
+        [{"name": "LMCACHE_REMOTE_SERDE", "value": "cachegen"}] if amend == "env" else []
+    )
     assert result == expect_vllm(pod(), env=env)
 
 

@@ -269,7 +269,12 @@ class FakeKube:
         ]
         return {"metadata": {"resourceVersion": str(self.rv)}, "items": items}
 
-    def apply(self, res: k.Resource, ns: str, body: dict[str, Any]) -> dict[str, Any]:
+    def apply(
+        self, res: k.Resource, ns: str, body: dict[str, Any], *, uid: str | None = None
+    ) -> dict[str, Any]:
+        live = self.objects.get((res.plural, ns, body["metadata"]["name"]))
+        if uid is not None and (live is None or live["metadata"].get("uid") != uid):
+            raise k.ApiError(409, "Conflict", "uid precondition")
         obj = copy.deepcopy(body)
         obj["metadata"]["namespace"] = ns
         obj["metadata"].setdefault("uid", f"uid-{body['metadata']['name']}")

@@ -212,6 +212,31 @@ def test_kv_gate_honours_observation_first_event_timeout() -> None:
     )
 
 
+@pytest.mark.parametrize("zero", ["0", "0s", "0.0h"])
+def test_kv_gate_first_event_timeout_zero_reports_no_kv_events_at_once(zero: str) -> None:
+    """Issue 11.3 decision: firstEventTimeout 0 is no grace period, not "disabled" (the
+    require-kv-events annotation turns the gate off): Degraded/NoKVEventsObserved as
+    soon as the backend is up, with no requeue timer, until the first event."""
+    spec = dict(MANAGED_SPEC, observation={"firstEventTimeout": zero})
+    res = compute_status(obj(spec), managed_obs(), T0)
+    assert cond(res.status, "Ready") == ("False", "NoKVEventsObserved")
+    assert cond(res.status, "Degraded") == ("True", "NoKVEventsObserved")
+    assert res.requeue_after is None or res.requeue_after > 0
+    # Still not Ready while the workload is rolling out: the clock starts when it is up.
+    st = run(obj(spec), managed_obs(workload(available=0)))
+    assert cond(st, "Ready") != ("False", "NoKVEventsObserved")
+    # The first event clears it.
+    o = step(obj(spec), managed_obs(), T0)
+    o["status"]["indexParticipation"] = {"prefixCount": 1, "lastEventAt": "2026-01-01T12:00:01Z"}
+    assert cond(run(o, managed_obs(), T0 + dt.timedelta(seconds=2)), "Ready") == (
+        "True",
+        "KVEventsObserved",
+    )
+    # Opting out of the gate is the annotation, whatever the timeout.
+    opted_out = run(obj(spec, annotations=NO_GATE), managed_obs())
+    assert cond(opted_out, "Ready") == ("True", "BackendReady")
+
+
 def test_kv_gate_events_observed_latches_first_kv_event_observed_at() -> None:
     o = step(obj(), managed_obs(), T0)
     o["status"]["indexParticipation"] = {"prefixCount": 3, "lastEventAt": "2026-01-01T12:01:00Z"}
@@ -683,6 +708,17 @@ def test_idle_transition_emits_nothing() -> None:
         ("", None),
         ("5 m", None),
         ("m", None),
+        # Issue 11.3: exactly Go's grammar.
+        ("0", 0.0),
+        ("0s", 0.0),
+        ("-1s", -1.0),
+        ("+0", 0.0),
+        (".5s", 0.5),
+        ("5.s", 5.0),
+        ("1μs", 1e-6),
+        ("1d", None),
+        (".", None),
+        ("9223372036854775808ns", None),
     ],
 )
 def test_parse_go_duration(text: str, seconds: float | None) -> None:
