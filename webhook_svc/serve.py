@@ -13,7 +13,7 @@ import logging
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shared import jsonlog
 from shared.runtime_adapters.base import InjectContext
@@ -29,7 +29,11 @@ from webhook_svc.backend_source import (
     DeadlineSource,
     FileBackendSource,
 )
-from webhook_svc.tls import ReloadingTLS
+
+if TYPE_CHECKING:
+    # Imported in run(): it imports prometheus_client, which must see the workers'
+    # multiprocess directory first (webhook_svc.workers).
+    from webhook_svc.tls import ReloadingTLS
 from webhook_svc.workers import (
     available_cpus,
     bind,
@@ -164,6 +168,7 @@ def run(args: argparse.Namespace) -> int:
 
     from webhook_svc.app import create_app
     from webhook_svc.lifecycle import DrainingServer
+    from webhook_svc.tls import ReloadingTLS
 
     jsonlog.setup(args.log_level)
     if not args.insecure and not (args.tls_cert_file and args.tls_key_file):

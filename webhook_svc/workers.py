@@ -23,6 +23,7 @@ import math
 import os
 import signal
 import socket
+import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -72,6 +73,10 @@ def share_metrics_between_workers() -> str:
     """Point prometheus_client at a fresh directory shared by the workers, so /metrics
     (whichever worker answers it) reports the sum over all of them, not one worker's
     share. Call before prometheus_client is imported; returns the directory."""
+    if "prometheus_client" in sys.modules:  # a programming error: fail loudly
+        raise RuntimeError(
+            "prometheus_client was imported before the workers' metrics directory was set"
+        )
     directory = tempfile.mkdtemp(prefix="icache-metrics-")
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory
     return directory
