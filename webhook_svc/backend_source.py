@@ -20,9 +20,9 @@ from typing import Any, Final, Protocol
 from urllib.parse import quote
 
 import orjson
-import urllib3
 
 from shared import constants as c
+from webhook_svc.kube_raw import RawKube
 
 
 class BackendSource(Protocol):
@@ -82,32 +82,20 @@ class ListFailed(RuntimeError):
 class ApiBackendSource:
     """CacheBackends read live (uncached) from the API server, one LIST per call.
 
-    The read goes through the kubernetes client's own urllib3 pool (its TLS, client
-    certificate and keep-alive connections) with its auth headers (bearer token,
-    refreshed by the client's hook), but skips the generated method: its argument
-    validation and response sanitising were most of the webhook's own time on the
-    Pod route (issue 12 profile). orjson decodes the raw list.
+    The read goes through the kubernetes client's own pool and auth, without the
+    generated method (webhook_svc.kube_raw, issue 12).
     """
 
     def __init__(self, api_client: Any, timeout: float = DEFAULT_LIST_TIMEOUT_SECONDS) -> None:
-        self._client = api_client
-        self._pool = api_client.rest_client.pool_manager
-        self._host = str(api_client.configuration.host).rstrip("/")
-        self._timeout = urllib3.Timeout(total=timeout)
-
-    def _headers(self, path: str) -> dict[str, str]:
-        headers: dict[str, str] = {"Accept": "application/json", **self._client.default_headers}
-        self._client.update_params_for_auth(headers, [], ["BearerToken"], path, "GET", None)
-        return headers
+        self._kube = RawKube(api_client)
+        self._timeout = timeout
 
     def list(self, namespace: str) -> list[dict[str, Any]]:
         path = f"/apis/{c.GROUP}/{c.VERSION}/namespaces/{quote(namespace, safe='')}/{c.PLURAL}"
-        reply = self._pool.request(
-            "GET", self._host + path, headers=self._headers(path), timeout=self._timeout
-        )
-        if reply.status != 200:
-            raise ListFailed(f"HTTP {reply.status}: {reply.data[:200]!r}")
-        items: list[dict[str, Any]] = orjson.loads(reply.data).get("items") or []
+        status, _, data = self._kube.request("GET", path, self._timeout)
+        if status != 200:
+            raise ListFailed(f"HTTP {status}: {data[:200]!r}")
+        items: list[dict[str, Any]] = orjson.loads(data).get("items") or []
         return items
 
 
