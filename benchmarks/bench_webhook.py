@@ -406,6 +406,13 @@ def main(argv: list[str] | None = None) -> int:
         metavar="DIR",
         help="profile the webhook with py-spy (pip install py-spy) under load: DIR/<endpoint>.txt",
     )
+    parser.add_argument(
+        "--validate-example",
+        default=ENDPOINTS[0][2],
+        help="examples/admission file for the validate route; the default (a managed "
+        "provider) makes the webhook ask a SubjectAccessReview per request (issue 10), "
+        "create-vllm-host-only.json does not",
+    )
     parser.add_argument("--no-floor", action="store_true", help="skip the Go floor")
     parser.add_argument(
         "--only", choices=["validate", "default", "pod"], action="append", help="endpoints to run"
@@ -416,7 +423,9 @@ def main(argv: list[str] | None = None) -> int:
     vegeta = install_vegeta(cache)
     floor_bin = None if args.no_floor else build_floor(cache)
     endpoints = [
-        e for e in ENDPOINTS if not args.only or e[0].split()[0].lower().rstrip(":") in args.only
+        (label, path, args.validate_example if path.startswith("/validate") else example)
+        for label, path, example in ENDPOINTS
+        if not args.only or label.split()[0].lower() in args.only
     ]
 
     cp = ControlPlane(audit=False)
