@@ -7,9 +7,11 @@ backoff must be spelled (and defaulted) the same way in both.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 
 from reconciler.celery_app import redis_url_from_env
+from reconciler.redis_conn import DEFAULT_TIMEOUT, RedisTimeouts
 from shared import jsonlog
 
 
@@ -25,6 +27,12 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
         help="Redis URL of the broker and work queue (env ICACHE_REDIS_URL)",
     )
     parser.add_argument(
+        "--redis-timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT,
+        help="connect and read timeout of every Redis connection, broker included (s)",
+    )
+    parser.add_argument(
         "--queue-prefix", default="icache:wq", help="Redis key prefix of the work queue"
     )
     parser.add_argument("--backoff-base", type=float, default=0.5, help="first error backoff (s)")
@@ -35,6 +43,15 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-level", default="INFO")
 
 
+def redis_timeouts(args: argparse.Namespace) -> RedisTimeouts:
+    return RedisTimeouts(connect=args.redis_timeout, read=args.redis_timeout)
+
+
 def setup_logging(level: str) -> None:
-    """JSON lines on stderr, like the webhook's."""
+    """JSON lines on stderr, like the webhook's. ``ICACHE_DEBUG_LOGGERS`` (comma
+    separated logger names) turns single loggers to DEBUG without the noise of a
+    global DEBUG level."""
     jsonlog.setup(level)
+    for name in os.environ.get("ICACHE_DEBUG_LOGGERS", "").split(","):
+        if name.strip():
+            logging.getLogger(name.strip()).setLevel(logging.DEBUG)

@@ -6,13 +6,13 @@ import argparse
 import os
 import socket
 
-import redis
 from prometheus_client import start_http_server
 
 from reconciler import tasks
 from reconciler.celery_app import QUEUE_NAME, make_app
-from reconciler.cli_common import add_common_arguments, setup_logging
+from reconciler.cli_common import add_common_arguments, redis_timeouts, setup_logging
 from reconciler.kube import Kube
+from reconciler.redis_conn import redis_client
 from reconciler.server_client import ServerClient
 from reconciler.snapshot import SnapshotPoller
 from reconciler.workqueue import QueueSettings
@@ -64,6 +64,7 @@ def run(args: argparse.Namespace) -> int:
         tasks.WorkerConfig(
             kubeconfig=args.kubeconfig,
             redis_url=args.redis_url,
+            redis_timeouts=redis_timeouts(args),
             server_url=args.server_url,
             token_path=args.token_path,
             probe_window_seconds=args.probe_interval,
@@ -83,10 +84,10 @@ def run(args: argparse.Namespace) -> int:
         SnapshotPoller(
             Kube.from_kubeconfig(args.kubeconfig),
             ServerClient(args.server_url, token_path=args.token_path),
-            redis.Redis.from_url(args.redis_url),
+            redis_client(args.redis_url, redis_timeouts(args)),
             interval=args.snapshot_interval,
         ).start()
-    app = make_app(args.redis_url)
+    app = make_app(args.redis_url, redis_timeouts(args))
     tasks.register(app)
     app.worker_main(
         [

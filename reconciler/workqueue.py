@@ -275,6 +275,11 @@ class WorkQueue:
         """Block up to ``timeout`` s for an add that made something due now."""
         if timeout <= 0:
             return
+        # The server-side wait must end well before the client's read timeout, or a
+        # healthy but idle Redis would look dead.
+        read_timeout = self.redis.connection_pool.connection_kwargs.get("socket_timeout")
+        if read_timeout:
+            timeout = min(timeout, float(read_timeout) / 2)
         # BLPOP takes whole or fractional seconds; keep it above zero (0 = forever).
         self.redis.blpop([self.k_wake], timeout=max(timeout, 0.01))
 
