@@ -11,7 +11,9 @@ import logging
 import os
 
 from reconciler.celery_app import redis_url_from_env
-from reconciler.redis_conn import DEFAULT_TIMEOUT, RedisTimeouts
+from reconciler.health import DEFAULT_LIVENESS_TIMEOUT, Readiness
+from reconciler.kube import Kube
+from reconciler.redis_conn import DEFAULT_TIMEOUT, RedisTimeouts, redis_client
 from shared import jsonlog
 
 
@@ -39,12 +41,35 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--backoff-max", type=float, default=300.0, help="maximum error backoff (s)"
     )
-    parser.add_argument("--metrics-port", type=int, default=0, help="Prometheus port (0: off)")
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=0,
+        help="port of /metrics, /healthz (liveness) and /readyz (readiness); 0: off",
+    )
+    parser.add_argument(
+        "--liveness-timeout",
+        type=float,
+        default=DEFAULT_LIVENESS_TIMEOUT,
+        help="/healthz fails when the main loop made no progress for this long (s)",
+    )
     parser.add_argument("--log-level", default="INFO")
 
 
 def redis_timeouts(args: argparse.Namespace) -> RedisTimeouts:
     return RedisTimeouts(connect=args.redis_timeout, read=args.redis_timeout)
+
+
+def readiness(args: argparse.Namespace) -> Readiness:
+    """Ready once Redis answers a PING and the API server answers GET /version, each
+    on a client of its own with short timeouts (a probe must not hang)."""
+    quick = RedisTimeouts(connect=2.0, read=2.0)
+    client = redis_client(args.redis_url, quick)
+    kube = Kube.from_kubeconfig(args.kubeconfig)
+    kube.timeout = 2.0
+    return Readiness(
+        {"redis": client.ping, "apiserver": lambda: kube.request("GET", "/version")}
+    ).start()
 
 
 def setup_logging(level: str) -> None:

@@ -199,6 +199,15 @@ class Dispatcher:
     def stop(self) -> None:
         self._stop.set()
 
+    def liveness_beats(self) -> dict[str, float]:
+        """Heartbeats of the loops that must keep turning: the election loop always,
+        the pump while leading. (A pump stalled on Redis normally makes this process
+        give the Lease up long before the liveness bound.)"""
+        beats = {"election-loop": self.loop_beat}
+        if self._leading is not None:
+            beats["pump"] = self.pump_beat
+        return beats
+
     def run(self) -> None:
         """Campaign for the Lease until stopped; lead while holding it."""
         s = self.elector.s

@@ -8,10 +8,9 @@ import signal
 import socket
 from types import FrameType
 
-from prometheus_client import start_http_server
-
+from reconciler import health
 from reconciler.celery_app import make_app
-from reconciler.cli_common import add_common_arguments, redis_timeouts, setup_logging
+from reconciler.cli_common import add_common_arguments, readiness, redis_timeouts, setup_logging
 from reconciler.dispatcher import Dispatcher, DispatcherSettings
 from reconciler.kube import Kube
 from reconciler.leader import ElectionSettings
@@ -57,8 +56,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     setup_logging(args.log_level)
-    if args.metrics_port:
-        start_http_server(args.metrics_port)
     queue = WorkQueue(
         redis_client(args.redis_url, redis_timeouts(args)),
         QueueSettings(
@@ -82,6 +79,11 @@ def run(args: argparse.Namespace) -> int:
         ),
         DispatcherSettings(resync_period=args.resync_period, watch_timeout=args.watch_timeout),
     )
+
+    if args.metrics_port:
+        health.serve(
+            args.metrics_port, dispatcher.liveness_beats, args.liveness_timeout, readiness(args)
+        )
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         dispatcher.stop()
