@@ -266,10 +266,10 @@ def condition(obj: dict[str, Any], type_: str) -> tuple[str, str] | None:
     return None
 
 
-@pytest.fixture(scope="session")
-def cluster(
-    control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Cluster]:
+def install_cluster(control_plane: ControlPlane, kubeconfig_dir: Path) -> Cluster:
+    """Install the CRD and RBAC in ``control_plane`` and write the worker's and the
+    dispatcher's kubeconfigs (their ServiceAccount identities) to ``kubeconfig_dir``.
+    Idempotent. Also used by benchmarks, outside pytest."""
     kube = k.Kube(control_plane.api_client())
     crd = yaml.safe_load(CRD_PATH.read_text())
     _create_ignoring_conflict(kube, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
@@ -281,17 +281,25 @@ def cluster(
             ns = (doc.get("metadata") or {}).get("namespace", SYSTEM_NAMESPACE)
             _create_ignoring_conflict(kube, _RBAC_PATHS[doc["kind"]].format(ns=ns), doc)
     poll(lambda: kube.list(k.CACHEBACKENDS) is not None, timeout=30, what="the CRD to be served")
-    d = tmp_path_factory.mktemp("kubeconfigs")
+    kubeconfig_dir.mkdir(parents=True, exist_ok=True)
     worker = control_plane.write_kubeconfig(
-        d / "worker", control_plane.client_keypair(WORKER_USER, SA_GROUPS)
+        kubeconfig_dir / "worker", control_plane.client_keypair(WORKER_USER, SA_GROUPS)
     )
     dispatcher = control_plane.write_kubeconfig(
-        d / "dispatcher", control_plane.client_keypair(DISPATCHER_USER, SA_GROUPS)
+        kubeconfig_dir / "dispatcher", control_plane.client_keypair(DISPATCHER_USER, SA_GROUPS)
     )
+    return Cluster(control_plane, kube, worker, dispatcher)
+
+
+@pytest.fixture(scope="session")
+def cluster(
+    control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Cluster]:
+    c = install_cluster(control_plane, tmp_path_factory.mktemp("kubeconfigs"))
     try:
-        yield Cluster(control_plane, kube, worker, dispatcher)
+        yield c
     finally:
-        kube.close()
+        c.kube.close()
 
 
 # --------------------------------------------------------------------- processes
