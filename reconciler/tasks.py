@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import redis
 from celery import Celery
@@ -38,6 +39,48 @@ class WorkerConfig:
     queue: QueueSettings = QueueSettings()
     probe_window_seconds: float = 30.0
     redis_timeouts: RedisTimeouts = RedisTimeouts()
+
+
+class LeaseExpired(RuntimeError):
+    """The work-queue lease of the key being reconciled may have lapsed."""
+
+
+# The (queue, key, token) of the reconcile running on this thread, for FencedKube.
+_running = threading.local()
+
+
+class FencedKube(Kube):
+    """A Kube that refuses to write for a reconcile whose work-queue lease could not
+    be renewed in time (Redis unreachable, the process starved): once the lease may
+    have expired the reaper may hand the key to another worker, and two workers must
+    never write for one key at once. Reads go through; the reconcile fails on its
+    next write and the key is retried (or has already been handed on)."""
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: dict[str, Any] | None = None,
+        body: Any = None,
+        content_type: str | None = None,
+    ) -> dict[str, Any]:
+        if method != "GET":
+            check_lease()
+        return super().request(method, path, query=query, body=body, content_type=content_type)
+
+
+def check_lease() -> None:
+    """Raise LeaseExpired when this thread's reconcile may no longer hold its key:
+    less than a sixth of the lease is left since the last renewal Redis confirmed
+    (with renewals every third, that is one and a half missed renewals)."""
+    lease = getattr(_running, "lease", None)
+    if lease is None:
+        return
+    queue, key, token = lease
+    until = queue.lease_valid_until(key, token)
+    if until is not None and time.monotonic() > until - queue.settings.lease_seconds / 6:
+        raise LeaseExpired(f"{key}: work-queue lease not renewed in time; not writing")
 
 
 @dataclass
@@ -75,7 +118,7 @@ def runtime() -> Runtime:
             else None
         )
         reconciler = Reconciler(
-            Kube.from_kubeconfig(_config.kubeconfig),
+            FencedKube.from_kubeconfig(_config.kubeconfig),
             server=server,
             probe_rate_limiter=redis_probe_rate_limiter(client, _config.probe_window_seconds),
             probe_window=_config.probe_window_seconds,
@@ -162,14 +205,20 @@ def run_key(key: str) -> str:
                 return "skipped"
             started = time.monotonic()
             trace.debug("reconcile start", extra={"key": key, "token": token, "mono": started})
+            _running.lease = (rt.queue, key, token)
             try:
                 result = rt.reconciler.reconcile(key)
-            except Exception:
+            except Exception as exc:
+                _running.lease = None
                 _trace_end(key, token)
-                log.exception("%s: reconcile failed", key)
+                if isinstance(exc, LeaseExpired):
+                    log.warning("%s", exc)
+                else:
+                    log.exception("%s: reconcile failed", key)
                 outcome = "error"
                 _finish(rt.queue, key, token, error=True, requeue_after=None)
             else:
+                _running.lease = None
                 _trace_end(key, token)
                 outcome = "requeue" if result.requeue_after else "success"
                 _finish(rt.queue, key, token, error=False, requeue_after=result.requeue_after)
