@@ -96,3 +96,44 @@ def test_readiness_waits_for_a_reachable_redis(cluster: Cluster, stack: Stack) -
     )  # fmt: skip
     body = wait_probe(worker, port, "/readyz", 503, timeout=60, failing="redis")
     assert "apiserver" not in body["failures"], body
+
+
+def test_a_worker_whose_consumer_loop_is_blocked_by_a_reconcile_turns_unhealthy(
+    cluster: Cluster, stack: Stack
+) -> None:
+    """With the solo pool a reconcile runs on the consumer loop itself; one hanging on
+    an API server that does not answer (SIGSTOP) blocks the loop, and /healthz turns
+    503 once the bound has passed. A threads-pool worker in the same outage keeps its
+    loop turning (its reconciles hang on other threads) and stays alive."""
+    solo_port, threads_port = free_port(), free_port()
+    bound = ["--liveness-timeout", str(LIVENESS_TIMEOUT)]
+    solo = stack.start_worker(
+        "worker-solo",
+        concurrency=1,
+        extra=["--pool", "solo", "--metrics-port", str(solo_port), *bound],
+    )
+    threads = stack.start_worker(
+        "worker-threads", extra=["--metrics-port", str(threads_port), *bound]
+    )
+    stack.start_dispatcher()
+    ns = cluster.namespace()
+    for i in range(4):
+        cluster.create_cb(ns, f"cb-{i}", {"runtime": "VLLM", "integration": {"mode": "EventsOnly"}})
+    for i in range(4):
+        cluster.wait_cb(
+            ns,
+            f"cb-{i}",
+            lambda o: bool((o.get("status") or {}).get("observedGeneration")),
+            "status",
+        )
+    for proc, port in ((solo, solo_port), (threads, threads_port)):
+        wait_probe(proc, port, "/healthz", 200, timeout=30)
+
+    # The resync (every 2 s) keeps handing keys to both workers; their reconciles'
+    # first GET hangs until the API server is continued.
+    with cluster.cp.apiserver_paused():
+        body = wait_probe(solo, solo_port, "/healthz", 503, timeout=25)
+        assert body["stale"] == ["consumer-loop"]
+        code, body = probe(threads_port, "/healthz")
+        assert code == 200, body
+    wait_probe(solo, solo_port, "/healthz", 200, timeout=60)

@@ -704,6 +704,20 @@ class ControlPlane:
                 abort=self._process_died,
             )
 
+    @contextlib.contextmanager
+    def apiserver_paused(self) -> Iterator[None]:
+        """kube-apiserver SIGSTOPped for the block: requests hang (connections are
+        accepted by the kernel, nothing answers), as with a partitioned control plane."""
+        proc = self._apiserver
+        if proc is None:
+            raise ControlPlaneError("control plane not started")
+        os.killpg(proc.pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGCONT)
+
     @staticmethod
     def _stop_process(proc: subprocess.Popen[bytes], *, kill: bool) -> None:
         if kill and proc.poll() is None:
