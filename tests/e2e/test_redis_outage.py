@@ -108,3 +108,26 @@ def test_frozen_redis_hands_the_lease_to_the_standby_and_everything_converges_af
     assert runs, "no reconcile traced"
     overlaps = concurrent_runs(runs)
     assert overlaps == [], overlaps
+
+
+def test_a_leader_whose_api_server_stops_answering_steps_down_within_the_lease(
+    cluster: Cluster, stack: Stack
+) -> None:
+    """Issue 10 item 2 (leader/lease code): a Lease renewal is bounded by the renew
+    deadline, so a leader whose API server hangs (SIGSTOP) stops leading before its
+    Lease can expire for a standby — not after the client's 30 s request timeout."""
+    a = stack.start_dispatcher("dispatcher-a", extra=ELECTION)
+    stack.start_worker()
+    poll(lambda: stack.lease_holder() == stack.identity(a.name) or None, timeout=60, what="a leads")
+    poll(lambda: "became leader" in a.log() or None, timeout=30, what="leader log")
+    with cluster.cp.apiserver_paused():
+        paused_at = time.monotonic()
+        poll(
+            lambda: "lost the lease: stepping down" in a.log() or None,
+            timeout=LEASE_DURATION * 3,
+            what="the leader to step down while the API server hangs",
+            interval=0.05,
+        )
+        stepped_down = time.monotonic() - paused_at
+    assert stepped_down < LEASE_DURATION, stepped_down
+    poll(lambda: a.log().count("became leader") >= 2 or None, timeout=60, what="leads again")
