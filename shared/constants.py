@@ -13,6 +13,10 @@ PLURAL: Final = "cachebackends"
 SINGULAR: Final = "cachebackend"
 SHORT_NAME: Final = "cb"
 
+# The namespace the install (manifests/) puts the webhook, dispatcher, worker and
+# Redis in; the default of every process and installer flag that names it.
+INSTALL_NAMESPACE: Final = "inference-cache-system"
+
 # Runtimes, cache types, providers, ownership, modes, roles.
 RUNTIME_VLLM: Final = "VLLM"
 RUNTIME_SGLANG: Final = "SGLang"

@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from icache_install.manifests_cli import render
 from reconciler.kube import ApiError, Kube
-from shared.manifests_cli import render
 from tests.harness.controlplane import (
     ControlPlane,
     free_port,

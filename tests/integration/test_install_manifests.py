@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from icache_install.manifests_cli import render
 from reconciler.kube import ApiError
-from shared.manifests_cli import render
 from tests.harness.controlplane import wait_until
 from tests.integration.manifest_apply import Applier
 from tests.samples import ROOT

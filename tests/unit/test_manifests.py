@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 import yaml
 
+from icache_install import certs, manifests_cli
+from icache_install.manifests_cli import RenderError, render, split_image
 from reconciler.server_client import DEFAULT_TOKEN_PATH
-from shared import certs, manifests_cli
 from shared.cli import SUBCOMMANDS
-from shared.manifests_cli import RenderError, render, split_image
 from tests.samples import ROOT
 from webhook_svc.app import PATH_MUTATE_CB, PATH_MUTATE_POD, PATH_VALIDATE_CB
 

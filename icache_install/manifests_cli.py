@@ -49,6 +49,8 @@ from typing import Any, Final
 import jsonpatch
 import yaml
 
+from shared.constants import INSTALL_NAMESPACE
+
 Doc = dict[str, Any]
 
 KUSTOMIZATION_FILES: Final = ("kustomization.yaml", "kustomization.yml", "Kustomization")
@@ -506,7 +508,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="render this kustomization directory instead of a variant",
     )
     parser.add_argument(
-        "--namespace", help="install into this namespace (default: inference-cache-system)"
+        "--namespace", help=f"install into this namespace (default: {INSTALL_NAMESPACE})"
     )
     parser.add_argument("--image-tag", help="tag of the ghcr.io/inference-cache images")
 
