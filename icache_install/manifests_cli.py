@@ -1,7 +1,13 @@
 """`icache manifests`: print the install manifests, rendered without kustomize.
 
 ``icache manifests | kubectl apply -f -`` installs the same objects as
-``kubectl apply -k manifests/``. The renderer is deliberately tiny and refuses
+``kubectl apply -k manifests/``. The kustomization in manifests/ is the one source:
+tests/unit/test_kustomize_parity.py renders it with the real, pinned kustomize
+(tests/tools/kustomize.sh) and fails unless this renderer prints the same objects in
+the same order, so the two cannot drift. Prefer ``kubectl apply -k``; this path is
+for hosts whose kubectl has no kustomize and for the worker image.
+
+The renderer is deliberately tiny and refuses
 what it does not implement instead of guessing. It supports, in a kustomization
 (``kind: Kustomization``) or a component (``kind: Component``):
 
