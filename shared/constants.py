@@ -1,6 +1,7 @@
 """Names the spec fixes: API identity, annotations, condition types, reasons, Event reasons.
 
-Spelled exactly as cachebackend-api.md spells them so one search finds every use.
+Spelled exactly as docs/api.md (and the reference spec) spell them so one search finds
+every use.
 """
 
 from typing import Final

@@ -1,4 +1,4 @@
-"""CacheBackend admission, case by case from docs/spec (cachebackend-api.md), over HTTP.
+"""CacheBackend admission, case by case from the spec (docs/api.md), over HTTP.
 
 Every AdmissionReview below goes through the real FastAPI app (the routes `icache
 webhook --insecure --backends-from manifests/samples` serves) exactly as a replay with

@@ -1,4 +1,4 @@
-"""`icache`: every subcommand the ARCHITECTURE contracts name exists and parses its flags."""
+"""`icache`: every subcommand docs/architecture.md "Contracts" names exists and parses its flags."""
 
 from __future__ import annotations
 

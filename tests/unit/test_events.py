@@ -63,7 +63,7 @@ class FailingEvents(FakeKube):
 
 
 def test_a_failed_event_write_does_not_fail_the_reconcile_or_repeat() -> None:
-    """Transition Events are best effort (README): a refused Event write is logged,
+    """Transition Events are best effort (docs/decisions.md): a refused Event write is logged,
     the status write stands, and — since Events are keyed on the old→new status
     transition and 'never on steady-state reconciles' — the next, idle reconcile
     neither retries it nor writes anything."""

@@ -9,13 +9,13 @@ the response is ``allowed: true``; the patch is minimal (no op on an unchanged p
 never a whole-object/spec/metadata replace); re-admitting the result yields NO patch.
 
 Sources, cited in each case's id or comment:
-  [PW]  cachebackend-api.md "Mutating Pod webhook (engine wiring)" (table rows)
+  [PW]  docs/api.md "The Pod webhook (engine wiring)" (table rows)
   [SGL] "SGLang LMCache MP mode"       [HC]  "SGLang native HiCache"
   [EO]  "Events-only mode"             [MC]  "Mooncake provider configuration"
   [KC]  "LMCache client kernels"       [OV]  "Engine-injection overrides"
   [RS]  "Reserved declarations"        [EXT] "Externally owned remote storage"
-  [IP]  "Index Participation"          [SC]  server-contract.md (subscriber, engine flags)
-  [AR]  ARCHITECTURE.md (embedded mode: other kinds ignored, status honoured)
+  [IP]  "Index Participation"          [SC]  docs/server-contract.md (subscriber, engine flags)
+  [AR]  docs/architecture.md (embedded mode: other kinds ignored, status honoured)
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Reconcile spec cases: one row per sentence of cachebackend-api.md.
+"""Reconcile spec cases: one row per sentence of the spec (docs/api.md).
 
 Every case drives the pure pipeline of one reconcile with realistic observed inputs —
 the CacheBackend as stored (spec, annotations, generation, previous status), the

@@ -236,7 +236,7 @@ def test_kv_gate_event_present_on_first_reconcile_counts() -> None:
 def test_kv_gate_zero_or_unreadable_last_event_at_is_not_an_event(last_event_at: str) -> None:
     """Index Participation: lastEventAt is "Unset until the first event arrives;
     readiness gates must treat the absent value as 'not yet observed' rather than
-    epoch", and server-contract.md: "A zero lastEventAt (or omitted) means no event" —
+    epoch", and docs/server-contract.md: "a zero or omitted value means no event" —
     Go's zero time (0001-01-01) included."""
     o = obj(status={"indexParticipation": {"prefixCount": 0, "lastEventAt": last_event_at}})
     st = run(o, managed_obs())

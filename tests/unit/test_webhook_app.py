@@ -1,6 +1,6 @@
 """The FastAPI app: routing, bad bodies, size limit, health, metrics, embedded backends.
 
-Spec/ARCHITECTURE contracts: admission paths, /healthz, /readyz, /metrics; malformed
+docs/architecture.md "Contracts": admission paths, /healthz, /readyz, /metrics; malformed
 bodies get a 400 (never a 500); the Pod route always admits.
 """
 
