@@ -50,6 +50,7 @@ lint: install
 	$(VENV)/bin/mypy || rc=1; \
 	$(VENV)/bin/ruff format --check . || rc=1; \
 	$(VENV)/bin/mypy tests || rc=1; \
+	$(VENV)/bin/lint-imports || rc=1; \
 	exit $$rc
 
 cluster-up: install controlplane
