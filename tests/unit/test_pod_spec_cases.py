@@ -168,9 +168,14 @@ def assert_minimal(
         assert before == after
 
 
-def review_ok_without_patch(hook: Webhook, obj: Any, **kw: Any) -> None:
+def review_ok_without_patch(hook: Webhook, obj: Any, *, reason: str, **kw: Any) -> None:
+    """Admitted unchanged, and for ``reason``: the response's auditAnnotations carry
+    the decision, so a fail-open for one reason cannot pass as another (issue 13 item
+    5: "no patch" alone let any fail-open pass as no_match)."""
     review = hook.post(obj, **kw)
     assert "patch" not in review["response"], ops_of(review)
+    decision = review["response"]["auditAnnotations"]
+    assert decision["reason"] == reason, decision
 
 
 # ---------------------------------------------------------------------- builders
@@ -405,7 +410,7 @@ def test_pw_selection_nil_and_empty_selectors_are_skipped(hook: Webhook) -> None
     empty = backend("b-empty")
     empty["spec"]["engineSelector"] = {"matchLabels": {}}
     hook.write(nil, empty)
-    review_ok_without_patch(hook, pod())
+    review_ok_without_patch(hook, pod(), reason="no_match")
     hook.write(backend("c-real", uid="uid-c"))
     result, _ = hook.admit(pod())
     assert result["metadata"]["annotations"][INJECTED_BY] == f"{NS}/c-real"
@@ -414,7 +419,7 @@ def test_pw_selection_nil_and_empty_selectors_are_skipped(hook: Webhook) -> None
 def test_pw_selection_every_match_label_must_be_on_the_pod(hook: Webhook) -> None:
     # [PW] "matches pod.Labels against each Spec.EngineSelector.MatchLabels" (subset).
     hook.write(backend(selector={"app": "engine", "tier": "gpu"}))
-    review_ok_without_patch(hook, pod())
+    review_ok_without_patch(hook, pod(), reason="no_match")
     result, _ = hook.admit(pod(labels={"app": "engine", "tier": "gpu", "extra": "x"}))
     assert result["metadata"]["annotations"][INJECTED_BY] == f"{NS}/cache"
 
@@ -422,7 +427,7 @@ def test_pw_selection_every_match_label_must_be_on_the_pod(hook: Webhook) -> Non
 def test_pw_selection_other_namespace_never_matches(hook: Webhook) -> None:
     # [PW] "Lists CacheBackends in the pod's namespace".
     hook.write(backend(namespace="team-b"))
-    review_ok_without_patch(hook, pod())
+    review_ok_without_patch(hook, pod(), reason="no_match")
 
 
 def test_pw_selection_request_namespace_when_the_pod_names_none(hook: Webhook) -> None:
@@ -441,7 +446,7 @@ def test_pw_selection_pod_namespace_when_the_request_names_none(hook: Webhook) -
 def test_pw_selection_backend_without_namespace_is_in_default(hook: Webhook) -> None:
     # [AR] embedded mode; a namespace-less object is in "default" (kubectl apply).
     hook.write(backend(namespace=None))
-    review_ok_without_patch(hook, pod())  # team-a: not there
+    review_ok_without_patch(hook, pod(), reason="no_match")  # team-a: not there
     result, _ = hook.admit(pod(namespace="default"), namespace="default")
     assert result["metadata"]["annotations"][INJECTED_BY] == "default/cache"
     # Neither the request nor the pod names a namespace: "default" as well.
@@ -538,7 +543,7 @@ def test_pw_vllm_managed_lmcacheserver_uses_status_endpoint(hook: Webhook) -> No
 def test_pw_managed_without_status_endpoint_fails_open(hook: Webhook, status: str | None) -> None:
     # [PW] "A non-nil binding with a missing endpoint fails open."
     hook.write(backend(remote=managed("LMCacheServer"), status_endpoint=status))
-    review_ok_without_patch(hook, pod())
+    review_ok_without_patch(hook, pod(), reason="missing_endpoint")
 
 
 def test_pw_managed_without_status_endpoint_strips_stale_annotations(hook: Webhook) -> None:
@@ -576,7 +581,7 @@ def test_pw_managed_spec_endpoint_does_not_stand_in_for_status(hook: Webhook) ->
     # fails open" even when spec.remoteStorage.endpoint is set.
     remote = {**managed("LMCacheServer"), "endpoint": "user.example.com:1234"}
     hook.write(backend(remote=remote))
-    review_ok_without_patch(hook, pod())
+    review_ok_without_patch(hook, pod(), reason="missing_endpoint")
 
 
 @pytest.mark.parametrize("endpoint", [None, "", "   "], ids=["unset", "empty", "blank"])
@@ -590,7 +595,7 @@ def test_ext_external_without_endpoint_never_falls_back_to_status(
     if endpoint is not None:
         remote["endpoint"] = endpoint
     hook.write(backend(remote=remote, status_endpoint="stale.example.com:9"))
-    review_ok_without_patch(hook, pod())
+    review_ok_without_patch(hook, pod(), reason="missing_endpoint")
     stale = pod(annotations={INJECTED_BY: f"{NS}/cache", INJECTED_BY_UID: UID})
     result, _ = hook.admit(stale)
     assert result["metadata"].get("annotations", {}) == {}
@@ -643,7 +648,9 @@ def test_ext_invalid_external_endpoint_admits_unwired(
     runtime = "SGLang" if provider == "Redis" else "VLLM"
     hook.write(backend(runtime=runtime, remote=external(provider, endpoint)))
     p = pod(sglang()) if runtime == "SGLang" else pod()
-    review_ok_without_patch(hook, p)
+    # An empty or whitespace endpoint is missing (ExternalEndpointMissing), not invalid.
+    reason = "invalid_endpoint" if endpoint.strip() else "missing_endpoint"
+    review_ok_without_patch(hook, p, reason=reason)
     stale = pod(annotations={INJECTED_BY: f"{NS}/cache", INJECTED_BY_UID: UID})
     if runtime == "SGLang":
         stale["spec"]["containers"] = [sglang()]
@@ -826,25 +833,25 @@ def test_pw_vllm_engine_container_chosen_among_several(hook: Webhook) -> None:
 def test_pw_unsupported_binding_fails_open(hook: Webhook) -> None:
     # [PW] "Admission rejects unsupported combinations" — at pod admission, fail open.
     hook.write(backend(remote=managed("Redis"), status_endpoint="r:6379"))
-    review_ok_without_patch(hook, pod())
+    review_ok_without_patch(hook, pod(), reason="binding_not_supported")
 
 
 def test_pw_no_registered_adapter_fails_open(hook: Webhook) -> None:
     # [PW] Fail-open: "no registered adapter".
     hook.write(backend(type_="SGLangHiCache", hiCache={"ratio": "2.0"}))  # VLLM/HiCache
-    review_ok_without_patch(hook, pod())
+    review_ok_without_patch(hook, pod(), reason="no_adapter")
 
 
 def test_pw_invalid_backend_document_fails_open(hook: Webhook) -> None:
     hook.write(backend(runtime="TensorRT"))
-    review_ok_without_patch(hook, pod())
+    review_ok_without_patch(hook, pod(), reason="invalid_backend")
 
 
 def test_pw_adapter_rejection_shell_wrapped_engine_fails_open(hook: Webhook) -> None:
     # [PW] Fail-open: "adapter rejection".
     hook.write(backend())
     engine = {"name": "vllm", "image": VLLM_IMAGE, "command": ["sh", "-c", "vllm serve m"]}
-    review_ok_without_patch(hook, pod(engine))
+    review_ok_without_patch(hook, pod(engine), reason="adapter_rejected")
 
 
 # =========================================================================== [KC]
@@ -915,7 +922,7 @@ def test_kc_check_goes_after_the_pods_own_init_containers(hook: Webhook) -> None
 def test_kc_unrecognised_annotation_fails_open(hook: Webhook) -> None:
     # [KC] "an unrecognized value (e.g. a strcit typo) is rejected" — never relaxed.
     hook.write(backend(annotations={KERNEL_CHECK: "strcit"}))
-    review_ok_without_patch(hook, pod(vllm(resources=GPU)))
+    review_ok_without_patch(hook, pod(vllm(resources=GPU)), reason="adapter_rejected")
 
 
 def test_kc_sglang_never_gets_the_check(hook: Webhook) -> None:
@@ -1109,7 +1116,9 @@ def test_sgl_unwritable_dev_shm_fails_open(
     # downwardAPI/projected volume ... it is rejected at admission".
     hook.write(backend(runtime="SGLang"))
     review_ok_without_patch(
-        hook, pod(sglang(volumeMounts=[mount]), volumes=[{"name": "dshm", **volume}])
+        hook,
+        pod(sglang(volumeMounts=[mount]), volumes=[{"name": "dshm", **volume}]),
+        reason="adapter_rejected",
     )
 
 
@@ -1167,7 +1176,7 @@ def test_sgl_engine_container_naming_rule(hook: Webhook) -> None:
     result, _ = hook.admit(single)
     assert result["spec"]["containers"][0]["args"][-3] == "--enable-lmcache"
     router = {"name": "router", "image": "router:v1"}
-    review_ok_without_patch(hook, pod(sglang("server"), router))
+    review_ok_without_patch(hook, pod(sglang("server"), router), reason="adapter_rejected")
     p = pod(router, sglang())
     result, _ = hook.admit(p)
     assert result["spec"]["containers"][0] == router
@@ -1178,10 +1187,10 @@ def test_sgl_only_readwrite_and_only_resp_bindings(hook: Webhook) -> None:
     # [SGL] "a (sglang, LMCache) backend supports only ReadWrite"; "accepts either no
     # binding (host-only) or a RESP binding".
     hook.write(backend(runtime="SGLang", integration={"role": "ReadOnly"}))
-    review_ok_without_patch(hook, pod(sglang()))
+    review_ok_without_patch(hook, pod(sglang()), reason="adapter_rejected")
     (hook.directory / "01-backends.yaml").unlink()
     hook.write(backend(runtime="SGLang", remote=external("LMCacheServer", "x:1")))
-    review_ok_without_patch(hook, pod(sglang()))
+    review_ok_without_patch(hook, pod(sglang()), reason="binding_not_supported")
 
 
 # =========================================================================== [HC]
@@ -1289,10 +1298,10 @@ def test_hc_remote_storage_and_naming_rule_fail_open(hook: Webhook) -> None:
     bad = hicache_backend(ratio="2.0")
     bad["spec"]["remoteStorage"] = external("Redis", "r:6379")
     hook.write(bad)
-    review_ok_without_patch(hook, pod(sglang()))
+    review_ok_without_patch(hook, pod(sglang()), reason="binding_not_supported")
     (hook.directory / "01-backends.yaml").unlink()
     hook.write(hicache_backend(ratio="2.0"))
-    review_ok_without_patch(hook, pod(sglang("a"), sglang("b")))
+    review_ok_without_patch(hook, pod(sglang("a"), sglang("b")), reason="adapter_rejected")
 
 
 # =========================================================================== [EO]
@@ -1336,7 +1345,7 @@ def test_eo_without_model_id_is_skipped_fail_open(hook: Webhook) -> None:
     # [EO] "skipped fail-open when either gate is unmet ... When skipped, the webhook
     # leaves the engine pod untouched and stamps no injected-by annotation."
     hook.write(backend(integration={"mode": "EventsOnly"}, model_id=None))
-    review_ok_without_patch(hook, pod())
+    review_ok_without_patch(hook, pod(), reason="events_only_no_subscriber")
     p = pod(annotations={INJECTED_BY: f"{NS}/cache", INJECTED_BY_UID: UID, "k": "v"})
     result, _ = hook.admit(p)
     assert result["metadata"]["annotations"] == {"k": "v"}
@@ -1348,7 +1357,7 @@ def test_eo_without_subscriber_image_is_skipped_fail_open(tmp_path: Path) -> Non
     # default, so a default install injects no subscriber)".
     hook = Webhook(tmp_path / "b", image=None)
     hook.write(backend(integration={"mode": "EventsOnly"}))
-    review_ok_without_patch(hook, pod())
+    review_ok_without_patch(hook, pod(), reason="events_only_no_subscriber")
 
 
 def test_sc_offload_without_image_or_model_wires_without_subscriber(tmp_path: Path) -> None:
@@ -1386,7 +1395,9 @@ def test_pw_skip_inject_with_a_correct_marker_is_converged(hook: Webhook) -> Non
     # [PW] "skipInjection treats a pre-existing correct marker as already converged".
     hook.write(backend())
     review_ok_without_patch(
-        hook, pod(annotations={SKIP_INJECT: "true", INJECT_SKIPPED: c.INJECT_SKIPPED_VALUE})
+        hook,
+        pod(annotations={SKIP_INJECT: "true", INJECT_SKIPPED: c.INJECT_SKIPPED_VALUE}),
+        reason="skip_inject_annotation",
     )
 
 
@@ -1415,7 +1426,7 @@ def test_pw_skip_inject_wins_even_when_listing_fails(hook: Webhook) -> None:
 def test_pw_no_match_without_stale_annotations_has_no_patch(hook: Webhook) -> None:
     # [PW] "Every error path ... returns admission.Allowed(...)".
     hook.write(backend(selector={"app": "other"}))
-    review_ok_without_patch(hook, pod())
+    review_ok_without_patch(hook, pod(), reason="no_match")
 
 
 def test_pw_no_match_strips_only_the_three_decision_annotations(hook: Webhook) -> None:
@@ -1441,7 +1452,12 @@ def test_pw_no_match_strips_only_the_three_decision_annotations(hook: Webhook) -
 def test_pw_only_create_is_wired(hook: Webhook, operation: str) -> None:
     # [PW] "Verbs: CREATE only."
     hook.write(backend())
-    review_ok_without_patch(hook, pod(annotations={INJECTED_BY: "forged/x"}), operation=operation)
+    review_ok_without_patch(
+        hook,
+        pod(annotations={INJECTED_BY: "forged/x"}),
+        operation=operation,
+        reason="operation_not_create",
+    )
 
 
 @pytest.mark.parametrize(
@@ -1459,16 +1475,16 @@ def test_pw_only_create_is_wired(hook: Webhook, operation: str) -> None:
 def test_pw_undecodable_object_fails_open_without_patch(hook: Webhook, obj: Any) -> None:
     # [PW] "Decode failures fail open before a Pod exists to patch".
     hook.write(backend())
-    review_ok_without_patch(hook, obj)
+    review_ok_without_patch(hook, obj, reason="decode_error")
 
 
 def test_pw_malformed_pod_spec_fails_open(hook: Webhook) -> None:
     hook.write(backend())
     bad = pod()
     bad["spec"]["containers"] = "vllm"
-    review_ok_without_patch(hook, bad)
+    review_ok_without_patch(hook, bad, reason="invalid_pod")
     bad["spec"]["containers"] = []
-    review_ok_without_patch(hook, bad)
+    review_ok_without_patch(hook, bad, reason="invalid_pod")
 
 
 def test_pw_decoded_pod_without_containers_strips_stale_annotations(hook: Webhook) -> None:
@@ -1502,7 +1518,7 @@ def test_pw_list_error_fails_open_and_strips(tmp_path: Path, break_it: str) -> N
         for path in hook.directory.iterdir():
             path.unlink()
         hook.directory.rmdir()
-    review_ok_without_patch(hook, pod())
+    review_ok_without_patch(hook, pod(), reason="list_error")
     result, _ = hook.admit(pod(annotations={INJECTED_BY: f"{NS}/cache", "k": "v"}))
     assert result["metadata"]["annotations"] == {"k": "v"}
 
@@ -1547,7 +1563,7 @@ def test_ov_env_override_the_api_server_would_reject_fails_open(hook: Webhook) -
     # rules, so wiring it would get the Pod rejected: the pod is admitted unwired
     # instead, and stale decision annotations are stripped.
     hook.write(overrides_backend(env=[{"name": "A=B", "value": "1"}]))
-    review_ok_without_patch(hook, pod())
+    review_ok_without_patch(hook, pod(), reason="invalid_result")
     stale = pod(annotations={INJECTED_BY: f"{NS}/cache", INJECTED_BY_UID: UID})
     result, _ = hook.admit(stale)
     assert result["metadata"].get("annotations", {}) == {}
