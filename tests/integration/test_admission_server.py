@@ -243,11 +243,13 @@ def _installed_webhooks_pointing_nowhere(api: client.ApiClient, suffix: str) -> 
                 webhook["clientConfig"] = {"url": dead + path}
                 webhook["namespaceSelector"] = {"matchLabels": {TEST_NAMESPACE_LABEL: suffix}}
                 webhook.pop("objectSelector", None)
+            # A plain manifest dict: the client serialises it as the request body.
+            body: Any = doc
             if doc["kind"] == "MutatingWebhookConfiguration":
-                adm.create_mutating_webhook_configuration(doc)
+                adm.create_mutating_webhook_configuration(body)
                 created.append((adm.delete_mutating_webhook_configuration, doc["metadata"]["name"]))
             else:
-                adm.create_validating_webhook_configuration(doc)
+                adm.create_validating_webhook_configuration(body)
                 created.append(
                     (adm.delete_validating_webhook_configuration, doc["metadata"]["name"])
                 )
