@@ -15,13 +15,13 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from starlette.concurrency import run_in_threadpool
 
 from shared.runtime_adapters.base import InjectContext
-from webhook_svc import metrics
 from webhook_svc.admission_review import AdmissionRequest, BadReview, deny, parse_review
 from webhook_svc.backend_source import BackendSource
+from webhook_svc.metrics import WebhookMetrics
 
 log = logging.getLogger("icache.webhook")
 
@@ -48,8 +48,10 @@ async def _read_limited(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def _bad_request(endpoint: str, reason: str, detail: str, code: int = 400) -> JSONResponse:
-    metrics.BAD_REQUESTS.labels(endpoint, reason).inc()
+def _bad_request(
+    counters: WebhookMetrics, endpoint: str, reason: str, detail: str, code: int = 400
+) -> JSONResponse:
+    counters.bad_requests.labels(endpoint, reason).inc()
     log.warning(
         "bad admission request", extra={"endpoint": endpoint, "reason": reason, "detail": detail}
     )
@@ -76,13 +78,18 @@ def create_app(
     backends: BackendSource,
     inject_ctx: InjectContext,
     max_body_bytes: int = 3 * 1024 * 1024,
+    registry: CollectorRegistry | None = None,
 ) -> FastAPI:
+    """The webhook app. Its metrics live on ``registry`` (default: a new one of its
+    own), which its /metrics serves."""
     # Imported here so the app module loads even while a route's module is being built.
     from webhook_svc.cachebackend_admission import mutate_cachebackend, validate_cachebackend
     from webhook_svc.pod_admission import mutate_pod
 
     app = FastAPI(title="inference-cache webhook", docs_url=None, redoc_url=None)
     app.state.ready = True
+    counters = WebhookMetrics(registry)
+    app.state.metrics = counters
 
     def cachebackend_route(
         endpoint: str, handler: Callable[[AdmissionRequest], dict[str, Any]]
@@ -101,7 +108,7 @@ def create_app(
 
     def pod_answer(req: AdmissionRequest) -> tuple[dict[str, Any], str]:
         response, outcome, reason = mutate_pod(req, backends.list, inject_ctx)
-        metrics.POD_WIRING.labels(outcome, reason).inc()
+        counters.pod_wiring.labels(outcome, reason).inc()
         return response, outcome
 
     routes: dict[str, Callable[[AdmissionRequest], tuple[dict[str, Any], str]]] = {
@@ -119,20 +126,22 @@ def create_app(
             try:
                 raw = await _read_limited(request, max_body_bytes)
             except BodyTooLarge:
-                return _bad_request(path, "too_large", f"body exceeds {max_body_bytes} bytes", 413)
+                return _bad_request(
+                    counters, path, "too_large", f"body exceeds {max_body_bytes} bytes", 413
+                )
             try:
                 req = parse_review(json.loads(raw))
             except BadReview as exc:
-                return _bad_request(path, "malformed", str(exc))
+                return _bad_request(counters, path, "malformed", str(exc))
             except (ValueError, UnicodeDecodeError) as exc:
-                return _bad_request(path, "malformed", f"body is not JSON: {exc}")
+                return _bad_request(counters, path, "malformed", f"body is not JSON: {exc}")
             if path == PATH_MUTATE_POD:
                 # Live mode lists backends over the network: keep the event loop free.
                 response, outcome = await run_in_threadpool(answer, req)
             else:
                 response, outcome = answer(req)
-            metrics.ADMISSIONS.labels(path, outcome).inc()
-            metrics.ADMISSION_LATENCY.labels(path).observe(time.perf_counter() - start)
+            counters.admissions.labels(path, outcome).inc()
+            counters.admission_latency.labels(path).observe(time.perf_counter() - start)
             return JSONResponse(response)
 
     for path in routes:
@@ -150,6 +159,6 @@ def create_app(
 
     @app.get("/metrics")
     def prometheus() -> Response:
-        return Response(generate_latest(metrics.REGISTRY), media_type=CONTENT_TYPE_LATEST)
+        return Response(generate_latest(counters.registry), media_type=CONTENT_TYPE_LATEST)
 
     return app
