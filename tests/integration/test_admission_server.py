@@ -10,7 +10,6 @@ import json
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,7 +22,6 @@ from tests.webhook_process import TEST_NAMESPACE_LABEL, labelled_namespace, regi
 
 GROUP, VERSION, PLURAL = "inferencecache.io", "v1alpha1", "cachebackends"
 SUFFIX = "admission"
-MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
 
 
 def _backend(name: str, **spec: Any) -> dict[str, Any]:
@@ -231,7 +229,7 @@ def _installed_webhooks_pointing_nowhere(api: client.ApiClient, suffix: str) -> 
     adm = client.AdmissionregistrationV1Api(api)
     created: list[tuple[Any, str]] = []
     try:
-        for doc in render(MANIFESTS):
+        for doc in render():
             if doc["kind"] not in (
                 "MutatingWebhookConfiguration",
                 "ValidatingWebhookConfiguration",

@@ -31,11 +31,9 @@ def _id(doc: dict[str, Any]) -> str:
     return f"{doc['kind']}/{doc['metadata']['name']}"
 
 
-DEFAULT = render(MANIFESTS)
+DEFAULT = render()
 CERT_MANAGER = [
-    d
-    for d in render(MANIFESTS / "overlays" / "cert-manager")
-    if d["kind"] not in CERT_MANAGER_KINDS and d not in DEFAULT
+    d for d in render("cert-manager") if d["kind"] not in CERT_MANAGER_KINDS and d not in DEFAULT
 ]
 
 

@@ -169,7 +169,7 @@ def test_runs_as_a_numeric_non_root_user_the_manifests_agree_with(
     uid, _, gid = users[-1].partition(":")
     assert uid.isdigit() and int(uid) != 0 and (not gid or gid.isdigit() and int(gid) != 0)
     # Every Deployment running this image asks for the same uid.
-    for doc in render(ROOT / "manifests"):
+    for doc in render():
         if doc["kind"] != "Deployment":
             continue
         pod = doc["spec"]["template"]["spec"]
@@ -242,7 +242,7 @@ def test_webhook_exposes_the_port_the_deployment_uses() -> None:
     (expose,) = [i.args for i in final if i.keyword == "EXPOSE"]
     (deployment,) = [
         d
-        for d in render(ROOT / "manifests")
+        for d in render()
         if d["kind"] == "Deployment" and d["metadata"]["name"] == "inference-cache-webhook"
     ]
     ports = deployment["spec"]["template"]["spec"]["containers"][0]["ports"]
