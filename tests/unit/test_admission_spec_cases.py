@@ -28,6 +28,7 @@ from fastapi.testclient import TestClient
 
 from shared.runtime_adapters import registry
 from shared.runtime_adapters.base import InjectContext
+from tests.builders import external, managed
 from tests.samples import SAMPLES_DIR, sample_backends
 from webhook_svc.app import PATH_MUTATE_CB, PATH_VALIDATE_CB, create_app
 from webhook_svc.backend_files import load_backends
@@ -122,14 +123,6 @@ HICACHE = {
 }
 EVENTS_ONLY = {"runtime": "VLLM", "integration": {"mode": "EventsOnly"}}
 HOST_NETWORK = {"engineHostNetwork": True}
-
-
-def managed(provider: str, **extra: Any) -> dict[str, Any]:
-    return {"provider": provider, "ownership": "Managed", **extra}
-
-
-def external(provider: str, endpoint: Any, **extra: Any) -> dict[str, Any]:
-    return {"provider": provider, "ownership": "External", "endpoint": endpoint, **extra}
 
 
 MANAGED_LMCACHE = {**VLLM, "remoteStorage": managed("LMCacheServer")}

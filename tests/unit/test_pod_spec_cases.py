@@ -34,6 +34,7 @@ from fastapi.testclient import TestClient
 
 from shared import constants as c
 from shared.runtime_adapters.base import InjectContext
+from tests.builders import external, managed
 from webhook_svc.app import PATH_MUTATE_POD, create_app
 from webhook_svc.backend_files import load_backends
 from webhook_svc.backend_source import FileBackendSource
@@ -236,14 +237,6 @@ def backend(
             ],
         }
     return out
-
-
-def managed(provider: str) -> dict[str, Any]:
-    return {"provider": provider, "ownership": "Managed"}
-
-
-def external(provider: str, endpoint: str) -> dict[str, Any]:
-    return {"provider": provider, "ownership": "External", "endpoint": endpoint}
 
 
 def vllm(**extra: Any) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from shared.pod_wiring import (
 )
 from shared.runtime_adapters.base import InjectContext
 from shared.runtime_adapters.podcheck import pod_problems
+from tests.builders import external, managed
 from tests.samples import sample_backends
 from webhook_svc.admission_review import json_patch
 
@@ -104,14 +105,6 @@ def make_backend(
     if status_endpoint is not None:
         backend["status"] = {"endpoint": status_endpoint}
     return backend
-
-
-def managed(provider: str = "LMCacheServer") -> dict[str, Any]:
-    return {"provider": provider, "ownership": "Managed"}
-
-
-def external(provider: str, endpoint: str) -> dict[str, Any]:
-    return {"provider": provider, "ownership": "External", "endpoint": endpoint}
 
 
 def containers_of(pod: dict[str, Any]) -> dict[str, dict[str, Any]]:

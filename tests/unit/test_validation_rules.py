@@ -23,6 +23,7 @@ from shared.validation.field_errors import (
     required,
     too_many,
 )
+from tests.builders import external, managed
 from tests.samples import sample_backends
 
 NS = "team-a"
@@ -44,17 +45,6 @@ def run(check: r.RuleCheck, spec: dict[str, Any], namespace: str = NS, **meta: A
 VLLM = {"runtime": "VLLM"}
 SGLANG = {"runtime": "SGLang"}
 HICACHE = {"runtime": "SGLang", "type": "SGLangHiCache", "hiCache": {"ratio": "2.0"}}
-
-
-def managed(provider: str, **extra: Any) -> dict[str, Any]:
-    return {"provider": provider, "ownership": "Managed", **extra}
-
-
-def external(provider: str, endpoint: str | None, **extra: Any) -> dict[str, Any]:
-    out = {"provider": provider, "ownership": "External", **extra}
-    if endpoint is not None:
-        out["endpoint"] = endpoint
-    return out
 
 
 def with_resources(resources: dict[str, Any], provider: str = "Redis") -> dict[str, Any]:

@@ -1,0 +1,43 @@
+"""Builders of the objects many test modules need, defined once (issue 13 item 5).
+
+Plain JSON-shaped dicts, as the API server and the webhook see them. A module that
+needs a variation composes these rather than redefining them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shared import constants as c
+
+
+def runtime_for(provider: str) -> str:
+    """A runtime whose adapter dials ``provider``: SGLang for Redis (its MP worker's
+    L2), vLLM otherwise."""
+    return c.RUNTIME_SGLANG if provider == c.PROVIDER_REDIS else c.RUNTIME_VLLM
+
+
+# --------------------------------------------------------------------------- remoteStorage
+
+
+def managed(provider: str = c.PROVIDER_LMCACHE_SERVER, **extra: Any) -> dict[str, Any]:
+    """A Managed ``spec.remoteStorage`` block."""
+    return {"provider": provider, "ownership": c.OWNERSHIP_MANAGED, **extra}
+
+
+def external(provider: str, endpoint: Any, **extra: Any) -> dict[str, Any]:
+    """An External ``spec.remoteStorage`` block; ``endpoint=None`` leaves it out."""
+    block: dict[str, Any] = {"provider": provider, "ownership": c.OWNERSHIP_EXTERNAL, **extra}
+    if endpoint is not None:
+        block["endpoint"] = endpoint
+    return block
+
+
+def managed_spec(provider: str, **extra: Any) -> dict[str, Any]:
+    """A spec whose runtime dials a Managed ``provider`` (``extra``: more spec fields)."""
+    return {"runtime": runtime_for(provider), "remoteStorage": managed(provider), **extra}
+
+
+def external_spec(provider: str, endpoint: Any) -> dict[str, Any]:
+    """A spec whose runtime dials an External ``provider`` at ``endpoint``."""
+    return {"runtime": runtime_for(provider), "remoteStorage": external(provider, endpoint)}
