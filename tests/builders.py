@@ -41,3 +41,28 @@ def managed_spec(provider: str, **extra: Any) -> dict[str, Any]:
 def external_spec(provider: str, endpoint: Any) -> dict[str, Any]:
     """A spec whose runtime dials an External ``provider`` at ``endpoint``."""
     return {"runtime": runtime_for(provider), "remoteStorage": external(provider, endpoint)}
+
+
+# --------------------------------------------------------------------------- CacheBackend
+
+NS = "team-a"
+
+
+def cb(
+    spec: Any = None,
+    name: str = "cache",
+    *,
+    namespace: str = NS,
+    no_spec: bool = False,
+    **meta: Any,
+) -> dict[str, Any]:
+    """A CacheBackend object as JSON; ``meta``: more metadata fields (uid, annotations,
+    generation, ...); ``no_spec`` leaves .spec out entirely."""
+    obj: dict[str, Any] = {
+        "apiVersion": c.API_VERSION,
+        "kind": c.KIND,
+        "metadata": {"name": name, "namespace": namespace, **meta},
+    }
+    if not no_spec:
+        obj["spec"] = spec
+    return obj

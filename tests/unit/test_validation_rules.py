@@ -23,19 +23,10 @@ from shared.validation.field_errors import (
     required,
     too_many,
 )
-from tests.builders import external, managed
+from tests.builders import cb, external, managed
 from tests.samples import sample_backends
 
 NS = "team-a"
-
-
-def cb(spec: dict[str, Any], **meta: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "inferencecache.io/v1alpha1",
-        "kind": "CacheBackend",
-        "metadata": {"name": "cb", "namespace": NS, **meta},
-        "spec": spec,
-    }
 
 
 def run(check: r.RuleCheck, spec: dict[str, Any], namespace: str = NS, **meta: Any) -> list[str]:
