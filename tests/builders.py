@@ -66,3 +66,68 @@ def cb(
     if not no_spec:
         obj["spec"] = spec
     return obj
+
+
+MODEL = "Qwen/Qwen3-8B"
+UID = "0c8f5a0e-1111-4c3a-9d55-5f4f6c1e2a01"
+ENGINE_LABELS = {"app": "engine"}
+
+
+def backend(
+    name: str = "cache",
+    *,
+    runtime: str = c.RUNTIME_VLLM,
+    type_: str | None = None,
+    namespace: str | None = NS,
+    selector: dict[str, str] | None = None,
+    no_selector: bool = False,
+    remote: dict[str, Any] | None = None,
+    status_endpoint: str | None = None,
+    integration: dict[str, Any] | None = None,
+    model_id: str | None = MODEL,
+    annotations: dict[str, str] | None = None,
+    uid: str | None = UID,
+    **spec: Any,
+) -> dict[str, Any]:
+    """A CacheBackend that selects engine pods (``selector``, default app=engine),
+    as the Pod webhook reads it: ``status_endpoint`` is a Managed backend's published
+    endpoint (with Ready=True); ``spec``: more spec fields."""
+    body: dict[str, Any] = {"runtime": runtime}
+    if type_:
+        body["type"] = type_
+    if not no_selector:
+        body["engineSelector"] = {"matchLabels": ENGINE_LABELS if selector is None else selector}
+    if remote is not None:
+        body["remoteStorage"] = remote
+    if integration is not None:
+        body["integration"] = integration
+    if model_id:
+        body["observation"] = {"modelID": model_id}
+    body.update(spec)
+    metadata: dict[str, Any] = {"name": name}
+    if namespace is not None:
+        metadata["namespace"] = namespace
+    if uid:
+        metadata["uid"] = uid
+    if annotations:
+        metadata["annotations"] = annotations
+    out: dict[str, Any] = {
+        "apiVersion": c.API_VERSION,
+        "kind": c.KIND,
+        "metadata": metadata,
+        "spec": body,
+    }
+    if status_endpoint is not None:
+        out["status"] = {
+            "endpoint": status_endpoint,
+            "conditions": [
+                {
+                    "type": c.COND_READY,
+                    "status": "True",
+                    "reason": c.REASON_BACKEND_READY,
+                    "message": "ok",
+                    "lastTransitionTime": "2026-01-01T00:00:00Z",
+                }
+            ],
+        }
+    return out

@@ -34,7 +34,7 @@ from fastapi.testclient import TestClient
 
 from shared import constants as c
 from shared.runtime_adapters.base import InjectContext
-from tests.builders import external, managed
+from tests.builders import MODEL, UID, backend, external, managed
 from webhook_svc.app import PATH_MUTATE_POD, create_app
 from webhook_svc.backend_files import load_backends
 from webhook_svc.backend_source import FileBackendSource
@@ -42,8 +42,6 @@ from webhook_svc.backend_source import FileBackendSource
 IMG = "ghcr.io/example/kvevent-subscriber:v1"
 SERVER = InjectContext().server_address
 NS = "team-a"
-MODEL = "Qwen/Qwen3-8B"
-UID = "0c8f5a0e-1111-4c3a-9d55-5f4f6c1e2a01"
 VLLM_IMAGE = "vllm/vllm-openai:v0.11.0"
 SGLANG_IMAGE = "lmsysorg/sglang:v0.5.3"
 INJECTED_BY = c.ANNOTATION_INJECTED_BY
@@ -180,63 +178,6 @@ def review_ok_without_patch(hook: Webhook, obj: Any, *, reason: str, **kw: Any) 
 
 
 # ---------------------------------------------------------------------- builders
-
-
-def backend(
-    name: str = "cache",
-    *,
-    runtime: str = "VLLM",
-    type_: str | None = None,
-    namespace: str | None = NS,
-    selector: dict[str, str] | None = None,
-    no_selector: bool = False,
-    remote: dict[str, Any] | None = None,
-    status_endpoint: str | None = None,
-    integration: dict[str, Any] | None = None,
-    model_id: str | None = MODEL,
-    annotations: dict[str, str] | None = None,
-    uid: str | None = UID,
-    **spec: Any,
-) -> dict[str, Any]:
-    body: dict[str, Any] = {"runtime": runtime}
-    if type_:
-        body["type"] = type_
-    if not no_selector:
-        body["engineSelector"] = {"matchLabels": selector or {"app": "engine"}}
-    if remote is not None:
-        body["remoteStorage"] = remote
-    if integration is not None:
-        body["integration"] = integration
-    if model_id:
-        body["observation"] = {"modelID": model_id}
-    body.update(spec)
-    metadata: dict[str, Any] = {"name": name}
-    if namespace is not None:
-        metadata["namespace"] = namespace
-    if uid:
-        metadata["uid"] = uid
-    if annotations:
-        metadata["annotations"] = annotations
-    out: dict[str, Any] = {
-        "apiVersion": "inferencecache.io/v1alpha1",
-        "kind": "CacheBackend",
-        "metadata": metadata,
-        "spec": body,
-    }
-    if status_endpoint is not None:
-        out["status"] = {
-            "endpoint": status_endpoint,
-            "conditions": [
-                {
-                    "type": "Ready",
-                    "status": "True",
-                    "reason": "BackendReady",
-                    "message": "ok",
-                    "lastTransitionTime": "2026-01-01T00:00:00Z",
-                }
-            ],
-        }
-    return out
 
 
 def vllm(**extra: Any) -> dict[str, Any]:
