@@ -12,7 +12,7 @@ from typing import Any
 from reconciler import kube as k
 from reconciler.events import EventSpec, event_object
 from reconciler.reconcile import Reconciler
-from tests.unit.test_reconcile_cascade import FakeKube
+from tests.fakes import FakeKube
 
 NOW = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
 

@@ -16,7 +16,7 @@ import pytest
 
 from reconciler.reconcile import Reconciler
 from reconciler.status import ProbeObservation
-from tests.unit.test_reconcile_cascade import FakeKube
+from tests.fakes import FakeKube
 
 NOW = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
 NO_GATE = {"inferencecache.io/require-kv-events": "false"}

@@ -18,7 +18,7 @@ import pytest
 
 from reconciler.reconcile import Reconciler
 from shared.jsonlog import JsonFormatter
-from tests.unit.test_reconcile_cascade import FakeKube
+from tests.fakes import FakeKube
 
 REPO = Path(__file__).resolve().parents[2]
 # dispatcher.py and workqueue.py are converted after a parallel change to them lands.
