@@ -131,3 +131,52 @@ def backend(
             ],
         }
     return out
+
+
+# --------------------------------------------------------------------------- engine pods
+
+VLLM_IMAGE = "vllm/vllm-openai:v0.11.0"
+# The owner a Deployment's ReplicaSet stamps on the pods it creates.
+REPLICASET_OWNER = {
+    "apiVersion": "apps/v1",
+    "kind": "ReplicaSet",
+    "name": "engine-7d9f8b6c5",
+    "uid": "rs-uid",
+    "controller": True,
+    "blockOwnerDeletion": True,
+}
+
+
+def container(name: str = "vllm", image: str = VLLM_IMAGE, **extra: Any) -> dict[str, Any]:
+    return {"name": name, "image": image, **extra}
+
+
+def pod(
+    *containers: dict[str, Any],
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+    namespace: str | None = NS,
+    generate_name: str = "engine-",
+    owner: dict[str, Any] | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
+    """An engine pod as the Pod webhook sees it at CREATE: generateName, no name or
+    uid yet; labels default to app=engine, containers to one vLLM container;
+    ``owner``: an ownerReference (``REPLICASET_OWNER`` for a Deployment's pod);
+    ``spec``: more pod spec fields."""
+    metadata: dict[str, Any] = {
+        "generateName": generate_name,
+        "labels": dict(ENGINE_LABELS) if labels is None else labels,
+    }
+    if namespace is not None:
+        metadata["namespace"] = namespace
+    if annotations:
+        metadata["annotations"] = annotations
+    if owner is not None:
+        metadata["ownerReferences"] = [owner]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": metadata,
+        "spec": {"containers": list(containers) or [container()], **spec},
+    }

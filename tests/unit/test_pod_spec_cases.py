@@ -34,7 +34,17 @@ from fastapi.testclient import TestClient
 
 from shared import constants as c
 from shared.runtime_adapters.base import InjectContext
-from tests.builders import MODEL, UID, backend, external, managed
+from tests import builders
+from tests.builders import (
+    ENGINE_LABELS,
+    MODEL,
+    REPLICASET_OWNER,
+    UID,
+    VLLM_IMAGE,
+    backend,
+    external,
+    managed,
+)
 from webhook_svc.app import PATH_MUTATE_POD, create_app
 from webhook_svc.backend_files import load_backends
 from webhook_svc.backend_source import FileBackendSource
@@ -42,7 +52,6 @@ from webhook_svc.backend_source import FileBackendSource
 IMG = "ghcr.io/example/kvevent-subscriber:v1"
 SERVER = InjectContext().server_address
 NS = "team-a"
-VLLM_IMAGE = "vllm/vllm-openai:v0.11.0"
 SGLANG_IMAGE = "lmsysorg/sglang:v0.5.3"
 INJECTED_BY = c.ANNOTATION_INJECTED_BY
 INJECTED_BY_UID = c.ANNOTATION_INJECTED_BY_UID
@@ -203,37 +212,17 @@ GPU = {"limits": {"nvidia.com/gpu": "1"}}
 
 
 def pod(
-    *containers: dict[str, Any],
-    labels: dict[str, str] | None = None,
-    annotations: dict[str, str] | None = None,
-    namespace: str | None = NS,
-    **spec: Any,
+    *containers: dict[str, Any], labels: dict[str, str] | None = None, **kw: Any
 ) -> dict[str, Any]:
-    """A pod as a ReplicaSet creates it: generateName only, ownerReferences."""
-    metadata: dict[str, Any] = {
-        "generateName": "engine-7d9f8b6c5-",
-        "labels": {"app": "engine", "pod-template-hash": "7d9f8b6c5"} if labels is None else labels,
-        "ownerReferences": [
-            {
-                "apiVersion": "apps/v1",
-                "kind": "ReplicaSet",
-                "name": "engine-7d9f8b6c5",
-                "uid": "rs-uid",
-                "controller": True,
-                "blockOwnerDeletion": True,
-            }
-        ],
-    }
-    if namespace is not None:
-        metadata["namespace"] = namespace
-    if annotations is not None:
-        metadata["annotations"] = annotations
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": metadata,
-        "spec": {"containers": list(containers) or [vllm()], **spec},
-    }
+    """A pod as a Deployment's ReplicaSet creates it: generateName only, the
+    pod-template-hash label, the ReplicaSet's ownerReference; one vLLM by default."""
+    return builders.pod(
+        *(containers or (vllm(),)),
+        labels={**ENGINE_LABELS, "pod-template-hash": "7d9f8b6c5"} if labels is None else labels,
+        generate_name="engine-7d9f8b6c5-",
+        owner=REPLICASET_OWNER,
+        **kw,
+    )
 
 
 def vllm_env(

@@ -24,7 +24,9 @@ from shared.pod_wiring import (
 from shared.runtime_adapters.base import InjectContext
 from shared.runtime_adapters.podcheck import pod_problems
 from tests.builders import backend as make_backend
+from tests.builders import container as make_container
 from tests.builders import external, managed
+from tests.builders import pod as make_pod
 from tests.samples import sample_backends
 from webhook_svc.admission_review import json_patch
 
@@ -34,34 +36,6 @@ CTX = InjectContext(kvevent_subscriber_image=SUBSCRIBER_IMAGE, server_address="i
 NO_SUB_CTX = InjectContext()
 
 # ------------------------------------------------------------------------ builders
-
-
-def make_container(
-    name: str = "vllm", image: str = "vllm/vllm-openai:v0.11.0", **extra: Any
-) -> dict[str, Any]:
-    return {"name": name, "image": image, **extra}
-
-
-def make_pod(
-    *containers: dict[str, Any],
-    labels: dict[str, str] | None = None,
-    annotations: dict[str, str] | None = None,
-    namespace: str = NS,
-    **spec: Any,
-) -> dict[str, Any]:
-    metadata: dict[str, Any] = {
-        "generateName": "engine-",
-        "namespace": namespace,
-        "labels": {"app": "engine"} if labels is None else labels,
-    }
-    if annotations:
-        metadata["annotations"] = annotations
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": metadata,
-        "spec": {"containers": list(containers) or [make_container()], **spec},
-    }
 
 
 def containers_of(pod: dict[str, Any]) -> dict[str, dict[str, Any]]:

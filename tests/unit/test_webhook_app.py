@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from shared.runtime_adapters.base import InjectContext
+from tests.builders import pod
 from tests.samples import SAMPLES_DIR
 from webhook_svc.app import PATH_MUTATE_CB, PATH_MUTATE_POD, PATH_VALIDATE_CB, create_app
 from webhook_svc.backend_files import load_backends
@@ -43,15 +44,6 @@ def _review(
             "name": obj.get("metadata", {}).get("name", ""),
             "object": obj,
         },
-    }
-
-
-def _pod(labels: dict[str, str]) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "engine", "namespace": "default", "labels": labels},
-        "spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.11.0"}]},
     }
 
 
@@ -112,7 +104,8 @@ def test_mutate_route_returns_a_base64_json_patch(app_client: TestClient) -> Non
 def test_pod_route_wires_from_embedded_backends(app_client: TestClient) -> None:
     """Embedded mode: backends come from manifests/samples (vllm-host-only selects app=vllm-llama)."""
     response = app_client.post(
-        PATH_MUTATE_POD, json=_review(_pod({"app": "vllm-llama"}), kind="Pod")
+        PATH_MUTATE_POD,
+        json=_review(pod(labels={"app": "vllm-llama"}, namespace="default"), kind="Pod"),
     ).json()["response"]
     assert response["allowed"] is True
     ops = json.loads(base64.b64decode(response["patch"]))
@@ -136,7 +129,8 @@ def test_pod_route_fails_open_and_counts_the_reason(app_client: TestClient) -> N
     name = "inferencecache_pod_webhook_decisions_total"
     assert sample(app_client, name, labels) is None
     response = app_client.post(
-        PATH_MUTATE_POD, json=_review(_pod({"app": "nothing-matches"}), kind="Pod")
+        PATH_MUTATE_POD,
+        json=_review(pod(labels={"app": "nothing-matches"}, namespace="default"), kind="Pod"),
     ).json()["response"]
     assert response["allowed"] is True and "patch" not in response
     assert sample(app_client, name, labels) == 1.0
@@ -148,7 +142,10 @@ def test_each_app_has_its_own_metrics_registry() -> None:
     source = FileBackendSource(SAMPLES_DIR, load_backends)
     first = TestClient(create_app(source, InjectContext()))
     second = TestClient(create_app(source, InjectContext()))
-    first.post(PATH_MUTATE_POD, json=_review(_pod({"app": "nothing-matches"}), kind="Pod"))
+    first.post(
+        PATH_MUTATE_POD,
+        json=_review(pod(labels={"app": "nothing-matches"}, namespace="default"), kind="Pod"),
+    )
     labels = {"outcome": "fail_open", "reason": "no_match"}
     assert sample(first, "inferencecache_pod_webhook_decisions_total", labels) == 1.0
     assert sample(second, "inferencecache_pod_webhook_decisions_total", labels) is None
@@ -161,7 +158,10 @@ def test_an_app_can_be_given_a_registry() -> None:
             FileBackendSource(SAMPLES_DIR, load_backends), InjectContext(), registry=registry
         )
     )
-    client.post(PATH_MUTATE_POD, json=_review(_pod({"app": "nothing-matches"}), kind="Pod"))
+    client.post(
+        PATH_MUTATE_POD,
+        json=_review(pod(labels={"app": "nothing-matches"}, namespace="default"), kind="Pod"),
+    )
     assert (
         registry.get_sample_value(
             "inferencecache_pod_webhook_decisions_total",
@@ -179,7 +179,9 @@ def test_pod_route_admits_when_listing_backends_fails(tmp_path: Path) -> None:
             raise RuntimeError("apiserver unreachable")
 
     client = TestClient(create_app(Broken(), InjectContext()))
-    response = client.post(PATH_MUTATE_POD, json=_review(_pod({"app": "x"}), kind="Pod"))
+    response = client.post(
+        PATH_MUTATE_POD, json=_review(pod(labels={"app": "x"}, namespace="default"), kind="Pod")
+    )
     assert response.status_code == 200
     assert response.json()["response"]["allowed"] is True
 
