@@ -310,13 +310,15 @@ class WorkQueue:
         if expired_keys:
             metrics.RETRIES.labels("lease_expired").inc(len(expired_keys))
             log.warning(
-                "requeued %d key(s) whose worker lease expired: %s",
-                len(expired_keys),
-                expired_keys[:10],
+                "requeued keys whose worker lease expired",
+                extra={"count": len(expired_keys), "keys": expired_keys[:10]},
             )
         if stale_keys:
             metrics.RETRIES.labels("redispatch").inc(len(stale_keys))
-            log.warning("re-dispatching %d key(s) whose message never started", len(stale_keys))
+            log.warning(
+                "re-dispatching keys whose message never started",
+                extra={"count": len(stale_keys), "keys": stale_keys[:10]},
+            )
         return expired_keys, stale_keys
 
     # ------------------------------------------------------------ worker side
@@ -466,9 +468,9 @@ class LeaseKeeper(threading.Thread):
             for key, token in active:
                 try:
                     if not self.queue.renew(key, token):
-                        log.warning("lost the lease on %s while running it", key)
+                        log.warning("lost the lease while running", extra={"key": key})
                 except redis.RedisError as exc:
-                    log.warning("could not renew the lease on %s: %s", key, exc)
+                    log.warning("could not renew the lease", extra={"key": key, "error": str(exc)})
 
 
 def _s(value: Any) -> str:

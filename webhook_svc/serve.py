@@ -177,6 +177,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.insecure:
         tls = ReloadingTLS(args.tls_cert_file, args.tls_key_file, args.tls_reload_interval)
         tls.load()  # unusable files at startup: fail now, with the error
+        tls.reloads = app.state.metrics.tls_reloads
     config = uvicorn.Config(
         app,
         host=listen_host(args),

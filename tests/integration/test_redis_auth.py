@@ -25,6 +25,7 @@ import pytest
 import redis
 import yaml
 from kubernetes import client
+from shared.manifests_cli import render
 
 from reconciler.celery_app import make_app
 from reconciler.cli_common import add_common_arguments
@@ -32,7 +33,6 @@ from reconciler.kube import ApiError, Kube
 from reconciler.redis_settings import redis_url
 from reconciler.workqueue import QueueSettings, WorkQueue
 from shared import redis_auth
-from shared.manifests_cli import render
 from tests.harness.controlplane import (
     ControlPlane,
     free_port,

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-
 from shared.manifests_cli import render
+
 from shared.quantity import parse_quantity
 from tests.harness.controlplane import free_port, tail, terminate_process_group, wait_until
 from tests.samples import ROOT, SAMPLES_DIR

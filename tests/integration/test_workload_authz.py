@@ -26,9 +26,9 @@ import httpx
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+from shared.manifests_cli import render
 
 from reconciler.kube import Kube
-from shared.manifests_cli import render
 from tests.harness.controlplane import (
     ControlPlane,
     free_port,

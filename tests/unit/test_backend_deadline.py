@@ -7,8 +7,8 @@ import threading
 from typing import Any
 
 import pytest
-
 from shared.manifests_cli import render
+
 from tests.samples import ROOT
 from webhook_svc.backend_source import DEFAULT_LIST_TIMEOUT_SECONDS, DeadlineSource
 

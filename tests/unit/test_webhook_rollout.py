@@ -11,6 +11,7 @@ import re
 from typing import Any
 
 from shared.manifests_cli import render
+
 from tests.samples import ROOT
 from webhook_svc import serve
 

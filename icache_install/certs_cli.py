@@ -2,7 +2,7 @@
 
 Reads the two Secrets (the kubernetes.io/tls Secret the webhook pods mount, and an
 Opaque Secret holding the CA key, which no pod mounts), decides what to keep with
-:func:`shared.certs.plan`, writes back only what changed, and patches ``caBundle``
+:func:`icache_install.certs.plan`, writes back only what changed, and patches ``caBundle``
 into every webhook of both webhook configurations. Safe to re-run at any time (a
 CronJob or a person can run it for rotation); a run that changes nothing writes
 nothing.
@@ -23,11 +23,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from shared import certs, redis_auth
+from icache_install import certs
+from shared import redis_auth
+from shared.constants import INSTALL_NAMESPACE
 
 log = logging.getLogger("icache.certs")
 
-DEFAULT_NAMESPACE = "inference-cache-system"
+DEFAULT_NAMESPACE = INSTALL_NAMESPACE
 DEFAULT_SERVICE = "inference-cache-webhook"
 DEFAULT_SECRET = "inference-cache-webhook-tls"
 DEFAULT_MUTATING_CONFIG = "inference-cache-mutating"
