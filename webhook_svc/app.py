@@ -102,7 +102,13 @@ def _pod_fail_open(
         extra={"uid": req.uid, "outcome": OUTCOME_FAIL_OPEN, "reason": REASON_INTERNAL_ERROR},
     )
     counters.pod_wiring.labels(OUTCOME_FAIL_OPEN, REASON_INTERNAL_ERROR).inc()
-    return allow(req.uid)
+    response = allow(req.uid)
+    # The same decision record as every other Pod answer (see pod_admission.mutate_pod).
+    response["response"]["auditAnnotations"] = {
+        "outcome": OUTCOME_FAIL_OPEN,
+        "reason": REASON_INTERNAL_ERROR,
+    }
+    return response
 
 
 @dataclass(frozen=True)
