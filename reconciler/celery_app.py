@@ -12,6 +12,7 @@ from typing import Final
 
 from celery import Celery
 
+from reconciler import redis_settings
 from reconciler.broker import TRANSPORT
 from reconciler.redis_conn import RedisTimeouts, celery_redis_settings
 
@@ -21,7 +22,8 @@ DEFAULT_REDIS_URL: Final = "redis://127.0.0.1:6379/0"
 
 
 def redis_url_from_env() -> str:
-    return os.environ.get("ICACHE_REDIS_URL", DEFAULT_REDIS_URL)
+    # ICACHE_REDIS_URL joined with ICACHE_REDIS_PASSWORD (see redis_settings).
+    return redis_settings.redis_url(os.environ.get("ICACHE_REDIS_URL") or DEFAULT_REDIS_URL)
 
 
 def make_app(redis_url: str | None = None, timeouts: RedisTimeouts | None = None) -> Celery:

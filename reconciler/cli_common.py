@@ -14,6 +14,7 @@ from reconciler.celery_app import redis_url_from_env
 from reconciler.health import DEFAULT_LIVENESS_TIMEOUT, Readiness
 from reconciler.kube import Kube
 from reconciler.redis_conn import DEFAULT_TIMEOUT, RedisTimeouts, redis_client
+from reconciler.redis_settings import redis_url
 from shared import jsonlog
 
 
@@ -26,7 +27,10 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--redis-url",
         default=redis_url_from_env(),
-        help="Redis URL of the broker and work queue (env ICACHE_REDIS_URL)",
+        # The password (env ICACHE_REDIS_PASSWORD) and TLS defaults join any URL.
+        type=redis_url,
+        help="Redis URL of the broker and work queue (env ICACHE_REDIS_URL; password "
+        "from env ICACHE_REDIS_PASSWORD unless the URL has one)",
     )
     parser.add_argument(
         "--redis-timeout",

@@ -211,7 +211,10 @@ class Dispatcher:
     def run(self) -> None:
         """Campaign for the Lease until stopped; lead while holding it."""
         s = self.elector.s
-        log.info("dispatcher %s campaigning for lease %s/%s", s.identity, s.namespace, s.name)
+        log.info(
+            "campaigning for the leader lease",
+            extra={"identity": s.identity, "lease": f"{s.namespace}/{s.name}"},
+        )
         try:
             while not self._stop.is_set():
                 self.loop_beat = time.monotonic()
@@ -219,10 +222,12 @@ class Dispatcher:
                     self.pump_beat, time.monotonic(), s.renew_deadline
                 ):
                     log.warning(
-                        "pump made no progress for %.1fs (renew deadline %.1fs): "
+                        "pump made no progress within the renew deadline: "
                         "giving up the lease until Redis answers again",
-                        time.monotonic() - self.pump_beat,
-                        s.renew_deadline,
+                        extra={
+                            "stalled_s": round(time.monotonic() - self.pump_beat, 1),
+                            "renew_deadline_s": s.renew_deadline,
+                        },
                     )
                     self._stop_leading(release=True)
                     self._wait_for_redis()
@@ -249,7 +254,7 @@ class Dispatcher:
                     log.info("Redis answers again: campaigning for the lease")
                     return
             except Exception as exc:  # timeout, refused, LOADING...
-                log.debug("Redis still unreachable: %s", exc)
+                log.debug("Redis still unreachable", extra={"error": str(exc)})
             self._stop.wait(self.elector.s.retry_period)
 
     def _start_leading(self) -> None:
@@ -308,7 +313,7 @@ class Dispatcher:
             self.queue.add(key)
         except redis.RedisError as exc:
             # Redis is away: remember to re-add everything once it is back.
-            log.warning("could not enqueue %s: %s", key, exc)
+            log.warning("could not enqueue", extra={"key": key, "error": str(exc)})
             self._resync_requested.set()
 
     def _enqueue_all(self, leading: threading.Event) -> None:
@@ -416,16 +421,19 @@ class Dispatcher:
                 metrics.WATCH_RESTARTS.labels(res.plural, "timeout").inc()
             except k.ApiError as exc:
                 if exc.gone:
-                    log.info("watch %s: resourceVersion %s expired; re-listing", res.plural, rv)
+                    log.info(
+                        "watch resourceVersion expired; re-listing",
+                        extra={"resource": res.plural, "resource_version": rv},
+                    )
                     metrics.WATCH_RESTARTS.labels(res.plural, "expired").inc()
                     rv = None
                     continue
-                log.warning("watch %s: %s", res.plural, exc)
+                log.warning("watch failed", extra={"resource": res.plural, "error": str(exc)})
                 metrics.WATCH_RESTARTS.labels(res.plural, "error").inc()
                 time.sleep(backoff)
                 backoff = min(backoff * 2, 30.0)
             except Exception as exc:  # connection reset, read timeout, bad JSON
-                log.warning("watch %s: %s", res.plural, exc)
+                log.warning("watch failed", extra={"resource": res.plural, "error": str(exc)})
                 metrics.WATCH_RESTARTS.labels(res.plural, "error").inc()
                 time.sleep(backoff)
                 backoff = min(backoff * 2, 30.0)
@@ -478,7 +486,7 @@ class Dispatcher:
                     self.queue.wait_for_work(wait)
                 self.pump_beat = time.monotonic()
             except Exception as exc:  # Redis away, broker hiccup: keep pumping
-                log.warning("pump: %s", exc)
+                log.warning("pump failed", extra={"error": str(exc)})
                 with contextlib.suppress(Exception):
                     self._resync_requested.set()
                 time.sleep(0.5)

@@ -16,13 +16,14 @@ from reconciler.kube import Kube
 from reconciler.leader import ElectionSettings
 from reconciler.redis_conn import redis_client
 from reconciler.workqueue import QueueSettings, WorkQueue
+from shared.constants import INSTALL_NAMESPACE
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_common_arguments(parser)
     parser.add_argument(
         "--lease-namespace",
-        default=os.environ.get("POD_NAMESPACE", "icache-system"),
+        default=os.environ.get("POD_NAMESPACE", INSTALL_NAMESPACE),
         help="namespace of the leader-election Lease",
     )
     parser.add_argument("--lease-name", default="inference-cache-dispatcher")

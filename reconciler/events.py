@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from reconciler.conditions import find, format_time
+from reconciler.ownership import EVENT_NAME_CONFLICT, REASON_NAME_CONFLICT
 from shared import constants as c
 
 NORMAL: Final = "Normal"
@@ -130,11 +131,26 @@ def injected_engine_crash_looping_event(
     return None
 
 
+def name_conflict_event(old: dict[str, Any], new: dict[str, Any]) -> EventSpec | None:
+    """Warning NameConflict when Ready enters NameConflict, or its message changes
+    (a different set of foreign objects); an unchanged conflict stays silent."""
+    _, o_reason, o_msg = _cond(old, c.COND_READY)
+    _, n_reason, n_msg = _cond(new, c.COND_READY)
+    if n_reason == REASON_NAME_CONFLICT and (o_reason, o_msg) != (n_reason, n_msg):
+        return EventSpec(WARNING, EVENT_NAME_CONFLICT, n_msg)
+    return None
+
+
 def transition_events(old: dict[str, Any] | None, new: dict[str, Any]) -> list[EventSpec]:
     """Every Event the old→new status transition deserves, in a stable order."""
     old = old or {}
     out: list[EventSpec] = []
-    for rule in (backend_degraded_event, backend_recovered_event, fail_open_events):
+    for rule in (
+        name_conflict_event,
+        backend_degraded_event,
+        backend_recovered_event,
+        fail_open_events,
+    ):
         event = rule(old, new)
         if event is not None:
             out.append(event)

@@ -76,7 +76,7 @@ class Readiness:
                 failures[name] = f"{type(exc).__name__}: {exc}"[:300]
         with self._lock:
             if failures != self._failures:
-                log.info("readiness: %s", failures or "ready")
+                log.info("readiness changed", extra={"ready": not failures, "failures": failures})
             self._failures = failures
         return failures
 

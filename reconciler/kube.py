@@ -203,17 +203,37 @@ class Kube:
     def create(self, res: Resource, namespace: str | None, body: dict[str, Any]) -> dict[str, Any]:
         return self.request("POST", res.collection(namespace), body=body)
 
-    def apply(self, res: Resource, namespace: str | None, body: dict[str, Any]) -> dict[str, Any]:
+    def apply(
+        self,
+        res: Resource,
+        namespace: str | None,
+        body: dict[str, Any],
+        *,
+        uid: str | None = None,
+    ) -> dict[str, Any]:
         """Server-side apply with our field manager (force: we are the only writer of the
-        fields we set). Fields we applied before and no longer send are removed."""
+        fields we set). Fields we applied before and no longer send are removed.
+
+        ``uid``: update exactly that object, never create one nor touch a same-named
+        successor. The API server refuses the apply (404-like 409 when absent, 422
+        "metadata.uid: field is immutable" when replaced); both surface as a 409
+        conflict so the caller re-reads and decides again.
+        """
         name = body["metadata"]["name"]
-        return self.request(
-            "PATCH",
-            res.item(namespace, name),
-            query={"fieldManager": FIELD_MANAGER, "force": "true"},
-            body=body,
-            content_type="application/apply-patch+yaml",
-        )
+        if uid:
+            body = {**body, "metadata": {**body["metadata"], "uid": uid}}
+        try:
+            return self.request(
+                "PATCH",
+                res.item(namespace, name),
+                query={"fieldManager": FIELD_MANAGER, "force": "true"},
+                body=body,
+                content_type="application/apply-patch+yaml",
+            )
+        except ApiError as exc:
+            if uid and exc.status == 422 and "metadata.uid" in exc.body:
+                raise ApiError(409, "Conflict", exc.body) from exc
+            raise
 
     def replace(
         self, res: Resource, namespace: str | None, name: str, body: dict[str, Any]

@@ -79,14 +79,17 @@ class LeaderElector:
             acquired = self._try()
         except k.ApiError as exc:
             if not exc.conflict:
-                log.warning("lease %s/%s: %s", self.s.namespace, self.s.name, exc)
+                log.warning("lease update failed", extra=self._log_fields(exc))
             return False
         except Exception as exc:  # connection errors: keep campaigning
-            log.warning("lease %s/%s: %s", self.s.namespace, self.s.name, exc)
+            log.warning("lease update failed", extra=self._log_fields(exc))
             return False
         if acquired:
             self.last_renew = self._mono()
         return acquired
+
+    def _log_fields(self, exc: BaseException) -> dict[str, Any]:
+        return {"lease": f"{self.s.namespace}/{self.s.name}", "error": str(exc)}
 
     def _spec(self, prev: dict[str, Any] | None) -> dict[str, Any]:
         now = micro_time(self._wall())
@@ -149,5 +152,5 @@ class LeaderElector:
             lease["spec"] = spec
             self.kube.replace(k.LEASES, self.s.namespace, self.s.name, lease)
         except Exception as exc:
-            log.warning("could not release lease: %s", exc)
+            log.warning("could not release the lease", extra=self._log_fields(exc))
         self.last_renew = float("-inf")

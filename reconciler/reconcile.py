@@ -32,6 +32,7 @@ from reconciler.conditions import format_time, is_true
 from reconciler.diff import needs_apply
 from reconciler.engine_pods import observe_injected_pods, server_pods
 from reconciler.events import event_object, transition_events
+from reconciler.ownership import name_conflicts, owned_by
 from reconciler.server_client import ServerClient
 from reconciler.status import (
     ENGINE_ADVISORY_MODES,
@@ -142,7 +143,7 @@ class Reconciler:
                 return self._reconcile(cb_obj)
             except k.ApiError as exc:
                 if exc.conflict:
-                    log.info("%s: conflict (%s); re-reading", key, exc.reason)
+                    log.info("conflict; re-reading", extra={"key": key, "reason": exc.reason})
                     continue
                 raise
         raise ReconcileError(f"{key}: still conflicting after {CONFLICT_RETRIES} attempts")
@@ -156,34 +157,64 @@ class Reconciler:
             cb = CacheBackend.model_validate(cb_obj)
         except pydantic.ValidationError as exc:
             # A stored object we cannot read: nothing useful to do until it changes.
-            log.error("%s/%s: unreadable CacheBackend: %s", namespace, name, exc)
+            log.error(
+                "unreadable CacheBackend; waiting for it to change",
+                extra={"key": f"{namespace}/{name}", "error": str(exc)},
+            )
             return ReconcileResult(mode="invalid")
         mode = backend_mode(cb)
         result = ReconcileResult(mode=str(mode))
 
-        desired = render(cb)
-        wanted = {(o["kind"], o["metadata"]["name"]) for o in desired}
         owned = self._list_owned(namespace, name, uid)
-
-        # Shed what is no longer desired (mode switch, provider or kind change).
-        for (kind, obj_name), live in owned.items():
-            if (kind, obj_name) not in wanted:
-                log.info("%s/%s: shedding %s %s", namespace, name, kind, obj_name)
-                self.kube.delete(
-                    k.BY_KIND[kind], namespace, obj_name, uid=live["metadata"].get("uid")
-                )
-                self._count_write("delete", kind)
-                result.writes += 1
+        # The live objects let an autoscaled workload keep the HPA's replica count.
+        desired = render(cb, owned)
+        wanted = {(o["kind"], o["metadata"]["name"]) for o in desired}
+        existing = self._read_unlisted(namespace, desired, owned)
+        conflicts = name_conflicts(desired, existing, uid)
 
         live_by_kind: dict[str, dict[str, Any]] = {}
-        for obj in desired:
-            kind, obj_name = obj["kind"], obj["metadata"]["name"]
-            current = owned.get((kind, obj_name))
-            if current is None or needs_apply(obj, current):
-                current = self.kube.apply(k.BY_KIND[kind], namespace, obj)
-                self._count_write("apply", kind)
-                result.writes += 1
-            live_by_kind[kind] = current
+        if conflicts:
+            # Hold the backend as a unit: no shed, no apply, until every rendered name
+            # is free or ours (a half-provisioned backend, or a shed workload whose
+            # replacement cannot be created, is worse than the last good state).
+            log.warning(
+                "name conflict: writing nothing",
+                extra={
+                    "key": f"{namespace}/{name}",
+                    "conflicts": ", ".join(f"{x.kind} {x.name}" for x in conflicts),
+                },
+            )
+            for (kind, obj_name), live in owned.items():
+                if (kind, obj_name) in wanted:
+                    live_by_kind[kind] = live
+        else:
+            # Shed what is no longer desired (mode switch, provider or kind change).
+            # Only objects we control are candidates (see _list_owned), and the delete
+            # is preconditioned on the uid we looked at.
+            for (kind, obj_name), live in owned.items():
+                if (kind, obj_name) not in wanted:
+                    log.info(
+                        "shedding an object the spec no longer renders",
+                        extra={"key": f"{namespace}/{name}", "kind": kind, "object": obj_name},
+                    )
+                    self.kube.delete(
+                        k.BY_KIND[kind], namespace, obj_name, uid=live["metadata"].get("uid")
+                    )
+                    self._count_write("delete", kind)
+                    result.writes += 1
+
+            for obj in desired:
+                kind, obj_name = obj["kind"], obj["metadata"]["name"]
+                current = owned.get((kind, obj_name)) or existing.get((kind, obj_name))
+                if current is None or needs_apply(obj, current):
+                    # An existing object is updated only as the very object we saw
+                    # (uid precondition), so a foreign object recreated under the name
+                    # meanwhile is refused, not adopted.
+                    live_uid = (current or {}).get("metadata", {}).get("uid")
+                    current = self.kube.apply(k.BY_KIND[kind], namespace, obj, uid=live_uid)
+                    self._count_write("apply", kind)
+                    result.writes += 1
+                live_by_kind[kind] = current
 
         workload_obj = live_by_kind.get(c.DEPLOYMENT_KIND_DEPLOYMENT) or live_by_kind.get(
             c.DEPLOYMENT_KIND_STATEFULSET
@@ -212,6 +243,7 @@ class Reconciler:
                 else None
             ),
             server_instance=server_instance,
+            name_conflicts=tuple(conflicts),
         )
         outcome = compute_status(cb_obj, observed, now)
         if self.server is not None and outcome.mode == Mode.MANAGED:
@@ -237,7 +269,12 @@ class Reconciler:
                     result.writes += 1
                 except k.ApiError as exc:  # Events are best effort
                     log.warning(
-                        "%s/%s: could not record %s Event: %s", namespace, name, event.reason, exc
+                        "could not record an Event",
+                        extra={
+                            "key": f"{namespace}/{name}",
+                            "event_reason": event.reason,
+                            "error": str(exc),
+                        },
                     )
         return result
 
@@ -246,13 +283,28 @@ class Reconciler:
     def _list_owned(
         self, namespace: str, name: str, uid: str | None
     ) -> dict[tuple[str, str], dict[str, Any]]:
+        """Objects carrying our labels *and* a controller reference to this backend."""
         selector = owned_selector(name)
         out: dict[tuple[str, str], dict[str, Any]] = {}
         for res in OWNED_RESOURCES:
             for item in self.kube.list(res, namespace, label_selector=selector).get("items") or []:
-                refs = (item.get("metadata") or {}).get("ownerReferences") or []
-                if any(r.get("uid") == uid and r.get("controller") for r in refs):
+                if owned_by(item, uid):
                     out[(res.kind, item["metadata"]["name"])] = item
+        return out
+
+    def _read_unlisted(
+        self,
+        namespace: str,
+        desired: list[dict[str, Any]],
+        owned: dict[tuple[str, str], dict[str, Any]],
+    ) -> dict[tuple[str, str], dict[str, Any] | None]:
+        """The live object of each rendered name the owned list did not cover (None:
+        absent). Steady state reads nothing here: every rendered object is owned."""
+        out: dict[tuple[str, str], dict[str, Any] | None] = {}
+        for obj in desired:
+            key = (obj["kind"], obj["metadata"]["name"])
+            if key not in owned:
+                out[key] = self.kube.get_or_none(k.BY_KIND[key[0]], namespace, key[1])
         return out
 
     def _list_pods(self, namespace: str) -> list[dict[str, Any]] | None:
@@ -260,7 +312,7 @@ class Reconciler:
             return self.kube.list(k.PODS, namespace).get("items") or []
         except k.ApiError as exc:
             # A transient list failure keeps the previous observations.
-            log.warning("%s: could not list pods: %s", namespace, exc)
+            log.warning("could not list pods", extra={"namespace": namespace, "error": str(exc)})
             return None
 
     def _observe_engines(
@@ -287,7 +339,9 @@ class Reconciler:
             deployments = self.kube.list(k.DEPLOYMENTS, namespace).get("items") or []
         except k.ApiError as exc:
             # A transient list failure keeps the previous observation.
-            log.warning("%s: could not list engine pods: %s", namespace, exc)
+            log.warning(
+                "could not list engine pods", extra={"namespace": namespace, "error": str(exc)}
+            )
             return None
         matching = [
             d
@@ -372,13 +426,19 @@ class Reconciler:
             replicasets = self.kube.list(k.REPLICASETS, namespace).get("items") or []
         targets = cascade_targets(ns_pods, replicasets, namespace, name, uid)
         if not targets:
-            log.info("%s: cache server replaced (%s); no engine Deployment to roll", key, prior)
+            log.info(
+                "cache server replaced; no engine Deployment to roll",
+                extra={"key": key, "prior_instance": prior},
+            )
             return transition.value, None, 0
         verdict, wait = self.cascade_limiter.claim(key, transition.value)
         if verdict == "done":
             return transition.value, None, 0
         if verdict == "wait":
-            log.info("%s: cache server replaced; engine cascade rate-limited for %.1fs", key, wait)
+            log.info(
+                "cache server replaced; engine cascade rate-limited",
+                extra={"key": key, "delay_s": round(wait, 1)},
+            )
             return None, wait, 0
         stamp = format_time(now)
         writes = 0
@@ -400,11 +460,13 @@ class Reconciler:
             self.cascade_limiter.release(key)
             raise
         log.info(
-            "%s: cache server replaced (%s -> %s): rolled engine Deployment(s) %s",
-            key,
-            prior,
-            transition.value,
-            ", ".join(targets),
+            "cache server replaced: rolled engine Deployments",
+            extra={
+                "key": key,
+                "prior_instance": prior,
+                "instance": transition.value,
+                "deployments": list(targets),
+            },
         )
         return transition.value, None, writes
 

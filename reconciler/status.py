@@ -24,7 +24,6 @@ from __future__ import annotations
 import datetime as dt
 import enum
 import json
-import re
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -47,8 +46,15 @@ from reconciler.engine_pods import (
     KERNEL_PENDING,
     InjectedPodsObservation,
 )
+from reconciler.ownership import (
+    NAME_CONFLICT_REQUEUE_SECONDS,
+    REASON_NAME_CONFLICT,
+    NameConflict,
+    name_conflict_message,
+)
 from shared import constants as c
 from shared.api import effective
+from shared.api.duration import parse_go_duration
 from shared.api.models import CacheBackend
 from shared.endpoints import endpoint_shape_error
 from shared.runtime_adapters import registry as runtime_registry
@@ -210,6 +216,9 @@ class Observed:
     # observedServerInstance as decided by the cascade step of the shell (None: no
     # decision this time — the prior value stands).
     server_instance: str | None = None
+    # Rendered objects whose names are taken by objects this backend does not own
+    # (the shell wrote nothing this time).
+    name_conflicts: tuple[NameConflict, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -250,27 +259,13 @@ def kv_event_gate_enabled(cb: CacheBackend) -> bool:
     return not (value is not None and value.strip().lower() == "false")
 
 
-_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ns|us|µs|ms|s|m|h)")
-_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-def parse_go_duration(value: str) -> float | None:
-    """Seconds in a Go time.Duration string ("5m", "1h30m", "90s"); None if malformed."""
-    value = value.strip()
-    if not value:
-        return None
-    pos, total = 0, 0.0
-    for match in _DURATION_PART.finditer(value):
-        if match.start() != pos:
-            return None
-        total += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
-        pos = match.end()
-    return total if pos == len(value) else None
-
-
 def first_event_timeout_seconds(cb: CacheBackend) -> float:
+    """The KV-event gate's window. "0" is no grace period: the gate reports
+    NoKVEventsObserved as soon as the backend is up, until the first event (the gate
+    itself is turned off with the require-kv-events annotation, not with 0). A negative
+    value (stored before admission rejected it) counts as 0; an unparsable one as 5m."""
     parsed = parse_go_duration(effective.first_event_timeout(cb.spec))
-    return DEFAULT_FIRST_EVENT_TIMEOUT_SECONDS if parsed is None else parsed
+    return DEFAULT_FIRST_EVENT_TIMEOUT_SECONDS if parsed is None else max(parsed, 0.0)
 
 
 # ----------------------------------------------------------------- spec rules
@@ -355,6 +350,14 @@ def managed_workload_verdict(cb: CacheBackend, w: WorkloadObservation | None) ->
         f"{w.available_replicas}/{desired} available.",
         progressing=True,
     )
+
+
+def name_conflict_verdict(conflicts: tuple[NameConflict, ...]) -> Verdict | None:
+    """Ready=False/NameConflict (Degraded: stuck until someone acts) while a rendered
+    name is taken by an object this backend does not own; None otherwise."""
+    if not conflicts:
+        return None
+    return Verdict(False, REASON_NAME_CONFLICT, name_conflict_message(conflicts), degraded=True)
 
 
 def external_endpoint_verdict(cb: CacheBackend) -> tuple[Verdict, str]:
@@ -906,8 +909,11 @@ def compute_status(cb_obj: dict[str, Any], observed: Observed, now: dt.datetime)
 
     if mode == Mode.MANAGED:
         endpoint = observed.service_endpoint
-        base = managed_workload_verdict(cb, observed.workload)
+        conflict = name_conflict_verdict(observed.name_conflicts)
+        base = conflict or managed_workload_verdict(cb, observed.workload)
         available_now = base.ready
+        if conflict is not None:
+            requeue = _min_delay(requeue, NAME_CONFLICT_REQUEUE_SECONDS)
     elif mode == Mode.EXTERNAL:
         base, endpoint = external_endpoint_verdict(cb)
     elif mode == Mode.EVENTS_ONLY:

@@ -181,13 +181,15 @@ def _finish(
         try:
             outcome, delay = queue.done(key, token, error=error, requeue_after=requeue_after)
             if outcome != DONE:
-                log.warning("%s: lease was taken over while running; outcome dropped", key)
+                log.warning(
+                    "lease was taken over while running; outcome dropped", extra={"key": key}
+                )
             elif error:
-                log.info("%s: retrying in %.1fs", key, delay)
+                log.info("retrying after an error", extra={"key": key, "delay_s": delay})
             return
         except redis.RedisError as exc:
             if time.monotonic() > deadline:
-                log.error("%s: could not record the outcome: %s", key, exc)
+                log.error("could not record the outcome", extra={"key": key, "error": str(exc)})
                 return
             time.sleep(0.5)
 
@@ -212,9 +214,12 @@ def run_key(key: str) -> str:
                 _running.lease = None
                 _trace_end(key, token)
                 if isinstance(exc, LeaseExpired):
-                    log.warning("%s", exc)
+                    log.warning(
+                        "reconcile fenced: lease not renewed in time, not writing",
+                        extra={"key": key},
+                    )
                 else:
-                    log.exception("%s: reconcile failed", key)
+                    log.exception("reconcile failed", extra={"key": key})
                 outcome = "error"
                 _finish(rt.queue, key, token, error=True, requeue_after=None)
             else:
@@ -223,7 +228,10 @@ def run_key(key: str) -> str:
                 outcome = "requeue" if result.requeue_after else "success"
                 _finish(rt.queue, key, token, error=False, requeue_after=result.requeue_after)
                 if result.writes:
-                    log.info("%s: reconciled (%s, %d writes)", key, result.mode, result.writes)
+                    log.info(
+                        "reconciled",
+                        extra={"key": key, "mode": result.mode, "writes": result.writes},
+                    )
             elapsed = time.monotonic() - started
             metrics.RECONCILE_DURATION.labels(outcome).observe(elapsed)
             metrics.RECONCILES.labels(outcome).inc()
@@ -231,7 +239,7 @@ def run_key(key: str) -> str:
     except redis.RedisError as exc:
         # Could not even claim the key: it stays queued and the dispatcher's reaper
         # (or the resync after a Redis restart) hands it out again.
-        log.warning("%s: work queue unavailable: %s", key, exc)
+        log.warning("work queue unavailable", extra={"key": key, "error": str(exc)})
         return "unavailable"
 
 

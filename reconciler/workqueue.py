@@ -315,13 +315,15 @@ class WorkQueue:
         if expired_keys:
             metrics.RETRIES.labels("lease_expired").inc(len(expired_keys))
             log.warning(
-                "requeued %d key(s) whose worker lease expired: %s",
-                len(expired_keys),
-                expired_keys[:10],
+                "requeued keys whose worker lease expired",
+                extra={"count": len(expired_keys), "keys": expired_keys[:10]},
             )
         if stale_keys:
             metrics.RETRIES.labels("redispatch").inc(len(stale_keys))
-            log.warning("re-dispatching %d key(s) whose message never started", len(stale_keys))
+            log.warning(
+                "re-dispatching keys whose message never started",
+                extra={"count": len(stale_keys), "keys": stale_keys[:10]},
+            )
         return expired_keys, stale_keys
 
     # ------------------------------------------------------------ worker side
@@ -485,10 +487,10 @@ class LeaseKeeper(threading.Thread):
                 sent = time.monotonic()
                 try:
                     if not self.queue.renew(key, token):
-                        log.warning("lost the lease on %s while running it", key)
+                        log.warning("lost the lease while running", extra={"key": key})
                         continue
                 except redis.RedisError as exc:
-                    log.warning("could not renew the lease on %s: %s", key, exc)
+                    log.warning("could not renew the lease", extra={"key": key, "error": str(exc)})
                     continue
                 with self._lock:
                     if (key, token) in self._active:

@@ -34,6 +34,34 @@ ICACHE = str(Path(sys.executable).parent / "icache")
 TEST_NAMESPACE_LABEL = "inferencecache.io/webhook-test"
 
 
+def spawn_webhook(args: list[str], log_path: Path) -> subprocess.Popen[bytes]:
+    """`icache webhook ARGS` in its own session, output to ``log_path``."""
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(
+            [ICACHE, "webhook", *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
+
+def wait_healthy(
+    url: str, proc: subprocess.Popen[bytes], log_path: Path, ctx: ssl.SSLContext | None = None
+) -> None:
+    """Poll ``url``/healthz until it answers 200; fail early if the process exits."""
+    wait_until(
+        lambda: urllib.request.urlopen(f"{url}/healthz", context=ctx, timeout=2).status == 200,
+        timeout=30,
+        description=f"icache webhook {url}/healthz",
+        abort=lambda: (
+            f"webhook exited {proc.returncode}:\n{tail(log_path)}"
+            if proc.poll() is not None
+            else None
+        ),
+    )
+
+
 @dataclass
 class WebhookProcess:
     url: str
@@ -42,6 +70,7 @@ class WebhookProcess:
     cert_path: Path
     key_path: Path
     ca: CertificateAuthority
+    proc: subprocess.Popen[bytes] | None = None
 
 
 @contextmanager
@@ -95,7 +124,7 @@ def run_webhook(
                     else None
                 ),
             )
-            yield WebhookProcess(url, ca.cert_pem, log_path, cert_path, key_path, ca)
+            yield WebhookProcess(url, ca.cert_pem, log_path, cert_path, key_path, ca, proc)
         finally:
             terminate_process_group(proc)
             if os.environ.get("ICACHE_SHOW_WEBHOOK_LOG"):

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Any, Final, Protocol, cast
 
 from shared import constants as c
 
@@ -64,20 +66,59 @@ class FileBackendSource:
         ]
 
 
+# The Pod webhook's timeoutSeconds is 5: the lookup must give up well before the API
+# server does, or the fail-open answer arrives after the API server stopped listening.
+DEFAULT_LIST_TIMEOUT_SECONDS: Final = 2.0
+
+
 class ApiBackendSource:
     """CacheBackends read live (uncached) from the API server."""
 
-    def __init__(self, api_client: Any) -> None:
+    def __init__(self, api_client: Any, timeout: float = DEFAULT_LIST_TIMEOUT_SECONDS) -> None:
         from kubernetes import client
 
         self._api = client.CustomObjectsApi(api_client)
+        self._timeout = timeout
 
     def list(self, namespace: str) -> list[dict[str, Any]]:
         result = cast(
             dict[str, Any],
             self._api.list_namespaced_custom_object(
-                c.GROUP, c.VERSION, namespace, c.PLURAL, _request_timeout=5
+                c.GROUP, c.VERSION, namespace, c.PLURAL, _request_timeout=self._timeout
             ),
         )
         items: list[dict[str, Any]] = result.get("items", [])
         return items
+
+
+class DeadlineSource:
+    """``source.list`` with a hard wall-clock budget.
+
+    A per-request socket timeout is not a budget: urllib3 retries reads, a slow-drip
+    answer resets the read timeout on every chunk, and a connect can hang on DNS. The
+    list runs on a small pool; past ``seconds`` the caller gets ``TimeoutError`` (the
+    Pod webhook's ``list_error``) while the abandoned call ends on its own timeout. A
+    call still queued when its caller gave up is cancelled, so a slow API server does
+    not pile work up.
+    """
+
+    def __init__(self, source: BackendSource, seconds: float, workers: int = 8) -> None:
+        self._source, self._seconds, self._workers = source, seconds, workers
+        self._pool: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+
+    def _executor(self) -> ThreadPoolExecutor:
+        with self._lock:  # created in the serving process, on first use
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self._workers, thread_name_prefix="backend-list")
+            return self._pool
+
+    def list(self, namespace: str) -> list[dict[str, Any]]:
+        future = self._executor().submit(self._source.list, namespace)
+        try:
+            return future.result(timeout=self._seconds)
+        except FutureTimeout:
+            future.cancel()
+            raise TimeoutError(
+                f"no answer from the API server within {self._seconds:g} s"
+            ) from None

@@ -74,7 +74,12 @@ def _decode_pod(req: AdmissionRequest) -> dict[str, Any] | None:
     kind = obj.get("kind")
     if kind not in (None, "Pod"):
         return None
-    if not isinstance(obj.get("metadata", {}), dict) or not isinstance(obj.get("spec"), dict):
+    metadata = obj.get("metadata", {})
+    if not isinstance(metadata, dict) or not isinstance(obj.get("spec"), dict):
+        return None
+    # Read before any wiring decision (the skip-inject opt-out, the selector): a list,
+    # string or number here is no Pod the API server would have decoded.
+    if any(not isinstance(metadata.get(key) or {}, dict) for key in ("labels", "annotations")):
         return None
     return obj
 
@@ -88,7 +93,9 @@ def _log(
     backend: str | None,
     started: float,
 ) -> None:
-    metadata = (pod or {}).get("metadata") or {}
+    metadata = (pod or {}).get("metadata")
+    if not isinstance(metadata, dict):  # the log line must not fail on a hostile object
+        metadata = {}
     level = logging.WARNING if reason in _ERROR_REASONS else logging.INFO
     log.log(
         level,
@@ -97,9 +104,9 @@ def _log(
         extra={
             "outcome": outcome,
             "reason": reason,
-            "namespace": req.namespace or metadata.get("namespace") or "",
-            "pod_name": req.name or metadata.get("name") or "",
-            "pod_generate_name": metadata.get("generateName") or "",
+            "namespace": req.namespace or str(metadata.get("namespace") or ""),
+            "pod_name": req.name or str(metadata.get("name") or ""),
+            "pod_generate_name": str(metadata.get("generateName") or ""),
             "backend": backend or "",
             "uid": req.uid,
             "dry_run": req.dry_run,
@@ -178,7 +185,23 @@ def mutate_pod(
     list_backends: Callable[[str], list[dict[str, Any]]],
     ctx: InjectContext,
 ) -> tuple[dict[str, Any], str, str]:
-    """(AdmissionReview response, outcome, reason); the response always allows."""
+    """(AdmissionReview response, outcome, reason); the response always allows.
+
+    The response carries the decision as ``auditAnnotations`` (``outcome``,
+    ``reason``): the API server records them in its audit log under
+    ``mpod.inferencecache.io/``, so why a pod was (not) wired is visible there as well
+    as in our log line and metric, and a client replaying a review reads it directly.
+    """
+    response, outcome, reason = _decide(req, list_backends, ctx)
+    response["response"]["auditAnnotations"] = {"outcome": outcome, "reason": reason}
+    return response, outcome, reason
+
+
+def _decide(
+    req: AdmissionRequest,
+    list_backends: Callable[[str], list[dict[str, Any]]],
+    ctx: InjectContext,
+) -> tuple[dict[str, Any], str, str]:
     started = time.perf_counter()
     if req.operation != "CREATE":
         _log(

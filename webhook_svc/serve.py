@@ -1,8 +1,7 @@
 """`icache webhook`: serve the admission webhooks under uvicorn.
 
-TLS comes from --tls-cert-file/--tls-key-file and is reloaded in place when the files
-change (cert-manager rotates them): the SSLContext is shared by every new handshake,
-so loading the new chain into it takes effect without a restart. --insecure serves
+TLS comes from --tls-cert-file/--tls-key-file and is reloaded when the files change
+(cert-manager or `icache certs` rotates them): see webhook_svc/tls.py. --insecure serves
 plain HTTP for local replay with curl.
 """
 
@@ -12,20 +11,35 @@ import argparse
 import functools
 import logging
 import os
-import ssl
-import threading
 from pathlib import Path
 from typing import Any
 
 from shared import jsonlog
 from shared.runtime_adapters.base import InjectContext
-from webhook_svc.backend_source import ApiBackendSource, BackendSource, FileBackendSource
+from webhook_svc.admission_gate import (
+    DEFAULT_LIMIT_CONCURRENCY,
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_INFLIGHT_BYTES,
+)
+from webhook_svc.backend_source import (
+    DEFAULT_LIST_TIMEOUT_SECONDS,
+    ApiBackendSource,
+    BackendSource,
+    DeadlineSource,
+    FileBackendSource,
+)
+from webhook_svc.tls import ReloadingTLS
 
 log = logging.getLogger("icache.webhook")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--host", default="0.0.0.0", help="address to listen on")
+    parser.add_argument(
+        "--host",
+        default=None,
+        help="address to listen on (default: 0.0.0.0 with TLS, 127.0.0.1 with --insecure; "
+        "'::' for IPv6)",
+    )
     parser.add_argument("--port", type=int, default=8443, help="port to listen on")
     parser.add_argument("--insecure", action="store_true", help="serve plain HTTP (local replay)")
     parser.add_argument("--tls-cert-file", type=Path, help="serving certificate (PEM)")
@@ -49,12 +63,59 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="gRPC address of the cache-index server the kvevent-subscriber reports to",
     )
     parser.add_argument(
-        "--max-body-bytes", type=int, default=3 * 1024 * 1024, help="request body size limit"
+        "--backend-list-timeout",
+        type=float,
+        default=DEFAULT_LIST_TIMEOUT_SECONDS,
+        help="live mode: seconds the Pod webhook waits for the CacheBackend list before "
+        "admitting the pod unwired (list_error); keep it well inside the webhook's "
+        "timeoutSeconds (5)",
     )
     parser.add_argument(
-        "--tls-reload-interval", type=float, default=10.0, help="seconds between certificate checks"
+        "--max-body-bytes",
+        type=int,
+        default=DEFAULT_MAX_BODY_BYTES,
+        help="request body size limit (larger: 413)",
+    )
+    parser.add_argument(
+        "--max-inflight-bytes",
+        type=int,
+        default=DEFAULT_MAX_INFLIGHT_BYTES,
+        help="body bytes this process reads, decodes and judges at once; the rest wait, "
+        "then get 503 (size it with the memory limit: docs/install.md)",
+    )
+    parser.add_argument(
+        "--limit-concurrency",
+        type=int,
+        default=DEFAULT_LIMIT_CONCURRENCY,
+        help="connections plus requests this process holds at once before answering 503",
+    )
+    parser.add_argument(
+        "--tls-reload-interval",
+        type=float,
+        default=2.0,
+        help="seconds between certificate checks (two stat calls: cheap)",
+    )
+    parser.add_argument(
+        "--shutdown-drain-seconds",
+        type=float,
+        default=5.0,
+        help="after SIGTERM: /readyz answers 503 while requests are still served this long",
+    )
+    parser.add_argument(
+        "--shutdown-timeout-seconds",
+        type=int,
+        default=10,
+        help="after the drain: the longest wait for in-flight requests before exiting",
     )
     parser.add_argument("--log-level", default="info")
+
+
+def listen_host(args: argparse.Namespace) -> str:
+    """--host, else every IPv4 address with TLS and loopback only for plain HTTP: the
+    insecure mode serves /metrics and live-API lookups to whoever can connect."""
+    if args.host is not None:
+        return str(args.host)
+    return "127.0.0.1" if args.insecure else "0.0.0.0"
 
 
 def load_kube_client(kubeconfig: str | None) -> Any:
@@ -77,51 +138,15 @@ def build_source(args: argparse.Namespace) -> BackendSource:
         return FileBackendSource(
             args.backends_from, functools.partial(load_backends, default_namespace="")
         )
-    return ApiBackendSource(load_kube_client(args.kubeconfig))
-
-
-class ReloadingTLS:
-    """An SSLContext whose certificate chain is reloaded when the files change."""
-
-    def __init__(self, cert: Path, key: Path, interval: float) -> None:
-        self.cert, self.key, self.interval = cert, key, interval
-        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        self.context.minimum_version = ssl.TLSVersion.TLSv1_2
-        self._stamp = self._current_stamp()
-        self.context.load_cert_chain(str(cert), str(key))
-        self._stop = threading.Event()
-
-    def _current_stamp(self) -> tuple[int, int]:
-        return (self.cert.stat().st_mtime_ns, self.key.stat().st_mtime_ns)
-
-    def check(self) -> bool:
-        """Reload when either file changed; keep serving the old chain if the new one is bad."""
-        try:
-            stamp = self._current_stamp()
-            if stamp == self._stamp:
-                return False
-            self.context.load_cert_chain(str(self.cert), str(self.key))
-        except (OSError, ssl.SSLError) as exc:
-            log.warning(
-                "certificate reload failed; keeping the previous one", extra={"error": str(exc)}
-            )
-            return False
-        self._stamp = stamp
-        log.info("reloaded serving certificate", extra={"cert": str(self.cert)})
-        return True
-
-    def start(self) -> None:
-        def loop() -> None:
-            while not self._stop.wait(self.interval):
-                self.check()
-
-        threading.Thread(target=loop, name="tls-reload", daemon=True).start()
+    timeout = args.backend_list_timeout
+    return DeadlineSource(ApiBackendSource(load_kube_client(args.kubeconfig), timeout), timeout)
 
 
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from webhook_svc.app import create_app
+    from webhook_svc.lifecycle import DrainingServer
 
     jsonlog.setup(args.log_level)
     if not args.insecure and not (args.tls_cert_file and args.tls_key_file):
@@ -132,26 +157,48 @@ def run(args: argparse.Namespace) -> int:
         kvevent_subscriber_image=args.kvevent_subscriber_image,
         server_address=args.server_address,
     )
-    app = create_app(source, ctx, max_body_bytes=args.max_body_bytes)
+    reviewer = None
+    if args.backends_from:
+        log.warning(
+            "embedded mode: no API server, so no SubjectAccessReview of CacheBackend writers"
+        )
+    else:
+        from webhook_svc.workload_authz import ApiAccessReviewer
+
+        reviewer = ApiAccessReviewer(load_kube_client(args.kubeconfig))
+    app = create_app(
+        source,
+        ctx,
+        max_body_bytes=args.max_body_bytes,
+        max_inflight_bytes=args.max_inflight_bytes,
+        access_reviewer=reviewer,
+    )
     tls: ReloadingTLS | None = None
     if not args.insecure:
         tls = ReloadingTLS(args.tls_cert_file, args.tls_key_file, args.tls_reload_interval)
+        tls.load()  # unusable files at startup: fail now, with the error
+        tls.reloads = app.state.metrics.tls_reloads
     config = uvicorn.Config(
         app,
-        host=args.host,
+        host=listen_host(args),
         port=args.port,
         log_config=None,
         access_log=False,
-        lifespan="off",
-        ssl_context_factory=(lambda _cfg, _default: tls.context) if tls else None,
+        lifespan="on",
+        limit_concurrency=args.limit_concurrency,
+        timeout_graceful_shutdown=args.shutdown_timeout_seconds,
+        ssl_context_factory=tls,
     )
-    if tls:
-        tls.start()
     mode = f"embedded ({args.backends_from})" if args.backends_from else "live API"
     log.info(
         "serving admission webhooks",
-        extra={"port": args.port, "tls": not args.insecure, "backends": mode},
+        extra={
+            "host": listen_host(args),
+            "port": args.port,
+            "tls": not args.insecure,
+            "backends": mode,
+        },
     )
-    server = uvicorn.Server(config)
+    server = DrainingServer(config, drain_seconds=args.shutdown_drain_seconds)
     server.run()
     return 0

@@ -13,6 +13,9 @@ DEFAULT_HOST_MEMORY_CAPACITY = "4Gi"
 DEFAULT_WORKER_PORT = 5555
 DEFAULT_FIRST_EVENT_TIMEOUT = "5m"
 DEFAULT_TARGET_CPU_UTILIZATION_PERCENT = 80
+# LMCache's own default serializer has changed between releases; the engine env always
+# names one with a remote binding, so behaviour never depends on the LMCache version.
+DEFAULT_REMOTE_SERDE = "naive"
 
 
 def cache_type(spec: CacheBackendSpec) -> str:
@@ -56,6 +59,11 @@ def host_memory_capacity(spec: CacheBackendSpec) -> str | int:
     if lm and lm.host_memory and lm.host_memory.capacity is not None:
         return lm.host_memory.capacity
     return DEFAULT_HOST_MEMORY_CAPACITY
+
+
+def remote_serde(spec: CacheBackendSpec) -> str:
+    lm = spec.lm_cache
+    return (lm.remote_serde if lm else None) or DEFAULT_REMOTE_SERDE
 
 
 def worker_port(spec: CacheBackendSpec) -> int:

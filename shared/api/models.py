@@ -17,6 +17,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 from pydantic.alias_generators import to_camel
 
+from shared.api.duration import GO_DURATION_PATTERN
+
 # A Kubernetes resource.Quantity: an integer or a string such as "250m" or "4Gi".
 QUANTITY_PATTERN = (
     r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
@@ -42,8 +44,9 @@ OpaqueObject = Annotated[
 # A metav1.Time: an RFC 3339 timestamp.
 Time = Annotated[str, WithJsonSchema({"type": "string", "format": "date-time"})]
 
-# A Go time.Duration string such as "5m", "90s" or "1h30m".
-DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$"
+# A Go time.Duration string such as "5m", "90s", "1h30m" or "0": exactly the grammar
+# of Go's time.ParseDuration (sign included; the webhook rejects negative timeouts).
+DURATION_PATTERN = GO_DURATION_PATTERN
 
 Runtime = Literal["VLLM", "SGLang"]
 CacheType = Literal["LMCache", "SGLangHiCache"]
@@ -121,7 +124,8 @@ class LMCacheConfig(APIModel):
         None,
         description=(
             "Serializer LMCache uses for the remote tier (LMCACHE_REMOTE_SERDE), for example "
-            "naive or cachegen. Unset leaves the LMCache default."
+            "naive or cachegen. Unset means naive: with a remote binding the engine env always "
+            "names the serializer, never relying on LMCache's own default."
         ),
     )
 
@@ -247,7 +251,9 @@ class Observation(APIModel):
         pattern=DURATION_PATTERN,
         description=(
             "How long after the backend is up the KV-event readiness gate waits for the first "
-            "KV event before reporting Degraded/NoKVEventsObserved. A duration such as 5m."
+            "KV event before reporting Degraded/NoKVEventsObserved. A Go duration such as 5m, "
+            "90s or 1h30m; 0 means no grace period (Degraded as soon as the backend is up, "
+            "until the first event). Must not be negative."
         ),
         json_schema_extra=crd_default("5m"),
     )

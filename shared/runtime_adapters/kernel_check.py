@@ -21,11 +21,13 @@ would then itself block the pod.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from shared import constants as c
 from shared.runtime_adapters.base import InjectionRejected
 from shared.runtime_adapters.podspec import find_named, merge_container
+from shared.runtime_adapters.security import engine_image_security_context
 from shared.runtime_adapters.sizing import requests_gpu
 
 CONTAINER_NAME = "lmcache-kernel-check"
@@ -33,7 +35,8 @@ MODE_ENV = "INFERENCECACHE_KERNEL_CHECK_MODE"
 TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 # Small requests (subsumed by the engine's in the pod's effective request, and satisfying
 # a LimitRange/ResourceQuota that demands requests) and no limits (no max-limit trip,
-# no OOM of `import torch` by a limit we chose).
+# no OOM of `import torch` by a limit we chose): the spec's shape for this container, so
+# a quota on limits.cpu/limits.memory rejects it (the spec's documented boundary).
 RESOURCES: dict[str, Any] = {"requests": {"cpu": "10m", "memory": "64Mi"}}
 
 # The verdict is one JSON object on the termination message: {"mode", "result", "error"}.
@@ -106,7 +109,10 @@ def render(mode: str, engine: dict[str, Any]) -> dict[str, Any]:
         "image": engine.get("image"),
         "command": ["python3", "-c", SCRIPT],
         "env": [{"name": MODE_ENV, "value": mode}],
-        "resources": RESOURCES,
+        "resources": copy.deepcopy(RESOURCES),
+        # Issue 9.6: restricted Pod Security, with the engine's own run-as identity
+        # (the check runs from the engine's image).
+        "securityContext": engine_image_security_context(engine),
         "terminationMessagePath": TERMINATION_MESSAGE_PATH,
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }

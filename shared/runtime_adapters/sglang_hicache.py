@@ -32,6 +32,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, ClassVar
 
 from shared import constants as c
+from shared.api import effective
 from shared.api.models import CacheBackend, HiCache
 from shared.bindings import Binding, Protocol
 from shared.runtime_adapters.base import InjectContext, InjectionRejected, RuntimeAdapter
@@ -185,6 +186,11 @@ class SGLangHiCacheAdapter(RuntimeAdapter):
         hi = backend.spec.hi_cache
         if hi is None:
             raise InjectionRejected("type SGLangHiCache requires spec.hiCache")
+        role = effective.integration_role(backend.spec)
+        if role != c.ROLE_READ_WRITE:
+            # reject_unsupported_hicache_role, again, for a backend stored before the
+            # rule: never silently treat ReadOnly/WriteOnly as ReadWrite.
+            raise InjectionRejected(f"SGLang HiCache supports only ReadWrite, not {role}")
         validate_capacity(hi)
         index = self.engine_container_index(pod)
         engine_in = pod["spec"]["containers"][index]

@@ -55,6 +55,7 @@ from shared.runtime_adapters.podspec import (
     upsert_flag,
     upsert_mount_by_name,
 )
+from shared.runtime_adapters.security import engine_image_security_context, worker_resources
 from shared.runtime_adapters.sizing import host_memory_bytes, whole_gib
 
 ENABLE_LMCACHE = "--enable-lmcache"
@@ -217,6 +218,8 @@ def render_worker(
     chunk_size: int,
     port: int,
     shm_mount: dict[str, Any],
+    l1_gib: int,
+    security_context: dict[str, Any],
 ) -> dict[str, Any]:
     worker: dict[str, Any] = {
         "name": WORKER_CONTAINER,
@@ -242,6 +245,9 @@ def render_worker(
             {"name": CONFIG_VOLUME, "mountPath": CONFIG_DIR},
             shm_mount,
         ],
+        # Issue 9.6: requests for a namespace ResourceQuota, restricted Pod Security.
+        "resources": worker_resources(l1_gib),
+        "securityContext": security_context,
     }
     if pull_policy:
         worker["imagePullPolicy"] = pull_policy
@@ -304,6 +310,8 @@ class SGLangLMCacheAdapter(RuntimeAdapter):
             chunk_size=chunk_size,
             port=port,
             shm_mount=shm_mount,
+            l1_gib=l1_gib,
+            security_context=engine_image_security_context(engine_in),
         )
 
         out = copy.deepcopy(pod)

@@ -1,4 +1,4 @@
-"""The ``kvevent-subscriber`` sidecar, rendered exactly as server-contract.md specifies.
+"""The ``kvevent-subscriber`` sidecar, rendered exactly as docs/server-contract.md specifies.
 
 It reads the engine's ZMQ KV-event stream on loopback and reports it to the cache-index
 server, which is what cache-aware routing (tier-1) runs on. It is appended as a regular
@@ -17,6 +17,7 @@ current render rather than duplicated, since two subscribers would double-report
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from typing import Any
@@ -25,6 +26,7 @@ from shared import constants as c
 from shared.runtime_adapters.base import InjectionRejected
 from shared.runtime_adapters.engine import SUBSCRIBER_CONTAINER
 from shared.runtime_adapters.podspec import cli_tokens, find_flag, find_named, merge_container
+from shared.runtime_adapters.security import SUBSCRIBER_RESOURCES, own_image_security_context
 
 DEFAULT_KV_EVENTS_PORT = 5557
 KV_EVENTS_CONFIG = "--kv-events-config"
@@ -88,11 +90,19 @@ def render(
             _field_env("POD_NAME", "metadata.name"),
             _field_env("POD_NAMESPACE", "metadata.namespace"),
         ],
+        # Issue 9.6: requests for a namespace ResourceQuota, restricted Pod Security.
+        "resources": copy.deepcopy(SUBSCRIBER_RESOURCES),
+        "securityContext": own_image_security_context({}),
     }
 
 
 def converge(pod: dict[str, Any], desired: dict[str, Any]) -> None:
-    """Append the sidecar to ``spec.containers``, or converge an existing one in place."""
+    """Append the sidecar to ``spec.containers``, or converge an existing one in place.
+
+    The securityContext is settled here, against the pod: runAsNonRoot is left out on a
+    pod that explicitly runs as root (see shared.runtime_adapters.security).
+    """
+    desired = {**desired, "securityContext": own_image_security_context(pod)}
     spec = pod.setdefault("spec", {})
     if find_named(spec.get("initContainers"), SUBSCRIBER_CONTAINER) is not None:
         raise InjectionRejected(

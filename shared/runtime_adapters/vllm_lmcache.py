@@ -7,8 +7,11 @@ Engine wire (all upserts, so repeat injection converges):
 - ``LMCACHE_REMOTE_URL`` = ``lm://host:port`` or ``mooncakestore://host:port`` from the
   binding; not injected for host-only, where a value the pod template already carries
   is the operator's and is preserved (spec: adapters preserve existing user env);
-- ``LMCACHE_CHUNK_SIZE`` (default 256), ``LMCACHE_REMOTE_SERDE`` only when
-  spec.lmCache.remoteSerde is set;
+- ``LMCACHE_CHUNK_SIZE`` (default 256);
+- ``LMCACHE_REMOTE_SERDE`` always with a remote binding, from spec.lmCache.remoteSerde
+  or ``naive`` (LMCache's own default has changed between releases, so the engine must
+  not depend on it); host-only only when remoteSerde is set. Not reserved:
+  engineOverrides.env can amend it;
 - ``LMCACHE_LOCAL_CPU=True`` and ``LMCACHE_MAX_LOCAL_CPU_SIZE`` (GiB as a float literal,
   e.g. ``4.0``) for every binding, host-only or remote: LMCache keeps its local CPU tier
   in front of the remote one (stores land there first, remote hits are promoted into
@@ -78,9 +81,9 @@ def lmcache_env(backend: CacheBackend, binding: Binding | None) -> dict[str, str
         "LMCACHE_MAX_LOCAL_CPU_SIZE": gib_decimal_string(host_memory_bytes(spec)),
         "INFERENCECACHE_FAIL_OPEN": fail_open_value(backend),
     }
-    serde = spec.lm_cache.remote_serde if spec.lm_cache else None
-    if serde:
-        env["LMCACHE_REMOTE_SERDE"] = serde
+    explicit = spec.lm_cache.remote_serde if spec.lm_cache else None
+    if binding is not None or explicit:
+        env["LMCACHE_REMOTE_SERDE"] = effective.remote_serde(spec)
     return env
 
 

@@ -1,7 +1,8 @@
 """Pure rendering of the managed provider objects: workload, Service and HPA.
 
-``render(cb)`` is a function of the CacheBackend alone. It returns the complete set
-of objects the controller wants to exist for that backend; anything owned by the
+``render(cb, live)`` is a function of the CacheBackend (and, for the one field another
+controller owns — an autoscaled workload's replica count — of the live objects). It
+returns the complete set of objects the controller wants to exist for that backend; anything owned by the
 backend that is not in this list is shed by the reconciler. Every object carries a
 controller owner reference to the CacheBackend and a hash of its own rendered form
 (``inferencecache.io/spec-hash``), which lets the reconciler notice that a field it
@@ -13,6 +14,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+from collections.abc import Mapping
 from typing import Any, Final
 
 from shared import constants as c
@@ -212,7 +214,8 @@ def render_workload(cb: CacheBackend, provider: StorageProvider) -> dict[str, An
     name = cb.metadata.name or ""
     kind = effective.deployment_kind(cb.spec)
     spec: dict[str, Any] = {}
-    # With an HPA the replica count belongs to the HPA; writing it would fight it.
+    # With an HPA the replica count belongs to the HPA: render() sets it apart from the
+    # rest (see hpa_owned_replicas), outside the spec hash.
     if cb.spec.autoscaling is None:
         spec["replicas"] = effective.replicas(cb.spec)
     spec["selector"] = {"matchLabels": selector_labels(name, provider)}
@@ -306,16 +309,47 @@ def _stamp_hash(obj: dict[str, Any]) -> dict[str, Any]:
     return obj
 
 
-def render(cb: CacheBackend) -> list[dict[str, Any]]:
-    """Every object the controller wants for ``cb``: [] when nothing is managed."""
+LiveObjects = Mapping[tuple[str, str], Mapping[str, Any]]
+
+
+def hpa_owned_replicas(cb: CacheBackend, live_workload: Mapping[str, Any] | None) -> int:
+    """spec.replicas of an autoscaled workload (issue 11.6).
+
+    Created at the HPA floor (minReplicas), not at the API server's default of 1 that
+    an HPA controller would only correct later. Once the workload exists its live
+    value is kept: the HPA writes it through the scale subresource, and re-applying
+    anything else would fight it (server-side apply with force would take it back).
+    Sending the live value, rather than omitting the field, keeps it: a field our
+    manager applied before and stops sending would be removed, i.e. reset to 1.
+    """
+    if live_workload is not None:
+        replicas = (live_workload.get("spec") or {}).get("replicas")
+        if isinstance(replicas, int) and not isinstance(replicas, bool):
+            return replicas
+    return hpa_min_replicas(cb)
+
+
+def render(cb: CacheBackend, live: LiveObjects | None = None) -> list[dict[str, Any]]:
+    """Every object the controller wants for ``cb``: [] when nothing is managed.
+
+    ``live`` maps (kind, name) to the owned objects as read, and only matters for what
+    another controller owns: an autoscaled workload's replica count (hpa_owned_replicas).
+    """
     provider = managed_provider(cb)
     if provider is None:
         return []
-    objects = [render_workload(cb, provider), render_service(cb, provider)]
+    workload = render_workload(cb, provider)
+    objects = [workload, render_service(cb, provider)]
     hpa = render_hpa(cb, provider)
     if hpa is not None:
         objects.append(hpa)
-    return [_stamp_hash(o) for o in objects]
+    stamped = [_stamp_hash(o) for o in objects]
+    if cb.spec.autoscaling is not None:
+        # Outside the hash: the HPA moving it is not a re-render of ours.
+        key = (workload["kind"], workload["metadata"]["name"])
+        replicas = hpa_owned_replicas(cb, (live or {}).get(key))
+        workload["spec"] = {"replicas": replicas, **workload["spec"]}
+    return stamped
 
 
 # --------------------------------------------------------------------- endpoint

@@ -15,7 +15,8 @@ Precedence, to give each mistake one error rather than several on the same field
 
 * spec.autoscaling that cannot apply is rejected by exactly one rule: events-only
   (reject_events_only_with_autoscaling), else Mooncake (reject_mooncake_autoscaling),
-  else host-only/External (reject_autoscaling_without_managed_workload). The rules
+  else managed Redis (reject_managed_redis_autoscaling), else host-only/External
+  (reject_autoscaling_without_managed_workload). The rules
   about the block's own fields (minReplicas with replicas 0, minReplicas <=
   maxReplicas) state their own conditions and judge it regardless.
 * Contents of a block that is itself rejected (lmCache on a non-LMCache type, hiCache
@@ -34,6 +35,7 @@ from typing import Any, Final, Literal
 from shared import constants as c
 from shared.api import effective
 from shared.api.defaults import with_schema_defaults
+from shared.api.duration import DurationError, parse_go_duration_ns
 from shared.api.models import CacheBackendSpec, ResourceRequirements
 from shared.bindings import PROVIDER_PROTOCOL
 from shared.endpoints import endpoint_shape_error, service_namespace
@@ -138,6 +140,11 @@ def _endpoint(spec: CacheBackendSpec) -> str:
 def _mooncake(spec: CacheBackendSpec) -> bool:
     """Spec: the Mooncake rules apply "when remoteStorage.provider: Mooncake"."""
     return _provider(spec) == c.PROVIDER_MOONCAKE
+
+
+def _managed_redis(spec: CacheBackendSpec) -> bool:
+    """Issue 11.1: the managed Redis rules apply with provider Redis and ownership Managed."""
+    return _provider(spec) == c.PROVIDER_REDIS and _ownership(spec) == c.OWNERSHIP_MANAGED
 
 
 # =========================================================== object-level rules
@@ -323,6 +330,8 @@ def reject_autoscaling_without_managed_workload(ctx: RuleContext) -> list[FieldE
     spec = ctx.parsed
     if spec.autoscaling is None or _events_only(spec) or _mooncake(spec):
         return []  # reported by the events-only / Mooncake rules
+    if _managed_redis(spec):
+        return []  # reported by reject_managed_redis_autoscaling
     if spec.remote_storage is None:
         reason = "this backend is host-only (no spec.remoteStorage) and provisions no workload"
     elif spec.remote_storage.ownership == c.OWNERSHIP_EXTERNAL:
@@ -904,6 +913,46 @@ def reject_mooncake_autoscaling(ctx: RuleContext) -> list[FieldError]:
     ]
 
 
+# ---------------------------------------------------------------- managed Redis
+
+MANAGED_REDIS_SINGLETON: Final = (
+    "the managed Redis is one non-clustered instance behind a single Service: more "
+    "replicas would each hold a separate part of the keyspace, so every engine would see "
+    "a different partial cache"
+)
+
+
+def reject_managed_redis_multiple_replicas(ctx: RuleContext) -> list[FieldError]:
+    """Issue 11.1: remoteStorage Redis + Managed provisions one non-clustered instance,
+    so spec.replicas is 0 or 1 (0 disables it)."""
+    spec = ctx.parsed
+    replicas = effective.replicas(spec)
+    if not _managed_redis(spec) or replicas <= 1:
+        return []
+    return [
+        invalid(
+            SPEC.child("replicas"),
+            replicas,
+            f"use 0 or 1: {MANAGED_REDIS_SINGLETON}",
+        )
+    ]
+
+
+def reject_managed_redis_autoscaling(ctx: RuleContext) -> list[FieldError]:
+    """Issue 11.1: spec.autoscaling with remoteStorage Redis + Managed (scaling out would
+    shard the keyspace as it goes)."""
+    spec = ctx.parsed
+    if spec.autoscaling is None or not _managed_redis(spec) or _events_only(spec):
+        return []
+    return [
+        forbidden(
+            AUTOSCALING,
+            f"spec.autoscaling is not supported for a Managed Redis remoteStorage: "
+            f"{MANAGED_REDIS_SINGLETON}; remove spec.autoscaling",
+        )
+    ]
+
+
 def reject_unneeded_engine_host_network(ctx: RuleContext) -> list[FieldError]:
     """Spec: integration.engineHostNetwork is rejected on backends that do not need it
     (only a Mooncake remoteStorage does), so it never sits inert."""
@@ -932,6 +981,63 @@ def reject_missing_hicache_block(ctx: RuleContext) -> list[FieldError]:
     if effective.cache_type(spec) != c.TYPE_SGLANG_HICACHE or spec.hi_cache is not None:
         return []
     return [required(HICACHE, "type SGLangHiCache needs spec.hiCache with ratio or sizeGB")]
+
+
+def _hicache(spec: CacheBackendSpec) -> bool:
+    return effective.cache_type(spec) == c.TYPE_SGLANG_HICACHE
+
+
+def reject_unsupported_hicache_role(ctx: RuleContext) -> list[FieldError]:
+    """Issue 11.2: SGLang HiCache has no producer/consumer split (exactly as for
+    SGLang+LMCache), so only ReadWrite is supported."""
+    spec = ctx.parsed
+    role = effective.integration_role(spec)
+    if not _hicache(spec) or role == c.ROLE_READ_WRITE:
+        return []
+    return [
+        invalid(
+            INTEGRATION.child("role"),
+            role,
+            "SGLang HiCache has no producer/consumer split (the engine both stores to and "
+            "reloads from its host tier); only ReadWrite is supported",
+        )
+    ]
+
+
+def reject_hicache_fail_closed(ctx: RuleContext) -> list[FieldError]:
+    """Issue 11.2: failOpen false on HiCache would be a silent no-op (no remote tier
+    whose loss could close serving); the supported value is named."""
+    spec = ctx.parsed
+    if not _hicache(spec) or effective.fail_open(spec):
+        return []
+    return [
+        invalid(
+            INTEGRATION.child("failOpen"),
+            False,
+            "SGLang HiCache supports only failOpen: true (the default): its cache lives in "
+            "the engine pod and has no remote tier whose loss could close serving, so false "
+            "would be a silent no-op",
+        )
+    ]
+
+
+def reject_hicache_without_engine_selector(ctx: RuleContext) -> list[FieldError]:
+    """Issue 11.2: a HiCache backend does nothing unless it selects engine pods, so it
+    needs a non-empty spec.engineSelector.matchLabels."""
+    spec = ctx.parsed
+    if not _hicache(spec):
+        return []
+    selector = spec.engine_selector
+    if selector is not None and selector.match_labels:
+        return []
+    return [
+        required(
+            SPEC.child("engineSelector", "matchLabels"),
+            "type SGLangHiCache configures the selected SGLang engine pods and provisions "
+            "nothing else: set the labels of the engine pods to wire (an empty selector "
+            "matches no pod)",
+        )
+    ]
 
 
 def reject_ambiguous_hicache_capacity(ctx: RuleContext) -> list[FieldError]:
@@ -1006,6 +1112,56 @@ def reject_non_positive_host_memory_capacity(ctx: RuleContext) -> list[FieldErro
         return [invalid(path, capacity, error or "not a quantity")]
     if value <= 0:
         return [invalid(path, capacity, "must be a positive quantity, such as 32Gi")]
+    return []
+
+
+# --------------------------------------------------------------- observation
+
+FIRST_EVENT_TIMEOUT: Final = SPEC.child("observation", "firstEventTimeout")
+
+
+def _first_event_timeout(spec: CacheBackendSpec) -> str | None:
+    return spec.observation.first_event_timeout if spec.observation else None
+
+
+def reject_negative_first_event_timeout(ctx: RuleContext) -> list[FieldError]:
+    """Issue 11.3: firstEventTimeout takes Go's duration grammar, whose leading sign
+    makes "-1s" grammatical; a negative window for the first KV event means nothing."""
+    value = _first_event_timeout(ctx.parsed)
+    if value is None:
+        return []
+    try:
+        ns = parse_go_duration_ns(value)
+    except DurationError:
+        return []  # reported by reject_out_of_range_first_event_timeout / the schema
+    if ns >= 0:
+        return []
+    return [
+        invalid(
+            FIRST_EVENT_TIMEOUT,
+            value,
+            "must not be negative: it is how long the KV-event gate waits for the first "
+            'event once the backend is up ("0" reports NoKVEventsObserved at once)',
+        )
+    ]
+
+
+def reject_out_of_range_first_event_timeout(ctx: RuleContext) -> list[FieldError]:
+    """Issue 11.3: exactly Go's time.ParseDuration, which also rejects a duration that
+    does not fit int64 nanoseconds (the CRD pattern cannot express that bound)."""
+    value = _first_event_timeout(ctx.parsed)
+    if value is None:
+        return []
+    try:
+        parse_go_duration_ns(value)
+    except DurationError as exc:
+        return [
+            invalid(
+                FIRST_EVENT_TIMEOUT,
+                value,
+                f"not a Go duration ({exc}): at most 2562047h47m16.854775807s",
+            )
+        ]
     return []
 
 
@@ -1102,13 +1258,22 @@ RULES: list[Rule] = [
     # Mooncake.
     Rule(reject_mooncake_multiple_replicas, (*_SELECTION, "replicas")),
     Rule(reject_mooncake_autoscaling, (*_SELECTION, _MODE)),
+    # Managed Redis (one non-clustered instance).
+    Rule(reject_managed_redis_multiple_replicas, (*_SELECTION, "replicas")),
+    Rule(reject_managed_redis_autoscaling, (*_SELECTION, _MODE)),
     Rule(reject_unneeded_engine_host_network, (*_SELECTION, "integration.engineHostNetwork")),
     # SGLang native HiCache.
     Rule(reject_missing_hicache_block, ("type", "hiCache")),
+    Rule(reject_unsupported_hicache_role, ("type", "integration.role")),
+    Rule(reject_hicache_fail_closed, ("type", "integration.failOpen")),
+    Rule(reject_hicache_without_engine_selector, ("type", "engineSelector.matchLabels")),
     Rule(reject_ambiguous_hicache_capacity, ("type", "hiCache.ratio", "hiCache.sizeGB")),
     Rule(reject_invalid_hicache_ratio, ("type", "hiCache.ratio")),
     # LMCache.
     Rule(reject_non_positive_host_memory_capacity, ("type", "lmCache.hostMemory.capacity")),
+    # Observation.
+    Rule(reject_negative_first_event_timeout, ("observation.firstEventTimeout",)),
+    Rule(reject_out_of_range_first_event_timeout, ("observation.firstEventTimeout",)),
 ]
 
 

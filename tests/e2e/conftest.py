@@ -2,7 +2,7 @@
 "stack" of real `icache dispatcher` / `icache worker` subprocesses on real Redis.
 
 The processes run as the ServiceAccounts of manifests/rbac (client certificates
-for `system:serviceaccount:icache-system:icache-{worker,dispatcher}`), so every e2e
+for `system:serviceaccount:<INSTALL_NAMESPACE>:icache-{worker,dispatcher}`), so every e2e
 test also proves the RBAC is sufficient. Periods are shortened by flags so the
 tests converge in seconds.
 """
@@ -28,13 +28,14 @@ import yaml
 
 from reconciler import kube as k
 from reconciler.workqueue import QueueSettings, WorkQueue
+from shared.constants import INSTALL_NAMESPACE
 from tests.harness.controlplane import ControlPlane
 from tests.harness.redis_server import RedisServer
 
 REPO = Path(__file__).resolve().parents[2]
 CRD_PATH = REPO / "manifests" / "crd" / "inferencecache.io_cachebackends.yaml"
 RBAC_DIR = REPO / "manifests" / "rbac"
-SYSTEM_NAMESPACE = "icache-system"
+SYSTEM_NAMESPACE = INSTALL_NAMESPACE
 WORKER_USER = f"system:serviceaccount:{SYSTEM_NAMESPACE}:icache-worker"
 DISPATCHER_USER = f"system:serviceaccount:{SYSTEM_NAMESPACE}:icache-dispatcher"
 SA_GROUPS = ("system:serviceaccounts", f"system:serviceaccounts:{SYSTEM_NAMESPACE}")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
@@ -73,7 +72,12 @@ def test_backends_of_every_shape_get_the_right_objects_and_status(
         },
         "hostonly": {"runtime": "VLLM", "lmCache": {"hostMemory": {"capacity": "8Gi"}}},
         "eventsonly": {"runtime": "VLLM", "integration": {"mode": "EventsOnly"}},
-        "hicache": {"runtime": "SGLang", "type": "SGLangHiCache", "hiCache": {"ratio": "2.0"}},
+        "hicache": {
+            "runtime": "SGLang",
+            "type": "SGLangHiCache",
+            "engineSelector": {"matchLabels": {"app": "sglang-hicache"}},
+            "hiCache": {"ratio": "2.0"},
+        },
     }
     for name, spec in shapes.items():
         cluster.create_cb(ns, name, spec)
@@ -99,10 +103,9 @@ def test_backends_of_every_shape_get_the_right_objects_and_status(
     assert [p["port"] for p in mooncake_svc["spec"]["ports"]] == [50051, 8080]
     pod = cluster.kube.get(k.DEPLOYMENTS, ns, "mooncake-mooncake")["spec"]["template"]["spec"]
     assert pod["hostNetwork"] is True and pod["nodeSelector"] == {"pool": "cache"}
-    # The HPA owns the replica count: our field manager never sets spec.replicas.
+    # Issue 11.6: created at the HPA floor (minReplicas), not the API server's default 1.
     autoscaled = cluster.kube.get(k.DEPLOYMENTS, ns, "autoscaled-lmcache-server")
-    ours = [m for m in autoscaled["metadata"]["managedFields"] if m["manager"] == "inference-cache"]
-    assert ours and "f:replicas" not in json.dumps(ours)
+    assert autoscaled["spec"]["replicas"] == 2
 
     status = {name: cluster.cb(ns, name)["status"] for name in shapes}
     assert status["redis"]["endpoint"] == f"redis-redis.{ns}.svc:6379"
@@ -270,7 +273,12 @@ def test_steady_state_resync_makes_zero_write_requests(cluster: Cluster, stack: 
             "runtime": "SGLang",
             "remoteStorage": {"provider": "Redis", "ownership": "Managed"},
             "engineSelector": {"matchLabels": {"app": "sglang"}},
-            "autoscaling": {"maxReplicas": 3},
+        },
+        # An HPA-owned replica count (created at minReplicas) is not drift either.
+        "autoscaled": {
+            "runtime": "VLLM",
+            "remoteStorage": {"provider": "LMCacheServer", "ownership": "Managed"},
+            "autoscaling": {"minReplicas": 2, "maxReplicas": 3},
         },
         "external": {
             "runtime": "VLLM",
@@ -282,7 +290,12 @@ def test_steady_state_resync_makes_zero_write_requests(cluster: Cluster, stack: 
         },
         "eventsonly": {"runtime": "VLLM", "integration": {"mode": "EventsOnly", "failOpen": False}},
         "hostonly": {"runtime": "VLLM", "engineSelector": {"matchLabels": {"app": "none"}}},
-        "hicache": {"runtime": "SGLang", "type": "SGLangHiCache", "hiCache": {"ratio": "2.0"}},
+        "hicache": {
+            "runtime": "SGLang",
+            "type": "SGLangHiCache",
+            "engineSelector": {"matchLabels": {"app": "sglang-hicache"}},
+            "hiCache": {"ratio": "2.0"},
+        },
         # Quantities the API server canonicalises, template overrides, host networking.
         "mooncake": {
             "runtime": "VLLM",
@@ -365,6 +378,57 @@ def test_steady_state_resync_makes_zero_write_requests(cluster: Cluster, stack: 
     # ...and not a single write request from the controller (Lease renewals aside).
     writes = controller_writes(mark)
     assert writes == [], [(e.verb, e.resource, e.name) for e in writes]
+
+
+def test_autoscaled_workload_starts_at_the_hpa_floor_and_leaves_replicas_to_the_hpa(
+    cluster: Cluster, stack: Stack
+) -> None:
+    """Issue 11.6: the workload is created with replicas = minReplicas; after that the
+    replica count is the HPA's — a later apply (here: a template change) keeps what the
+    HPA wrote through the scale subresource instead of resetting it."""
+    stack.start_dispatcher()
+    stack.start_worker()
+    ns = cluster.namespace()
+    spec: dict[str, Any] = {
+        "runtime": "VLLM",
+        "replicas": 1,
+        "remoteStorage": {"provider": "LMCacheServer", "ownership": "Managed"},
+        "autoscaling": {"minReplicas": 3, "maxReplicas": 6},
+    }
+    cluster.create_cb(ns, "hpa", spec, NO_GATE)
+    name = "hpa-lmcache-server"
+    dep = poll(
+        lambda: cluster.kube.get_or_none(k.DEPLOYMENTS, ns, name),
+        timeout=30,
+        what="the autoscaled Deployment",
+    )
+    assert dep["spec"]["replicas"] == 3
+
+    # The HPA controller scales through the scale subresource (an Update).
+    scale_path = k.DEPLOYMENTS.item(ns, name) + "/scale"
+    scale = cluster.kube.request("GET", scale_path)
+    scale["spec"]["replicas"] = 5
+    cluster.kube.request(
+        "PUT", scale_path, query={"fieldManager": "horizontal-pod-autoscaler"}, body=scale
+    )
+    # A spec change makes the controller re-apply the Deployment.
+    cluster.patch_cb(ns, "hpa", {"spec": {"template": {"nodeSelector": {"pool": "cache"}}}})
+
+    def reapplied() -> dict[str, Any] | None:
+        d = cluster.kube.get(k.DEPLOYMENTS, ns, name)
+        pod_spec = d["spec"]["template"]["spec"]
+        return d if pod_spec.get("nodeSelector") == {"pool": "cache"} else None
+
+    dep = poll(reapplied, timeout=30, what="the Deployment re-applied")
+    assert dep["spec"]["replicas"] == 5, "the controller fought the HPA"
+
+    # Without autoscaling the count is spec.replicas again.
+    cluster.patch_cb(ns, "hpa", {"spec": {"autoscaling": None, "replicas": 2}})
+    poll(
+        lambda: cluster.kube.get(k.DEPLOYMENTS, ns, name)["spec"]["replicas"] == 2 or None,
+        timeout=30,
+        what="replicas back to spec.replicas",
+    )
 
 
 def test_worker_killed_mid_reconcile_and_redis_restart_still_converge(

@@ -16,6 +16,9 @@ comes back empty: what a worker sees when Redis loses its state.
 ``persistence=True`` writes an append-only file fsynced on every write, so
 data survives a restart, even ``kill=True``. ``restart(persistence=...)``
 switches mode for the new process.
+
+``password="..."`` starts it with ``--requirepass`` (as the install runs Redis);
+``url`` then carries the password, ``url_for_db(db, with_password=False)`` not.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote
 
 from tests.harness.controlplane import (
     free_port,
@@ -90,9 +94,15 @@ def server_banner(executable: str | None = None) -> str:
     return f"{exe}: {out.stdout.strip()}"
 
 
-def ping(host: str, port: int, timeout: float = 1.0) -> bool:
+def ping(host: str, port: int, timeout: float = 1.0, password: str | None = None) -> bool:
     """True when the server answers PING with PONG (not LOADING or an error)."""
     with socket.create_connection((host, port), timeout=timeout) as sock:
+        if password:
+            # RESP array form: the password may hold any byte.
+            secret = password.encode()
+            sock.sendall(b"*2\r\n$4\r\nAUTH\r\n$%d\r\n%s\r\n" % (len(secret), secret))
+            if not sock.recv(64).startswith(b"+OK"):
+                return False
         sock.sendall(b"PING\r\n")
         return sock.recv(64).startswith(b"+PONG")
 
@@ -105,8 +115,10 @@ class RedisServer:
         persistence: bool = False,
         start_timeout: float = 20.0,
         executable: str | None = None,
+        password: str | None = None,
     ) -> None:
         self.host = "127.0.0.1"
+        self.password = password
         self._requested_port = port
         self.port = 0
         self.persistence = persistence
@@ -123,10 +135,11 @@ class RedisServer:
         """``redis://127.0.0.1:<port>/0``; stays the same across restarts."""
         if not self.port:
             raise RedisServerError("redis-server not started")
-        return f"redis://{self.host}:{self.port}/0"
+        return self.url_for_db(0)
 
-    def url_for_db(self, db: int) -> str:
-        return f"redis://{self.host}:{self.port}/{db}"
+    def url_for_db(self, db: int, *, with_password: bool = True) -> str:
+        auth = f":{quote(self.password, safe='')}@" if self.password and with_password else ""
+        return f"redis://{auth}{self.host}:{self.port}/{db}"
 
     @property
     def dir(self) -> Path:
@@ -244,6 +257,8 @@ class RedisServer:
             "--save",
             "",
         ]
+        if self.password:
+            args += ["--requirepass", self.password]
         if self.persistence:
             args += ["--appendonly", "yes", "--appendfsync", "always"]
         else:
@@ -260,7 +275,7 @@ class RedisServer:
 
         try:
             wait_until(
-                lambda: ping(self.host, self.port),
+                lambda: ping(self.host, self.port, password=self.password),
                 timeout=self.start_timeout,
                 interval=0.05,
                 description=f"redis-server on {self.host}:{self.port}",

@@ -216,3 +216,31 @@ def test_samples_cover_every_configuration_of_the_spec() -> None:
     """Issue 2 item 5: one sample per configuration the spec describes."""
     names = {doc["metadata"]["name"] for _, doc in sample_backends()}
     assert len(names) == len(sample_backends()) >= 13
+
+
+# Issue 11.3: the CRD pattern is Go's time.ParseDuration grammar (sign included: the
+# webhook, not the schema, rejects a negative timeout with a message saying why).
+GO_DURATIONS = ["0", "0s", "1h30m", "1.5h", "90s", "-1s", "+5m", ".5s", "1μs", "1µs"]
+NOT_GO_DURATIONS = ["1d", "5 m", "", ".", "5", "m", "1h 30m", "five minutes"]
+
+
+def test_first_event_timeout_pattern_accepts_go_durations(
+    kube_api_client: client.ApiClient, cachebackend_crd: dict[str, Any], namespace: str
+) -> None:
+    for i, value in enumerate(GO_DURATIONS):
+        body = _minimal(f"dur-ok-{i}")
+        body["spec"]["observation"] = {"firstEventTimeout": value}
+        created = _create(kube_api_client, namespace, body)
+        assert created["spec"]["observation"]["firstEventTimeout"] == value
+
+
+def test_first_event_timeout_pattern_rejects_what_go_rejects(
+    kube_api_client: client.ApiClient, cachebackend_crd: dict[str, Any], namespace: str
+) -> None:
+    for i, value in enumerate(NOT_GO_DURATIONS):
+        body = _minimal(f"dur-bad-{i}")
+        body["spec"]["observation"] = {"firstEventTimeout": value}
+        with pytest.raises(ApiException) as info:
+            _create(kube_api_client, namespace, body)
+        fields = {c["field"] for c in _error(info.value)["details"]["causes"]}
+        assert fields == {"spec.observation.firstEventTimeout"}, (value, fields)

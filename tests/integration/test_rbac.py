@@ -18,11 +18,10 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from icache_install.manifests_cli import render
 from reconciler.kube import ApiError, Kube
-from shared.manifests_cli import render
 from tests.harness.controlplane import ControlPlane, wait_until
 from tests.integration.manifest_apply import Applier
-from tests.samples import ROOT
 
 # The install rendered into a namespace of its own, with its cluster-scoped RBAC
 # objects renamed: the same rules and bindings, without touching the ClusterRoles of
@@ -76,7 +75,7 @@ def _isolated(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return docs
 
 
-DOCS = _isolated(render(ROOT / "manifests", namespace=NAMESPACE))
+DOCS = _isolated(render(namespace=NAMESPACE))
 WEBHOOK_SA = _service_account(DOCS, "webhook")
 WORKER_SA = _service_account(DOCS, "worker")
 DISPATCHER_SA = _service_account(DOCS, "dispatcher")
@@ -94,6 +93,8 @@ ALLOWED: dict[str, list[Request]] = {
         Request("get", "cachebackends", CB),
         Request("list", "cachebackends", CB),
         Request("list", "cachebackends", CB, namespace=""),
+        # Issue 10 item 6: may the CacheBackend's writer create its workload?
+        Request("create", "subjectaccessreviews", "authorization.k8s.io", namespace=""),
     ],
     WORKER_SA: [
         Request("get", "cachebackends", CB),
@@ -109,7 +110,8 @@ ALLOWED: dict[str, list[Request]] = {
                 ("services", ""),
                 ("horizontalpodautoscalers", "autoscaling"),
             ]
-            for verb in ("list", "patch", "delete")
+            # get: the ownership check before a first write (issue 10 item 1).
+            for verb in ("get", "list", "patch", "delete")
         ),
         Request("list", "pods"),
         Request("create", "events"),
@@ -169,6 +171,7 @@ DENIED: dict[str, list[Request]] = {
         Request("list", "pods"),
         Request("create", "events"),
         Request("get", "leases", "coordination.k8s.io", namespace=NAMESPACE, name=LEASE),
+        Request("create", "tokenreviews", "authentication.k8s.io", namespace=""),
     ],
     WORKER_SA: [
         *EVERYONE_DENIED,
@@ -275,7 +278,8 @@ def test_each_process_is_denied_what_it_must_not_do(
 
 
 def test_the_webhook_role_is_exactly_read_only_on_cachebackends(kube: Kube) -> None:
-    """No wildcard or extra rule can hide behind the sampled checks."""
+    """No wildcard or extra rule can hide behind the sampled checks. Besides reading
+    CacheBackends it may only ask SubjectAccessReviews (issue 10 item 6)."""
     (binding,) = [
         d
         for d in DOCS
@@ -287,7 +291,12 @@ def test_the_webhook_role_is_exactly_read_only_on_cachebackends(kube: Kube) -> N
         if d["kind"] == "ClusterRole" and d["metadata"]["name"] == binding["roleRef"]["name"]
     ]
     assert role["rules"] == [
-        {"apiGroups": [CB], "resources": ["cachebackends"], "verbs": ["get", "list"]}
+        {"apiGroups": [CB], "resources": ["cachebackends"], "verbs": ["get", "list"]},
+        {
+            "apiGroups": ["authorization.k8s.io"],
+            "resources": ["subjectaccessreviews"],
+            "verbs": ["create"],
+        },
     ]
 
 

@@ -1,4 +1,4 @@
-"""CacheBackend admission, case by case from docs/spec (cachebackend-api.md), over HTTP.
+"""CacheBackend admission, case by case from the spec (docs/api.md), over HTTP.
 
 Every AdmissionReview below goes through the real FastAPI app (the routes `icache
 webhook --insecure --backends-from manifests/samples` serves) exactly as a replay with
@@ -28,6 +28,7 @@ from fastapi.testclient import TestClient
 
 from shared.runtime_adapters import registry
 from shared.runtime_adapters.base import InjectContext
+from tests.builders import cb, external, managed
 from tests.samples import SAMPLES_DIR, sample_backends
 from webhook_svc.app import PATH_MUTATE_CB, PATH_VALIDATE_CB, create_app
 from webhook_svc.backend_files import load_backends
@@ -41,17 +42,6 @@ UID = "3f1b7c2e-0d55-4c1c-9f3e-2d7a1e0b9c41"
 def client() -> TestClient:
     app = create_app(FileBackendSource(SAMPLES_DIR, load_backends), InjectContext())
     return TestClient(app)
-
-
-def cb(spec: Any = None, name: str = "cache", *, no_spec: bool = False, **meta: Any) -> Any:
-    obj: dict[str, Any] = {
-        "apiVersion": "inferencecache.io/v1alpha1",
-        "kind": "CacheBackend",
-        "metadata": {"name": name, "namespace": NS, **meta},
-    }
-    if not no_spec:
-        obj["spec"] = spec
-    return obj
 
 
 def review(
@@ -122,14 +112,6 @@ HICACHE = {
 }
 EVENTS_ONLY = {"runtime": "VLLM", "integration": {"mode": "EventsOnly"}}
 HOST_NETWORK = {"engineHostNetwork": True}
-
-
-def managed(provider: str, **extra: Any) -> dict[str, Any]:
-    return {"provider": provider, "ownership": "Managed", **extra}
-
-
-def external(provider: str, endpoint: Any, **extra: Any) -> dict[str, Any]:
-    return {"provider": provider, "ownership": "External", "endpoint": endpoint, **extra}
 
 
 MANAGED_LMCACHE = {**VLLM, "remoteStorage": managed("LMCacheServer")}
@@ -332,6 +314,14 @@ VALID_CASES = [
         cb({**MANAGED_LMCACHE, "autoscaling": {"minReplicas": 3, "maxReplicas": 3}}),
     ),
     case("replicas: 0 without autoscaling scales to zero", cb({**MANAGED_LMCACHE, "replicas": 0})),
+    # --- observation.firstEventTimeout takes exactly Go's duration grammar (issue 11.3)
+    *[
+        case(
+            f"firstEventTimeout: {value!r} is a Go duration",
+            cb({**VLLM, "observation": {"firstEventTimeout": value}}),
+        )
+        for value in ("0", "0s", "1h30m", "1.5h", "90s")
+    ],
     # --- engine overrides
     case(
         "overrides: LMCACHE_CHUNK_SIZE / SERDE / LOCAL_CPU / MAX_LOCAL_CPU_SIZE are NOT reserved",
@@ -547,6 +537,21 @@ INVALID_CASES = [
         ),
         "spec.autoscaling.targetCPUUtilizationPercent",
     ),
+    case(
+        "reject_negative_first_event_timeout: -1s",
+        cb({**VLLM, "observation": {"firstEventTimeout": "-1s"}}),
+        "spec.observation.firstEventTimeout",
+        contains=("must not be negative",),
+    ),
+    *[
+        case(
+            f"firstEventTimeout: {value!r} is not a Go duration",
+            cb({**VLLM, "observation": {"firstEventTimeout": value}}),
+            "spec.observation.firstEventTimeout",
+            contains=("should match",),
+        )
+        for value in ("1d", "5 m")
+    ],
     case(
         "observation.firstEventTimeout is a duration",
         cb({**VLLM, "observation": {"firstEventTimeout": "five minutes"}}),
@@ -949,10 +954,55 @@ INVALID_CASES = [
         cb({**VLLM, "integration": HOST_NETWORK}),
         "spec.integration.engineHostNetwork",
     ),
+    # --- Managed Redis is one non-clustered instance (issue 11.1)
+    case(
+        "reject_managed_redis_multiple_replicas: SGLang + managed Redis with replicas 2",
+        cb({**MANAGED_REDIS, "replicas": 2}),
+        "spec.replicas",
+        contains=("non-clustered", "partial cache"),
+    ),
+    case(
+        "reject_managed_redis_autoscaling: SGLang + managed Redis with autoscaling",
+        cb({**MANAGED_REDIS, "autoscaling": {"minReplicas": 1, "maxReplicas": 3}}),
+        "spec.autoscaling",
+        contains=("non-clustered",),
+    ),
+    case(
+        "reject_managed_redis_*: replicas 3 and autoscaling, one error each",
+        cb({**MANAGED_REDIS, "replicas": 3, "autoscaling": {"maxReplicas": 4}}),
+        "spec.replicas",
+        "spec.autoscaling",
+    ),
+    # --- HiCache supports only the defaults it can honour (issue 11.2)
+    *[
+        case(
+            f"reject_unsupported_hicache_role: HiCache rejects {role}",
+            cb({**HICACHE, "integration": {"role": role}}),
+            "spec.integration.role",
+            contains=(role, "ReadWrite"),
+        )
+        for role in ("ReadOnly", "WriteOnly")
+    ],
+    case(
+        "reject_hicache_fail_closed: HiCache rejects failOpen false, naming true",
+        cb({**HICACHE, "integration": {"failOpen": False}}),
+        "spec.integration.failOpen",
+        contains=("failOpen: true",),
+    ),
+    case(
+        "reject_hicache_without_engine_selector: no engineSelector",
+        cb({k: v for k, v in HICACHE.items() if k != "engineSelector"}),
+        "spec.engineSelector.matchLabels",
+    ),
+    case(
+        "reject_hicache_without_engine_selector: empty matchLabels",
+        cb({**HICACHE, "engineSelector": {"matchLabels": {}}}),
+        "spec.engineSelector.matchLabels",
+    ),
     # --- HiCache
     case(
         "hicache: spec.hiCache is required for type SGLangHiCache",
-        cb({**SGLANG, "type": "SGLangHiCache"}),
+        cb({**SGLANG, "type": "SGLangHiCache", "engineSelector": HICACHE["engineSelector"]}),
         "spec.hiCache",
     ),
     case(
@@ -1278,6 +1328,86 @@ def test_update_changing_one_bad_endpoint_to_another_is_a_fresh_violation(
     assert resp["allowed"] is False
     assert fields(resp) == ["spec.remoteStorage.endpoint"]
     assert '"redis://redis:6379"' in resp["status"]["message"]
+
+
+# Issue 11.4: errors point at the field the operator must change, and the field does
+# not depend on which field an edit touched, so the UPDATE filter recognises a
+# pre-existing violation whatever else the edit changes.
+PAIR_VIOLATION = {**HICACHE, "runtime": "VLLM"}  # no adapter for VLLM/SGLangHiCache
+EVENTS_ONLY_TYPE_VIOLATION = {**HICACHE, "integration": {"mode": "EventsOnly"}}
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        # The operator edited spec.runtime: the error still names spec.type.
+        (cb({**HICACHE, "runtime": "SGLang"}), cb(PAIR_VIOLATION)),
+        # The operator edited spec.type.
+        (
+            cb({**VLLM, "lmCache": {}}),
+            cb(
+                {
+                    **VLLM,
+                    "type": "SGLangHiCache",
+                    "hiCache": {"ratio": "2"},
+                    "engineSelector": HICACHE["engineSelector"],
+                }
+            ),
+        ),
+    ],
+    ids=["runtime-edited", "type-edited"],
+)
+def test_unsupported_runtime_cache_pair_is_reported_at_spec_type(
+    client: TestClient, old: dict[str, Any], new: dict[str, Any]
+) -> None:
+    """Issue 11.4 (README decision): the pair error names spec.type, the engine-cache
+    implementation the CacheBackend chooses; spec.runtime is the engine the operator
+    already runs. The field is fixed per rule, never chosen by which field the diff
+    touched."""
+    resp = post(client, PATH_VALIDATE_CB, review("UPDATE", new, old))
+    assert resp["allowed"] is False
+    assert fields(resp) == ["spec.type"]
+
+
+@pytest.mark.parametrize("violation", [PAIR_VIOLATION, EVENTS_ONLY_TYPE_VIOLATION])
+@pytest.mark.parametrize(
+    "edit",
+    [
+        {"replicas": 0},
+        {"observation": {"modelID": "Qwen/Qwen3-8B", "firstEventTimeout": "10m"}},
+        {"engineSelector": {"matchLabels": {"app": "other"}}},
+        {"hiCache": {"sizeGB": 32}},
+    ],
+    ids=["replicas", "observation", "selector", "hiCache"],
+)
+def test_unrelated_edit_keeps_a_pre_existing_spec_type_violation_allowed(
+    client: TestClient, violation: dict[str, Any], edit: dict[str, Any]
+) -> None:
+    """Issue 11.4: the pre-existing (runtime, type) or EventsOnly-type violation is
+    re-reported with the same (type, field, badValue, detail) after an edit of other
+    fields, so the UPDATE filter drops it and the edit goes through."""
+    old = cb(violation)
+    new = cb({**violation, **edit})
+    resp = post(client, PATH_VALIDATE_CB, review("UPDATE", new, old))
+    assert resp["allowed"] is True, resp
+    # ...while the same object is still rejected on CREATE, at spec.type.
+    created = post(client, PATH_VALIDATE_CB, review("CREATE", new))
+    assert "spec.type" in fields(created)
+
+
+def test_pre_existing_managed_redis_replicas_allow_unrelated_edits_not_more_replicas(
+    client: TestClient,
+) -> None:
+    """Issue 11.1 + the UPDATE filter: a managed Redis stored with replicas 3 (before the
+    rule) can still be edited; raising replicas to 4 is a fresh violation."""
+    old = cb({**MANAGED_REDIS, "replicas": 3})
+    edited = cb({**MANAGED_REDIS, "replicas": 3, "observation": {"modelID": "m"}})
+    assert post(client, PATH_VALIDATE_CB, review("UPDATE", edited, old))["allowed"] is True
+    more = cb({**MANAGED_REDIS, "replicas": 4})
+    resp = post(client, PATH_VALIDATE_CB, review("UPDATE", more, old))
+    assert fields(resp) == ["spec.replicas"]
+    fixed = cb({**MANAGED_REDIS, "replicas": 1})
+    assert post(client, PATH_VALIDATE_CB, review("UPDATE", fixed, old))["allowed"] is True
 
 
 def test_update_removing_engine_host_network_need_is_new(client: TestClient) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 from reconciler import kube as k
 from reconciler.events import EventSpec, event_object
 from reconciler.reconcile import Reconciler
-from tests.unit.test_reconcile_cascade import FakeKube
+from tests.fakes import FakeKube
 
 NOW = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
 
@@ -63,7 +63,7 @@ class FailingEvents(FakeKube):
 
 
 def test_a_failed_event_write_does_not_fail_the_reconcile_or_repeat() -> None:
-    """Transition Events are best effort (README): a refused Event write is logged,
+    """Transition Events are best effort (docs/decisions.md): a refused Event write is logged,
     the status write stands, and — since Events are keyed on the old→new status
     transition and 'never on steady-state reconciles' — the next, idle reconcile
     neither retries it nor writes anything."""

@@ -11,7 +11,7 @@ import datetime as dt
 from typing import Any
 
 from reconciler.reconcile import Reconciler
-from tests.unit.test_reconcile_cascade import FakeKube
+from tests.fakes import FakeKube
 
 NOW = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
 OWNED = ("deployments", "statefulsets", "services", "horizontalpodautoscalers")

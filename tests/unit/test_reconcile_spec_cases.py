@@ -1,4 +1,4 @@
-"""Reconcile spec cases: one row per sentence of cachebackend-api.md.
+"""Reconcile spec cases: one row per sentence of the spec (docs/api.md).
 
 Every case drives the pure pipeline of one reconcile with realistic observed inputs —
 the CacheBackend as stored (spec, annotations, generation, previous status), the
@@ -39,6 +39,7 @@ from reconciler.status import (
 )
 from shared.api.models import CacheBackend
 from shared.storage_providers.render import render, service_endpoint
+from tests.builders import external_spec as external
 
 NS = "team-a"
 NAME = "cb"
@@ -95,13 +96,6 @@ def spec(base: dict[str, Any], **extra: Any) -> dict[str, Any]:
     out = copy.deepcopy(base)
     out.update(extra)
     return out
-
-
-def external(provider: str, endpoint: str) -> dict[str, Any]:
-    return {
-        "runtime": "VLLM" if provider != "Redis" else "SGLang",
-        "remoteStorage": {"provider": provider, "ownership": "External", "endpoint": endpoint},
-    }
 
 
 # ------------------------------------------------------------------ observed objects

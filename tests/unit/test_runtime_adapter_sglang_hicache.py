@@ -265,3 +265,19 @@ def test_a_value_neither_the_backend_nor_an_override_gives_still_rejects() -> No
         inject(make_pod(engine(args=["--hicache-write-policy", "write_through_selective"])), cb)
     with pytest.raises(InjectionRejected):
         inject(make_pod(engine(args=["--hicache-size", "8"])), cb)
+
+
+@pytest.mark.parametrize("role", ["ReadOnly", "WriteOnly"])
+def test_only_read_write_role_is_wired(role: str) -> None:
+    """Issue 11.2 at the Pod webhook: a backend stored before reject_unsupported_hicache_role
+    is not silently wired as ReadWrite (the rejection fails the pod open, unwired)."""
+    cb = CacheBackend.model_validate(
+        make_backend(
+            runtime="SGLang",
+            type_="SGLangHiCache",
+            hiCache={"ratio": "2.0"},
+            integration={"role": role},
+        )
+    )
+    with pytest.raises(InjectionRejected, match="ReadWrite"):
+        inject(make_pod(engine()), cb)

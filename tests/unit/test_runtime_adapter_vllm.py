@@ -115,10 +115,25 @@ def test_chunk_size_default_and_configured() -> None:
     assert env_of(engine_of(inject(make_pod(), cb)))["LMCACHE_CHUNK_SIZE"] == "1024"
 
 
-def test_remote_serde_only_when_set() -> None:
-    assert "LMCACHE_REMOTE_SERDE" not in env_of(engine_of(inject(make_pod(), binding=LM)))
+@pytest.mark.parametrize("binding", [LM, MOONCAKE], ids=["lm", "mooncake"])
+def test_remote_serde_always_injected_with_a_remote_binding(binding: Binding) -> None:
+    """Issue 11.5: with a remote binding the engine env names the serializer, from
+    spec.lmCache.remoteSerde or the documented default naive (LMCache's own default
+    changed between releases)."""
+    assert env_of(engine_of(inject(make_pod(), binding=binding)))["LMCACHE_REMOTE_SERDE"] == (
+        "naive"
+    )
     cb = backend(lmCache={"remoteSerde": "cachegen"})
-    assert env_of(engine_of(inject(make_pod(), cb, LM)))["LMCACHE_REMOTE_SERDE"] == "cachegen"
+    assert env_of(engine_of(inject(make_pod(), cb, binding)))["LMCACHE_REMOTE_SERDE"] == (
+        "cachegen"
+    )
+
+
+def test_remote_serde_host_only_only_when_set() -> None:
+    """Host-only has no remote tier to serialise for: only an explicit value is passed."""
+    assert "LMCACHE_REMOTE_SERDE" not in env_of(engine_of(inject(make_pod())))
+    cb = backend(lmCache={"remoteSerde": "cachegen"})
+    assert env_of(engine_of(inject(make_pod(), cb)))["LMCACHE_REMOTE_SERDE"] == "cachegen"
 
 
 @pytest.mark.parametrize("binding", [None, LM, MOONCAKE], ids=["host-only", "lm", "mooncake"])

@@ -21,6 +21,7 @@ from reconciler.status import (
     parse_go_duration,
     status_equal,
 )
+from tests.builders import external_spec
 
 T0 = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
 MANAGED_SPEC: dict[str, Any] = {
@@ -212,6 +213,31 @@ def test_kv_gate_honours_observation_first_event_timeout() -> None:
     )
 
 
+@pytest.mark.parametrize("zero", ["0", "0s", "0.0h"])
+def test_kv_gate_first_event_timeout_zero_reports_no_kv_events_at_once(zero: str) -> None:
+    """Issue 11.3 decision: firstEventTimeout 0 is no grace period, not "disabled" (the
+    require-kv-events annotation turns the gate off): Degraded/NoKVEventsObserved as
+    soon as the backend is up, with no requeue timer, until the first event."""
+    spec = dict(MANAGED_SPEC, observation={"firstEventTimeout": zero})
+    res = compute_status(obj(spec), managed_obs(), T0)
+    assert cond(res.status, "Ready") == ("False", "NoKVEventsObserved")
+    assert cond(res.status, "Degraded") == ("True", "NoKVEventsObserved")
+    assert res.requeue_after is None or res.requeue_after > 0
+    # Still not Ready while the workload is rolling out: the clock starts when it is up.
+    st = run(obj(spec), managed_obs(workload(available=0)))
+    assert cond(st, "Ready") != ("False", "NoKVEventsObserved")
+    # The first event clears it.
+    o = step(obj(spec), managed_obs(), T0)
+    o["status"]["indexParticipation"] = {"prefixCount": 1, "lastEventAt": "2026-01-01T12:00:01Z"}
+    assert cond(run(o, managed_obs(), T0 + dt.timedelta(seconds=2)), "Ready") == (
+        "True",
+        "KVEventsObserved",
+    )
+    # Opting out of the gate is the annotation, whatever the timeout.
+    opted_out = run(obj(spec, annotations=NO_GATE), managed_obs())
+    assert cond(opted_out, "Ready") == ("True", "BackendReady")
+
+
 def test_kv_gate_events_observed_latches_first_kv_event_observed_at() -> None:
     o = step(obj(), managed_obs(), T0)
     o["status"]["indexParticipation"] = {"prefixCount": 3, "lastEventAt": "2026-01-01T12:01:00Z"}
@@ -236,7 +262,7 @@ def test_kv_gate_event_present_on_first_reconcile_counts() -> None:
 def test_kv_gate_zero_or_unreadable_last_event_at_is_not_an_event(last_event_at: str) -> None:
     """Index Participation: lastEventAt is "Unset until the first event arrives;
     readiness gates must treat the absent value as 'not yet observed' rather than
-    epoch", and server-contract.md: "A zero lastEventAt (or omitted) means no event" —
+    epoch", and docs/server-contract.md: "a zero or omitted value means no event" —
     Go's zero time (0001-01-01) included."""
     o = obj(status={"indexParticipation": {"prefixCount": 0, "lastEventAt": last_event_at}})
     st = run(o, managed_obs())
@@ -405,15 +431,8 @@ def test_host_only_keeps_engine_side_advisory_conditions() -> None:
 # ======================================================================= external
 
 
-def external(endpoint: str | None, provider: str = "LMCacheServer") -> dict[str, Any]:
-    rs: dict[str, Any] = {"provider": provider, "ownership": "External"}
-    if endpoint is not None:
-        rs["endpoint"] = endpoint
-    return {"runtime": "VLLM" if provider != "Redis" else "SGLang", "remoteStorage": rs}
-
-
 def test_external_endpoint_accepted_mirrors_trimmed_endpoint() -> None:
-    st = run(obj(external("  lm://cache.example:65432 ")))
+    st = run(obj(external_spec("LMCacheServer", "  lm://cache.example:65432 ")))
     assert cond(st, "Ready") == ("True", "ExternalEndpointAccepted")
     assert cond(st, "Progressing") == ("False", "ExternalEndpointAccepted")
     assert st["endpoint"] == "lm://cache.example:65432"
@@ -421,21 +440,21 @@ def test_external_endpoint_accepted_mirrors_trimmed_endpoint() -> None:
 
 def test_external_endpoint_missing() -> None:
     for endpoint in (None, "   "):
-        st = run(obj(external(endpoint)))
+        st = run(obj(external_spec("LMCacheServer", endpoint)))
         assert cond(st, "Ready") == ("False", "ExternalEndpointMissing")
         assert cond(st, "Progressing") == ("False", "ExternalEndpointMissing")
         assert "endpoint" not in st
 
 
 def test_external_endpoint_invalid_names_the_field() -> None:
-    st = run(obj(external("lm://redis:6379", provider="Redis")))
+    st = run(obj(external_spec("Redis", "lm://redis:6379")))
     assert cond(st, "Ready") == ("False", "ExternalEndpointInvalid")
     assert "spec.remoteStorage.endpoint" in find(st["conditions"], "Ready")["message"]  # type: ignore[index]
 
 
 def test_external_publishes_ready_and_progressing_only_and_never_gates() -> None:
     prior = run(obj(), managed_obs())
-    st = run(obj(external("h:1"), status=prior))
+    st = run(obj(external_spec("LMCacheServer", "h:1"), status=prior))
     assert types(st) == {"Ready", "Progressing"}
 
 
@@ -683,6 +702,17 @@ def test_idle_transition_emits_nothing() -> None:
         ("", None),
         ("5 m", None),
         ("m", None),
+        # Issue 11.3: exactly Go's grammar.
+        ("0", 0.0),
+        ("0s", 0.0),
+        ("-1s", -1.0),
+        ("+0", 0.0),
+        (".5s", 0.5),
+        ("5.s", 5.0),
+        ("1μs", 1e-6),
+        ("1d", None),
+        (".", None),
+        ("9223372036854775808ns", None),
     ],
 )
 def test_parse_go_duration(text: str, seconds: float | None) -> None:

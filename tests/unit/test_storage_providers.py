@@ -16,6 +16,7 @@ from shared.storage_providers.render import (
     resource_name,
     service_endpoint,
 )
+from tests.builders import managed_spec as managed
 
 
 def backend(spec: dict[str, Any], name: str = "cb", namespace: str = "ns") -> CacheBackend:
@@ -25,16 +26,6 @@ def backend(spec: dict[str, Any], name: str = "cb", namespace: str = "ns") -> Ca
             "spec": spec,
         }
     )
-
-
-def managed(provider: str, **extra: Any) -> dict[str, Any]:
-    runtime = "SGLang" if provider == "Redis" else "VLLM"
-    spec: dict[str, Any] = {
-        "runtime": runtime,
-        "remoteStorage": {"provider": provider, "ownership": "Managed"},
-    }
-    spec.update(extra)
-    return spec
 
 
 def by_kind(objs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -258,7 +249,7 @@ def test_autoscaling_cpu_fallback_applies_to_the_default_block() -> None:
 # ------------------------------------------------------------------ autoscaling
 
 
-def test_autoscaling_renders_hpa_v2_with_cpu_target_default_80_and_no_replicas() -> None:
+def test_autoscaling_renders_hpa_v2_with_cpu_target_default_80() -> None:
     objs = by_kind(
         render(
             backend(
@@ -280,7 +271,62 @@ def test_autoscaling_renders_hpa_v2_with_cpu_target_default_80_and_no_replicas()
         "name": "cpu",
         "target": {"type": "Utilization", "averageUtilization": 80},
     }
-    assert "replicas" not in objs["Deployment"]["spec"], "the HPA owns the replica count"
+
+
+@pytest.mark.parametrize("kind", ["Deployment", "StatefulSet"])
+def test_autoscaled_workload_is_created_at_the_hpa_floor(kind: str) -> None:
+    """Issue 11.6: a backend created with autoscaling starts its workload at
+    minReplicas, not at the API server's default of 1."""
+    spec = managed(
+        "LMCacheServer",
+        deploymentKind=kind,
+        replicas=1,
+        autoscaling={"minReplicas": 3, "maxReplicas": 5},
+    )
+    objs = by_kind(render(backend(spec)))
+    assert objs[kind]["spec"]["replicas"] == 3
+    assert objs["HorizontalPodAutoscaler"]["spec"]["minReplicas"] == 3
+    # A CR stored without minReplicas: the HPA's own floor of 1 (never spec.replicas).
+    del spec["autoscaling"]["minReplicas"]
+    spec["replicas"] = 4
+    assert by_kind(render(backend(spec)))[kind]["spec"]["replicas"] == 1
+
+
+def test_autoscaled_workload_keeps_the_live_replica_count_the_hpa_wrote() -> None:
+    """Issue 11.6: after creation replicas belong to the HPA: the render carries the
+    live value (so server-side apply neither fights the HPA nor drops the field), and
+    the HPA moving it is not drift."""
+    from reconciler.diff import needs_apply
+
+    spec = managed("LMCacheServer", autoscaling={"minReplicas": 2, "maxReplicas": 8})
+    spec["remoteStorage"]["lmCacheServer"] = {"resources": {"limits": {"memory": "1024Mi"}}}
+    cb = backend(spec)
+    created = by_kind(render(cb))["Deployment"]
+    assert created["spec"]["replicas"] == 2
+    live = _live(created)
+    live["spec"]["replicas"] = 7  # scaled by the HPA
+    again = by_kind(render(cb, {("Deployment", "cb-lmcache-server"): live}))["Deployment"]
+    assert again["spec"]["replicas"] == 7
+    assert again["metadata"]["annotations"] == created["metadata"]["annotations"]
+    assert not needs_apply(again, live), "the HPA's replica count is not drift"
+    # Another object's replicas are not this workload's.
+    other = {("StatefulSet", "cb-lmcache-server"): live}
+    assert by_kind(render(cb, other))["Deployment"]["spec"]["replicas"] == 2
+
+
+def test_without_autoscaling_replicas_follow_the_spec_whatever_the_live_value() -> None:
+    """spec.replicas is ours when no HPA owns the count: a live value is overwritten."""
+    from reconciler.diff import needs_apply
+
+    spec = managed("LMCacheServer", replicas=2)
+    spec["remoteStorage"]["lmCacheServer"] = {"resources": {"limits": {"memory": "1024Mi"}}}
+    cb = backend(spec)
+    desired = by_kind(render(cb))["Deployment"]
+    live = _live(desired)
+    live["spec"]["replicas"] = 7
+    again = by_kind(render(cb, {("Deployment", "cb-lmcache-server"): live}))["Deployment"]
+    assert again["spec"]["replicas"] == 2
+    assert needs_apply(again, live)
 
 
 def test_autoscaling_target_cpu_is_honoured_and_a_missing_min_falls_back_to_one() -> None:

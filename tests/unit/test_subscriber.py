@@ -1,4 +1,4 @@
-"""server-contract.md "The kvevent-subscriber sidecar": the rendered container, byte for byte."""
+"""docs/server-contract.md "The `kvevent-subscriber` sidecar": the rendered container, byte for byte."""
 
 from __future__ import annotations
 
@@ -50,6 +50,16 @@ def test_offload_vllm_sidecar_exactly_as_the_contract_renders_it() -> None:
                 "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}},
             },
         ],
+        "resources": {
+            "requests": {"cpu": "10m", "memory": "32Mi"},
+            "limits": {"cpu": "500m", "memory": "256Mi"},
+        },
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+            "runAsNonRoot": True,
+        },
     }
 
 

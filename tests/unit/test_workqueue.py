@@ -15,6 +15,7 @@ import pytest
 import redis
 
 from reconciler.workqueue import BUSY, DONE, LOST, STALE, STARTED, QueueSettings, WorkQueue
+from tests.fakes import ScriptedWatchKube
 from tests.harness.redis_server import RedisServer
 
 
@@ -333,36 +334,6 @@ def test_depth_counts_each_state(queue: WorkQueue) -> None:
 # ------------------------------------------------------------------ the producer side
 
 
-class FakeKube:
-    """Lists and watches from scripted data; the first watch of each resource can
-    fail with 410 Gone to exercise the re-list."""
-
-    def __init__(self, items: dict[str, list[dict[str, object]]], gone_once: bool) -> None:
-        self.items = items
-        self.gone_once = gone_once
-        self.lists: list[str] = []
-        self.watches: list[tuple[str, str]] = []
-
-    def list(self, res: object, namespace: object = None, **_: object) -> dict[str, object]:
-        plural = res.plural  # type: ignore[attr-defined]
-        self.lists.append(plural)
-        rv = str(10 * len(self.lists))
-        return {"metadata": {"resourceVersion": rv}, "items": self.items.get(plural, [])}
-
-    def watch(
-        self, res: object, *, resource_version: str, **_: object
-    ) -> Iterator[dict[str, object]]:
-        from reconciler.kube import ApiError
-
-        plural = res.plural  # type: ignore[attr-defined]
-        self.watches.append((plural, resource_version))
-        if self.gone_once:
-            self.gone_once = False
-            raise ApiError(410, "Expired", "too old resource version")
-        yield {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "99"}}}
-        time.sleep(0.05)
-
-
 def _obj(ns: str, name: str, owner: str | None = None) -> dict[str, object]:
     meta: dict[str, object] = {"namespace": ns, "name": name, "resourceVersion": "5"}
     if owner:
@@ -370,7 +341,7 @@ def _obj(ns: str, name: str, owner: str | None = None) -> dict[str, object]:
     return {"metadata": meta}
 
 
-def _dispatcher(queue: WorkQueue, kube: FakeKube) -> object:
+def _dispatcher(queue: WorkQueue, kube: ScriptedWatchKube) -> object:
     from reconciler.dispatcher import Dispatcher
     from reconciler.leader import ElectionSettings
 
@@ -380,7 +351,7 @@ def _dispatcher(queue: WorkQueue, kube: FakeKube) -> object:
 def test_watch_relists_on_410_gone_and_resumes_from_resource_version(queue: WorkQueue) -> None:
     from reconciler import kube as k
 
-    fake = FakeKube({"cachebackends": [_obj("ns", "a"), _obj("ns", "b")]}, gone_once=True)
+    fake = ScriptedWatchKube({"cachebackends": [_obj("ns", "a"), _obj("ns", "b")]}, gone_once=True)
     d = _dispatcher(queue, fake)
     leading = threading.Event()
     leading.set()
@@ -405,7 +376,7 @@ def test_owned_objects_enqueue_their_owner_and_only_the_leader_enqueues(queue: W
 
     assert owner_key(_obj("ns", "cb-redis", owner="cb")) == "ns/cb"
     assert owner_key(_obj("ns", "stray")) is None
-    d = _dispatcher(queue, FakeKube({}, gone_once=False))
+    d = _dispatcher(queue, ScriptedWatchKube({}, gone_once=False))
     standby = threading.Event()
     d.enqueue("ns/cb", standby)  # type: ignore[attr-defined]
     assert queue.pop_due() == [], "a standby never enqueues"
@@ -451,7 +422,7 @@ def test_selector_index_reports_backends_a_pod_starts_or_stops_matching() -> Non
 
 
 def test_a_pod_matching_an_engine_selector_enqueues_its_backend(queue: WorkQueue) -> None:
-    d = _dispatcher(queue, FakeKube({}, gone_once=False))
+    d = _dispatcher(queue, ScriptedWatchKube({}, gone_once=False))
     leading = threading.Event()
     leading.set()
     d._handle_cachebackend("ADDED", _cb("ns", "a", {"app": "vllm"}), leading)  # type: ignore[attr-defined]

@@ -2,7 +2,7 @@
 
 Reads the two Secrets (the kubernetes.io/tls Secret the webhook pods mount, and an
 Opaque Secret holding the CA key, which no pod mounts), decides what to keep with
-:func:`shared.certs.plan`, writes back only what changed, and patches ``caBundle``
+:func:`icache_install.certs.plan`, writes back only what changed, and patches ``caBundle``
 into every webhook of both webhook configurations. Safe to re-run at any time (a
 CronJob or a person can run it for rotation); a run that changes nothing writes
 nothing.
@@ -23,11 +23,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from shared import certs
+from icache_install import certs
+from shared import redis_auth
+from shared.constants import INSTALL_NAMESPACE
 
 log = logging.getLogger("icache.certs")
 
-DEFAULT_NAMESPACE = "inference-cache-system"
+DEFAULT_NAMESPACE = INSTALL_NAMESPACE
 DEFAULT_SERVICE = "inference-cache-webhook"
 DEFAULT_SECRET = "inference-cache-webhook-tls"
 DEFAULT_MUTATING_CONFIG = "inference-cache-mutating"
@@ -87,6 +89,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--validating-config",
         default=DEFAULT_VALIDATING_CONFIG,
         help="ValidatingWebhookConfiguration to patch ('' to skip; default %(default)s)",
+    )
+    parser.add_argument(
+        "--redis-secret",
+        default=redis_auth.DEFAULT_SECRET,
+        help="Secret with the bundled Redis's password: created with a random one when "
+        "missing, never changed ('' to skip; default %(default)s)",
     )
     parser.add_argument(
         "--url-base",
@@ -290,6 +298,11 @@ def reconcile(
         )
         log.info("wrote Secret %s/%s", namespace, args.secret)
 
+    if args.redis_secret and redis_auth.ensure_password_secret(
+        cluster, namespace, args.redis_secret
+    ):
+        log.info("wrote Secret %s/%s (a new random Redis password)", namespace, args.redis_secret)
+
     bundle = certs.ca_bundle(the_plan.state)
     patched: list[str] = []
     missing: list[str] = []
@@ -334,7 +347,7 @@ def run(args: argparse.Namespace) -> int:
             reconcile(Cluster(api_client), args, dt.datetime.now(dt.UTC))
         finally:
             api_client.close()
-    except (CertsError, ValueError) as exc:
+    except (CertsError, redis_auth.RedisAuthError, ValueError) as exc:
         log.error("%s", exc)
         return 1
     except ApiException as exc:

@@ -1,0 +1,259 @@
+"""Issue 9.6 against a real kube-apiserver: wired engine pods pass Pod Security
+"restricted" and a namespace ResourceQuota.
+
+Mutating webhooks run before the PodSecurity and ResourceQuota admission plugins (both
+on by default in kube-apiserver), so every container the Pod webhook adds is judged
+with the pod: a compliant engine pod must stay compliant once it is wired.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from shared import constants as c
+from tests.harness.controlplane import ControlPlane, wait_until
+from tests.webhook_process import TEST_NAMESPACE_LABEL, WebhookProcess, registered, run_webhook
+
+GROUP, VERSION, PLURAL = "inferencecache.io", "v1alpha1", "cachebackends"
+SUFFIX = "podsec"
+SUBSCRIBER_IMAGE = "ghcr.io/inference-cache/kvevent-subscriber:0.1.0"
+RESTRICTED_CONTAINER = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+}
+QUOTA_HARD = {"cpu": "16", "memory": "64Gi"}
+
+
+def _namespace(api: client.ApiClient, prefix: str, labels: dict[str, str]) -> str:
+    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    body: Any = {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": name, "labels": {TEST_NAMESPACE_LABEL: SUFFIX, **labels}},
+    }
+    client.CoreV1Api(api).create_namespace(body)
+    return name
+
+
+def _backends(api: client.ApiClient, ns: str) -> None:
+    custom = client.CustomObjectsApi(api)
+    observation = {"modelID": "Qwen/Qwen3-8B"}
+    for body in (
+        {
+            "metadata": {
+                "name": "a-vllm",
+                # Inject the kernel check on a CPU test pod too.
+                "annotations": {c.ANNOTATION_LMCACHE_KERNEL_CHECK: "report-only"},
+            },
+            "spec": {
+                "runtime": "VLLM",
+                "engineSelector": {"matchLabels": {"app": "vllm"}},
+                "observation": observation,
+            },
+        },
+        {
+            "metadata": {"name": "b-sglang"},
+            "spec": {
+                "runtime": "SGLang",
+                "engineSelector": {"matchLabels": {"app": "sglang"}},
+                "lmCache": {"hostMemory": {"capacity": "2Gi"}},
+                "observation": observation,
+            },
+        },
+    ):
+        custom.create_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            ns,
+            PLURAL,
+            {"apiVersion": f"{GROUP}/{VERSION}", "kind": "CacheBackend", **body},
+        )
+
+
+def _quota(api: client.ApiClient, ns: str) -> None:
+    """A cpu/memory ResourceQuota, with the status kube-controller-manager would write
+    (the admission plugin refuses pods while a quota's usage is unknown)."""
+    core: Any = client.CoreV1Api(api)
+    core.create_namespaced_resource_quota(
+        ns,
+        {
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": {"name": "compute"},
+            "spec": {"hard": QUOTA_HARD},
+        },
+    )
+    quota = core.read_namespaced_resource_quota("compute", ns)
+    quota.status = client.V1ResourceQuotaStatus(hard=QUOTA_HARD, used={"cpu": "0", "memory": "0"})
+    core.replace_namespaced_resource_quota_status("compute", ns, quota)
+
+
+@pytest.fixture(scope="module")
+def namespaces(
+    control_plane: ControlPlane, kube_api_client: client.ApiClient, cachebackend_crd: dict[str, Any]
+) -> Iterator[dict[str, str]]:
+    extra = ["--kvevent-subscriber-image", SUBSCRIBER_IMAGE]
+    hook: WebhookProcess
+    with (
+        run_webhook(control_plane.kubeconfig_path, extra) as hook,
+        registered(kube_api_client, hook, SUFFIX),
+    ):
+        restricted = _namespace(
+            kube_api_client,
+            "restricted",
+            {
+                "pod-security.kubernetes.io/enforce": "restricted",
+                "pod-security.kubernetes.io/enforce-version": "latest",
+            },
+        )
+        quota = _namespace(kube_api_client, "quota", {})
+        _quota(kube_api_client, quota)
+        for ns in (restricted, quota):
+            _backends(kube_api_client, ns)
+        core: Any = client.CoreV1Api(kube_api_client)
+
+        def webhook_wires() -> bool:
+            probe = _vllm_pod(f"probe-{uuid.uuid4().hex[:5]}")
+            got = core.create_namespaced_pod(restricted, probe, dry_run="All")
+            return c.ANNOTATION_INJECTED_BY in (got.metadata.annotations or {})
+
+        wait_until(webhook_wires, timeout=60, description="API server calling the Pod webhook")
+        yield {"restricted": restricted, "quota": quota}
+
+
+RESOURCES = {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "4Gi"}}
+
+
+def _vllm_pod(name: str) -> dict[str, Any]:
+    """Restricted-compliant with the identity at pod level."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app": "vllm"}},
+        "spec": {
+            "securityContext": {
+                "runAsNonRoot": True,
+                "runAsUser": 1000,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
+            "containers": [
+                {
+                    "name": "vllm",
+                    "image": "vllm/vllm-openai:v0.11.0",
+                    "args": ["--model", "Qwen/Qwen3-8B"],
+                    "resources": RESOURCES,
+                    "securityContext": RESTRICTED_CONTAINER,
+                }
+            ],
+        },
+    }
+
+
+def _sglang_pod(name: str) -> dict[str, Any]:
+    """Restricted-compliant with the identity on the engine container only."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app": "sglang"}},
+        "spec": {
+            "containers": [
+                {
+                    "name": "sglang",
+                    "image": "lmsysorg/sglang:v0.5.3-cu126",
+                    "command": ["python3", "-m", "sglang.launch_server"],
+                    "args": ["--model-path", "Qwen/Qwen3-8B"],
+                    "resources": RESOURCES,
+                    "securityContext": {
+                        **RESTRICTED_CONTAINER,
+                        "runAsNonRoot": True,
+                        "runAsUser": 1000,
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
+                }
+            ],
+        },
+    }
+
+
+def _create(api: client.ApiClient, ns: str, pod: dict[str, Any]) -> dict[str, Any]:
+    created = client.CoreV1Api(api).create_namespaced_pod(ns, pod)  # type: ignore[arg-type]
+    out: dict[str, Any] = api.sanitize_for_serialization(created)
+    return out
+
+
+def _names(pod: dict[str, Any], field: str) -> set[str]:
+    return {ct["name"] for ct in pod["spec"].get(field) or []}
+
+
+@pytest.mark.parametrize("kind", ["restricted", "quota"])
+def test_wired_vllm_pod_is_admitted(
+    kube_api_client: client.ApiClient, namespaces: dict[str, str], kind: str
+) -> None:
+    """A compliant vLLM engine pod comes out wired (subscriber + kernel check), and the
+    API server's PodSecurity / ResourceQuota admission accepts the result."""
+    pod = _create(kube_api_client, namespaces[kind], _vllm_pod(f"vllm-{uuid.uuid4().hex[:5]}"))
+    assert pod["metadata"]["annotations"][c.ANNOTATION_INJECTED_BY].endswith("/a-vllm")
+    assert _names(pod, "containers") == {"vllm", "kvevent-subscriber"}
+    assert _names(pod, "initContainers") == {"lmcache-kernel-check"}
+    engine = pod["spec"]["containers"][0]
+    assert engine["securityContext"] == RESTRICTED_CONTAINER  # untouched
+
+
+@pytest.mark.parametrize("kind", ["restricted", "quota"])
+def test_wired_sglang_pod_is_admitted(
+    kube_api_client: client.ApiClient, namespaces: dict[str, str], kind: str
+) -> None:
+    """A compliant SGLang engine pod comes out wired (MP-worker native sidecar +
+    subscriber), and PodSecurity / ResourceQuota admission accepts the result."""
+    name = f"sglang-{uuid.uuid4().hex[:5]}"
+    pod = _create(kube_api_client, namespaces[kind], _sglang_pod(name))
+    assert pod["metadata"]["annotations"][c.ANNOTATION_INJECTED_BY].endswith("/b-sglang")
+    assert _names(pod, "containers") == {"sglang", "kvevent-subscriber"}
+    assert _names(pod, "initContainers") == {"lmcache-mp-worker"}
+    worker = pod["spec"]["initContainers"][0]
+    assert worker["securityContext"]["runAsUser"] == 1000  # the engine's identity
+
+
+def test_quota_counts_the_added_containers(
+    kube_api_client: client.ApiClient, namespaces: dict[str, str]
+) -> None:
+    """ResourceQuota charged the wired pod's requests, sidecars included: the MP worker
+    (a restartable init container) adds its request to the engine's."""
+    ns = namespaces["quota"]
+    core: Any = client.CoreV1Api(kube_api_client)
+    before = core.read_namespaced_resource_quota("compute", ns).status.used or {}
+    _create(kube_api_client, ns, _sglang_pod(f"sglang-{uuid.uuid4().hex[:5]}"))
+    after = core.read_namespaced_resource_quota("compute", ns).status.used or {}
+    # engine 1 + subscriber 10m + worker 100m of cpu.
+    assert _millicores(after["cpu"]) - _millicores(before.get("cpu", "0")) == 1110
+
+
+def _millicores(value: str) -> int:
+    return int(value[:-1]) if value.endswith("m") else int(value) * 1000
+
+
+def test_the_api_server_enforces_both_policies_on_unwired_pods(
+    kube_api_client: client.ApiClient, namespaces: dict[str, str]
+) -> None:
+    """Control: PodSecurity and ResourceQuota admission are on in this kube-apiserver, so
+    the admissions above prove something. A pod no backend selects (left unwired) is
+    rejected when it is not restricted-compliant, and when a container has no requests."""
+    loose = _vllm_pod(f"loose-{uuid.uuid4().hex[:5]}")
+    loose["metadata"]["labels"] = {"app": "unselected"}
+    del loose["spec"]["containers"][0]["securityContext"]
+    with pytest.raises(ApiException) as info:
+        _create(kube_api_client, namespaces["restricted"], loose)
+    assert info.value.status == 403 and "PodSecurity" in str(info.value.body)
+
+    no_requests = _vllm_pod(f"noreq-{uuid.uuid4().hex[:5]}")
+    no_requests["metadata"]["labels"] = {"app": "unselected"}
+    del no_requests["spec"]["containers"][0]["resources"]
+    with pytest.raises(ApiException) as info:
+        _create(kube_api_client, namespaces["quota"], no_requests)
+    assert info.value.status == 403 and "must specify" in str(info.value.body)

@@ -1,0 +1,177 @@
+"""Issue 9 item 2: graceful shutdown loses no pod wiring.
+
+A real `icache webhook` (TLS) gets SIGTERM while requests are in flight and while
+clients keep sending. Readiness flips to 503, every request the server accepted gets
+a complete AdmissionReview (those in flight across SIGTERM, those sent during the
+drain, one whose body only arrives after the listener closed), and the process then
+exits 0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import ssl
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from tests.harness.controlplane import wait_until
+from tests.samples import ROOT, SAMPLES_DIR
+from tests.webhook_process import WebhookProcess, run_webhook
+
+POD_PATH = "/mutate--v1-pod"
+DRAIN_SECONDS = 6
+
+
+def _pod_review(uid: str) -> bytes:
+    review: dict[str, Any] = json.loads(
+        (ROOT / "examples" / "admission" / "pod-vllm-host-only.json").read_text()
+    )
+    review["request"]["uid"] = uid
+    return json.dumps(review).encode()
+
+
+def _port(hook: WebhookProcess) -> int:
+    return int(hook.url.rsplit(":", 1)[1])
+
+
+class SlowRequest:
+    """A POST whose headers and first half of the body are sent now, the rest later."""
+
+    def __init__(self, hook: WebhookProcess, uid: str) -> None:
+        self.uid = uid
+        self.body = _pod_review(uid)
+        ctx = ssl.create_default_context(cadata=hook.ca_pem.decode())
+        raw = socket.create_connection(("127.0.0.1", _port(hook)), timeout=30)
+        self.sock = ctx.wrap_socket(raw, server_hostname="127.0.0.1")
+        head = (
+            f"POST {POD_PATH} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(self.body)}\r\n\r\n"
+        ).encode()
+        self.sock.sendall(head + self.body[: len(self.body) // 2])
+
+    def finish(self) -> dict[str, Any]:
+        """Send the rest; the complete AdmissionReview that comes back."""
+        self.sock.sendall(self.body[len(self.body) // 2 :])
+        reply = b""
+        while b"\r\n\r\n" not in reply:
+            chunk = self.sock.recv(65536)
+            assert chunk, f"connection closed without a response: {reply!r}"
+            reply += chunk
+        head, _, rest = reply.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200"), head
+        length = next(
+            int(line.split(b":", 1)[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        )
+        while len(rest) < length:
+            chunk = self.sock.recv(65536)
+            assert chunk, "connection closed mid-response"
+            rest += chunk
+        self.sock.close()
+        review: dict[str, Any] = json.loads(rest[:length])
+        return review
+
+
+@dataclass
+class Clients:
+    """Keep-alive clients posting pod reviews until told to stop."""
+
+    hook: WebhookProcess
+    answered: int = 0
+    failures: list[str] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def run(self, name: str) -> None:
+        ctx = ssl.create_default_context(cadata=self.hook.ca_pem.decode())
+        with httpx.Client(base_url=self.hook.url, verify=ctx, timeout=30) as client:
+            n = 0
+            while not self.stop.is_set():
+                n += 1
+                uid = f"{name}-{n}"
+                try:
+                    response = client.post(POD_PATH, content=_pod_review(uid))
+                    body = response.json()
+                    assert response.status_code == 200, response.status_code
+                    assert body["response"]["uid"] == uid and body["response"]["allowed"]
+                except Exception as exc:  # a dropped or broken answer is the failure
+                    with self.lock:
+                        self.failures.append(f"{uid}: {type(exc).__name__}: {exc}")
+                    continue
+                with self.lock:
+                    self.answered += 1
+
+
+def _readyz(hook: WebhookProcess) -> int:
+    ctx = ssl.create_default_context(cadata=hook.ca_pem.decode())
+    return httpx.get(f"{hook.url}/readyz", verify=ctx, timeout=5).status_code
+
+
+def _refuses_connections(hook: WebhookProcess) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", _port(hook)), timeout=2).close()
+    except ConnectionRefusedError:
+        return True
+    return False
+
+
+def test_sigterm_drains_then_exits_without_losing_a_request() -> None:
+    args = ["--backends-from", str(SAMPLES_DIR), "--shutdown-drain-seconds", str(DRAIN_SECONDS)]
+    with run_webhook(extra_args=args) as hook:
+        assert hook.proc is not None
+        assert _readyz(hook) == 200
+        clients = Clients(hook)
+        threads = [threading.Thread(target=clients.run, args=(f"c{i}",)) for i in range(3)]
+        for thread in threads:
+            thread.start()
+        wait_until(lambda: clients.answered >= 10, timeout=30, description="traffic flowing")
+        in_flight = SlowRequest(hook, "in-flight-during-drain")
+        outlives_listener = SlowRequest(hook, "in-flight-past-drain")
+
+        os.kill(hook.proc.pid, signal.SIGTERM)
+        signalled = time.monotonic()
+        wait_until(lambda: _readyz(hook) == 503, timeout=10, description="/readyz says 503")
+        # New requests on new connections are still served while draining.
+        ctx = ssl.create_default_context(cadata=hook.ca_pem.decode())
+        fresh = httpx.post(
+            hook.url + POD_PATH, content=_pod_review("new-during-drain"), verify=ctx, timeout=10
+        )
+        assert fresh.status_code == 200 and fresh.json()["response"]["uid"] == "new-during-drain"
+        assert fresh.headers.get("connection") == "close"
+        assert in_flight.finish()["response"]["uid"] == "in-flight-during-drain"
+        answered_at_signal = clients.answered
+        wait_until(
+            lambda: clients.answered > answered_at_signal + 5,
+            timeout=10,
+            description="keep-alive clients served while draining",
+        )
+        # The Service has dropped this replica by now: clients stop sending new requests.
+        clients.stop.set()
+        for thread in threads:
+            thread.join(timeout=30)
+
+        wait_until(lambda: _refuses_connections(hook), timeout=30, description="listener closed")
+        assert time.monotonic() - signalled >= DRAIN_SECONDS - 0.5
+        assert hook.proc.poll() is None, "exited with a request still in flight"
+        assert outlives_listener.finish()["response"]["uid"] == "in-flight-past-drain"
+        assert hook.proc.wait(timeout=30) == 0
+    assert clients.failures == [], clients.failures[:5]
+    assert clients.answered > 10
+
+
+def test_a_second_sigterm_skips_the_drain() -> None:
+    args = ["--backends-from", str(SAMPLES_DIR), "--shutdown-drain-seconds", "60"]
+    with run_webhook(extra_args=args) as hook:
+        assert hook.proc is not None
+        os.kill(hook.proc.pid, signal.SIGTERM)
+        wait_until(lambda: _readyz(hook) == 503, timeout=10, description="/readyz says 503")
+        os.kill(hook.proc.pid, signal.SIGTERM)
+        hook.proc.wait(timeout=20)

@@ -1,0 +1,301 @@
+"""Issue 10 item 6 on the real API server: a CacheBackend is as powerful as a Pod
+create in its namespace, so the validating webhook lets only users who may create the
+workload write a backend that shapes one.
+
+The real `icache webhook` runs as the install's webhook ServiceAccount (its RBAC from
+manifests/, so the SubjectAccessReview permission is proven too) and the API server
+calls it for requests made by real users, authenticated by client certificates and
+authorised by real RBAC:
+
+- alice may write CacheBackends but not create Deployments;
+- bob may also create Deployments; carol also StatefulSets;
+- dave gets bob's rights only through a group (the review forwards groups).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from icache_install.manifests_cli import render
+from reconciler.kube import Kube
+from tests.harness.controlplane import (
+    ControlPlane,
+    free_port,
+    spawn_in_own_group,
+    terminate_process_group,
+    wait_until,
+)
+from tests.integration.manifest_apply import Applier
+from tests.samples import ROOT
+from tests.webhook_process import labelled_namespace, registered, run_webhook
+
+GROUP, VERSION, PLURAL = "inferencecache.io", "v1alpha1", "cachebackends"
+SUFFIX = "workload-authz"
+_RUN = uuid.uuid4().hex[:6]
+SYSTEM_NS = f"ica-{_RUN}"  # the SA name must fit a 64-character CN
+TEAM_GROUP = f"team-admins-{_RUN}"
+MANAGED = {"provider": "LMCacheServer", "ownership": "Managed"}
+RBAC_PATH = "/apis/rbac.authorization.k8s.io/v1"
+
+
+def backend(name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "CacheBackend",
+        "metadata": {"name": name},
+        "spec": {"runtime": "VLLM", **spec},
+    }
+
+
+def webhook_docs() -> list[dict[str, Any]]:
+    """The install's webhook ServiceAccount and RBAC, in a namespace of their own, the
+    cluster-scoped names suffixed (other tests install the same names)."""
+    out = []
+    for doc in render(namespace=SYSTEM_NS):
+        if doc["kind"] == "Namespace" or (
+            doc["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding")
+            and doc["metadata"]["name"] == "inference-cache-webhook"
+        ):
+            doc = copy.deepcopy(doc)
+            if doc["kind"] in ("ClusterRole", "ClusterRoleBinding"):
+                doc["metadata"]["name"] += f"-{_RUN}"
+            if doc["kind"] == "ClusterRoleBinding":
+                doc["roleRef"]["name"] += f"-{_RUN}"
+            out.append(doc)
+    assert sorted(d["kind"] for d in out) == [
+        "ClusterRole", "ClusterRoleBinding", "Namespace", "ServiceAccount"
+    ]  # fmt: skip
+    return out
+
+
+def grant(kube: Kube, ns: str, name: str, rules: list[dict[str, Any]], subjects: list[Any]) -> None:
+    kube.request(
+        "POST",
+        f"{RBAC_PATH}/namespaces/{ns}/roles",
+        body={"metadata": {"name": name}, "rules": rules},
+    )
+    kube.request(
+        "POST",
+        f"{RBAC_PATH}/namespaces/{ns}/rolebindings",
+        body={
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": subjects,
+        },
+    )
+
+
+def user(name: str) -> dict[str, str]:
+    return {"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": name}
+
+
+def may(kube: Kube, ns: str, who: str, groups: list[str], verb: str, group: str, res: str) -> bool:
+    review = kube.request(
+        "POST",
+        "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+        body={
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": {
+                "user": who,
+                "groups": groups,
+                "resourceAttributes": {
+                    "namespace": ns, "verb": verb, "group": group, "resource": res
+                },
+            },
+        },
+    )  # fmt: skip
+    return bool(review["status"].get("allowed"))
+
+
+USERS: dict[str, list[str]] = {
+    "alice": ["system:authenticated"],
+    "bob": ["system:authenticated"],
+    "carol": ["system:authenticated"],
+    "dave": [TEAM_GROUP, "system:authenticated"],
+}
+
+
+@pytest.fixture(scope="module")
+def env(
+    control_plane: ControlPlane,
+    kube_api_client: client.ApiClient,
+    cachebackend_crd: dict[str, Any],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[str, dict[str, client.CustomObjectsApi]]]:
+    kube = Kube(kube_api_client)
+    applier = Applier(kube_api_client)
+    for doc in webhook_docs():
+        applier.apply(doc, dry_run=False)
+    sa = f"system:serviceaccount:{SYSTEM_NS}:inference-cache-webhook"
+    sa_groups = ["system:serviceaccounts", f"system:serviceaccounts:{SYSTEM_NS}"]
+    kubeconfig = control_plane.write_kubeconfig(
+        Path(tmp_path_factory.mktemp("authz")) / "webhook",
+        control_plane.client_keypair(sa, sa_groups),
+    )
+    wait_until(
+        lambda: may(
+            kube, "", sa, sa_groups, "create", "authorization.k8s.io", "subjectaccessreviews"
+        ),
+        timeout=30,
+        description="the webhook's RBAC",
+    )
+    ns = labelled_namespace(kube_api_client, f"authz-{_RUN}", SUFFIX)
+    cb_rules = [{"apiGroups": [GROUP], "resources": [PLURAL],
+                 "verbs": ["create", "get", "list", "update", "patch"]}]  # fmt: skip
+    grant(kube, ns, "cb-writers", cb_rules, [user(u) for u in USERS])
+    deploy = [{"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["create"]}]
+    grant(kube, ns, "deployers", deploy,
+          [user("bob"), user("carol"),
+           {"kind": "Group", "apiGroup": "rbac.authorization.k8s.io", "name": TEAM_GROUP}])  # fmt: skip
+    sts = [{"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["create"]}]
+    grant(kube, ns, "sts-deployers", sts, [user("carol")])
+    wait_until(
+        lambda: (
+            all(may(kube, ns, u, g, "create", GROUP, PLURAL) for u, g in USERS.items())
+            and may(kube, ns, "dave", USERS["dave"], "create", "apps", "deployments")
+            and may(kube, ns, "carol", USERS["carol"], "create", "apps", "statefulsets")
+        ),
+        timeout=30,
+        description="the test users' RBAC",
+    )
+    clients = {u: control_plane.api_client_for(u, g) for u, g in USERS.items()}
+    try:
+        with run_webhook(kubeconfig) as hook, registered(kube_api_client, hook, SUFFIX):
+            admin = client.CustomObjectsApi(kube_api_client)
+
+            def webhook_answers() -> bool:
+                bad = backend("probe", remoteStorage={**MANAGED, "ownership": "External"})
+                try:
+                    admin.create_namespaced_custom_object(
+                        GROUP, VERSION, ns, PLURAL, bad, dry_run="All"
+                    )
+                except ApiException as exc:
+                    return exc.status == 422 and "spec.remoteStorage.endpoint" in (exc.body or "")
+                return False
+
+            wait_until(webhook_answers, timeout=30, description="API server calling the webhook")
+            yield ns, {u: client.CustomObjectsApi(api) for u, api in clients.items()}
+    finally:
+        for api in clients.values():
+            api.close()
+
+
+def create(env: Any, who: str, body: dict[str, Any]) -> dict[str, Any]:
+    ns, apis = env
+    result: dict[str, Any] = apis[who].create_namespaced_custom_object(
+        GROUP, VERSION, ns, PLURAL, body
+    )
+    return result
+
+
+def refused(env: Any, who: str, body: dict[str, Any], *, update: bool = False) -> ApiException:
+    ns, apis = env
+    with pytest.raises(ApiException) as err:
+        if update:
+            apis[who].replace_namespaced_custom_object(
+                GROUP, VERSION, ns, PLURAL, body["metadata"]["name"], body
+            )
+        else:
+            apis[who].create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)
+    return err.value
+
+
+def test_a_user_who_may_not_create_deployments_cannot_create_a_managed_backend(env: Any) -> None:
+    err = refused(env, "alice", backend("alice-managed", remoteStorage=MANAGED))
+    assert err.status == 403
+    body = err.body or ""
+    assert "spec.remoteStorage" in body
+    assert 'user \\"alice\\" cannot create deployments.apps' in body
+    # The same template knobs an attacker would use: still the same answer.
+    err = refused(
+        env,
+        "alice",
+        backend("alice-sa", remoteStorage=MANAGED,
+                template={"serviceAccountName": "default", "tolerations": [{"operator": "Exists"}]}),
+    )  # fmt: skip
+    assert err.status == 403 and "spec.template" in (err.body or "")
+
+
+def test_the_same_user_may_create_a_backend_that_shapes_no_workload(env: Any) -> None:
+    created = create(env, "alice", backend("alice-host-only"))
+    assert created["metadata"]["name"] == "alice-host-only"
+
+
+def test_a_user_who_may_create_deployments_is_allowed(env: Any) -> None:
+    created = create(env, "bob", backend("bob-managed", remoteStorage=MANAGED))
+    assert created["spec"]["remoteStorage"]["ownership"] == "Managed"
+    # Granted through a group only: the review forwards the request's groups.
+    create(env, "dave", backend("dave-managed", remoteStorage=MANAGED))
+
+
+def test_a_statefulset_backend_also_needs_create_statefulsets(env: Any) -> None:
+    sts = backend("sts", remoteStorage=MANAGED, deploymentKind="StatefulSet")
+    err = refused(env, "bob", sts)
+    assert err.status == 403 and "statefulsets.apps" in (err.body or "")
+    assert "spec.deploymentKind" in (err.body or "")
+    create(env, "carol", sts)
+
+
+def test_updates_are_checked_only_when_they_reshape_the_workload(env: Any) -> None:
+    ns, apis = env
+    create(env, "bob", backend("shared", remoteStorage=MANAGED))
+    current = apis["alice"].get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "shared")
+    # alice may scale it or annotate it ...
+    scaled = copy.deepcopy(current)
+    scaled["spec"]["replicas"] = 2
+    scaled["metadata"].setdefault("annotations", {})["team"] = "a"
+    current = apis["alice"].replace_namespaced_custom_object(
+        GROUP, VERSION, ns, PLURAL, "shared", scaled
+    )
+    assert current["spec"]["replicas"] == 2
+    # ... but not choose what its pods run as.
+    escalate = copy.deepcopy(current)
+    escalate["spec"]["template"] = {"serviceAccountName": "powerful",
+                                    "securityContext": {"runAsUser": 0}}  # fmt: skip
+    err = refused(env, "alice", escalate, update=True)
+    assert err.status == 403 and "spec.template" in (err.body or "")
+    # bob may.
+    apis["bob"].replace_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "shared", escalate)
+
+
+def test_embedded_mode_runs_no_review_and_says_so(tmp_path: Path) -> None:
+    """--backends-from: no API server to ask; a managed backend from a user nobody can
+    vouch for is admitted on validation alone, and the log says the check is off."""
+    port = free_port()
+    log_path = tmp_path / "webhook.log"
+    proc = spawn_in_own_group(
+        [sys.executable, "-m", "shared.cli", "webhook", "--insecure", "--host", "127.0.0.1",
+         "--port", str(port), "--backends-from", str(tmp_path)],
+        log_path,
+        ROOT,
+    )  # fmt: skip
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_until(
+            lambda: httpx.get(f"{url}/readyz", timeout=2).status_code == 200,
+            timeout=30,
+            description="icache webhook --insecure --backends-from",
+        )
+        review = json.loads(
+            (ROOT / "examples" / "admission" / "create-vllm-lmcacheserver-managed.json").read_text()
+        )
+        review["request"]["userInfo"] = {"username": "alice"}
+        body = httpx.post(
+            f"{url}/validate-inferencecache-io-v1alpha1-cachebackend", json=review, timeout=5
+        ).json()
+        assert body["response"]["allowed"] is True
+        assert "no SubjectAccessReview" in log_path.read_text()
+    finally:
+        terminate_process_group(proc)

@@ -1,0 +1,59 @@
+"""Issue 9 item 2, the install side: the webhook Deployment drains before it stops.
+
+The kubelet runs preStop, then sends SIGTERM, then kills at terminationGracePeriodSeconds:
+the preStop sleep, the webhook's drain and its wait for in-flight requests must fit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from typing import Any
+
+from icache_install.manifests_cli import render
+from tests.samples import ROOT
+from webhook_svc import serve
+
+
+def _webhook_pod_spec() -> dict[str, Any]:
+    (deployment,) = [
+        d
+        for d in render()
+        if d["kind"] == "Deployment" and d["metadata"]["name"] == "inference-cache-webhook"
+    ]
+    spec: dict[str, Any] = deployment["spec"]["template"]["spec"]
+    return spec
+
+
+def _args(container: dict[str, Any]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    serve.add_arguments(parser)
+    return parser.parse_args(container["args"][1:])
+
+
+def test_prestop_drain_and_inflight_wait_fit_the_grace_period() -> None:
+    spec = _webhook_pod_spec()
+    (container,) = spec["containers"]
+    command = container["lifecycle"]["preStop"]["exec"]["command"]
+    assert command[0] == "sleep"
+    pre_stop = float(command[1])
+    args = _args(container)
+    assert pre_stop >= 1 and args.shutdown_drain_seconds >= 1
+    total = pre_stop + args.shutdown_drain_seconds + args.shutdown_timeout_seconds
+    assert total < spec["terminationGracePeriodSeconds"], total
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+
+
+def test_the_image_has_the_sleep_the_prestop_runs() -> None:
+    """The exec preStop needs /bin/sleep: the runtime base is Debian slim, not distroless."""
+    dockerfile = (ROOT / "Dockerfile.webhook").read_text()
+    runtime_base = re.findall(r"^FROM (\S+)", dockerfile, re.M)[-1]
+    assert re.match(r"python:[\d.]+-slim", runtime_base), runtime_base
+
+
+def test_the_cli_drains_by_default() -> None:
+    parser = argparse.ArgumentParser()
+    serve.add_arguments(parser)
+    args = parser.parse_args([])
+    assert 1 <= args.shutdown_drain_seconds <= 10
+    assert args.shutdown_timeout_seconds > 0

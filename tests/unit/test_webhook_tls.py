@@ -1,0 +1,47 @@
+"""Issue 9 item 1, the parts of ReloadingTLS that need no socket: a bad reload never
+replaces the serving context, and a worker process gets paths, not contexts."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+from tests.harness.controlplane import CertificateAuthority
+from webhook_svc.tls import ReloadingTLS
+
+
+def _tls(tmp_path: Path) -> tuple[ReloadingTLS, CertificateAuthority]:
+    ca = CertificateAuthority("unit-tls-ca")
+    cert, key = ca.issue_serving(["127.0.0.1"]).write(tmp_path, "tls")
+    tls = ReloadingTLS(cert, key, interval=60)
+    tls.load()
+    return tls, ca
+
+
+def test_a_refused_reload_keeps_the_serving_context(tmp_path: Path) -> None:
+    tls, ca = _tls(tmp_path)
+    dispatch = tls.context
+    serving = tls._current
+    tls.cert.write_bytes(ca.issue_serving(["127.0.0.1"]).cert_pem)  # key no longer matches
+    assert tls.check() is False
+    assert tls._current is serving and tls.context is dispatch
+    tls.key.unlink()
+    assert tls.check() is False and tls._current is serving
+
+
+def test_a_good_pair_swaps_in_a_new_context(tmp_path: Path) -> None:
+    tls, ca = _tls(tmp_path)
+    dispatch, serving = tls.context, tls._current
+    ca.issue_serving(["127.0.0.1"]).write(tmp_path, "tls")
+    assert tls.check() is True
+    assert tls._current is not serving and tls.context is dispatch
+    assert tls.check() is False  # unchanged files: nothing to do
+
+
+def test_a_worker_process_gets_paths_not_contexts(tmp_path: Path) -> None:
+    tls, _ = _tls(tmp_path)
+    _ = tls.context
+    copy = pickle.loads(pickle.dumps(tls))
+    assert (copy.cert, copy.key, copy.interval) == (tls.cert, tls.key, tls.interval)
+    assert copy._current is None and copy._dispatch is None
+    assert copy.context is not tls.context

@@ -1,0 +1,104 @@
+"""Graceful shutdown: SIGTERM drains instead of dropping pod admissions.
+
+Pod CREATE is admitted once; a webhook that vanishes mid-rollout admits pods unwired.
+On the first SIGTERM the server
+
+1. flips /readyz to 503 (the Service stops picking this replica),
+2. keeps serving every request, new ones included, for ``drain_seconds`` (endpoint
+   removal takes a while to reach the API server; with every replica terminating it
+   may have no one else to call), answering each with ``Connection: close`` so that
+   pooled keep-alive connections re-dial a ready replica,
+3. then stops listening, lets in-flight requests finish (at most
+   ``timeout_graceful_shutdown``) and exits 0.
+
+A second SIGTERM, or SIGINT (Ctrl+C), skips the rest of the drain.
+
+The drain state lives in a ``Lifecycle`` the app's lifespan puts in the ASGI lifespan
+state: one per process, so every worker of a multi-process server drains on its own.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from types import FrameType
+from typing import Any
+
+import uvicorn
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+log = logging.getLogger("icache.webhook")
+
+LIFECYCLE_KEY = "icache_lifecycle"
+
+
+class Lifecycle:
+    """This process's serving state."""
+
+    def __init__(self) -> None:
+        self.draining = False
+
+
+@asynccontextmanager
+async def lifespan(_app: Any) -> AsyncIterator[dict[str, Any]]:
+    yield {LIFECYCLE_KEY: Lifecycle()}
+
+
+def lifecycle_of(scope: Scope) -> Lifecycle | None:
+    """None when the server runs without lifespan (e.g. a bare TestClient): never draining."""
+    found = (scope.get("state") or {}).get(LIFECYCLE_KEY)
+    return found if isinstance(found, Lifecycle) else None
+
+
+class CloseWhenDraining:
+    """ASGI middleware: while draining, every response says ``Connection: close``."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        lifecycle = lifecycle_of(scope) if scope["type"] == "http" else None
+        if lifecycle is None:
+            await self.app(scope, receive, send)
+            return
+
+        async def send_closing(message: Message) -> None:
+            if message["type"] == "http.response.start" and lifecycle.draining:
+                headers = [(k, v) for k, v in message.get("headers", []) if k != b"connection"]
+                message = {**message, "headers": [*headers, (b"connection", b"close")]}
+            await send(message)
+
+        await self.app(scope, receive, send_closing)
+
+
+class DrainingServer(uvicorn.Server):
+    """uvicorn's server with the SIGTERM drain described in the module docstring."""
+
+    def __init__(self, config: uvicorn.Config, drain_seconds: float) -> None:
+        super().__init__(config)
+        self.drain_seconds = drain_seconds
+        self.drain_deadline: float | None = None
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        # Runs in the main thread between two steps of the event loop.
+        if sig == signal.SIGTERM and self.drain_deadline is None and self.drain_seconds > 0:
+            self.drain_deadline = time.monotonic() + self.drain_seconds
+            lifecycle = self.lifespan.state.get(LIFECYCLE_KEY) if self.started else None
+            if isinstance(lifecycle, Lifecycle):
+                lifecycle.draining = True
+            log.info(
+                "SIGTERM: readiness off, still serving while draining",
+                extra={"drain_seconds": self.drain_seconds},
+            )
+            return
+        super().handle_exit(sig, frame)
+
+    async def on_tick(self, counter: int) -> bool:
+        if self.drain_deadline is not None and time.monotonic() >= self.drain_deadline:
+            if not self.should_exit:
+                log.info("drain period over: finishing in-flight requests, then exiting")
+            self.should_exit = True
+        return await super().on_tick(counter)

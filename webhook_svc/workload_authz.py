@@ -1,0 +1,278 @@
+"""The validating webhook's guard against privilege escalation through a CacheBackend.
+
+A CacheBackend with a managed provider makes the controller create a Deployment (or
+StatefulSet) whose pod template the backend shapes: image, serviceAccountName,
+securityContext, tolerations, node placement. Whoever may write such a backend can
+therefore run any pod in its namespace — the power of ``create deployments``. So the
+webhook asks the API server (a SubjectAccessReview for the requesting user, exactly as
+the AdmissionReview names them) whether that user may create the workload kind:
+
+- on CREATE of a backend that renders a managed workload;
+- on UPDATE when the rendered workload's kind or pod template changes (a scale, a
+  status write, an annotation, a host-only backend: no check).
+
+Denied: 403 Forbidden with the field that shapes the workload. A review that cannot be
+made (API error, no user in the request) fails closed — the CacheBackend webhooks are
+failurePolicy Fail already, so an unreachable check never lets a write through that
+the API server would not have let through either. Embedded mode (--backends-from) has
+no API server and runs no check (``icache webhook`` logs that).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
+
+from shared import constants as c
+from shared.api.models import CacheBackend
+from shared.defaulting import default_cachebackend
+from shared.storage_providers.render import managed_provider, render_workload
+from webhook_svc.admission_review import AdmissionRequest, deny
+
+log = logging.getLogger("icache.webhook.authz")
+
+QUALIFIED_RESOURCE: Final = f"{c.PLURAL}.{c.GROUP}"
+SAR_PATH: Final = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
+DOCS_HINT: Final = 'docs/install.md, "Who may create CacheBackends"'
+# Pod-template fields, in the order a denial names the first one that differs.
+_SHAPING_FIELDS: Final = ("template", "remoteStorage", "deploymentKind", "runtime", "type")
+
+
+@dataclass(frozen=True)
+class Access:
+    """One ``create`` permission the requesting user must hold."""
+
+    group: str
+    resource: str
+
+    def __str__(self) -> str:
+        return f"{self.resource}.{self.group}" if self.group else self.resource
+
+
+DEPLOYMENTS: Final = Access("apps", "deployments")
+STATEFULSETS: Final = Access("apps", "statefulsets")
+
+
+class ReviewError(Exception):
+    """The SubjectAccessReview could not be made."""
+
+
+class AccessReviewer(Protocol):
+    def review(self, body: dict[str, Any]) -> dict[str, Any]: ...
+
+
+# ----------------------------------------------------------------------- pure
+
+
+def workload_signature(obj: Mapping[str, Any] | None) -> tuple[str, str] | None:
+    """(kind, pod template as canonical JSON) of the managed workload ``obj`` renders;
+    None when it renders none. An object that cannot be read counts as rendering one
+    (the check then runs: fail closed)."""
+    if obj is None:
+        return None
+    try:
+        cb = CacheBackend.model_validate(obj)
+        provider = managed_provider(cb)
+        if provider is None:
+            return None
+        workload = render_workload(cb, provider)
+    except Exception:
+        return ("?", "unreadable")
+    template = json.dumps(workload["spec"]["template"], sort_keys=True)
+    return str(workload["kind"]), template
+
+
+def required_access(
+    operation: str, obj: Mapping[str, Any] | None, old_obj: Mapping[str, Any] | None
+) -> list[Access]:
+    """The create permissions this write needs: the workload kind it makes the
+    controller create (Deployments always — the guard's baseline — plus StatefulSets
+    for deploymentKind StatefulSet). Objects are judged defaulted."""
+    if operation not in ("CREATE", "UPDATE"):
+        return []
+    new = workload_signature(obj)
+    if new is None:
+        return []
+    if operation == "UPDATE" and new == workload_signature(old_obj):
+        return []
+    if new[0] == c.DEPLOYMENT_KIND_STATEFULSET:
+        return [DEPLOYMENTS, STATEFULSETS]
+    return [DEPLOYMENTS]
+
+
+def shaping_field(
+    obj: Mapping[str, Any] | None, old_obj: Mapping[str, Any] | None, access: Access = DEPLOYMENTS
+) -> str:
+    """The spec field a denial points at: the first workload-shaping one that changed
+    (on CREATE, the first one set); deploymentKind first when StatefulSets are what
+    the user lacks."""
+    spec = (obj or {}).get("spec") or {}
+    old_spec = (old_obj or {}).get("spec") or {}
+    order = list(_SHAPING_FIELDS)
+    if access == STATEFULSETS:
+        order.remove("deploymentKind")
+        order.insert(0, "deploymentKind")
+    for key in order:
+        if key in spec and spec.get(key) != old_spec.get(key):
+            return f"spec.{key}"
+    return "spec"
+
+
+def user_info(req: AdmissionRequest) -> dict[str, Any]:
+    info = req.raw.get("userInfo")
+    return info if isinstance(info, dict) else {}
+
+
+def access_review(user: Mapping[str, Any], namespace: str, access: Access) -> dict[str, Any]:
+    """A SubjectAccessReview for ``user`` (AdmissionReview userInfo) creating ``access``."""
+    spec: dict[str, Any] = {
+        "user": user.get("username") or "",
+        "resourceAttributes": {
+            "namespace": namespace,
+            "verb": "create",
+            "group": access.group,
+            "resource": access.resource,
+        },
+    }
+    for key in ("groups", "uid", "extra"):
+        if user.get(key):
+            spec[key] = user[key]
+    return {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec}
+
+
+def _status(code: int, reason: str, message: str, name: str, field: str) -> dict[str, Any]:
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "details": {
+            "name": name,
+            "group": c.GROUP,
+            "kind": c.PLURAL,
+            "causes": [{"reason": "FieldValueForbidden", "message": message, "field": field}],
+        },
+        "code": code,
+    }
+
+
+def forbidden_status(
+    name: str, namespace: str, username: str, access: Access, field: str, why: str = ""
+) -> dict[str, Any]:
+    message = (
+        f'{QUALIFIED_RESOURCE} "{name}" is forbidden: {field}: user "{username}" cannot create '
+        f'{access} in namespace "{namespace}", and this CacheBackend makes the controller '
+        f"create that workload with the pod template it shapes ({DOCS_HINT})"
+    )
+    if why:
+        message += f": {why}"
+    return _status(403, "Forbidden", message, name, field)
+
+
+def unverified_status(
+    name: str, namespace: str, access: Access, field: str, why: str
+) -> dict[str, Any]:
+    message = (
+        f'{QUALIFIED_RESOURCE} "{name}": {field}: could not verify that the requesting user '
+        f'may create {access} in namespace "{namespace}" ({why}); denied, try again'
+    )
+    return _status(503, "ServiceUnavailable", message, name, field)
+
+
+# ----------------------------------------------------------------------- shell
+
+
+def authorize_workload(
+    req: AdmissionRequest, reviewer: AccessReviewer, allowed_response: dict[str, Any]
+) -> dict[str, Any]:
+    """``allowed_response`` (the validator's allow, warnings included) unless the user
+    lacks a permission the backend's workload needs; then a denial."""
+    obj = default_cachebackend(req.obj, req.operation, req.old_obj) if req.obj else None
+    old = default_cachebackend(req.old_obj, "UPDATE", None) if req.old_obj else None
+    needed = required_access(req.operation, obj, old)
+    if not needed:
+        return allowed_response
+    name = str(((obj or {}).get("metadata") or {}).get("name") or req.name)
+    user = user_info(req)
+    warnings = allowed_response["response"].get("warnings")
+    for access in needed:
+        field = shaping_field(obj, old, access)
+        if not user.get("username"):
+            status = unverified_status(name, req.namespace, access, field, "no userInfo")
+            return deny(req.uid, status, warnings)
+        try:
+            result = reviewer.review(access_review(user, req.namespace, access))
+        except ReviewError as exc:
+            log.warning(
+                "SubjectAccessReview failed; denying",
+                extra={"uid": req.uid, "error": str(exc), "user": user.get("username")},
+            )
+            status = unverified_status(name, req.namespace, access, field, str(exc))
+            return deny(req.uid, status, warnings)
+        st = result.get("status") or {}
+        if not st.get("allowed") or st.get("denied"):
+            status = forbidden_status(
+                name,
+                req.namespace,
+                str(user["username"]),
+                access,
+                field,
+                str(st.get("reason") or ""),
+            )
+            return deny(req.uid, status, warnings)
+    return allowed_response
+
+
+def authorizing(
+    validate: Callable[[AdmissionRequest], dict[str, Any]], reviewer: AccessReviewer | None
+) -> Callable[[AdmissionRequest], dict[str, Any]]:
+    """``validate`` followed, for what it allows, by the workload-permission check."""
+    if reviewer is None:
+        return validate
+
+    def handler(req: AdmissionRequest) -> dict[str, Any]:
+        response = validate(req)
+        resp = response["response"]
+        if not resp.get("allowed") or req.raw.get("subResource"):
+            return response
+        if req.operation not in ("CREATE", "UPDATE"):
+            return response
+        return authorize_workload(req, reviewer, response)
+
+    return handler
+
+
+class ApiAccessReviewer:
+    """SubjectAccessReviews through the webhook's own API client."""
+
+    def __init__(self, api_client: Any, timeout: float = 5.0) -> None:
+        self._api_client = api_client
+        self._timeout = timeout
+
+    def review(self, body: dict[str, Any]) -> dict[str, Any]:
+        from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            result = client.AuthorizationV1Api(self._api_client).create_subject_access_review(
+                client.V1SubjectAccessReview.model_validate(body), _request_timeout=self._timeout
+            )
+        except ApiException as exc:
+            raise ReviewError(f"API server said {exc.status} {exc.reason}") from exc
+        except Exception as exc:  # timeouts, connection errors
+            raise ReviewError(f"{type(exc).__name__}: {exc}") from exc
+        status = result.status
+        if status is None:
+            raise ReviewError("SubjectAccessReview came back without a status")
+        return {
+            "status": {
+                "allowed": bool(status.allowed),
+                "denied": bool(status.denied),
+                "reason": status.reason or "",
+            }
+        }
