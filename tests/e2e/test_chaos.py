@@ -17,8 +17,8 @@ import pytest
 from tests.e2e.chaos import FAULTS, Chaos, run_fault
 from tests.e2e.conftest import Cluster, Stack
 
-N = int(os.environ.get("ICACHE_CHAOS_N", "14"))
-IDLE_WINDOW = float(os.environ.get("ICACHE_CHAOS_IDLE", "8"))
+N = int(os.environ.get("ICACHE_CHAOS_N", "7"))
+IDLE_WINDOW = float(os.environ.get("ICACHE_CHAOS_IDLE", "6"))
 
 
 @pytest.mark.parametrize("fault", sorted(FAULTS))
