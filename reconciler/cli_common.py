@@ -7,19 +7,15 @@ backoff must be spelled (and defaulted) the same way in both.
 from __future__ import annotations
 
 import argparse
-import os
 
 from reconciler.celery_app import redis_url_from_env
 from reconciler.redis_settings import redis_url
 from shared import jsonlog
+from shared.kubeaccess import add_kubeconfig_argument
 
 
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--kubeconfig",
-        default=os.environ.get("KUBECONFIG") or None,
-        help="kubeconfig path (default: in-cluster ServiceAccount)",
-    )
+    add_kubeconfig_argument(parser)
     parser.add_argument(
         "--redis-url",
         default=redis_url_from_env(),

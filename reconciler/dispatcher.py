@@ -161,7 +161,7 @@ def t2_hit_rate(obj: dict[str, Any]) -> float | None:
 class Dispatcher:
     def __init__(
         self,
-        kube: k.Kube,
+        kube: k.KubeClient,
         queue: WorkQueue,
         app: Celery,
         election: ElectionSettings,

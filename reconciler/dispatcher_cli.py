@@ -14,9 +14,9 @@ from prometheus_client import start_http_server
 from reconciler.celery_app import make_app
 from reconciler.cli_common import add_common_arguments, setup_logging
 from reconciler.dispatcher import Dispatcher, DispatcherSettings
-from reconciler.kube import Kube
 from reconciler.leader import ElectionSettings
 from reconciler.workqueue import QueueSettings, WorkQueue
+from shared import kubeaccess
 from shared.constants import INSTALL_NAMESPACE
 
 
@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
         ),
     )
     dispatcher = Dispatcher(
-        Kube.from_kubeconfig(args.kubeconfig),
+        kubeaccess.connect(args.kubeconfig),
         queue,
         make_app(args.redis_url),
         ElectionSettings(

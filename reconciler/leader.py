@@ -36,7 +36,7 @@ class ElectionSettings:
 class LeaderElector:
     def __init__(
         self,
-        kube: k.Kube,
+        kube: k.KubeClient,
         settings: ElectionSettings,
         *,
         monotonic: Callable[[], float] = time.monotonic,

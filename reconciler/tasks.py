@@ -15,10 +15,10 @@ from celery import Celery
 from reconciler import metrics
 from reconciler.cascade import CASCADE_WINDOW_SECONDS
 from reconciler.celery_app import RECONCILE_TASK
-from reconciler.kube import Kube
 from reconciler.reconcile import CascadeClaim, Reconciler
 from reconciler.server_client import DEFAULT_TOKEN_PATH, ServerClient
 from reconciler.workqueue import DONE, QueueSettings, WorkQueue
+from shared import kubeaccess
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ def runtime() -> Runtime:
             else None
         )
         reconciler = Reconciler(
-            Kube.from_kubeconfig(_config.kubeconfig),
+            kubeaccess.connect(_config.kubeconfig),
             server=server,
             probe_rate_limiter=redis_probe_rate_limiter(client, _config.probe_window_seconds),
             probe_window=_config.probe_window_seconds,

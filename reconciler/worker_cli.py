@@ -12,10 +12,10 @@ from prometheus_client import start_http_server
 from reconciler import tasks
 from reconciler.celery_app import QUEUE_NAME, make_app
 from reconciler.cli_common import add_common_arguments, setup_logging
-from reconciler.kube import Kube
 from reconciler.server_client import ServerClient
 from reconciler.snapshot import SnapshotPoller
 from reconciler.workqueue import QueueSettings
+from shared import kubeaccess
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -60,6 +60,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     setup_logging(args.log_level)
+    # Reconciles connect lazily (per forked process); check the configuration now so a
+    # worker without one fails at start, naming what it tried, not on every task.
+    kubeaccess.load_configuration(args.kubeconfig)
     tasks.configure(
         tasks.WorkerConfig(
             kubeconfig=args.kubeconfig,
@@ -81,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
         # The poller projects /snapshot into status.indexParticipation, which the
         # KV-event readiness gate reads.
         SnapshotPoller(
-            Kube.from_kubeconfig(args.kubeconfig),
+            kubeaccess.connect(args.kubeconfig),
             ServerClient(args.server_url, token_path=args.token_path),
             redis.Redis.from_url(args.redis_url),
             interval=args.snapshot_interval,

@@ -24,7 +24,7 @@ import json
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from shared import constants as c
 from shared.api.models import CacheBackend
@@ -32,10 +32,15 @@ from shared.defaulting import default_cachebackend
 from shared.storage_providers.render import managed_provider, render_workload
 from webhook_svc.admission_review import AdmissionRequest, deny
 
+if TYPE_CHECKING:
+    from shared.kubeclient import KubeClient
+
 log = logging.getLogger("icache.webhook.authz")
 
 QUALIFIED_RESOURCE: Final = f"{c.PLURAL}.{c.GROUP}"
-SAR_PATH: Final = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
+# Well inside the CacheBackend webhooks' timeoutSeconds (10): a slow review fails
+# closed with a clear message instead of the API server timing the webhook out.
+REVIEW_TIMEOUT_SECONDS: Final = 5.0
 DOCS_HINT: Final = 'docs/install.md, "Who may create CacheBackends"'
 # Pod-template fields, in the order a denial names the first one that differs.
 _SHAPING_FIELDS: Final = ("template", "remoteStorage", "deploymentKind", "runtime", "type")
@@ -248,31 +253,30 @@ def authorizing(
 
 
 class ApiAccessReviewer:
-    """SubjectAccessReviews through the webhook's own API client."""
+    """SubjectAccessReviews through the webhook's own connection (a
+    :class:`shared.kubeclient.KubeClient`; its timeout bounds each review)."""
 
-    def __init__(self, api_client: Any, timeout: float = 5.0) -> None:
-        self._api_client = api_client
-        self._timeout = timeout
+    def __init__(self, kube: KubeClient) -> None:
+        self._kube = kube
 
     def review(self, body: dict[str, Any]) -> dict[str, Any]:
-        from kubernetes import client
-        from kubernetes.client.exceptions import ApiException
+        # Imported here: the pure admission path (and `icache admit-pod`) never pays
+        # for the kubernetes client.
+        from shared.kubeclient import SUBJECT_ACCESS_REVIEWS, ApiError
 
         try:
-            result = client.AuthorizationV1Api(self._api_client).create_subject_access_review(
-                client.V1SubjectAccessReview.model_validate(body), _request_timeout=self._timeout
-            )
-        except ApiException as exc:
+            result = self._kube.create(SUBJECT_ACCESS_REVIEWS, None, body)
+        except ApiError as exc:
             raise ReviewError(f"API server said {exc.status} {exc.reason}") from exc
         except Exception as exc:  # timeouts, connection errors
             raise ReviewError(f"{type(exc).__name__}: {exc}") from exc
-        status = result.status
-        if status is None:
+        status = result.get("status")
+        if not isinstance(status, dict):
             raise ReviewError("SubjectAccessReview came back without a status")
         return {
             "status": {
-                "allowed": bool(status.allowed),
-                "denied": bool(status.denied),
-                "reason": status.reason or "",
+                "allowed": bool(status.get("allowed")),
+                "denied": bool(status.get("denied")),
+                "reason": str(status.get("reason") or ""),
             }
         }
