@@ -55,7 +55,7 @@ class ElectionSettings:
 class LeaderElector:
     def __init__(
         self,
-        kube: k.Kube,
+        kube: k.KubeClient,
         settings: ElectionSettings,
         *,
         monotonic: Callable[[], float] = time.monotonic,
