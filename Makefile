@@ -1,6 +1,6 @@
 # Developer and CI entry points. `make test` builds what it needs: the venv
-# (pinned by constraints.txt) and the kube-apiserver/etcd binaries (cached
-# outside the tree by tests/controlplane/build.sh).
+# (pinned by constraints.txt), the kube-apiserver/etcd binaries and kustomize
+# (cached outside the tree by tests/controlplane/build.sh, tests/tools/kustomize.sh).
 
 VENV ?= .venv
 PY = $(VENV)/bin/python
@@ -16,7 +16,7 @@ define pytest
 	exit $$rc
 endef
 
-.PHONY: install controlplane test unit fuzz lint cluster-up cluster-down run e2e manifests images compose-up bench-webhook
+.PHONY: install controlplane kustomize test unit fuzz lint cluster-up cluster-down run e2e manifests images compose-up bench-webhook
 
 install: $(VENV)/.install-stamp
 
@@ -28,7 +28,12 @@ $(VENV)/.install-stamp: pyproject.toml constraints.txt
 controlplane:
 	bash tests/controlplane/build.sh
 
-test: install controlplane
+# The pinned kustomize the tests compare `icache manifests` with (Go module proxy,
+# cached outside the tree).
+kustomize:
+	bash tests/tools/kustomize.sh
+
+test: install controlplane kustomize
 	$(call pytest,tests)
 
 # The pure tests only: no Go, no control plane, no Redis; seconds, for the
@@ -51,6 +56,7 @@ lint: install
 	$(VENV)/bin/mypy || rc=1; \
 	$(VENV)/bin/ruff format --check . || rc=1; \
 	$(VENV)/bin/mypy tests || rc=1; \
+	$(VENV)/bin/lint-imports || rc=1; \
 	exit $$rc
 
 cluster-up: install controlplane
@@ -62,8 +68,10 @@ cluster-down:
 run: install
 	$(VENV)/bin/icache webhook --insecure --port 8443 --backends-from manifests/samples
 
-manifests: install
-	$(VENV)/bin/icache manifests
+# Re-render manifests/rendered/ (what `icache manifests` prints) with the pinned
+# kustomize after changing anything under manifests/; a test fails while it is stale.
+manifests:
+	bash tests/tools/render-manifests.sh
 
 images:
 	docker build -f Dockerfile.webhook -t $(IMAGE_REPO)/webhook:$(VERSION) .

@@ -8,22 +8,22 @@ import signal
 import socket
 from types import FrameType
 
-import redis
-from prometheus_client import start_http_server
-
+from reconciler import health
 from reconciler.celery_app import make_app
-from reconciler.cli_common import add_common_arguments, setup_logging
+from reconciler.cli_common import add_common_arguments, readiness, redis_timeouts, setup_logging
 from reconciler.dispatcher import Dispatcher, DispatcherSettings
-from reconciler.kube import Kube
 from reconciler.leader import ElectionSettings
+from reconciler.redis_conn import redis_client
 from reconciler.workqueue import QueueSettings, WorkQueue
+from shared import kubeaccess
+from shared.constants import INSTALL_NAMESPACE
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_common_arguments(parser)
     parser.add_argument(
         "--lease-namespace",
-        default=os.environ.get("POD_NAMESPACE", "icache-system"),
+        default=os.environ.get("POD_NAMESPACE", INSTALL_NAMESPACE),
         help="namespace of the leader-election Lease",
     )
     parser.add_argument("--lease-name", default="inference-cache-dispatcher")
@@ -57,10 +57,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     setup_logging(args.log_level)
-    if args.metrics_port:
-        start_http_server(args.metrics_port)
     queue = WorkQueue(
-        redis.Redis.from_url(args.redis_url, health_check_interval=10),
+        redis_client(args.redis_url, redis_timeouts(args)),
         QueueSettings(
             prefix=args.queue_prefix,
             base_delay=args.backoff_base,
@@ -69,9 +67,9 @@ def run(args: argparse.Namespace) -> int:
         ),
     )
     dispatcher = Dispatcher(
-        Kube.from_kubeconfig(args.kubeconfig),
+        kubeaccess.connect(args.kubeconfig),
         queue,
-        make_app(args.redis_url),
+        make_app(args.redis_url, redis_timeouts(args)),
         ElectionSettings(
             namespace=args.lease_namespace,
             name=args.lease_name,
@@ -82,6 +80,11 @@ def run(args: argparse.Namespace) -> int:
         ),
         DispatcherSettings(resync_period=args.resync_period, watch_timeout=args.watch_timeout),
     )
+
+    if args.metrics_port:
+        health.serve(
+            args.metrics_port, dispatcher.liveness_beats, args.liveness_timeout, readiness(args)
+        )
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         dispatcher.stop()

@@ -167,7 +167,7 @@ class EnginePodEvents:
 
     def __init__(
         self,
-        kube: k.Kube,
+        kube: k.KubeClient,
         instance: str,
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
     ) -> None:
@@ -192,10 +192,12 @@ class EnginePodEvents:
             self._observe(uid, pod)
         except Exception as exc:  # API error, connection reset: try again later
             log.warning(
-                "engine-pod events: %s/%s: %s; will retry",
-                _meta(pod).get("namespace"),
-                _meta(pod).get("name"),
-                exc,
+                "engine-pod events: recording failed; will retry",
+                extra={
+                    "namespace": _meta(pod).get("namespace"),
+                    "pod": _meta(pod).get("name"),
+                    "error": str(exc),
+                },
             )
             with self._lock:
                 self._pending[uid] = pod
@@ -257,13 +259,16 @@ class EnginePodEvents:
         event = injected_by_cache_backend_event(claim, live_uid)
         if event is None:
             log.info(
-                "engine-pod events: %s/%s claims %s (uid %s) but the live CR %s: no %s Event",
-                claim.namespace,
-                _meta(pod).get("name"),
-                claim.key,
-                claim.uid,
-                f"has uid {live_uid}" if found else "is not found",
-                reason,
+                "engine-pod events: the pod's injected-by claim does not match the live "
+                "CacheBackend; no Event",
+                extra={
+                    "namespace": claim.namespace,
+                    "pod": _meta(pod).get("name"),
+                    "backend": claim.key,
+                    "claimed_uid": claim.uid,
+                    "live_uid": live_uid if found else None,
+                    "event_reason": reason,
+                },
             )
             self._mark_done(uid, reason)
             return

@@ -111,7 +111,7 @@ class InProcessCascadeLimiter:
 class Reconciler:
     def __init__(
         self,
-        kube: k.Kube,
+        kube: k.KubeClient,
         *,
         server: ServerClient | None = None,
         probe_rate_limiter: ProbeRateLimiter | None = None,
@@ -143,7 +143,7 @@ class Reconciler:
                 return self._reconcile(cb_obj)
             except k.ApiError as exc:
                 if exc.conflict:
-                    log.info("%s: conflict (%s); re-reading", key, exc.reason)
+                    log.info("conflict; re-reading", extra={"key": key, "reason": exc.reason})
                     continue
                 raise
         raise ReconcileError(f"{key}: still conflicting after {CONFLICT_RETRIES} attempts")
@@ -157,7 +157,10 @@ class Reconciler:
             cb = CacheBackend.model_validate(cb_obj)
         except pydantic.ValidationError as exc:
             # A stored object we cannot read: nothing useful to do until it changes.
-            log.error("%s/%s: unreadable CacheBackend: %s", namespace, name, exc)
+            log.error(
+                "unreadable CacheBackend; waiting for it to change",
+                extra={"key": f"{namespace}/{name}", "error": str(exc)},
+            )
             return ReconcileResult(mode="invalid")
         mode = backend_mode(cb)
         result = ReconcileResult(mode=str(mode))
@@ -175,10 +178,11 @@ class Reconciler:
             # is free or ours (a half-provisioned backend, or a shed workload whose
             # replacement cannot be created, is worse than the last good state).
             log.warning(
-                "%s/%s: name conflict, writing nothing: %s",
-                namespace,
-                name,
-                ", ".join(f"{x.kind} {x.name}" for x in conflicts),
+                "name conflict: writing nothing",
+                extra={
+                    "key": f"{namespace}/{name}",
+                    "conflicts": ", ".join(f"{x.kind} {x.name}" for x in conflicts),
+                },
             )
             for (kind, obj_name), live in owned.items():
                 if (kind, obj_name) in wanted:
@@ -189,7 +193,10 @@ class Reconciler:
             # is preconditioned on the uid we looked at.
             for (kind, obj_name), live in owned.items():
                 if (kind, obj_name) not in wanted:
-                    log.info("%s/%s: shedding %s %s", namespace, name, kind, obj_name)
+                    log.info(
+                        "shedding an object the spec no longer renders",
+                        extra={"key": f"{namespace}/{name}", "kind": kind, "object": obj_name},
+                    )
                     self.kube.delete(
                         k.BY_KIND[kind], namespace, obj_name, uid=live["metadata"].get("uid")
                     )
@@ -262,7 +269,12 @@ class Reconciler:
                     result.writes += 1
                 except k.ApiError as exc:  # Events are best effort
                     log.warning(
-                        "%s/%s: could not record %s Event: %s", namespace, name, event.reason, exc
+                        "could not record an Event",
+                        extra={
+                            "key": f"{namespace}/{name}",
+                            "event_reason": event.reason,
+                            "error": str(exc),
+                        },
                     )
         return result
 
@@ -300,7 +312,7 @@ class Reconciler:
             return self.kube.list(k.PODS, namespace).get("items") or []
         except k.ApiError as exc:
             # A transient list failure keeps the previous observations.
-            log.warning("%s: could not list pods: %s", namespace, exc)
+            log.warning("could not list pods", extra={"namespace": namespace, "error": str(exc)})
             return None
 
     def _observe_engines(
@@ -327,7 +339,9 @@ class Reconciler:
             deployments = self.kube.list(k.DEPLOYMENTS, namespace).get("items") or []
         except k.ApiError as exc:
             # A transient list failure keeps the previous observation.
-            log.warning("%s: could not list engine pods: %s", namespace, exc)
+            log.warning(
+                "could not list engine pods", extra={"namespace": namespace, "error": str(exc)}
+            )
             return None
         matching = [
             d
@@ -412,24 +426,31 @@ class Reconciler:
             replicasets = self.kube.list(k.REPLICASETS, namespace).get("items") or []
         targets = cascade_targets(ns_pods, replicasets, namespace, name, uid)
         if not targets:
-            log.info("%s: cache server replaced (%s); no engine Deployment to roll", key, prior)
+            log.info(
+                "cache server replaced; no engine Deployment to roll",
+                extra={"key": key, "prior_instance": prior},
+            )
             return transition.value, None, 0
         verdict, wait = self.cascade_limiter.claim(key, transition.value)
         if verdict == "done":
             return transition.value, None, 0
         if verdict == "wait":
-            log.info("%s: cache server replaced; engine cascade rate-limited for %.1fs", key, wait)
+            log.info(
+                "cache server replaced; engine cascade rate-limited",
+                extra={"key": key, "delay_s": round(wait, 1)},
+            )
             return None, wait, 0
         stamp = format_time(now)
         writes = 0
         try:
             for deployment in targets:
                 try:
-                    self.kube.request(
-                        "PATCH",
-                        k.DEPLOYMENTS.item(namespace, deployment),
-                        body=restart_trigger_patch(stamp),
-                        content_type="application/merge-patch+json",
+                    self.kube.patch(
+                        k.DEPLOYMENTS,
+                        namespace,
+                        deployment,
+                        restart_trigger_patch(stamp),
+                        content_type=k.MERGE_PATCH,
                     )
                 except k.ApiError as exc:
                     if not exc.not_found:  # deleted meanwhile: nothing to roll
@@ -440,11 +461,13 @@ class Reconciler:
             self.cascade_limiter.release(key)
             raise
         log.info(
-            "%s: cache server replaced (%s -> %s): rolled engine Deployment(s) %s",
-            key,
-            prior,
-            transition.value,
-            ", ".join(targets),
+            "cache server replaced: rolled engine Deployments",
+            extra={
+                "key": key,
+                "prior_instance": prior,
+                "instance": transition.value,
+                "deployments": list(targets),
+            },
         )
         return transition.value, None, writes
 

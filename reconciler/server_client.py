@@ -1,4 +1,4 @@
-"""Client of the cache-index server's /probe and /snapshot (server-contract.md)."""
+"""Client of the cache-index server's /probe and /snapshot (docs/server-contract.md)."""
 
 from __future__ import annotations
 

@@ -121,7 +121,7 @@ class SnapshotPoller(threading.Thread):
 
     def __init__(
         self,
-        kube: k.Kube,
+        kube: k.KubeClient,
         server: ServerClient,
         client: redis.Redis,
         *,
@@ -143,7 +143,7 @@ class SnapshotPoller(threading.Thread):
                 if self.redis.set(POLL_LOCK, "1", nx=True, px=int(self.interval * 900)):
                     self.poll_once()
             except Exception as exc:  # a failing scrape preserves state (soft state)
-                log.warning("snapshot poll failed: %s", exc)
+                log.warning("snapshot poll failed", extra={"error": str(exc)})
                 if self.on_error:
                     self.on_error(exc)
 

@@ -1,6 +1,7 @@
 """Names the spec fixes: API identity, annotations, condition types, reasons, Event reasons.
 
-Spelled exactly as cachebackend-api.md spells them so one search finds every use.
+Spelled exactly as docs/api.md (and the reference spec) spell them so one search finds
+every use.
 """
 
 from typing import Final
@@ -12,6 +13,10 @@ KIND: Final = "CacheBackend"
 PLURAL: Final = "cachebackends"
 SINGULAR: Final = "cachebackend"
 SHORT_NAME: Final = "cb"
+
+# The namespace the install (manifests/) puts the webhook, dispatcher, worker and
+# Redis in; the default of every process and installer flag that names it.
+INSTALL_NAMESPACE: Final = "inference-cache-system"
 
 # Runtimes, cache types, providers, ownership, modes, roles.
 RUNTIME_VLLM: Final = "VLLM"

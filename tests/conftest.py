@@ -7,6 +7,7 @@ Nothing is skipped: if the control-plane binaries are missing they are built
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,7 +22,7 @@ _TESTS = Path(__file__).resolve().parent
 
 # Fixtures that start a real process; a test using any of them (directly or
 # through another fixture) is not a pure unit test.
-_SERVICE_FIXTURES = frozenset({"control_plane", "kube_api_client", "redis_server"})
+_SERVICE_FIXTURES = frozenset({"control_plane", "kube_api_client", "redis_server", "kustomize_bin"})
 
 
 def pytest_report_header() -> str:
@@ -65,6 +66,18 @@ def kube_api_client(control_plane: ControlPlane) -> Iterator[client.ApiClient]:
         yield api
     finally:
         api.close()
+
+
+@pytest.fixture(scope="session")
+def kustomize_bin() -> Path:
+    """The pinned kustomize, built from the Go module proxy on first use
+    (``tests/tools/kustomize.sh``); a failing build fails the test."""
+    script = _TESTS / "tools" / "kustomize.sh"
+    done = subprocess.run(
+        ["bash", str(script)], capture_output=True, text=True, timeout=1800, check=False
+    )
+    assert done.returncode == 0, f"{script} failed:\n{done.stderr[-4000:]}"
+    return Path(done.stdout.strip().splitlines()[-1])
 
 
 @pytest.fixture(scope="session")

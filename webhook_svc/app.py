@@ -19,12 +19,11 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from starlette.concurrency import run_in_threadpool
 
 from shared.pod_wiring import OUTCOME_FAIL_OPEN
 from shared.runtime_adapters.base import InjectContext
-from webhook_svc import metrics
 from webhook_svc.admission_gate import (
     BODY_READ_SECONDS,
     BUDGET_WAIT_SECONDS,
@@ -38,6 +37,7 @@ from webhook_svc.admission_review import AdmissionRequest, BadReview, allow, den
 from webhook_svc.backend_source import BackendSource
 from webhook_svc.codec import BadBody, decode_body, encode_json
 from webhook_svc.lifecycle import CloseWhenDraining, lifecycle_of, lifespan
+from webhook_svc.metrics import WebhookMetrics
 from webhook_svc.pod_admission import REASON_INTERNAL_ERROR
 from webhook_svc.workload_authz import AccessReviewer, authorizing
 
@@ -66,15 +66,19 @@ async def _read_limited(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def _bad_request(endpoint: str, reason: str, detail: str, code: int = 400) -> tuple[int, bytes]:
-    metrics.BAD_REQUESTS.labels(endpoint, reason).inc()
+def _bad_request(
+    counters: WebhookMetrics, endpoint: str, reason: str, detail: str, code: int = 400
+) -> tuple[int, bytes]:
+    counters.bad_requests.labels(endpoint, reason).inc()
     log.warning(
         "bad admission request", extra={"endpoint": endpoint, "reason": reason, "detail": detail}
     )
     return code, encode_json({"error": detail})
 
 
-def _internal_denial(req: AdmissionRequest, exc: Exception) -> dict[str, Any]:
+def _internal_denial(
+    _counters: WebhookMetrics, req: AdmissionRequest, exc: Exception
+) -> dict[str, Any]:
     log.exception("cachebackend admission failed", extra={"uid": req.uid})
     return deny(
         req.uid,
@@ -90,13 +94,21 @@ def _internal_denial(req: AdmissionRequest, exc: Exception) -> dict[str, Any]:
     )
 
 
-def _pod_fail_open(req: AdmissionRequest, exc: Exception) -> dict[str, Any]:
+def _pod_fail_open(
+    counters: WebhookMetrics, req: AdmissionRequest, exc: Exception
+) -> dict[str, Any]:
     log.exception(
         "pod admission failed; admitting unchanged",
         extra={"uid": req.uid, "outcome": OUTCOME_FAIL_OPEN, "reason": REASON_INTERNAL_ERROR},
     )
-    metrics.POD_WIRING.labels(OUTCOME_FAIL_OPEN, REASON_INTERNAL_ERROR).inc()
-    return allow(req.uid)
+    counters.pod_wiring.labels(OUTCOME_FAIL_OPEN, REASON_INTERNAL_ERROR).inc()
+    response = allow(req.uid)
+    # The same decision record as every other Pod answer (see pod_admission.mutate_pod).
+    response["response"]["auditAnnotations"] = {
+        "outcome": OUTCOME_FAIL_OPEN,
+        "reason": REASON_INTERNAL_ERROR,
+    }
+    return response
 
 
 @dataclass(frozen=True)
@@ -106,7 +118,8 @@ class Route:
 
     path: str
     answer: Callable[[AdmissionRequest], tuple[dict[str, Any], str]]
-    fallback: Callable[[AdmissionRequest, Exception], dict[str, Any]]
+    fallback: Callable[[WebhookMetrics, AdmissionRequest, Exception], dict[str, Any]]
+    counters: WebhookMetrics
 
     def admit(self, raw: bytes, started: float) -> tuple[int, bytes]:
         """(HTTP status, body) for one request body: 200 with an AdmissionReview, or a
@@ -114,17 +127,17 @@ class Route:
         try:
             req = parse_review(decode_body(raw))
         except BadBody as exc:
-            return _bad_request(self.path, exc.reason, exc.detail)
+            return _bad_request(self.counters, self.path, exc.reason, exc.detail)
         except BadReview as exc:
-            return _bad_request(self.path, "malformed", str(exc))
+            return _bad_request(self.counters, self.path, "malformed", str(exc))
         try:
             response, outcome = self.answer(req)
             body = encode_json(response)
         except Exception as exc:  # never a 500: the route's own safe answer instead
-            response, outcome = self.fallback(req, exc), "error"
+            response, outcome = self.fallback(self.counters, req, exc), "error"
             body = encode_json(response)
-        metrics.ADMISSIONS.labels(self.path, outcome).inc()
-        metrics.ADMISSION_LATENCY.labels(self.path).observe(time.perf_counter() - started)
+        self.counters.admissions.labels(self.path, outcome).inc()
+        self.counters.admission_latency.labels(self.path).observe(time.perf_counter() - started)
         return 200, body
 
 
@@ -149,13 +162,18 @@ def create_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES,
     access_reviewer: AccessReviewer | None = None,
+    registry: CollectorRegistry | None = None,
 ) -> FastAPI:
+    """The webhook app. Its metrics live on ``registry`` (default: a new one of its
+    own), which its /metrics serves; ``app.state.metrics`` holds them."""
     # Imported here so the app module loads even while a route's module is being built.
     from webhook_svc.cachebackend_admission import mutate_cachebackend, validate_cachebackend
     from webhook_svc.pod_admission import mutate_pod
 
     app = FastAPI(title="inference-cache webhook", docs_url=None, redoc_url=None, lifespan=lifespan)
     app.add_middleware(CloseWhenDraining)
+    counters = WebhookMetrics(registry)
+    app.state.metrics = counters
 
     def cachebackend_route(
         handler: Callable[[AdmissionRequest], dict[str, Any]],
@@ -164,7 +182,7 @@ def create_app(
             try:
                 response = handler(req)
             except Exception as exc:  # never a 500: deny with the reason instead
-                return _internal_denial(req, exc), "error"
+                return _internal_denial(counters, req, exc), "error"
             allowed = response["response"]["allowed"]
             patched = "patch" in response["response"]
             outcome = ("patched" if patched else "allowed") if allowed else "denied"
@@ -174,19 +192,20 @@ def create_app(
 
     def pod_answer(req: AdmissionRequest) -> tuple[dict[str, Any], str]:
         response, outcome, reason = mutate_pod(req, backends.list, inject_ctx)
-        metrics.POD_WIRING.labels(outcome, reason).inc()
+        counters.pod_wiring.labels(outcome, reason).inc()
         return response, outcome
 
     routes = [
-        Route(PATH_MUTATE_CB, cachebackend_route(mutate_cachebackend), _internal_denial),
+        Route(PATH_MUTATE_CB, cachebackend_route(mutate_cachebackend), _internal_denial, counters),
         # With an API server: the requesting user must also be allowed to create the
         # workload the backend shapes (webhook_svc/workload_authz.py).
         Route(
             PATH_VALIDATE_CB,
             cachebackend_route(authorizing(validate_cachebackend, access_reviewer)),
             _internal_denial,
+            counters,
         ),
-        Route(PATH_MUTATE_POD, pod_answer, _pod_fail_open),
+        Route(PATH_MUTATE_POD, pod_answer, _pod_fail_open, counters),
     ]
 
     budget = ByteBudget(max(max_inflight_bytes, max_body_bytes))
@@ -196,20 +215,24 @@ def create_app(
         size = int(declared) if declared.isdigit() else max_body_bytes
         if size > max_body_bytes:
             return _bad_request(
-                route.path, "too_large", f"body exceeds {max_body_bytes} bytes", 413
+                counters, route.path, "too_large", f"body exceeds {max_body_bytes} bytes", 413
             )
         async with budget.reserve(max(size, MIN_RESERVATION_BYTES), BUDGET_WAIT_SECONDS):
-            metrics.INFLIGHT_BYTES.set(budget.used)
+            counters.inflight_bytes.set(budget.used)
             try:
                 async with asyncio.timeout(BODY_READ_SECONDS):
                     raw = await _read_limited(request, max_body_bytes)
             except BodyTooLarge:
                 return _bad_request(
-                    route.path, "too_large", f"body exceeds {max_body_bytes} bytes", 413
+                    counters, route.path, "too_large", f"body exceeds {max_body_bytes} bytes", 413
                 )
             except TimeoutError:
                 return _bad_request(
-                    route.path, "timeout", f"body not received within {BODY_READ_SECONDS:g} s", 408
+                    counters,
+                    route.path,
+                    "timeout",
+                    f"body not received within {BODY_READ_SECONDS:g} s",
+                    408,
                 )
             # Decoding and judging hold the GIL in long stretches: never on the event loop,
             # which keeps answering /healthz and reading other requests meanwhile.
@@ -222,7 +245,7 @@ def create_app(
             try:
                 status, body = await answer(route, request, started)
             except Overloaded:
-                metrics.OVERLOADED.labels(route.path).inc()
+                counters.overloaded.labels(route.path).inc()
                 log.warning("admission budget full: 503", extra={"endpoint": route.path})
                 return Response(
                     encode_json({"error": "webhook overloaded: retry shortly"}),
@@ -231,7 +254,7 @@ def create_app(
                     media_type="application/json",
                 )
             finally:
-                metrics.INFLIGHT_BYTES.set(budget.used)
+                counters.inflight_bytes.set(budget.used)
             return Response(body, status_code=status, media_type="application/json")
 
     for route in routes:
@@ -251,7 +274,7 @@ def create_app(
     @app.get("/metrics")
     def prometheus() -> Response:
         return Response(
-            generate_latest(metrics.exposition_registry()), media_type=CONTENT_TYPE_LATEST
+            generate_latest(counters.exposition_registry()), media_type=CONTENT_TYPE_LATEST
         )
 
     return app

@@ -1,4 +1,9 @@
-"""Prometheus metrics of the webhook service (served on /metrics)."""
+"""Prometheus metrics of the webhook service (served on /metrics).
+
+Each app (``create_app``) owns a :class:`WebhookMetrics` on its own registry, so
+/metrics shows that app's traffic only and two apps in one process (tests) never
+share counters.
+"""
 
 from __future__ import annotations
 
@@ -7,62 +12,63 @@ import os
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.multiprocess import MultiProcessCollector
 
-REGISTRY = CollectorRegistry(auto_describe=True)
 
+class WebhookMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        self.admissions = Counter(
+            "inferencecache_webhook_admissions_total",
+            "AdmissionReviews answered, by endpoint and outcome.",
+            ["endpoint", "outcome"],
+            registry=self.registry,
+        )
+        self.admission_latency = Histogram(
+            "inferencecache_webhook_admission_duration_seconds",
+            "Time to answer one AdmissionReview, by endpoint.",
+            ["endpoint"],
+            buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+            registry=self.registry,
+        )
+        self.pod_wiring = Counter(
+            "inferencecache_pod_webhook_decisions_total",
+            "Pod webhook decisions: outcome (injected, skipped, fail_open, unchanged) and reason.",
+            ["outcome", "reason"],
+            registry=self.registry,
+        )
+        self.bad_requests = Counter(
+            "inferencecache_webhook_bad_requests_total",
+            "Requests rejected with HTTP 400/408/413 before admission (malformed, slow or "
+            "oversized bodies).",
+            ["endpoint", "reason"],
+            registry=self.registry,
+        )
+        self.tls_reloads = Counter(
+            "inferencecache_webhook_tls_reloads_total",
+            "Serving-certificate reload attempts after the files changed: reloaded, or "
+            "failed (the previous certificate keeps serving).",
+            ["result"],
+            registry=self.registry,
+        )
+        self.overloaded = Counter(
+            "inferencecache_webhook_overloaded_total",
+            "Admission requests answered 503 (Retry-After) because the in-flight body "
+            "budget stayed full.",
+            ["endpoint"],
+            registry=self.registry,
+        )
+        self.inflight_bytes = Gauge(
+            "inferencecache_webhook_inflight_body_bytes",
+            "Body bytes reserved by admission requests being read, decoded or judged.",
+            registry=self.registry,
+            # With several workers: the sum over the live ones (ignored with one process).
+            multiprocess_mode="livesum",
+        )
 
-def exposition_registry() -> CollectorRegistry:
-    """What /metrics renders: this process's registry, or with several webhook workers
-    (webhook_svc.workers) the values of every worker, summed."""
-    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        return REGISTRY
-    registry = CollectorRegistry()
-    MultiProcessCollector(registry)
-    return registry
-
-
-ADMISSIONS = Counter(
-    "inferencecache_webhook_admissions_total",
-    "AdmissionReviews answered, by endpoint and outcome.",
-    ["endpoint", "outcome"],
-    registry=REGISTRY,
-)
-ADMISSION_LATENCY = Histogram(
-    "inferencecache_webhook_admission_duration_seconds",
-    "Time to answer one AdmissionReview, by endpoint.",
-    ["endpoint"],
-    buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
-    registry=REGISTRY,
-)
-POD_WIRING = Counter(
-    "inferencecache_pod_webhook_decisions_total",
-    "Pod webhook decisions: outcome (injected, skipped, fail_open, unchanged) and reason.",
-    ["outcome", "reason"],
-    registry=REGISTRY,
-)
-BAD_REQUESTS = Counter(
-    "inferencecache_webhook_bad_requests_total",
-    "Requests rejected with HTTP 400/408/413 before admission (malformed, slow or "
-    "oversized bodies).",
-    ["endpoint", "reason"],
-    registry=REGISTRY,
-)
-TLS_RELOADS = Counter(
-    "inferencecache_webhook_tls_reloads_total",
-    "Serving-certificate reload attempts after the files changed: reloaded, or failed "
-    "(the previous certificate keeps serving).",
-    ["result"],
-    registry=REGISTRY,
-)
-OVERLOADED = Counter(
-    "inferencecache_webhook_overloaded_total",
-    "Admission requests answered 503 (Retry-After) because the in-flight body budget stayed full.",
-    ["endpoint"],
-    registry=REGISTRY,
-)
-INFLIGHT_BYTES = Gauge(
-    "inferencecache_webhook_inflight_body_bytes",
-    "Body bytes reserved by admission requests being read, decoded or judged.",
-    registry=REGISTRY,
-    # With several workers: the sum over the live ones (ignored with one process).
-    multiprocess_mode="livesum",
-)
+    def exposition_registry(self) -> CollectorRegistry:
+        """What /metrics renders: this app's registry, or with several webhook workers
+        (webhook_svc.workers) the values of every worker, summed."""
+        if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            return self.registry
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry)
+        return registry

@@ -189,7 +189,23 @@ def mutate_pod(
     list_backends: Callable[[str], list[dict[str, Any]]],
     ctx: InjectContext,
 ) -> tuple[dict[str, Any], str, str]:
-    """(AdmissionReview response, outcome, reason); the response always allows."""
+    """(AdmissionReview response, outcome, reason); the response always allows.
+
+    The response carries the decision as ``auditAnnotations`` (``outcome``,
+    ``reason``): the API server records them in its audit log under
+    ``mpod.inferencecache.io/``, so why a pod was (not) wired is visible there as well
+    as in our log line and metric, and a client replaying a review reads it directly.
+    """
+    response, outcome, reason = _decide(req, list_backends, ctx)
+    response["response"]["auditAnnotations"] = {"outcome": outcome, "reason": reason}
+    return response, outcome, reason
+
+
+def _decide(
+    req: AdmissionRequest,
+    list_backends: Callable[[str], list[dict[str, Any]]],
+    ctx: InjectContext,
+) -> tuple[dict[str, Any], str, str]:
     started = time.perf_counter()
     if req.operation != "CREATE":
         _log(

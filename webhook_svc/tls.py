@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from webhook_svc import metrics
+from prometheus_client import Counter
 
 log = logging.getLogger("icache.webhook.tls")
 
@@ -52,6 +52,12 @@ class ReloadingTLS:
         self._dispatch: ssl.SSLContext | None = None
         self._stop = threading.Event()
         self._started = False
+        # The serving app's reload counter (its own registry); set by the caller.
+        self.reloads: Counter | None = None
+
+    def _count(self, result: str) -> None:
+        if self.reloads is not None:
+            self.reloads.labels(result).inc()
 
     def __getstate__(self) -> dict[str, Any]:
         # A worker process gets the paths, not this process's contexts or thread.
@@ -98,7 +104,7 @@ class ReloadingTLS:
                 return False
             fresh = _serving_context(self.cert, self.key)
         except (OSError, ssl.SSLError, ValueError) as exc:
-            metrics.TLS_RELOADS.labels("failed").inc()
+            self._count("failed")
             stamp_now = self._safe_stamp()
             if stamp_now != self._failed_stamp:  # once per file state, not every interval
                 self._failed_stamp = stamp_now
@@ -110,7 +116,7 @@ class ReloadingTLS:
         self._current = fresh
         self._stamp = stamp
         self._failed_stamp = None
-        metrics.TLS_RELOADS.labels("reloaded").inc()
+        self._count("reloaded")
         log.info("reloaded serving certificate", extra={"cert": str(self.cert)})
         return True
 

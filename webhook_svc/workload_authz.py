@@ -22,23 +22,25 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
-
-import orjson
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from shared import constants as c
 from shared.api.models import CacheBackend
 from shared.defaulting import default_cachebackend
 from shared.storage_providers.render import managed_provider, render_workload
 from webhook_svc.admission_review import AdmissionRequest, deny
-from webhook_svc.kube_raw import RawKube
+
+if TYPE_CHECKING:
+    from shared.kubeclient import KubeClient
 
 log = logging.getLogger("icache.webhook.authz")
 
 QUALIFIED_RESOURCE: Final = f"{c.PLURAL}.{c.GROUP}"
-SAR_PATH: Final = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
 DOCS_HINT: Final = 'docs/install.md, "Who may create CacheBackends"'
 # Pod-template fields, in the order a denial names the first one that differs.
 _SHAPING_FIELDS: Final = ("template", "remoteStorage", "deploymentKind", "runtime", "type")
@@ -250,35 +252,57 @@ def authorizing(
     return handler
 
 
-class ApiAccessReviewer:
-    """SubjectAccessReviews through the webhook's own API client."""
+# The validating webhook's timeoutSeconds is 10 and a backend may need two reviews
+# (Deployments and StatefulSets): each gets a hard wall-clock budget well inside it. A
+# socket timeout alone is no budget: the client library retries reads.
+DEFAULT_REVIEW_BUDGET_SECONDS: Final = 3.0
 
-    def __init__(self, api_client: Any, timeout: float = 5.0) -> None:
-        self._kube = RawKube(api_client)
-        self._timeout = timeout
+_review_pool: ThreadPoolExecutor | None = None
+_review_pool_lock = threading.Lock()
+
+
+def _reviews() -> ThreadPoolExecutor:
+    global _review_pool
+    with _review_pool_lock:  # created in the serving process, on first use
+        if _review_pool is None:
+            _review_pool = ThreadPoolExecutor(8, thread_name_prefix="access-review")
+        return _review_pool
+
+
+class ApiAccessReviewer:
+    """SubjectAccessReviews through the webhook's own connection (a
+    :class:`shared.kubeclient.KubeClient`; its timeout bounds each review)."""
+
+    def __init__(self, kube: KubeClient, budget: float = DEFAULT_REVIEW_BUDGET_SECONDS) -> None:
+        self._kube = kube
+        self._budget = budget
 
     def review(self, body: dict[str, Any]) -> dict[str, Any]:
-        # A raw POST (webhook_svc.kube_raw): the generated client's model round trip
-        # was most of the validating webhook's CPU per request (issue 12).
+        future = _reviews().submit(self._review_now, body)
         try:
-            code, reason, data = self._kube.request(
-                "POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", self._timeout, body
-            )
+            return future.result(timeout=self._budget)
+        except FutureTimeout:
+            future.cancel()  # the abandoned call ends on its own socket timeout
+            raise ReviewError(f"no answer from the API server within {self._budget:g} s") from None
+
+    def _review_now(self, body: dict[str, Any]) -> dict[str, Any]:
+        # Imported here: the pure admission path (and `icache admit-pod`) never pays
+        # for the kubernetes client.
+        from shared.kubeclient import SUBJECT_ACCESS_REVIEWS, ApiError
+
+        try:
+            result = self._kube.create(SUBJECT_ACCESS_REVIEWS, None, body)
+        except ApiError as exc:
+            raise ReviewError(f"API server said {exc.status} {exc.reason}") from exc
         except Exception as exc:  # timeouts, connection errors
             raise ReviewError(f"{type(exc).__name__}: {exc}") from exc
-        if code not in (200, 201):
-            raise ReviewError(f"API server said {code} {reason}")
-        try:
-            answer = orjson.loads(data)
-        except orjson.JSONDecodeError as exc:
-            raise ReviewError(f"SubjectAccessReview answer is not JSON: {exc}") from exc
-        status = answer.get("status") if isinstance(answer, dict) else None
+        status = result.get("status")
         if not isinstance(status, dict):
             raise ReviewError("SubjectAccessReview came back without a status")
         return {
             "status": {
                 "allowed": bool(status.get("allowed")),
                 "denied": bool(status.get("denied")),
-                "reason": status.get("reason") or "",
+                "reason": str(status.get("reason") or ""),
             }
         }

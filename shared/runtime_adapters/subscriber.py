@@ -1,4 +1,4 @@
-"""The ``kvevent-subscriber`` sidecar, rendered exactly as server-contract.md specifies.
+"""The ``kvevent-subscriber`` sidecar, rendered exactly as docs/server-contract.md specifies.
 
 It reads the engine's ZMQ KV-event stream on loopback and reports it to the cache-index
 server, which is what cache-aware routing (tier-1) runs on. It is appended as a regular

@@ -139,17 +139,28 @@ def test_engine_pods_drive_advisories_events_and_the_t2_gauge(
         timeout=20,
         what="InjectedByCacheBackend / SkippedByOperator pod Events",
     )
+
     # A forged UID claim gets no Event. Absence only means something once the
     # dispatcher has decided on that pod, which it logs.
-    poll(
-        lambda: (
-            f"{ns}/e-forged claims {ns}/cb (uid not-the-live-uid) but the live CR has uid"
-            in dispatcher.log()
-            or None
-        ),
-        timeout=20,
-        what="the dispatcher's decision on e-forged",
-    )
+    def forged_claim_decided() -> bool:
+        # One JSON object per line, the decision's values as fields (structured logs).
+        for line in dispatcher.log().splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if (
+                isinstance(entry, dict)
+                and entry.get("namespace") == ns
+                and entry.get("pod") == "e-forged"
+                and entry.get("backend") == f"{ns}/cb"
+                and entry.get("claimed_uid") == "not-the-live-uid"
+                and entry.get("live_uid")
+            ):
+                return True
+        return False
+
+    poll(forged_claim_decided, timeout=20, what="the dispatcher's decision on e-forged")
     assert pod_event_reasons(cluster, ns, "e-forged") == []
     event = next(
         e

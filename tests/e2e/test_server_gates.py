@@ -1,5 +1,5 @@
 """The worker against a stub cache-index server: /snapshot feeds the KV-event gate,
-/probe drives FunctionalProbeOK (server-contract.md shapes, bearer token)."""
+/probe drives FunctionalProbeOK (docs/server-contract.md shapes, bearer token)."""
 
 from __future__ import annotations
 

@@ -9,13 +9,15 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from tests.harness.controlplane import ControlPlane, wait_until
+from icache_install.manifests_cli import render
+from tests.harness.controlplane import ControlPlane, free_port, wait_until
 from tests.webhook_process import TEST_NAMESPACE_LABEL, labelled_namespace, registered, run_webhook
 
 GROUP, VERSION, PLURAL = "inferencecache.io", "v1alpha1", "cachebackends"
@@ -218,10 +220,81 @@ def test_update_that_breaks_a_valid_object_is_rejected(
     assert any(c["field"] == "spec.integration.role" for c in _causes(info.value))
 
 
-def test_delete_is_allowed(kube_api_client: client.ApiClient, admission_ns: str) -> None:
+@contextmanager
+def _installed_webhooks_pointing_nowhere(api: client.ApiClient, suffix: str) -> Iterator[None]:
+    """The install's two webhook configurations (manifests/, failurePolicy Fail for
+    CacheBackends), scoped to namespaces labelled ``suffix`` and pointed at a port
+    nothing listens on: the webhook is down."""
+    dead = f"https://127.0.0.1:{free_port()}"
+    adm = client.AdmissionregistrationV1Api(api)
+    created: list[tuple[Any, str]] = []
+    try:
+        for doc in render():
+            if doc["kind"] not in (
+                "MutatingWebhookConfiguration",
+                "ValidatingWebhookConfiguration",
+            ):
+                continue
+            doc["metadata"]["name"] += f"-{suffix}"
+            for webhook in doc["webhooks"]:
+                path = webhook["clientConfig"]["service"]["path"]
+                webhook["clientConfig"] = {"url": dead + path}
+                webhook["namespaceSelector"] = {"matchLabels": {TEST_NAMESPACE_LABEL: suffix}}
+                webhook.pop("objectSelector", None)
+            # A plain manifest dict: the client serialises it as the request body.
+            body: Any = doc
+            if doc["kind"] == "MutatingWebhookConfiguration":
+                adm.create_mutating_webhook_configuration(body)
+                created.append((adm.delete_mutating_webhook_configuration, doc["metadata"]["name"]))
+            else:
+                adm.create_validating_webhook_configuration(body)
+                created.append(
+                    (adm.delete_validating_webhook_configuration, doc["metadata"]["name"])
+                )
+        assert len(created) == 2, "the install has both webhook configurations"
+        yield
+    finally:
+        for delete, name in created:
+            delete(name)
+
+
+def test_delete_succeeds_while_the_installed_webhook_is_down(
+    kube_api_client: client.ApiClient, cachebackend_crd: dict[str, Any]
+) -> None:
+    """Issue 13 item 5 (was test_delete_is_allowed, which could not fail): the
+    installed CacheBackend webhooks are failurePolicy Fail but not registered for
+    DELETE, so a backend can still be deleted while the webhook is down (an
+    uninstall, a broken rollout). A create in the same namespace is refused first,
+    which proves the dead webhook is consulted; registering DELETE in manifests/
+    makes the delete fail."""
+    suffix = f"down-{uuid.uuid4().hex[:6]}"
+    ns = labelled_namespace(kube_api_client, suffix, suffix)
     custom = _custom(kube_api_client)
-    custom.create_namespaced_custom_object(GROUP, VERSION, admission_ns, PLURAL, _backend("doomed"))
-    custom.delete_namespaced_custom_object(GROUP, VERSION, admission_ns, PLURAL, "doomed")
+    custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, _backend("doomed"))
+    with _installed_webhooks_pointing_nowhere(kube_api_client, suffix):
+
+        def create_refused() -> bool:
+            try:
+                custom.create_namespaced_custom_object(
+                    GROUP, VERSION, ns, PLURAL, _backend("other"), dry_run="All"
+                )
+            except ApiException as exc:
+                return exc.status is not None and exc.status >= 500 and "webhook" in str(exc.body)
+            return False
+
+        wait_until(
+            create_refused, timeout=30, description="the API server calling the dead webhook"
+        )
+        custom.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "doomed")
+
+        def gone() -> bool:
+            try:
+                custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "doomed")
+            except ApiException as exc:
+                return exc.status == 404
+            return False
+
+        wait_until(gone, timeout=30, description="the CacheBackend deleted")
 
 
 def test_issue_11_rules_through_the_real_api_server(

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from icache_install.manifests_cli import render
 from reconciler.kube import ApiError
-from shared.manifests_cli import render
 from tests.harness.controlplane import wait_until
 from tests.integration.manifest_apply import Applier
 from tests.samples import ROOT
@@ -31,11 +31,9 @@ def _id(doc: dict[str, Any]) -> str:
     return f"{doc['kind']}/{doc['metadata']['name']}"
 
 
-DEFAULT = render(MANIFESTS)
+DEFAULT = render()
 CERT_MANAGER = [
-    d
-    for d in render(MANIFESTS / "overlays" / "cert-manager")
-    if d["kind"] not in CERT_MANAGER_KINDS and d not in DEFAULT
+    d for d in render("cert-manager") if d["kind"] not in CERT_MANAGER_KINDS and d not in DEFAULT
 ]
 
 

@@ -18,11 +18,10 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from icache_install.manifests_cli import render
 from reconciler.kube import ApiError, Kube
-from shared.manifests_cli import render
 from tests.harness.controlplane import ControlPlane, wait_until
 from tests.integration.manifest_apply import Applier
-from tests.samples import ROOT
 
 # The install rendered into a namespace of its own, with its cluster-scoped RBAC
 # objects renamed: the same rules and bindings, without touching the ClusterRoles of
@@ -76,7 +75,7 @@ def _isolated(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return docs
 
 
-DOCS = _isolated(render(ROOT / "manifests", namespace=NAMESPACE))
+DOCS = _isolated(render(namespace=NAMESPACE))
 WEBHOOK_SA = _service_account(DOCS, "webhook")
 WORKER_SA = _service_account(DOCS, "worker")
 DISPATCHER_SA = _service_account(DOCS, "dispatcher")

@@ -26,13 +26,13 @@ import redis
 import yaml
 from kubernetes import client
 
+from icache_install.manifests_cli import render
 from reconciler.celery_app import make_app
 from reconciler.cli_common import add_common_arguments
 from reconciler.kube import ApiError, Kube
 from reconciler.redis_settings import redis_url
 from reconciler.workqueue import QueueSettings, WorkQueue
 from shared import redis_auth
-from shared.manifests_cli import render
 from tests.harness.controlplane import (
     ControlPlane,
     free_port,
@@ -63,7 +63,7 @@ def compose_interpolate(args: list[str], env: dict[str, str]) -> list[str]:
 def install_redis_args() -> list[str]:
     (deployment,) = [
         d
-        for d in render(ROOT / "manifests")
+        for d in render()
         if d["kind"] == "Deployment" and d["metadata"]["name"] == "inference-cache-redis"
     ]
     (container,) = deployment["spec"]["template"]["spec"]["containers"]

@@ -19,10 +19,10 @@ from typing import Any
 
 import httpx
 
-from shared.manifests_cli import render
+from icache_install.manifests_cli import render
 from shared.quantity import parse_quantity
 from tests.harness.controlplane import free_port, tail, terminate_process_group, wait_until
-from tests.samples import ROOT, SAMPLES_DIR
+from tests.samples import SAMPLES_DIR
 from tests.webhook_process import spawn_webhook
 from webhook_svc import serve
 from webhook_svc.app import PATH_MUTATE_CB, PATH_MUTATE_POD, PATH_VALIDATE_CB
@@ -35,7 +35,7 @@ HEALTH_TIMEOUT = 2.0  # the readinessProbe's timeoutSeconds
 def _container() -> dict[str, Any]:
     (deployment,) = [
         d
-        for d in render(ROOT / "manifests")
+        for d in render()
         if d["kind"] == "Deployment" and d["metadata"]["name"] == "inference-cache-webhook"
     ]
     (container,) = deployment["spec"]["template"]["spec"]["containers"]

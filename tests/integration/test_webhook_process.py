@@ -1,7 +1,8 @@
 """`icache webhook` as a process: plain-HTTP replay with curl-like clients, and TLS reload.
 
-ARCHITECTURE "Contracts": `icache webhook --insecure --port N --backends-from DIR` serves
-plain HTTP with CacheBackends from YAML files; TLS files are reloaded when they change.
+docs/architecture.md "Contracts": `icache webhook --insecure --port N --backends-from
+DIR` serves plain HTTP with CacheBackends from YAML files; TLS files are reloaded when
+they change.
 """
 
 from __future__ import annotations

@@ -27,8 +27,8 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from icache_install.manifests_cli import render
 from reconciler.kube import Kube
-from shared.manifests_cli import render
 from tests.harness.controlplane import (
     ControlPlane,
     free_port,
@@ -62,7 +62,7 @@ def webhook_docs() -> list[dict[str, Any]]:
     """The install's webhook ServiceAccount and RBAC, in a namespace of their own, the
     cluster-scoped names suffixed (other tests install the same names)."""
     out = []
-    for doc in render(ROOT / "manifests", namespace=SYSTEM_NS):
+    for doc in render(namespace=SYSTEM_NS):
         if doc["kind"] == "Namespace" or (
             doc["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding")
             and doc["metadata"]["name"] == "inference-cache-webhook"

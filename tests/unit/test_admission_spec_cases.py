@@ -1,4 +1,4 @@
-"""CacheBackend admission, case by case from docs/spec (cachebackend-api.md), over HTTP.
+"""CacheBackend admission, case by case from the spec (docs/api.md), over HTTP.
 
 Every AdmissionReview below goes through the real FastAPI app (the routes `icache
 webhook --insecure --backends-from manifests/samples` serves) exactly as a replay with
@@ -28,6 +28,7 @@ from fastapi.testclient import TestClient
 
 from shared.runtime_adapters import registry
 from shared.runtime_adapters.base import InjectContext
+from tests.builders import cb, external, managed
 from tests.samples import SAMPLES_DIR, sample_backends
 from webhook_svc.app import PATH_MUTATE_CB, PATH_VALIDATE_CB, create_app
 from webhook_svc.backend_files import load_backends
@@ -41,17 +42,6 @@ UID = "3f1b7c2e-0d55-4c1c-9f3e-2d7a1e0b9c41"
 def client() -> TestClient:
     app = create_app(FileBackendSource(SAMPLES_DIR, load_backends), InjectContext())
     return TestClient(app)
-
-
-def cb(spec: Any = None, name: str = "cache", *, no_spec: bool = False, **meta: Any) -> Any:
-    obj: dict[str, Any] = {
-        "apiVersion": "inferencecache.io/v1alpha1",
-        "kind": "CacheBackend",
-        "metadata": {"name": name, "namespace": NS, **meta},
-    }
-    if not no_spec:
-        obj["spec"] = spec
-    return obj
 
 
 def review(
@@ -122,14 +112,6 @@ HICACHE = {
 }
 EVENTS_ONLY = {"runtime": "VLLM", "integration": {"mode": "EventsOnly"}}
 HOST_NETWORK = {"engineHostNetwork": True}
-
-
-def managed(provider: str, **extra: Any) -> dict[str, Any]:
-    return {"provider": provider, "ownership": "Managed", **extra}
-
-
-def external(provider: str, endpoint: Any, **extra: Any) -> dict[str, Any]:
-    return {"provider": provider, "ownership": "External", "endpoint": endpoint, **extra}
 
 
 MANAGED_LMCACHE = {**VLLM, "remoteStorage": managed("LMCacheServer")}

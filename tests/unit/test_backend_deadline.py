@@ -8,8 +8,7 @@ from typing import Any
 
 import pytest
 
-from shared.manifests_cli import render
-from tests.samples import ROOT
+from icache_install.manifests_cli import render
 from webhook_svc.backend_source import DEFAULT_LIST_TIMEOUT_SECONDS, DeadlineSource
 
 
@@ -41,7 +40,7 @@ def test_a_list_inside_its_budget_passes_the_items_through() -> None:
 def test_the_default_budget_is_well_inside_the_pod_webhook_timeout() -> None:
     (pod_hook,) = [
         w
-        for d in render(ROOT / "manifests")
+        for d in render()
         if d["kind"] == "MutatingWebhookConfiguration"
         for w in d["webhooks"]
         if w["name"] == "mpod.inferencecache.io"

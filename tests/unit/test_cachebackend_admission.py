@@ -14,21 +14,13 @@ import pytest
 
 from shared.defaulting import default_cachebackend
 from shared.validation.rules import MOONCAKE_HOST_NETWORK_WARNING
+from tests.builders import cb
 from tests.samples import sample_backends
 from webhook_svc import cachebackend_admission as admission
 from webhook_svc.admission_review import AdmissionRequest, parse_review
 from webhook_svc.cachebackend_admission import mutate_cachebackend, validate_cachebackend
 
 NS = "team-a"
-
-
-def cb(spec: Any, name: str = "cache", **meta: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "inferencecache.io/v1alpha1",
-        "kind": "CacheBackend",
-        "metadata": {"name": name, "namespace": NS, **meta},
-        "spec": spec,
-    }
 
 
 def request(

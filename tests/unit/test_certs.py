@@ -1,4 +1,4 @@
-"""The pure certificate logic behind `icache certs` (shared/certs.py)."""
+"""The pure certificate logic behind `icache certs` (icache_install/certs.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from shared import certs
+from icache_install import certs
 
 NOW = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 HOSTS = certs.service_hosts("inference-cache-webhook", "inference-cache-system")

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from shared.manifests_cli import split_image
+from icache_install.manifests_cli import split_image
 from tests.harness.controlplane import (
     free_port,
     spawn_in_own_group,

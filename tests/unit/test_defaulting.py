@@ -9,17 +9,8 @@ import pytest
 
 from shared.api.defaults import with_schema_defaults
 from shared.defaulting import default_cachebackend
+from tests.builders import cb
 from tests.samples import sample_backends
-
-
-def cb(spec: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "apiVersion": "inferencecache.io/v1alpha1",
-        "kind": "CacheBackend",
-        "metadata": {"name": "cb", "namespace": "ns"},
-        "spec": spec,
-    }
-
 
 MANAGED = {"provider": "LMCacheServer", "ownership": "Managed"}
 

@@ -28,9 +28,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from shared import certs
+from icache_install import certs
+from icache_install.manifests_cli import render, split_image
 from shared.cli import SUBCOMMANDS
-from shared.manifests_cli import render, split_image
 from tests.harness.controlplane import (
     free_port,
     spawn_in_own_group,
@@ -47,7 +47,7 @@ IMAGES = {
     "webhook": "ghcr.io/inference-cache/webhook",
     "worker": "ghcr.io/inference-cache/worker",
 }
-PACKAGES = ("shared", "webhook_svc", "reconciler")
+PACKAGES = ("shared", "webhook_svc", "reconciler", "icache_install")
 BUILD_TOOLS = re.compile(r"\b(gcc|g\+\+|cc|make|build-essential|clang|apt-get|apk|pip install)\b")
 SECRET_NAMES = re.compile(r"PASSWORD|PASSWD|TOKEN|SECRET|API_?KEY|PRIVATE|CREDENTIAL", re.I)
 
@@ -134,6 +134,19 @@ def test_builder_installs_the_project_with_constraints(image: str) -> None:
     assert any(re.search(r"pip install -c constraints\.txt \.(\s|$)", run) for run in installs)
 
 
+def test_install_tooling_ships_in_the_worker_image_only() -> None:
+    """Issue 13 item 3: the installers are out of the core; the webhook image runs
+    only the webhook, the worker image also carries `icache certs/manifests`."""
+    copied = {
+        image: {i.args.split()[0] for i in parse(path) if i.keyword == "COPY"}
+        for image, path in DOCKERFILES.items()
+    }
+    assert "icache_install" in copied["worker"]
+    assert "manifests" in copied["worker"]
+    assert "icache_install" not in copied["webhook"]
+    assert "manifests" not in copied["webhook"]
+
+
 def test_runtime_stage_copies_the_venv_and_has_no_build_tools(
     image: str, final: list[Instruction]
 ) -> None:
@@ -156,7 +169,7 @@ def test_runs_as_a_numeric_non_root_user_the_manifests_agree_with(
     uid, _, gid = users[-1].partition(":")
     assert uid.isdigit() and int(uid) != 0 and (not gid or gid.isdigit() and int(gid) != 0)
     # Every Deployment running this image asks for the same uid.
-    for doc in render(ROOT / "manifests"):
+    for doc in render():
         if doc["kind"] != "Deployment":
             continue
         pod = doc["spec"]["template"]["spec"]
@@ -229,7 +242,7 @@ def test_webhook_exposes_the_port_the_deployment_uses() -> None:
     (expose,) = [i.args for i in final if i.keyword == "EXPOSE"]
     (deployment,) = [
         d
-        for d in render(ROOT / "manifests")
+        for d in render()
         if d["kind"] == "Deployment" and d["metadata"]["name"] == "inference-cache-webhook"
     ]
     ports = deployment["spec"]["template"]["spec"]["containers"][0]["ports"]
@@ -334,7 +347,7 @@ def test_wheel_has_the_icache_entry_point(wheel: zipfile.ZipFile) -> None:
     assert re.search(r"^\[console_scripts\]\s*\nicache = shared\.cli:main\s*$", entry_points, re.M)
 
 
-def test_wheel_has_the_three_packages_and_every_subcommand(wheel: zipfile.ZipFile) -> None:
+def test_wheel_has_the_four_packages_and_every_subcommand(wheel: zipfile.ZipFile) -> None:
     names = set(wheel.namelist())
     for package in PACKAGES:
         assert f"{package}/__init__.py" in names

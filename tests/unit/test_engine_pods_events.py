@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 
-from reconciler import kube as k
 from reconciler import metrics
 from reconciler.dispatcher import Dispatcher, pod_backend_key, t2_hit_rate
 from reconciler.pod_events import (
@@ -21,6 +20,7 @@ from reconciler.pod_events import (
     relevant,
     skipped_by_operator_event,
 )
+from tests.fakes import FakeKube
 
 NOW = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
 
@@ -119,31 +119,16 @@ def test_pod_event_object_targets_the_pod_by_uid() -> None:
 # ------------------------------------------------------------------ the shell
 
 
-class FakeKube:
-    def __init__(self, backends: dict[str, str]) -> None:
-        self.backends = backends  # "ns/name" -> uid
-        self.events: dict[str, dict[str, Any]] = {}
-        self.calls: list[tuple[str, str]] = []
-        self.fail_get = False
-
-    def get_or_none(self, res: k.Resource, ns: str, name: str) -> dict[str, Any] | None:
-        self.calls.append(("get", f"{ns}/{name}"))
-        if self.fail_get:
-            raise k.ApiError(503, "Unavailable")
-        uid = self.backends.get(f"{ns}/{name}")
-        return None if uid is None else {"metadata": {"name": name, "uid": uid}}
-
-    def create(self, res: k.Resource, ns: str, body: dict[str, Any]) -> dict[str, Any]:
-        name = body["metadata"]["name"]
-        self.calls.append(("create", name))
-        if name in self.events:
-            raise k.ApiError(409, "AlreadyExists")
-        self.events[name] = body
-        return body
+def kube_with(backends: dict[str, str]) -> FakeKube:
+    """A FakeKube holding CacheBackends "namespace/name" -> uid."""
+    kube = FakeKube()
+    for key, uid in backends.items():
+        kube.put_backend(key, uid)
+    return kube
 
 
 def recorder(kube: FakeKube) -> EnginePodEvents:
-    return EnginePodEvents(kube, "dispatcher-1", clock=lambda: NOW)  # type: ignore[arg-type]
+    return EnginePodEvents(kube, "dispatcher-1", clock=lambda: NOW)
 
 
 def reasons(kube: FakeKube) -> list[str]:
@@ -151,7 +136,7 @@ def reasons(kube: FakeKube) -> list[str]:
 
 
 def test_records_each_event_once_across_updates() -> None:
-    kube = FakeKube({"ns/cb": "u1"})
+    kube = kube_with({"ns/cb": "u1"})
     rec = recorder(kube)
     p = pod(INJECTED)
     rec.observe("ADDED", p)
@@ -162,7 +147,7 @@ def test_records_each_event_once_across_updates() -> None:
 
 
 def test_a_second_recorder_upserts_nothing_new() -> None:
-    kube = FakeKube({"ns/cb": "u1"})
+    kube = kube_with({"ns/cb": "u1"})
     recorder(kube).observe("ADDED", pod(INJECTED))
     recorder(kube).observe("ADDED", pod(INJECTED))  # a new leader: 409, nothing new
     assert reasons(kube) == ["InjectedByCacheBackend"]
@@ -172,7 +157,7 @@ def test_an_already_recorded_event_409_is_done_not_retried() -> None:
     """Contract Notes: 'a re-enqueue across controller restarts upserts the existing
     event rather than spamming' — the 409 on the deterministic Event name means
     'recorded before', so the new leader marks it done instead of retrying it."""
-    kube = FakeKube({"ns/cb": "u1"})
+    kube = kube_with({"ns/cb": "u1"})
     recorder(kube).observe("ADDED", pod(INJECTED))
     second = recorder(kube)
     second.observe("ADDED", pod(INJECTED))
@@ -185,40 +170,40 @@ def test_an_already_recorded_event_409_is_done_not_retried() -> None:
 
 
 def test_mismatch_and_not_found_are_final_skips() -> None:
-    kube = FakeKube({"ns/cb": "recreated"})
+    kube = kube_with({"ns/cb": "recreated"})
     rec = recorder(kube)
     rec.observe("ADDED", pod(INJECTED))
     rec.observe("MODIFIED", pod(INJECTED))
     assert kube.events == {}
     assert kube.calls == [("get", "ns/cb")]  # decided once
-    gone = FakeKube({})
+    gone = kube_with({})
     rec = recorder(gone)
     rec.observe("ADDED", pod(INJECTED))
     assert gone.events == {}
 
 
 def test_pods_of_one_backend_cost_one_lookup_but_a_miss_is_always_rechecked() -> None:
-    kube = FakeKube({"ns/cb": "u1"})
+    kube = kube_with({"ns/cb": "u1"})
     rec = recorder(kube)
     for i in range(3):
         rec.observe("ADDED", pod(INJECTED, name=f"e{i}", uid=f"p{i}"))
     assert reasons(kube) == ["InjectedByCacheBackend"] * 3
     assert [c for c in kube.calls if c[0] == "get"] == [("get", "ns/cb")]
     # The CR is recreated: a pod stamped with the new UID is checked live, not skipped.
-    kube.backends["ns/cb"] = "u2"
+    kube.put_backend("ns/cb", "u2")
     rec.observe("ADDED", pod({**INJECTED, "inferencecache.io/injected-by-uid": "u2"}, uid="p9"))
     assert reasons(kube) == ["InjectedByCacheBackend"] * 4
 
 
 def test_skipped_pod_gets_skipped_by_operator_without_a_lookup() -> None:
-    kube = FakeKube({})
+    kube = kube_with({})
     recorder(kube).observe("ADDED", pod(SKIPPED))
     assert reasons(kube) == ["SkippedByOperator"]
     assert all(call[0] == "create" for call in kube.calls)
 
 
 def test_lookup_errors_are_retried() -> None:
-    kube = FakeKube({"ns/cb": "u1"})
+    kube = kube_with({"ns/cb": "u1"})
     kube.fail_get = True
     rec = recorder(kube)
     rec.observe("ADDED", pod(INJECTED))
@@ -231,7 +216,7 @@ def test_lookup_errors_are_retried() -> None:
 
 
 def test_pods_without_uid_terminating_or_unmarked_are_ignored() -> None:
-    kube = FakeKube({"ns/cb": "u1"})
+    kube = kube_with({"ns/cb": "u1"})
     rec = recorder(kube)
     rec.observe("ADDED", pod(INJECTED, uid=""))
     terminating = pod(INJECTED)
@@ -242,7 +227,7 @@ def test_pods_without_uid_terminating_or_unmarked_are_ignored() -> None:
 
 
 def test_deleted_pods_are_forgotten() -> None:
-    kube = FakeKube({"ns/cb": "u1"})
+    kube = kube_with({"ns/cb": "u1"})
     rec = recorder(kube)
     rec.observe("ADDED", pod(INJECTED))
     rec.observe("DELETED", pod(INJECTED))

@@ -1,7 +1,7 @@
 """The install manifests (manifests/) and `icache manifests`, statically.
 
 What the real API server thinks of them is in tests/integration/test_install_manifests.py
-and test_rbac.py; here: the renderer, and the rules the install must keep (pinned
+and test_rbac.py; here: `icache manifests`, and the rules the install must keep (pinned
 images, hardened pods, webhook registration matching the app's routes, names that
 refer to each other resolving).
 """
@@ -17,22 +17,22 @@ from typing import Any
 import pytest
 import yaml
 
+from icache_install import certs, manifests_cli
+from icache_install.manifests_cli import render, split_image
 from reconciler.server_client import DEFAULT_TOKEN_PATH
-from shared import certs, manifests_cli, redis_auth
+from shared import redis_auth
 from shared.cli import SUBCOMMANDS
-from shared.manifests_cli import RenderError, render, split_image
 from shared.quantity import parse_quantity
 from tests.samples import ROOT
 from webhook_svc.app import PATH_MUTATE_CB, PATH_MUTATE_POD, PATH_VALIDATE_CB
 
 MANIFESTS = ROOT / "manifests"
 NAMESPACE = "inference-cache-system"
-CERT_MANAGER = MANIFESTS / "overlays" / "cert-manager"
 
 
 @pytest.fixture(scope="module")
 def docs() -> list[dict[str, Any]]:
-    return render(MANIFESTS)
+    return render()
 
 
 def one(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
@@ -93,9 +93,21 @@ def test_the_crd_is_the_checked_in_one(docs: list[dict[str, Any]]) -> None:
     )
 
 
+CLUSTER_SCOPED = frozenset(
+    {
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "CustomResourceDefinition",
+        "MutatingWebhookConfiguration",
+        "Namespace",
+        "ValidatingWebhookConfiguration",
+    }
+)
+
+
 def test_everything_namespaced_is_in_the_install_namespace(docs: list[dict[str, Any]]) -> None:
     for doc in docs:
-        if doc["kind"] in manifests_cli.CLUSTER_SCOPED:
+        if doc["kind"] in CLUSTER_SCOPED:
             assert "namespace" not in doc["metadata"], doc["kind"]
         else:
             assert doc["metadata"]["namespace"] == NAMESPACE, doc["kind"]
@@ -380,7 +392,7 @@ def test_worker_presents_an_audience_bound_projected_token(docs: list[dict[str, 
 
 
 def test_cert_manager_variant_issues_the_secret_the_webhook_mounts() -> None:
-    docs = render(CERT_MANAGER)
+    docs = render("cert-manager")
     serving = one(docs, "Certificate", "inference-cache-webhook")
     assert serving["spec"]["secretName"] == "inference-cache-webhook-tls"
     assert serving["spec"]["dnsNames"] == certs.service_hosts("inference-cache-webhook", NAMESPACE)
@@ -396,7 +408,7 @@ def test_cert_manager_variant_issues_the_secret_the_webhook_mounts() -> None:
             annotations["cert-manager.io/inject-ca-from"] == f"{NAMESPACE}/inference-cache-webhook"
         )
     # Everything else is the default install.
-    default = {(d["kind"], d["metadata"]["name"]) for d in render(MANIFESTS)}
+    default = {(d["kind"], d["metadata"]["name"]) for d in render()}
     assert default < {(d["kind"], d["metadata"]["name"]) for d in docs}
 
 
@@ -404,7 +416,7 @@ def test_cert_manager_variant_issues_the_secret_the_webhook_mounts() -> None:
 
 
 def test_namespace_override_leaves_nothing_in_the_old_namespace() -> None:
-    docs = render(CERT_MANAGER, namespace="cache-ops")
+    docs = render("cert-manager", namespace="cache-ops")
     assert NAMESPACE not in yaml.safe_dump_all(docs)
     assert one(docs, "Namespace", "cache-ops")
     hook = webhooks(docs)["mpod.inferencecache.io"]
@@ -426,7 +438,7 @@ def test_namespace_override_leaves_nothing_in_the_old_namespace() -> None:
 
 
 def test_image_tag_retags_our_images_only() -> None:
-    docs = render(MANIFESTS, image_tag="0.2.0-rc.1")
+    docs = render(image_tag="0.2.0-rc.1")
     images = sorted({c["image"] for d in deployments(docs) for c in containers(d)})
     assert images == [
         "docker.io/library/redis:7.4.2-alpine",
@@ -449,159 +461,37 @@ def test_split_image(image: str, expected: tuple[str, str | None, str | None]) -
     assert split_image(image) == expected
 
 
-# --------------------------------------------------------------------------- the renderer's edges
+# --------------------------------------------------------------------------- the command
 
 
-def _write(directory: Path, files: dict[str, Any]) -> Path:
-    for name, content in files.items():
-        path = directory / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        text = content if isinstance(content, str) else yaml.safe_dump_all(content)
-        path.write_text(text)
-    return directory
-
-
-CONFIGMAP = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "1"}}
-DEPLOYMENT = {
-    "apiVersion": "apps/v1",
-    "kind": "Deployment",
-    "metadata": {"name": "d"},
-    "spec": {
-        "template": {"spec": {"containers": [{"name": "x", "image": "img:1", "args": ["a"]}]}}
-    },
-}
-
-
-def test_unsupported_kustomization_fields_are_refused(tmp_path: Path) -> None:
-    _write(
-        tmp_path,
-        {
-            "kustomization.yaml": [
-                {
-                    "resources": ["cm.yaml"],
-                    "configMapGenerator": [{"name": "x"}],
-                    "namePrefix": "p-",
-                }
-            ],
-            "cm.yaml": [CONFIGMAP],
-        },
-    )
-    with pytest.raises(RenderError, match="configMapGenerator, namePrefix; use kustomize"):
-        render(tmp_path)
-
-
-def test_strategic_merge_patches_with_lists_are_refused(tmp_path: Path) -> None:
-    patch = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"}}
-    patch["spec"] = {"template": {"spec": {"containers": [{"name": "x", "image": "img:2"}]}}}
-    _write(
-        tmp_path,
-        {
-            "kustomization.yaml": [
-                {"resources": ["d.yaml"], "patches": [{"patch": yaml.safe_dump(patch)}]}
-            ],
-            "d.yaml": [DEPLOYMENT],
-        },
-    )
-    with pytest.raises(RenderError, match="use a JSON6902 patch"):
-        render(tmp_path)
-
-
-def test_json6902_and_map_patches_and_deletion(tmp_path: Path) -> None:
-    ops = [{"op": "replace", "path": "/spec/template/spec/containers/0/args", "value": ["b"]}]
-    _write(
-        tmp_path,
-        {
-            "kustomization.yaml": [
-                {
-                    "resources": ["d.yaml", "cm.yaml"],
-                    "patches": [
-                        {
-                            "target": {"kind": "Deployment", "name": "d"},
-                            "patch": yaml.safe_dump(ops),
-                        },
-                        {"path": "merge.yaml"},
-                    ],
-                    "components": ["drop"],
-                }
-            ],
-            "d.yaml": [DEPLOYMENT],
-            "cm.yaml": [CONFIGMAP, {**CONFIGMAP, "metadata": {"name": "gone"}}],
-            "merge.yaml": [
-                {
-                    "apiVersion": "v1",
-                    "kind": "ConfigMap",
-                    "metadata": {"name": "c"},
-                    "data": {"a": None, "b": "2"},
-                }
-            ],
-            "drop/kustomization.yaml": [
-                {
-                    "apiVersion": "kustomize.config.k8s.io/v1alpha1",
-                    "kind": "Component",
-                    "patches": [
-                        {
-                            "patch": "$patch: delete\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: gone\n"
-                        }
-                    ],
-                }
-            ],
-        },
-    )
-    docs = render(tmp_path)
-    assert [d["metadata"]["name"] for d in docs] == ["c", "d"]
-    assert one(docs, "ConfigMap", "c")["data"] == {"b": "2"}
-    assert containers(one(docs, "Deployment", "d"))[0]["args"] == ["b"]
-
-
-def test_a_patch_that_matches_nothing_is_an_error(tmp_path: Path) -> None:
-    _write(
-        tmp_path,
-        {
-            "kustomization.yaml": [{"resources": ["cm.yaml"], "patches": [{"path": "p.yaml"}]}],
-            "cm.yaml": [CONFIGMAP],
-            "p.yaml": [
-                {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "nope"}, "data": {}}
-            ],
-        },
-    )
-    with pytest.raises(RenderError, match="no resource matches"):
-        render(tmp_path)
-
-
-def test_duplicates_missing_files_and_remote_resources_are_errors(tmp_path: Path) -> None:
-    _write(
-        tmp_path / "dup",
-        {
-            "kustomization.yaml": [{"resources": ["a.yaml", "b.yaml"]}],
-            "a.yaml": [CONFIGMAP],
-            "b.yaml": [CONFIGMAP],
-        },
-    )
-    with pytest.raises(RenderError, match="already defined"):
-        render(tmp_path / "dup")
-    _write(tmp_path / "missing", {"kustomization.yaml": [{"resources": ["nope.yaml"]}]})
-    with pytest.raises(RenderError, match="does not exist"):
-        render(tmp_path / "missing")
-    _write(
-        tmp_path / "remote", {"kustomization.yaml": [{"resources": ["https://example.com/x.yaml"]}]}
-    )
-    with pytest.raises(RenderError, match="remote resource"):
-        render(tmp_path / "remote")
-
-
-def test_the_command_prints_yaml_and_fails_cleanly(
+def test_the_command_prints_the_rendered_file_and_fails_cleanly(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    args = argparse.Namespace(variant="default", kustomization=None, namespace=None, image_tag=None)
+    args = argparse.Namespace(variant="default", manifests_dir=None, namespace=None, image_tag=None)
     assert manifests_cli.run(args) == 0
-    printed = [d for d in yaml.safe_load_all(capsys.readouterr().out) if d]
-    assert printed == render(MANIFESTS)
-    args.kustomization = tmp_path
-    assert manifests_cli.run(args) == 1
-    assert "no kustomization.yaml" in capsys.readouterr().err
-    args.kustomization = tmp_path / "absent"
+    out = capsys.readouterr().out
+    assert out == (MANIFESTS / "rendered" / "install.yaml").read_text()
+    assert [d for d in yaml.safe_load_all(out) if d] == render()
+    args.image_tag = "9.9.9"
+    assert manifests_cli.run(args) == 0
+    assert [d for d in yaml.safe_load_all(capsys.readouterr().out) if d] == render(
+        image_tag="9.9.9"
+    )
+    args.manifests_dir = tmp_path / "absent"
     assert manifests_cli.run(args) == 1
     assert "ICACHE_MANIFESTS_DIR" in capsys.readouterr().err
+    args.image_tag = None
+    assert manifests_cli.run(args) == 1
+    assert "no rendered manifests" in capsys.readouterr().err
+
+
+def test_each_variant_has_a_rendered_file_with_its_source() -> None:
+    """manifests/rendered/ holds one kustomize rendering per variant (issue 13 item 3);
+    test_kustomize_parity.py checks they are current."""
+    for file, source in manifests_cli.VARIANTS.values():
+        text = (MANIFESTS / "rendered" / file).read_text()
+        assert text.startswith("# Generated by `make manifests`"), file
+        assert (MANIFESTS / source / "kustomization.yaml").is_file()
 
 
 # Issue 12 item 4 and docs/install.md "Webhook memory": per worker, the warmed-up

@@ -281,3 +281,32 @@ def test_field_level_patch_round_trips() -> None:
     ops = pod_admission.field_level_patch(before, after)
     assert jsonpatch.apply_patch(before, ops) == after
     assert all(op["path"] not in ("", "/spec", "/metadata") for op in ops)
+
+
+@pytest.mark.parametrize(
+    ("obj", "operation", "backends", "expected"),
+    [
+        (make_pod(), "CREATE", [make_backend()], ("injected", "injected")),
+        (make_pod(), "UPDATE", [make_backend()], ("skipped", "operation_not_create")),
+        ("a string", "CREATE", [make_backend()], ("fail_open", "decode_error")),
+        (make_pod(), "CREATE", [], ("fail_open", "no_match")),
+        (
+            make_pod(annotations={c.ANNOTATION_SKIP_INJECT: "true"}),
+            "CREATE",
+            [make_backend()],
+            ("skipped", "skip_inject_annotation"),
+        ),
+    ],
+    ids=["injected", "not-create", "decode-error", "no-match", "skip-inject"],
+)
+def test_the_decision_is_in_the_response_audit_annotations(
+    obj: Any, operation: str, backends: list[dict[str, Any]], expected: tuple[str, str]
+) -> None:
+    """Issue 13 item 5: the response says why, so a fail-open for one reason cannot
+    pass as another over HTTP. auditAnnotations (the API server records them in the
+    audit log, prefixed with the webhook name) carry the outcome and reason the
+    metric counts and the log line states."""
+    review, outcome, reason = mutate_pod(request(obj, operation), lister(*backends), CTX)
+    assert_allowed(review)
+    assert (outcome, reason) == expected
+    assert review["response"]["auditAnnotations"] == {"outcome": outcome, "reason": reason}

@@ -9,13 +9,13 @@ the response is ``allowed: true``; the patch is minimal (no op on an unchanged p
 never a whole-object/spec/metadata replace); re-admitting the result yields NO patch.
 
 Sources, cited in each case's id or comment:
-  [PW]  cachebackend-api.md "Mutating Pod webhook (engine wiring)" (table rows)
+  [PW]  docs/api.md "The Pod webhook (engine wiring)" (table rows)
   [SGL] "SGLang LMCache MP mode"       [HC]  "SGLang native HiCache"
   [EO]  "Events-only mode"             [MC]  "Mooncake provider configuration"
   [KC]  "LMCache client kernels"       [OV]  "Engine-injection overrides"
   [RS]  "Reserved declarations"        [EXT] "Externally owned remote storage"
-  [IP]  "Index Participation"          [SC]  server-contract.md (subscriber, engine flags)
-  [AR]  ARCHITECTURE.md (embedded mode: other kinds ignored, status honoured)
+  [IP]  "Index Participation"          [SC]  docs/server-contract.md (subscriber, engine flags)
+  [AR]  docs/architecture.md (embedded mode: other kinds ignored, status honoured)
 """
 
 from __future__ import annotations
@@ -34,6 +34,17 @@ from fastapi.testclient import TestClient
 
 from shared import constants as c
 from shared.runtime_adapters.base import InjectContext
+from tests import builders
+from tests.builders import (
+    ENGINE_LABELS,
+    MODEL,
+    REPLICASET_OWNER,
+    UID,
+    VLLM_IMAGE,
+    backend,
+    external,
+    managed,
+)
 from webhook_svc.app import PATH_MUTATE_POD, create_app
 from webhook_svc.backend_files import load_backends
 from webhook_svc.backend_source import FileBackendSource
@@ -41,9 +52,6 @@ from webhook_svc.backend_source import FileBackendSource
 IMG = "ghcr.io/example/kvevent-subscriber:v1"
 SERVER = InjectContext().server_address
 NS = "team-a"
-MODEL = "Qwen/Qwen3-8B"
-UID = "0c8f5a0e-1111-4c3a-9d55-5f4f6c1e2a01"
-VLLM_IMAGE = "vllm/vllm-openai:v0.11.0"
 SGLANG_IMAGE = "lmsysorg/sglang:v0.5.3"
 INJECTED_BY = c.ANNOTATION_INJECTED_BY
 INJECTED_BY_UID = c.ANNOTATION_INJECTED_BY_UID
@@ -168,77 +176,17 @@ def assert_minimal(
         assert before == after
 
 
-def review_ok_without_patch(hook: Webhook, obj: Any, **kw: Any) -> None:
+def review_ok_without_patch(hook: Webhook, obj: Any, *, reason: str, **kw: Any) -> None:
+    """Admitted unchanged, and for ``reason``: the response's auditAnnotations carry
+    the decision, so a fail-open for one reason cannot pass as another (issue 13 item
+    5: "no patch" alone let any fail-open pass as no_match)."""
     review = hook.post(obj, **kw)
     assert "patch" not in review["response"], ops_of(review)
+    decision = review["response"]["auditAnnotations"]
+    assert decision["reason"] == reason, decision
 
 
 # ---------------------------------------------------------------------- builders
-
-
-def backend(
-    name: str = "cache",
-    *,
-    runtime: str = "VLLM",
-    type_: str | None = None,
-    namespace: str | None = NS,
-    selector: dict[str, str] | None = None,
-    no_selector: bool = False,
-    remote: dict[str, Any] | None = None,
-    status_endpoint: str | None = None,
-    integration: dict[str, Any] | None = None,
-    model_id: str | None = MODEL,
-    annotations: dict[str, str] | None = None,
-    uid: str | None = UID,
-    **spec: Any,
-) -> dict[str, Any]:
-    body: dict[str, Any] = {"runtime": runtime}
-    if type_:
-        body["type"] = type_
-    if not no_selector:
-        body["engineSelector"] = {"matchLabels": selector or {"app": "engine"}}
-    if remote is not None:
-        body["remoteStorage"] = remote
-    if integration is not None:
-        body["integration"] = integration
-    if model_id:
-        body["observation"] = {"modelID": model_id}
-    body.update(spec)
-    metadata: dict[str, Any] = {"name": name}
-    if namespace is not None:
-        metadata["namespace"] = namespace
-    if uid:
-        metadata["uid"] = uid
-    if annotations:
-        metadata["annotations"] = annotations
-    out: dict[str, Any] = {
-        "apiVersion": "inferencecache.io/v1alpha1",
-        "kind": "CacheBackend",
-        "metadata": metadata,
-        "spec": body,
-    }
-    if status_endpoint is not None:
-        out["status"] = {
-            "endpoint": status_endpoint,
-            "conditions": [
-                {
-                    "type": "Ready",
-                    "status": "True",
-                    "reason": "BackendReady",
-                    "message": "ok",
-                    "lastTransitionTime": "2026-01-01T00:00:00Z",
-                }
-            ],
-        }
-    return out
-
-
-def managed(provider: str) -> dict[str, Any]:
-    return {"provider": provider, "ownership": "Managed"}
-
-
-def external(provider: str, endpoint: str) -> dict[str, Any]:
-    return {"provider": provider, "ownership": "External", "endpoint": endpoint}
 
 
 def vllm(**extra: Any) -> dict[str, Any]:
@@ -264,37 +212,17 @@ GPU = {"limits": {"nvidia.com/gpu": "1"}}
 
 
 def pod(
-    *containers: dict[str, Any],
-    labels: dict[str, str] | None = None,
-    annotations: dict[str, str] | None = None,
-    namespace: str | None = NS,
-    **spec: Any,
+    *containers: dict[str, Any], labels: dict[str, str] | None = None, **kw: Any
 ) -> dict[str, Any]:
-    """A pod as a ReplicaSet creates it: generateName only, ownerReferences."""
-    metadata: dict[str, Any] = {
-        "generateName": "engine-7d9f8b6c5-",
-        "labels": {"app": "engine", "pod-template-hash": "7d9f8b6c5"} if labels is None else labels,
-        "ownerReferences": [
-            {
-                "apiVersion": "apps/v1",
-                "kind": "ReplicaSet",
-                "name": "engine-7d9f8b6c5",
-                "uid": "rs-uid",
-                "controller": True,
-                "blockOwnerDeletion": True,
-            }
-        ],
-    }
-    if namespace is not None:
-        metadata["namespace"] = namespace
-    if annotations is not None:
-        metadata["annotations"] = annotations
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": metadata,
-        "spec": {"containers": list(containers) or [vllm()], **spec},
-    }
+    """A pod as a Deployment's ReplicaSet creates it: generateName only, the
+    pod-template-hash label, the ReplicaSet's ownerReference; one vLLM by default."""
+    return builders.pod(
+        *(containers or (vllm(),)),
+        labels={**ENGINE_LABELS, "pod-template-hash": "7d9f8b6c5"} if labels is None else labels,
+        generate_name="engine-7d9f8b6c5-",
+        owner=REPLICASET_OWNER,
+        **kw,
+    )
 
 
 def vllm_env(
@@ -423,7 +351,7 @@ def test_pw_selection_nil_and_empty_selectors_are_skipped(hook: Webhook) -> None
     empty = backend("b-empty")
     empty["spec"]["engineSelector"] = {"matchLabels": {}}
     hook.write(nil, empty)
-    review_ok_without_patch(hook, pod())
+    review_ok_without_patch(hook, pod(), reason="no_match")
     hook.write(backend("c-real", uid="uid-c"))
     result, _ = hook.admit(pod())
     assert result["metadata"]["annotations"][INJECTED_BY] == f"{NS}/c-real"
@@ -432,7 +360,7 @@ def test_pw_selection_nil_and_empty_selectors_are_skipped(hook: Webhook) -> None
 def test_pw_selection_every_match_label_must_be_on_the_pod(hook: Webhook) -> None:
     # [PW] "matches pod.Labels against each Spec.EngineSelector.MatchLabels" (subset).
     hook.write(backend(selector={"app": "engine", "tier": "gpu"}))
-    review_ok_without_patch(hook, pod())
+    review_ok_without_patch(hook, pod(), reason="no_match")
     result, _ = hook.admit(pod(labels={"app": "engine", "tier": "gpu", "extra": "x"}))
     assert result["metadata"]["annotations"][INJECTED_BY] == f"{NS}/cache"
 
@@ -440,7 +368,7 @@ def test_pw_selection_every_match_label_must_be_on_the_pod(hook: Webhook) -> Non
 def test_pw_selection_other_namespace_never_matches(hook: Webhook) -> None:
     # [PW] "Lists CacheBackends in the pod's namespace".
     hook.write(backend(namespace="team-b"))
-    review_ok_without_patch(hook, pod())
+    review_ok_without_patch(hook, pod(), reason="no_match")
 
 
 def test_pw_selection_request_namespace_when_the_pod_names_none(hook: Webhook) -> None:
@@ -459,7 +387,7 @@ def test_pw_selection_pod_namespace_when_the_request_names_none(hook: Webhook) -
 def test_pw_selection_backend_without_namespace_is_in_default(hook: Webhook) -> None:
     # [AR] embedded mode; a namespace-less object is in "default" (kubectl apply).
     hook.write(backend(namespace=None))
-    review_ok_without_patch(hook, pod())  # team-a: not there
+    review_ok_without_patch(hook, pod(), reason="no_match")  # team-a: not there
     result, _ = hook.admit(pod(namespace="default"), namespace="default")
     assert result["metadata"]["annotations"][INJECTED_BY] == "default/cache"
     # Neither the request nor the pod names a namespace: "default" as well.
@@ -556,7 +484,7 @@ def test_pw_vllm_managed_lmcacheserver_uses_status_endpoint(hook: Webhook) -> No
 def test_pw_managed_without_status_endpoint_fails_open(hook: Webhook, status: str | None) -> None:
     # [PW] "A non-nil binding with a missing endpoint fails open."
     hook.write(backend(remote=managed("LMCacheServer"), status_endpoint=status))
-    review_ok_without_patch(hook, pod())
+    review_ok_without_patch(hook, pod(), reason="missing_endpoint")
 
 
 def test_pw_managed_without_status_endpoint_strips_stale_annotations(hook: Webhook) -> None:
@@ -594,7 +522,7 @@ def test_pw_managed_spec_endpoint_does_not_stand_in_for_status(hook: Webhook) ->
     # fails open" even when spec.remoteStorage.endpoint is set.
     remote = {**managed("LMCacheServer"), "endpoint": "user.example.com:1234"}
     hook.write(backend(remote=remote))
-    review_ok_without_patch(hook, pod())
+    review_ok_without_patch(hook, pod(), reason="missing_endpoint")
 
 
 @pytest.mark.parametrize("endpoint", [None, "", "   "], ids=["unset", "empty", "blank"])
@@ -608,7 +536,7 @@ def test_ext_external_without_endpoint_never_falls_back_to_status(
     if endpoint is not None:
         remote["endpoint"] = endpoint
     hook.write(backend(remote=remote, status_endpoint="stale.example.com:9"))
-    review_ok_without_patch(hook, pod())
+    review_ok_without_patch(hook, pod(), reason="missing_endpoint")
     stale = pod(annotations={INJECTED_BY: f"{NS}/cache", INJECTED_BY_UID: UID})
     result, _ = hook.admit(stale)
     assert result["metadata"].get("annotations", {}) == {}
@@ -661,7 +589,9 @@ def test_ext_invalid_external_endpoint_admits_unwired(
     runtime = "SGLang" if provider == "Redis" else "VLLM"
     hook.write(backend(runtime=runtime, remote=external(provider, endpoint)))
     p = pod(sglang()) if runtime == "SGLang" else pod()
-    review_ok_without_patch(hook, p)
+    # An empty or whitespace endpoint is missing (ExternalEndpointMissing), not invalid.
+    reason = "invalid_endpoint" if endpoint.strip() else "missing_endpoint"
+    review_ok_without_patch(hook, p, reason=reason)
     stale = pod(annotations={INJECTED_BY: f"{NS}/cache", INJECTED_BY_UID: UID})
     if runtime == "SGLang":
         stale["spec"]["containers"] = [sglang()]
@@ -844,25 +774,25 @@ def test_pw_vllm_engine_container_chosen_among_several(hook: Webhook) -> None:
 def test_pw_unsupported_binding_fails_open(hook: Webhook) -> None:
     # [PW] "Admission rejects unsupported combinations" — at pod admission, fail open.
     hook.write(backend(remote=managed("Redis"), status_endpoint="r:6379"))
-    review_ok_without_patch(hook, pod())
+    review_ok_without_patch(hook, pod(), reason="binding_not_supported")
 
 
 def test_pw_no_registered_adapter_fails_open(hook: Webhook) -> None:
     # [PW] Fail-open: "no registered adapter".
     hook.write(backend(type_="SGLangHiCache", hiCache={"ratio": "2.0"}))  # VLLM/HiCache
-    review_ok_without_patch(hook, pod())
+    review_ok_without_patch(hook, pod(), reason="no_adapter")
 
 
 def test_pw_invalid_backend_document_fails_open(hook: Webhook) -> None:
     hook.write(backend(runtime="TensorRT"))
-    review_ok_without_patch(hook, pod())
+    review_ok_without_patch(hook, pod(), reason="invalid_backend")
 
 
 def test_pw_adapter_rejection_shell_wrapped_engine_fails_open(hook: Webhook) -> None:
     # [PW] Fail-open: "adapter rejection".
     hook.write(backend())
     engine = {"name": "vllm", "image": VLLM_IMAGE, "command": ["sh", "-c", "vllm serve m"]}
-    review_ok_without_patch(hook, pod(engine))
+    review_ok_without_patch(hook, pod(engine), reason="adapter_rejected")
 
 
 # =========================================================================== [KC]
@@ -933,7 +863,7 @@ def test_kc_check_goes_after_the_pods_own_init_containers(hook: Webhook) -> None
 def test_kc_unrecognised_annotation_fails_open(hook: Webhook) -> None:
     # [KC] "an unrecognized value (e.g. a strcit typo) is rejected" — never relaxed.
     hook.write(backend(annotations={KERNEL_CHECK: "strcit"}))
-    review_ok_without_patch(hook, pod(vllm(resources=GPU)))
+    review_ok_without_patch(hook, pod(vllm(resources=GPU)), reason="adapter_rejected")
 
 
 def test_kc_sglang_never_gets_the_check(hook: Webhook) -> None:
@@ -1127,7 +1057,9 @@ def test_sgl_unwritable_dev_shm_fails_open(
     # downwardAPI/projected volume ... it is rejected at admission".
     hook.write(backend(runtime="SGLang"))
     review_ok_without_patch(
-        hook, pod(sglang(volumeMounts=[mount]), volumes=[{"name": "dshm", **volume}])
+        hook,
+        pod(sglang(volumeMounts=[mount]), volumes=[{"name": "dshm", **volume}]),
+        reason="adapter_rejected",
     )
 
 
@@ -1185,7 +1117,7 @@ def test_sgl_engine_container_naming_rule(hook: Webhook) -> None:
     result, _ = hook.admit(single)
     assert result["spec"]["containers"][0]["args"][-3] == "--enable-lmcache"
     router = {"name": "router", "image": "router:v1"}
-    review_ok_without_patch(hook, pod(sglang("server"), router))
+    review_ok_without_patch(hook, pod(sglang("server"), router), reason="adapter_rejected")
     p = pod(router, sglang())
     result, _ = hook.admit(p)
     assert result["spec"]["containers"][0] == router
@@ -1196,10 +1128,10 @@ def test_sgl_only_readwrite_and_only_resp_bindings(hook: Webhook) -> None:
     # [SGL] "a (sglang, LMCache) backend supports only ReadWrite"; "accepts either no
     # binding (host-only) or a RESP binding".
     hook.write(backend(runtime="SGLang", integration={"role": "ReadOnly"}))
-    review_ok_without_patch(hook, pod(sglang()))
+    review_ok_without_patch(hook, pod(sglang()), reason="adapter_rejected")
     (hook.directory / "01-backends.yaml").unlink()
     hook.write(backend(runtime="SGLang", remote=external("LMCacheServer", "x:1")))
-    review_ok_without_patch(hook, pod(sglang()))
+    review_ok_without_patch(hook, pod(sglang()), reason="binding_not_supported")
 
 
 # =========================================================================== [HC]
@@ -1307,10 +1239,10 @@ def test_hc_remote_storage_and_naming_rule_fail_open(hook: Webhook) -> None:
     bad = hicache_backend(ratio="2.0")
     bad["spec"]["remoteStorage"] = external("Redis", "r:6379")
     hook.write(bad)
-    review_ok_without_patch(hook, pod(sglang()))
+    review_ok_without_patch(hook, pod(sglang()), reason="binding_not_supported")
     (hook.directory / "01-backends.yaml").unlink()
     hook.write(hicache_backend(ratio="2.0"))
-    review_ok_without_patch(hook, pod(sglang("a"), sglang("b")))
+    review_ok_without_patch(hook, pod(sglang("a"), sglang("b")), reason="adapter_rejected")
 
 
 # =========================================================================== [EO]
@@ -1354,7 +1286,7 @@ def test_eo_without_model_id_is_skipped_fail_open(hook: Webhook) -> None:
     # [EO] "skipped fail-open when either gate is unmet ... When skipped, the webhook
     # leaves the engine pod untouched and stamps no injected-by annotation."
     hook.write(backend(integration={"mode": "EventsOnly"}, model_id=None))
-    review_ok_without_patch(hook, pod())
+    review_ok_without_patch(hook, pod(), reason="events_only_no_subscriber")
     p = pod(annotations={INJECTED_BY: f"{NS}/cache", INJECTED_BY_UID: UID, "k": "v"})
     result, _ = hook.admit(p)
     assert result["metadata"]["annotations"] == {"k": "v"}
@@ -1366,7 +1298,7 @@ def test_eo_without_subscriber_image_is_skipped_fail_open(tmp_path: Path) -> Non
     # default, so a default install injects no subscriber)".
     hook = Webhook(tmp_path / "b", image=None)
     hook.write(backend(integration={"mode": "EventsOnly"}))
-    review_ok_without_patch(hook, pod())
+    review_ok_without_patch(hook, pod(), reason="events_only_no_subscriber")
 
 
 def test_sc_offload_without_image_or_model_wires_without_subscriber(tmp_path: Path) -> None:
@@ -1404,7 +1336,9 @@ def test_pw_skip_inject_with_a_correct_marker_is_converged(hook: Webhook) -> Non
     # [PW] "skipInjection treats a pre-existing correct marker as already converged".
     hook.write(backend())
     review_ok_without_patch(
-        hook, pod(annotations={SKIP_INJECT: "true", INJECT_SKIPPED: c.INJECT_SKIPPED_VALUE})
+        hook,
+        pod(annotations={SKIP_INJECT: "true", INJECT_SKIPPED: c.INJECT_SKIPPED_VALUE}),
+        reason="skip_inject_annotation",
     )
 
 
@@ -1433,7 +1367,7 @@ def test_pw_skip_inject_wins_even_when_listing_fails(hook: Webhook) -> None:
 def test_pw_no_match_without_stale_annotations_has_no_patch(hook: Webhook) -> None:
     # [PW] "Every error path ... returns admission.Allowed(...)".
     hook.write(backend(selector={"app": "other"}))
-    review_ok_without_patch(hook, pod())
+    review_ok_without_patch(hook, pod(), reason="no_match")
 
 
 def test_pw_no_match_strips_only_the_three_decision_annotations(hook: Webhook) -> None:
@@ -1459,7 +1393,12 @@ def test_pw_no_match_strips_only_the_three_decision_annotations(hook: Webhook) -
 def test_pw_only_create_is_wired(hook: Webhook, operation: str) -> None:
     # [PW] "Verbs: CREATE only."
     hook.write(backend())
-    review_ok_without_patch(hook, pod(annotations={INJECTED_BY: "forged/x"}), operation=operation)
+    review_ok_without_patch(
+        hook,
+        pod(annotations={INJECTED_BY: "forged/x"}),
+        operation=operation,
+        reason="operation_not_create",
+    )
 
 
 @pytest.mark.parametrize(
@@ -1477,16 +1416,16 @@ def test_pw_only_create_is_wired(hook: Webhook, operation: str) -> None:
 def test_pw_undecodable_object_fails_open_without_patch(hook: Webhook, obj: Any) -> None:
     # [PW] "Decode failures fail open before a Pod exists to patch".
     hook.write(backend())
-    review_ok_without_patch(hook, obj)
+    review_ok_without_patch(hook, obj, reason="decode_error")
 
 
 def test_pw_malformed_pod_spec_fails_open(hook: Webhook) -> None:
     hook.write(backend())
     bad = pod()
     bad["spec"]["containers"] = "vllm"
-    review_ok_without_patch(hook, bad)
+    review_ok_without_patch(hook, bad, reason="invalid_pod")
     bad["spec"]["containers"] = []
-    review_ok_without_patch(hook, bad)
+    review_ok_without_patch(hook, bad, reason="invalid_pod")
 
 
 def test_pw_decoded_pod_without_containers_strips_stale_annotations(hook: Webhook) -> None:
@@ -1520,7 +1459,7 @@ def test_pw_list_error_fails_open_and_strips(tmp_path: Path, break_it: str) -> N
         for path in hook.directory.iterdir():
             path.unlink()
         hook.directory.rmdir()
-    review_ok_without_patch(hook, pod())
+    review_ok_without_patch(hook, pod(), reason="list_error")
     result, _ = hook.admit(pod(annotations={INJECTED_BY: f"{NS}/cache", "k": "v"}))
     assert result["metadata"]["annotations"] == {"k": "v"}
 
@@ -1591,7 +1530,7 @@ def test_ov_env_override_the_api_server_would_reject_fails_open(hook: Webhook) -
     # rules, so wiring it would get the Pod rejected: the pod is admitted unwired
     # instead, and stale decision annotations are stripped.
     hook.write(overrides_backend(env=[{"name": "A=B", "value": "1"}]))
-    review_ok_without_patch(hook, pod())
+    review_ok_without_patch(hook, pod(), reason="invalid_result")
     stale = pod(annotations={INJECTED_BY: f"{NS}/cache", INJECTED_BY_UID: UID})
     result, _ = hook.admit(stale)
     assert result["metadata"].get("annotations", {}) == {}

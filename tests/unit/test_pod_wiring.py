@@ -23,6 +23,10 @@ from shared.pod_wiring import (
 )
 from shared.runtime_adapters.base import InjectContext
 from shared.runtime_adapters.podcheck import pod_problems
+from tests.builders import backend as make_backend
+from tests.builders import container as make_container
+from tests.builders import external, managed
+from tests.builders import pod as make_pod
 from tests.samples import sample_backends
 from webhook_svc.admission_review import json_patch
 
@@ -32,86 +36,6 @@ CTX = InjectContext(kvevent_subscriber_image=SUBSCRIBER_IMAGE, server_address="i
 NO_SUB_CTX = InjectContext()
 
 # ------------------------------------------------------------------------ builders
-
-
-def make_container(
-    name: str = "vllm", image: str = "vllm/vllm-openai:v0.11.0", **extra: Any
-) -> dict[str, Any]:
-    return {"name": name, "image": image, **extra}
-
-
-def make_pod(
-    *containers: dict[str, Any],
-    labels: dict[str, str] | None = None,
-    annotations: dict[str, str] | None = None,
-    namespace: str = NS,
-    **spec: Any,
-) -> dict[str, Any]:
-    metadata: dict[str, Any] = {
-        "generateName": "engine-",
-        "namespace": namespace,
-        "labels": {"app": "engine"} if labels is None else labels,
-    }
-    if annotations:
-        metadata["annotations"] = annotations
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": metadata,
-        "spec": {"containers": list(containers) or [make_container()], **spec},
-    }
-
-
-def make_backend(
-    name: str = "cache",
-    *,
-    runtime: str = "VLLM",
-    type_: str | None = None,
-    namespace: str = NS,
-    selector: dict[str, str] | None = None,
-    remote: dict[str, Any] | None = None,
-    status_endpoint: str | None = None,
-    integration: dict[str, Any] | None = None,
-    model_id: str | None = "Qwen/Qwen3-8B",
-    annotations: dict[str, str] | None = None,
-    uid: str | None = "uid-1234",
-    **spec: Any,
-) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "runtime": runtime,
-        "engineSelector": {"matchLabels": {"app": "engine"} if selector is None else selector},
-        **spec,
-    }
-    if type_:
-        body["type"] = type_
-    if remote is not None:
-        body["remoteStorage"] = remote
-    if integration is not None:
-        body["integration"] = integration
-    if model_id:
-        body["observation"] = {"modelID": model_id}
-    metadata: dict[str, Any] = {"name": name, "namespace": namespace}
-    if uid:
-        metadata["uid"] = uid
-    if annotations:
-        metadata["annotations"] = annotations
-    backend: dict[str, Any] = {
-        "apiVersion": "inferencecache.io/v1alpha1",
-        "kind": "CacheBackend",
-        "metadata": metadata,
-        "spec": body,
-    }
-    if status_endpoint is not None:
-        backend["status"] = {"endpoint": status_endpoint}
-    return backend
-
-
-def managed(provider: str = "LMCacheServer") -> dict[str, Any]:
-    return {"provider": provider, "ownership": "Managed"}
-
-
-def external(provider: str, endpoint: str) -> dict[str, Any]:
-    return {"provider": provider, "ownership": "External", "endpoint": endpoint}
 
 
 def containers_of(pod: dict[str, Any]) -> dict[str, dict[str, Any]]:

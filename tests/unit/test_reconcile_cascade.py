@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from reconciler import kube as k
 from reconciler.cascade import (
     Why,
     cascade_targets,
@@ -21,6 +20,7 @@ from reconciler.cascade import (
 from reconciler.engine_pods import ServerPod
 from reconciler.reconcile import InProcessCascadeLimiter, Reconciler
 from reconciler.status import WorkloadObservation
+from tests.fakes import FakeKube
 
 
 def p(name: str, restarts: int = 0, ready: bool = True, uid: str | None = None) -> ServerPod:
@@ -233,87 +233,6 @@ def test_in_process_limiter_once_per_window_and_recognises_its_own_cascade() -> 
 # ------------------------------------------------------------------ the shell
 
 
-class FakeKube:
-    """Just enough of reconciler.kube.Kube for one reconcile: objects by
-    (plural, namespace, name), server-side apply as a merge, and a request log."""
-
-    def __init__(self) -> None:
-        self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
-        self.writes: list[tuple[str, str, str]] = []
-        self.fail_pod_list = False
-        self.rv = 0
-
-    def put(self, plural: str, obj: dict[str, Any]) -> None:
-        meta = obj["metadata"]
-        self.objects[(plural, meta["namespace"], meta["name"])] = obj
-
-    def _bump(self, obj: dict[str, Any]) -> None:
-        self.rv += 1
-        obj["metadata"]["resourceVersion"] = str(self.rv)
-
-    def get_or_none(self, res: k.Resource, ns: str, name: str) -> dict[str, Any] | None:
-        obj = self.objects.get((res.plural, ns, name))
-        return copy.deepcopy(obj) if obj is not None else None
-
-    def list(self, res: k.Resource, ns: str | None = None, **kw: Any) -> dict[str, Any]:
-        if res is k.PODS and self.fail_pod_list:
-            raise k.ApiError(500, "Internal", "boom")
-        selector = kw.get("label_selector")
-        wanted = dict(part.split("=", 1) for part in selector.split(",")) if selector else {}
-        items = [
-            copy.deepcopy(o)
-            for (plural, o_ns, _), o in sorted(self.objects.items())
-            if plural == res.plural
-            and o_ns == ns
-            and wanted.items() <= (o["metadata"].get("labels") or {}).items()
-        ]
-        return {"metadata": {"resourceVersion": str(self.rv)}, "items": items}
-
-    def apply(
-        self, res: k.Resource, ns: str, body: dict[str, Any], *, uid: str | None = None
-    ) -> dict[str, Any]:
-        live = self.objects.get((res.plural, ns, body["metadata"]["name"]))
-        if uid is not None and (live is None or live["metadata"].get("uid") != uid):
-            raise k.ApiError(409, "Conflict", "uid precondition")
-        obj = copy.deepcopy(body)
-        obj["metadata"]["namespace"] = ns
-        obj["metadata"].setdefault("uid", f"uid-{body['metadata']['name']}")
-        obj["metadata"]["generation"] = 1
-        self._bump(obj)
-        self.put(res.plural, obj)
-        self.writes.append(("apply", res.plural, body["metadata"]["name"]))
-        return copy.deepcopy(obj)
-
-    def delete(self, res: k.Resource, ns: str, name: str, **_: Any) -> None:
-        self.objects.pop((res.plural, ns, name), None)
-        self.writes.append(("delete", res.plural, name))
-
-    def replace_status(
-        self, res: k.Resource, ns: str, name: str, body: dict[str, Any]
-    ) -> dict[str, Any]:
-        obj = self.objects[(res.plural, ns, name)]
-        obj["status"] = copy.deepcopy(body["status"])
-        self._bump(obj)
-        self.writes.append(("status", res.plural, name))
-        return copy.deepcopy(obj)
-
-    def create(self, res: k.Resource, ns: str, body: dict[str, Any]) -> dict[str, Any]:
-        self.writes.append(("create", res.plural, str(body.get("reason"))))
-        return body
-
-    def request(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
-        assert method == "PATCH" and "/deployments/" in path
-        name = path.rsplit("/", 1)[1]
-        obj = self.objects.get(("deployments", "ns", name))
-        if obj is None:
-            raise k.ApiError(404, "NotFound")
-        annotations = kw["body"]["spec"]["template"]["metadata"]["annotations"]
-        tmpl = obj["spec"].setdefault("template", {}).setdefault("metadata", {})
-        tmpl.setdefault("annotations", {}).update(annotations)
-        self.writes.append(("patch", "deployments", name))
-        return copy.deepcopy(obj)
-
-
 NOW = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
 SERVER = "cb-lmcache-server"
 
@@ -339,7 +258,7 @@ def setup() -> tuple[FakeKube, Reconciler]:
             },
         },
     )
-    rec = Reconciler(kube, clock=lambda: NOW, cascade_limiter=InProcessCascadeLimiter(60))  # type: ignore[arg-type]
+    rec = Reconciler(kube, clock=lambda: NOW, cascade_limiter=InProcessCascadeLimiter(60))
     rec.reconcile("ns/cb")  # creates the workload and Service
     dep = kube.objects[("deployments", "ns", SERVER)]
     dep["status"] = {

@@ -4,7 +4,7 @@
 to the conditions; these tests pin the shell's decisions around it — the spec's
 "The probe gate only fires when the upstream KV-event gate would otherwise say
 Ready=True", "External ownership is always exempt", the once-per-window rate limit,
-and the request body of server-contract.md (hashScheme from spec.runtime).
+and the request body of docs/server-contract.md (hashScheme from spec.runtime).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 
 from reconciler.reconcile import Reconciler
 from reconciler.status import ProbeObservation
-from tests.unit.test_reconcile_cascade import FakeKube
+from tests.fakes import FakeKube
 
 NOW = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
 NO_GATE = {"inferencecache.io/require-kv-events": "false"}
@@ -142,7 +142,7 @@ def test_probe_is_called_once_per_rate_limit_window() -> None:
 def test_probe_request_carries_backend_model_hash_scheme_and_type(
     spec: dict[str, Any], body: dict[str, Any]
 ) -> None:
-    """server-contract.md, POST /probe: backend '<namespace>/<name>', model
+    """docs/server-contract.md, POST /probe: backend '<namespace>/<name>', model
     spec.observation.modelID, hashScheme 'vllm or sglang (from spec.runtime)',
     backendType 'LMCache when the engine cache is LMCache'."""
     kube, server, rec = make(spec, NO_GATE)

@@ -11,7 +11,7 @@ import datetime as dt
 from typing import Any
 
 from reconciler.reconcile import Reconciler
-from tests.unit.test_reconcile_cascade import FakeKube
+from tests.fakes import FakeKube
 
 NOW = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
 OWNED = ("deployments", "statefulsets", "services", "horizontalpodautoscalers")
@@ -38,7 +38,7 @@ def test_offload_to_events_only_flip_sheds_the_provisioned_objects_on_the_next_r
             "spec": spec,
         },
     )
-    rec = Reconciler(kube, clock=lambda: NOW)  # type: ignore[arg-type]
+    rec = Reconciler(kube, clock=lambda: NOW)
     rec.reconcile("ns/cb")
     assert owned(kube) == {
         ("deployments", "cb-lmcache-server"),

@@ -21,6 +21,7 @@ from reconciler.status import (
     parse_go_duration,
     status_equal,
 )
+from tests.builders import external_spec
 
 T0 = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
 MANAGED_SPEC: dict[str, Any] = {
@@ -261,7 +262,7 @@ def test_kv_gate_event_present_on_first_reconcile_counts() -> None:
 def test_kv_gate_zero_or_unreadable_last_event_at_is_not_an_event(last_event_at: str) -> None:
     """Index Participation: lastEventAt is "Unset until the first event arrives;
     readiness gates must treat the absent value as 'not yet observed' rather than
-    epoch", and server-contract.md: "A zero lastEventAt (or omitted) means no event" —
+    epoch", and docs/server-contract.md: "a zero or omitted value means no event" —
     Go's zero time (0001-01-01) included."""
     o = obj(status={"indexParticipation": {"prefixCount": 0, "lastEventAt": last_event_at}})
     st = run(o, managed_obs())
@@ -430,15 +431,8 @@ def test_host_only_keeps_engine_side_advisory_conditions() -> None:
 # ======================================================================= external
 
 
-def external(endpoint: str | None, provider: str = "LMCacheServer") -> dict[str, Any]:
-    rs: dict[str, Any] = {"provider": provider, "ownership": "External"}
-    if endpoint is not None:
-        rs["endpoint"] = endpoint
-    return {"runtime": "VLLM" if provider != "Redis" else "SGLang", "remoteStorage": rs}
-
-
 def test_external_endpoint_accepted_mirrors_trimmed_endpoint() -> None:
-    st = run(obj(external("  lm://cache.example:65432 ")))
+    st = run(obj(external_spec("LMCacheServer", "  lm://cache.example:65432 ")))
     assert cond(st, "Ready") == ("True", "ExternalEndpointAccepted")
     assert cond(st, "Progressing") == ("False", "ExternalEndpointAccepted")
     assert st["endpoint"] == "lm://cache.example:65432"
@@ -446,21 +440,21 @@ def test_external_endpoint_accepted_mirrors_trimmed_endpoint() -> None:
 
 def test_external_endpoint_missing() -> None:
     for endpoint in (None, "   "):
-        st = run(obj(external(endpoint)))
+        st = run(obj(external_spec("LMCacheServer", endpoint)))
         assert cond(st, "Ready") == ("False", "ExternalEndpointMissing")
         assert cond(st, "Progressing") == ("False", "ExternalEndpointMissing")
         assert "endpoint" not in st
 
 
 def test_external_endpoint_invalid_names_the_field() -> None:
-    st = run(obj(external("lm://redis:6379", provider="Redis")))
+    st = run(obj(external_spec("Redis", "lm://redis:6379")))
     assert cond(st, "Ready") == ("False", "ExternalEndpointInvalid")
     assert "spec.remoteStorage.endpoint" in find(st["conditions"], "Ready")["message"]  # type: ignore[index]
 
 
 def test_external_publishes_ready_and_progressing_only_and_never_gates() -> None:
     prior = run(obj(), managed_obs())
-    st = run(obj(external("h:1"), status=prior))
+    st = run(obj(external_spec("LMCacheServer", "h:1"), status=prior))
     assert types(st) == {"Ready", "Progressing"}
 
 

@@ -16,6 +16,7 @@ from shared.storage_providers.render import (
     resource_name,
     service_endpoint,
 )
+from tests.builders import managed_spec as managed
 
 
 def backend(spec: dict[str, Any], name: str = "cb", namespace: str = "ns") -> CacheBackend:
@@ -25,16 +26,6 @@ def backend(spec: dict[str, Any], name: str = "cb", namespace: str = "ns") -> Ca
             "spec": spec,
         }
     )
-
-
-def managed(provider: str, **extra: Any) -> dict[str, Any]:
-    runtime = "SGLang" if provider == "Redis" else "VLLM"
-    spec: dict[str, Any] = {
-        "runtime": runtime,
-        "remoteStorage": {"provider": provider, "ownership": "Managed"},
-    }
-    spec.update(extra)
-    return spec
 
 
 def by_kind(objs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

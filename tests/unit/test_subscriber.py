@@ -1,4 +1,4 @@
-"""server-contract.md "The kvevent-subscriber sidecar": the rendered container, byte for byte."""
+"""docs/server-contract.md "The `kvevent-subscriber` sidecar": the rendered container, byte for byte."""
 
 from __future__ import annotations
 

@@ -22,18 +22,10 @@ from shared.validation.field_errors import (
     required,
     too_many,
 )
+from tests.builders import cb, external, managed
 from tests.samples import sample_backends
 
 NS = "team-a"
-
-
-def cb(spec: dict[str, Any], **meta: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "inferencecache.io/v1alpha1",
-        "kind": "CacheBackend",
-        "metadata": {"name": "cb", "namespace": NS, **meta},
-        "spec": spec,
-    }
 
 
 def run(check: r.RuleCheck, spec: dict[str, Any], namespace: str = NS, **meta: Any) -> list[str]:
@@ -48,17 +40,6 @@ HICACHE = {
     "engineSelector": {"matchLabels": {"app": "sglang"}},
     "hiCache": {"ratio": "2.0"},
 }
-
-
-def managed(provider: str, **extra: Any) -> dict[str, Any]:
-    return {"provider": provider, "ownership": "Managed", **extra}
-
-
-def external(provider: str, endpoint: str | None, **extra: Any) -> dict[str, Any]:
-    out = {"provider": provider, "ownership": "External", **extra}
-    if endpoint is not None:
-        out["endpoint"] = endpoint
-    return out
 
 
 def with_resources(resources: dict[str, Any], provider: str = "Redis") -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """The FastAPI app: routing, bad bodies, size limit, health, metrics, embedded backends.
 
-Spec/ARCHITECTURE contracts: admission paths, /healthz, /readyz, /metrics; malformed
+docs/architecture.md "Contracts": admission paths, /healthz, /readyz, /metrics; malformed
 bodies get a 400 (never a 500); the Pod route always admits.
 """
 
@@ -13,8 +13,11 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
 
 from shared.runtime_adapters.base import InjectContext
+from tests.builders import pod
 from tests.samples import SAMPLES_DIR
 from webhook_svc.app import PATH_MUTATE_CB, PATH_MUTATE_POD, PATH_VALIDATE_CB, create_app
 from webhook_svc.backend_files import load_backends
@@ -44,15 +47,6 @@ def _review(
     }
 
 
-def _pod(labels: dict[str, str]) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "engine", "namespace": "default", "labels": labels},
-        "spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.11.0"}]},
-    }
-
-
 def test_health_and_readiness(app_client: TestClient) -> None:
     assert app_client.get("/healthz").status_code == 200
     assert app_client.get("/readyz").status_code == 200
@@ -64,12 +58,16 @@ def test_malformed_bodies_get_400_never_500(app_client: TestClient, path: str, b
     response = app_client.post(path, content=body, headers={"Content-Type": "application/json"})
     assert response.status_code == 400
     assert "error" in response.json()
+    bad = {"endpoint": path, "reason": "malformed"}
+    assert sample(app_client, "inferencecache_webhook_bad_requests_total", bad) == 1.0
 
 
 def test_oversized_body_gets_413(app_client: TestClient) -> None:
     big = json.dumps(_review({"metadata": {"name": "x" * 70_000}, "spec": {}})).encode()
     response = app_client.post(PATH_VALIDATE_CB, content=big)
     assert response.status_code == 413
+    bad = {"endpoint": PATH_VALIDATE_CB, "reason": "too_large"}
+    assert sample(app_client, "inferencecache_webhook_bad_requests_total", bad) == 1.0
 
 
 def test_validate_route_echoes_uid_and_denies_with_status(app_client: TestClient) -> None:
@@ -106,7 +104,8 @@ def test_mutate_route_returns_a_base64_json_patch(app_client: TestClient) -> Non
 def test_pod_route_wires_from_embedded_backends(app_client: TestClient) -> None:
     """Embedded mode: backends come from manifests/samples (vllm-host-only selects app=vllm-llama)."""
     response = app_client.post(
-        PATH_MUTATE_POD, json=_review(_pod({"app": "vllm-llama"}), kind="Pod")
+        PATH_MUTATE_POD,
+        json=_review(pod(labels={"app": "vllm-llama"}, namespace="default"), kind="Pod"),
     ).json()["response"]
     assert response["allowed"] is True
     ops = json.loads(base64.b64decode(response["patch"]))
@@ -114,14 +113,62 @@ def test_pod_route_wires_from_embedded_backends(app_client: TestClient) -> None:
     assert annotation_ops, ops
 
 
+def sample(client: TestClient, name: str, labels: dict[str, str]) -> float | None:
+    """The value of one sample of the app's own /metrics (None: not exposed)."""
+    for family in text_string_to_metric_families(client.get("/metrics").text):
+        for s in family.samples:
+            if s.name == name and s.labels == labels:
+                return float(s.value)
+    return None
+
+
 def test_pod_route_fails_open_and_counts_the_reason(app_client: TestClient) -> None:
+    """Issue 13 item 5: the counter of this app, for this reason, goes 0 -> 1 (a
+    substring match on a process-global registry passed on other tests' leftovers)."""
+    labels = {"outcome": "fail_open", "reason": "no_match"}
+    name = "inferencecache_pod_webhook_decisions_total"
+    assert sample(app_client, name, labels) is None
     response = app_client.post(
-        PATH_MUTATE_POD, json=_review(_pod({"app": "nothing-matches"}), kind="Pod")
+        PATH_MUTATE_POD,
+        json=_review(pod(labels={"app": "nothing-matches"}, namespace="default"), kind="Pod"),
     ).json()["response"]
     assert response["allowed"] is True and "patch" not in response
-    metrics = app_client.get("/metrics").text
-    assert "inferencecache_pod_webhook_decisions_total" in metrics
-    assert 'outcome="fail_open"' in metrics
+    assert sample(app_client, name, labels) == 1.0
+
+
+def test_each_app_has_its_own_metrics_registry() -> None:
+    """Issue 13 item 5: two apps in one process do not share counters, so a test's
+    metrics are its own app's (and /metrics shows one app's traffic)."""
+    source = FileBackendSource(SAMPLES_DIR, load_backends)
+    first = TestClient(create_app(source, InjectContext()))
+    second = TestClient(create_app(source, InjectContext()))
+    first.post(
+        PATH_MUTATE_POD,
+        json=_review(pod(labels={"app": "nothing-matches"}, namespace="default"), kind="Pod"),
+    )
+    labels = {"outcome": "fail_open", "reason": "no_match"}
+    assert sample(first, "inferencecache_pod_webhook_decisions_total", labels) == 1.0
+    assert sample(second, "inferencecache_pod_webhook_decisions_total", labels) is None
+
+
+def test_an_app_can_be_given_a_registry() -> None:
+    registry = CollectorRegistry()
+    client = TestClient(
+        create_app(
+            FileBackendSource(SAMPLES_DIR, load_backends), InjectContext(), registry=registry
+        )
+    )
+    client.post(
+        PATH_MUTATE_POD,
+        json=_review(pod(labels={"app": "nothing-matches"}, namespace="default"), kind="Pod"),
+    )
+    assert (
+        registry.get_sample_value(
+            "inferencecache_pod_webhook_decisions_total",
+            {"outcome": "fail_open", "reason": "no_match"},
+        )
+        == 1.0
+    )
 
 
 def test_pod_route_admits_when_listing_backends_fails(tmp_path: Path) -> None:
@@ -132,14 +179,18 @@ def test_pod_route_admits_when_listing_backends_fails(tmp_path: Path) -> None:
             raise RuntimeError("apiserver unreachable")
 
     client = TestClient(create_app(Broken(), InjectContext()))
-    response = client.post(PATH_MUTATE_POD, json=_review(_pod({"app": "x"}), kind="Pod"))
+    response = client.post(
+        PATH_MUTATE_POD, json=_review(pod(labels={"app": "x"}, namespace="default"), kind="Pod")
+    )
     assert response.status_code == 200
     assert response.json()["response"]["allowed"] is True
 
 
 def test_metrics_count_admissions_by_endpoint_and_outcome(app_client: TestClient) -> None:
     obj = {"metadata": {"name": "m"}, "spec": {"runtime": "VLLM"}}
+    count = "inferencecache_webhook_admission_duration_seconds_count"
+    assert sample(app_client, count, {"endpoint": PATH_VALIDATE_CB}) is None
     app_client.post(PATH_VALIDATE_CB, json=_review(obj))
-    text = app_client.get("/metrics").text
-    assert f'endpoint="{PATH_VALIDATE_CB}"' in text
-    assert "inferencecache_webhook_admission_duration_seconds_bucket" in text
+    admissions = {"endpoint": PATH_VALIDATE_CB, "outcome": "allowed"}
+    assert sample(app_client, "inferencecache_webhook_admissions_total", admissions) == 1.0
+    assert sample(app_client, count, {"endpoint": PATH_VALIDATE_CB}) == 1.0

@@ -115,7 +115,13 @@ def test_pod_route_fails_open_on_non_object_annotations(
     response = client.post(PATH_MUTATE_POD, json=review)
     assert response.status_code == 200
     answer = response.json()["response"]
-    assert answer == {"uid": "uid-1", "allowed": True}
+    # CREATE fails open on the bad pod; UPDATE is never wired, so it is skipped first.
+    decision = (
+        {"outcome": "fail_open", "reason": "decode_error"}
+        if operation == "CREATE"
+        else {"outcome": "skipped", "reason": "operation_not_create"}
+    )
+    assert answer == {"uid": "uid-1", "allowed": True, "auditAnnotations": decision}
 
 
 @pytest.mark.parametrize("metadata", [["a"], "m", 7])
@@ -146,7 +152,11 @@ def test_pod_route_fails_open_when_anything_raises(monkeypatch: pytest.MonkeyPat
     )
     response = client.post(PATH_MUTATE_POD, json=_review(_engine_pod({})))
     assert response.status_code == 200
-    assert response.json()["response"] == {"uid": "uid-1", "allowed": True}
+    assert response.json()["response"] == {
+        "uid": "uid-1",
+        "allowed": True,
+        "auditAnnotations": {"outcome": "fail_open", "reason": "internal_error"},
+    }
     assert 'reason="internal_error"' in client.get("/metrics").text
 
 

@@ -10,7 +10,7 @@ import argparse
 import re
 from typing import Any
 
-from shared.manifests_cli import render
+from icache_install.manifests_cli import render
 from tests.samples import ROOT
 from webhook_svc import serve
 
@@ -18,7 +18,7 @@ from webhook_svc import serve
 def _webhook_pod_spec() -> dict[str, Any]:
     (deployment,) = [
         d
-        for d in render(ROOT / "manifests")
+        for d in render()
         if d["kind"] == "Deployment" and d["metadata"]["name"] == "inference-cache-webhook"
     ]
     spec: dict[str, Any] = deployment["spec"]["template"]["spec"]

@@ -10,12 +10,17 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 import redis
 
 from reconciler.workqueue import BUSY, DONE, LOST, STALE, STARTED, QueueSettings, WorkQueue
+from tests.fakes import ScriptedWatchKube
 from tests.harness.redis_server import RedisServer
+
+if TYPE_CHECKING:
+    from reconciler.dispatcher import Dispatcher
 
 
 class Clock:
@@ -333,36 +338,6 @@ def test_depth_counts_each_state(queue: WorkQueue) -> None:
 # ------------------------------------------------------------------ the producer side
 
 
-class FakeKube:
-    """Lists and watches from scripted data; the first watch of each resource can
-    fail with 410 Gone to exercise the re-list."""
-
-    def __init__(self, items: dict[str, list[dict[str, object]]], gone_once: bool) -> None:
-        self.items = items
-        self.gone_once = gone_once
-        self.lists: list[str] = []
-        self.watches: list[tuple[str, str]] = []
-
-    def list(self, res: object, namespace: object = None, **_: object) -> dict[str, object]:
-        plural = res.plural  # type: ignore[attr-defined]
-        self.lists.append(plural)
-        rv = str(10 * len(self.lists))
-        return {"metadata": {"resourceVersion": rv}, "items": self.items.get(plural, [])}
-
-    def watch(
-        self, res: object, *, resource_version: str, **_: object
-    ) -> Iterator[dict[str, object]]:
-        from reconciler.kube import ApiError
-
-        plural = res.plural  # type: ignore[attr-defined]
-        self.watches.append((plural, resource_version))
-        if self.gone_once:
-            self.gone_once = False
-            raise ApiError(410, "Expired", "too old resource version")
-        yield {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "99"}}}
-        time.sleep(0.05)
-
-
 def _obj(ns: str, name: str, owner: str | None = None) -> dict[str, object]:
     meta: dict[str, object] = {"namespace": ns, "name": name, "resourceVersion": "5"}
     if owner:
@@ -370,21 +345,21 @@ def _obj(ns: str, name: str, owner: str | None = None) -> dict[str, object]:
     return {"metadata": meta}
 
 
-def _dispatcher(queue: WorkQueue, kube: FakeKube) -> object:
+def _dispatcher(queue: WorkQueue, kube: ScriptedWatchKube) -> Dispatcher:
     from reconciler.dispatcher import Dispatcher
     from reconciler.leader import ElectionSettings
 
-    return Dispatcher(kube, queue, None, ElectionSettings("ns", "lease", "me"))  # type: ignore[arg-type]
+    return Dispatcher(kube, queue, None, ElectionSettings("ns", "lease", "me"))
 
 
 def test_watch_relists_on_410_gone_and_resumes_from_resource_version(queue: WorkQueue) -> None:
     from reconciler import kube as k
 
-    fake = FakeKube({"cachebackends": [_obj("ns", "a"), _obj("ns", "b")]}, gone_once=True)
+    fake = ScriptedWatchKube({"cachebackends": [_obj("ns", "a"), _obj("ns", "b")]}, gone_once=True)
     d = _dispatcher(queue, fake)
     leading = threading.Event()
     leading.set()
-    t = threading.Thread(target=d._watch_loop, args=(k.CACHEBACKENDS, None, leading), daemon=True)  # type: ignore[attr-defined]
+    t = threading.Thread(target=d._watch_loop, args=(k.CACHEBACKENDS, None, leading), daemon=True)
     t.start()
     deadline = time.monotonic() + 5
     while len(fake.watches) < 3 and time.monotonic() < deadline:
@@ -397,7 +372,7 @@ def test_watch_relists_on_410_gone_and_resumes_from_resource_version(queue: Work
     assert fake.watches[1] == ("cachebackends", "20")
     assert fake.watches[2] == ("cachebackends", "99")
     assert sorted(queue.pop_due()) == ["ns/a", "ns/b"]
-    assert d.known == {"ns/a", "ns/b"}  # type: ignore[attr-defined]
+    assert d.known == {"ns/a", "ns/b"}
 
 
 def test_owned_objects_enqueue_their_owner_and_only_the_leader_enqueues(queue: WorkQueue) -> None:
@@ -405,13 +380,13 @@ def test_owned_objects_enqueue_their_owner_and_only_the_leader_enqueues(queue: W
 
     assert owner_key(_obj("ns", "cb-redis", owner="cb")) == "ns/cb"
     assert owner_key(_obj("ns", "stray")) is None
-    d = _dispatcher(queue, FakeKube({}, gone_once=False))
+    d = _dispatcher(queue, ScriptedWatchKube({}, gone_once=False))
     standby = threading.Event()
-    d.enqueue("ns/cb", standby)  # type: ignore[attr-defined]
+    d.enqueue("ns/cb", standby)
     assert queue.pop_due() == [], "a standby never enqueues"
     leader = threading.Event()
     leader.set()
-    d.enqueue("ns/cb", leader)  # type: ignore[attr-defined]
+    d.enqueue("ns/cb", leader)
     assert queue.pop_due() == ["ns/cb"]
 
 
@@ -451,11 +426,11 @@ def test_selector_index_reports_backends_a_pod_starts_or_stops_matching() -> Non
 
 
 def test_a_pod_matching_an_engine_selector_enqueues_its_backend(queue: WorkQueue) -> None:
-    d = _dispatcher(queue, FakeKube({}, gone_once=False))
+    d = _dispatcher(queue, ScriptedWatchKube({}, gone_once=False))
     leading = threading.Event()
     leading.set()
-    d._handle_cachebackend("ADDED", _cb("ns", "a", {"app": "vllm"}), leading)  # type: ignore[attr-defined]
-    d._handle_cachebackend("ADDED", _cb("ns", "b", None), leading)  # type: ignore[attr-defined]
+    d._handle_cachebackend("ADDED", _cb("ns", "a", {"app": "vllm"}), leading)
+    d._handle_cachebackend("ADDED", _cb("ns", "b", None), leading)
 
     def drained() -> list[str]:
         keys = sorted(queue.pop_due())
@@ -465,9 +440,9 @@ def test_a_pod_matching_an_engine_selector_enqueues_its_backend(queue: WorkQueue
         return keys
 
     assert drained() == ["ns/a", "ns/b"]
-    d._handle_pod("ADDED", _pod("ns", "vllm-0", {"app": "vllm"}), leading)  # type: ignore[attr-defined]
+    d._handle_pod("ADDED", _pod("ns", "vllm-0", {"app": "vllm"}), leading)
     assert drained() == ["ns/a"]
-    d._handle_pod("MODIFIED", _pod("ns", "vllm-0", {"app": "vllm"}), leading)  # type: ignore[attr-defined]
+    d._handle_pod("MODIFIED", _pod("ns", "vllm-0", {"app": "vllm"}), leading)
     assert drained() == []
-    d._handle_pod("DELETED", _pod("ns", "vllm-0", {"app": "vllm"}), leading)  # type: ignore[attr-defined]
+    d._handle_pod("DELETED", _pod("ns", "vllm-0", {"app": "vllm"}), leading)
     assert drained() == ["ns/a"]

@@ -1,7 +1,7 @@
 """Webhook certificates without cert-manager: the pure part.
 
 Everything here is a function of plain data (PEM bytes, names, a clock value), so
-``icache certs`` (``shared/certs_cli.py``) only reads Secrets, calls :func:`plan`,
+``icache certs`` (``icache_install/certs_cli.py``) only reads Secrets, calls :func:`plan`,
 and writes back what changed. The rules:
 
 * A CA is reused while it is a usable CA: it parses, is a CA, its key matches, and

@@ -1,0 +1,182 @@
+"""Builders of the objects many test modules need, defined once (issue 13 item 5).
+
+Plain JSON-shaped dicts, as the API server and the webhook see them. A module that
+needs a variation composes these rather than redefining them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shared import constants as c
+
+
+def runtime_for(provider: str) -> str:
+    """A runtime whose adapter dials ``provider``: SGLang for Redis (its MP worker's
+    L2), vLLM otherwise."""
+    return c.RUNTIME_SGLANG if provider == c.PROVIDER_REDIS else c.RUNTIME_VLLM
+
+
+# --------------------------------------------------------------------------- remoteStorage
+
+
+def managed(provider: str = c.PROVIDER_LMCACHE_SERVER, **extra: Any) -> dict[str, Any]:
+    """A Managed ``spec.remoteStorage`` block."""
+    return {"provider": provider, "ownership": c.OWNERSHIP_MANAGED, **extra}
+
+
+def external(provider: str, endpoint: Any, **extra: Any) -> dict[str, Any]:
+    """An External ``spec.remoteStorage`` block; ``endpoint=None`` leaves it out."""
+    block: dict[str, Any] = {"provider": provider, "ownership": c.OWNERSHIP_EXTERNAL, **extra}
+    if endpoint is not None:
+        block["endpoint"] = endpoint
+    return block
+
+
+def managed_spec(provider: str, **extra: Any) -> dict[str, Any]:
+    """A spec whose runtime dials a Managed ``provider`` (``extra``: more spec fields)."""
+    return {"runtime": runtime_for(provider), "remoteStorage": managed(provider), **extra}
+
+
+def external_spec(provider: str, endpoint: Any) -> dict[str, Any]:
+    """A spec whose runtime dials an External ``provider`` at ``endpoint``."""
+    return {"runtime": runtime_for(provider), "remoteStorage": external(provider, endpoint)}
+
+
+# --------------------------------------------------------------------------- CacheBackend
+
+NS = "team-a"
+
+
+def cb(
+    spec: Any = None,
+    name: str = "cache",
+    *,
+    namespace: str = NS,
+    no_spec: bool = False,
+    **meta: Any,
+) -> dict[str, Any]:
+    """A CacheBackend object as JSON; ``meta``: more metadata fields (uid, annotations,
+    generation, ...); ``no_spec`` leaves .spec out entirely."""
+    obj: dict[str, Any] = {
+        "apiVersion": c.API_VERSION,
+        "kind": c.KIND,
+        "metadata": {"name": name, "namespace": namespace, **meta},
+    }
+    if not no_spec:
+        obj["spec"] = spec
+    return obj
+
+
+MODEL = "Qwen/Qwen3-8B"
+UID = "0c8f5a0e-1111-4c3a-9d55-5f4f6c1e2a01"
+ENGINE_LABELS = {"app": "engine"}
+
+
+def backend(
+    name: str = "cache",
+    *,
+    runtime: str = c.RUNTIME_VLLM,
+    type_: str | None = None,
+    namespace: str | None = NS,
+    selector: dict[str, str] | None = None,
+    no_selector: bool = False,
+    remote: dict[str, Any] | None = None,
+    status_endpoint: str | None = None,
+    integration: dict[str, Any] | None = None,
+    model_id: str | None = MODEL,
+    annotations: dict[str, str] | None = None,
+    uid: str | None = UID,
+    **spec: Any,
+) -> dict[str, Any]:
+    """A CacheBackend that selects engine pods (``selector``, default app=engine),
+    as the Pod webhook reads it: ``status_endpoint`` is a Managed backend's published
+    endpoint (with Ready=True); ``spec``: more spec fields."""
+    body: dict[str, Any] = {"runtime": runtime}
+    if type_:
+        body["type"] = type_
+    if not no_selector:
+        body["engineSelector"] = {"matchLabels": ENGINE_LABELS if selector is None else selector}
+    if remote is not None:
+        body["remoteStorage"] = remote
+    if integration is not None:
+        body["integration"] = integration
+    if model_id:
+        body["observation"] = {"modelID": model_id}
+    body.update(spec)
+    metadata: dict[str, Any] = {"name": name}
+    if namespace is not None:
+        metadata["namespace"] = namespace
+    if uid:
+        metadata["uid"] = uid
+    if annotations:
+        metadata["annotations"] = annotations
+    out: dict[str, Any] = {
+        "apiVersion": c.API_VERSION,
+        "kind": c.KIND,
+        "metadata": metadata,
+        "spec": body,
+    }
+    if status_endpoint is not None:
+        out["status"] = {
+            "endpoint": status_endpoint,
+            "conditions": [
+                {
+                    "type": c.COND_READY,
+                    "status": "True",
+                    "reason": c.REASON_BACKEND_READY,
+                    "message": "ok",
+                    "lastTransitionTime": "2026-01-01T00:00:00Z",
+                }
+            ],
+        }
+    return out
+
+
+# --------------------------------------------------------------------------- engine pods
+
+VLLM_IMAGE = "vllm/vllm-openai:v0.11.0"
+# The owner a Deployment's ReplicaSet stamps on the pods it creates.
+REPLICASET_OWNER = {
+    "apiVersion": "apps/v1",
+    "kind": "ReplicaSet",
+    "name": "engine-7d9f8b6c5",
+    "uid": "rs-uid",
+    "controller": True,
+    "blockOwnerDeletion": True,
+}
+
+
+def container(name: str = "vllm", image: str = VLLM_IMAGE, **extra: Any) -> dict[str, Any]:
+    return {"name": name, "image": image, **extra}
+
+
+def pod(
+    *containers: dict[str, Any],
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+    namespace: str | None = NS,
+    generate_name: str = "engine-",
+    owner: dict[str, Any] | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
+    """An engine pod as the Pod webhook sees it at CREATE: generateName, no name or
+    uid yet; labels default to app=engine, containers to one vLLM container;
+    ``owner``: an ownerReference (``REPLICASET_OWNER`` for a Deployment's pod);
+    ``spec``: more pod spec fields."""
+    metadata: dict[str, Any] = {
+        "generateName": generate_name,
+        "labels": dict(ENGINE_LABELS) if labels is None else labels,
+    }
+    if namespace is not None:
+        metadata["namespace"] = namespace
+    if annotations:
+        metadata["annotations"] = annotations
+    if owner is not None:
+        metadata["ownerReferences"] = [owner]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": metadata,
+        "spec": {"containers": list(containers) or [container()], **spec},
+    }
