@@ -163,7 +163,7 @@ def test_a_user_who_may_is_allowed_and_nothing_is_asked_when_nothing_is_shaped()
 
 
 @pytest.mark.parametrize(
-    "reviewer,user", [(Reviewer(error=True), USER), (Reviewer({"deployments"}), None)]
+    ("reviewer", "user"), [(Reviewer(error=True), USER), (Reviewer({"deployments"}), None)]
 )
 def test_a_review_that_cannot_be_made_fails_closed(reviewer: Reviewer, user: Any) -> None:
     resp = authorizing(validate_cachebackend, reviewer)(review(MANAGED, user=user))["response"]
@@ -176,7 +176,8 @@ def test_invalid_objects_are_denied_by_validation_before_any_review() -> None:
     reviewer = Reviewer({"deployments"})
     bad = with_spec(MANAGED, remoteStorage={"provider": "LMCacheServer", "ownership": "External"})
     resp = authorizing(validate_cachebackend, reviewer)(review(bad))["response"]
-    assert resp["allowed"] is False and resp["status"]["code"] == 422
+    assert resp["allowed"] is False
+    assert resp["status"]["code"] == 422
     assert reviewer.asked == []
 
 
