@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
         DispatcherSettings(resync_period=args.resync_period, watch_timeout=args.watch_timeout),
     )
 
-    def on_signal(_signum: int, _frame: FrameType | None) -> None:
+    def on_signal(signum: int, frame: FrameType | None) -> None:
         dispatcher.stop()
 
     signal.signal(signal.SIGTERM, on_signal)
