@@ -18,9 +18,9 @@ from reconciler.status import (
     ProbeObservation,
     WorkloadObservation,
     compute_status,
-    parse_go_duration,
     status_equal,
 )
+from shared.api.duration import parse_go_duration
 from tests.builders import external_spec
 
 T0 = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
