@@ -13,6 +13,8 @@ from typing import Final
 from celery import Celery
 
 from reconciler import redis_settings
+from reconciler.broker import TRANSPORT
+from reconciler.redis_conn import RedisTimeouts, celery_redis_settings
 
 QUEUE_NAME: Final = "icache-reconcile"
 RECONCILE_TASK: Final = "icache.reconcile"
@@ -24,10 +26,13 @@ def redis_url_from_env() -> str:
     return redis_settings.redis_url(os.environ.get("ICACHE_REDIS_URL") or DEFAULT_REDIS_URL)
 
 
-def make_app(redis_url: str | None = None) -> Celery:
+def make_app(redis_url: str | None = None, timeouts: RedisTimeouts | None = None) -> Celery:
     url = redis_url or redis_url_from_env()
     app = Celery("inference-cache", broker=url, backend=url)
+    bounded = celery_redis_settings(timeouts)
     app.conf.update(
+        # kombu's Redis transport, with acks that a Redis timeout cannot wedge.
+        broker_transport=TRANSPORT,
         # Ack after the task body ran, and give the message back if the worker
         # process dies mid-task (prefork pool): crash-safe delivery.
         task_acks_late=True,
@@ -45,8 +50,12 @@ def make_app(redis_url: str | None = None) -> Celery:
         broker_connection_max_retries=None,
         # Unacked messages of a dead worker come back after this; the work queue's
         # own reaper usually recovers the key long before.
-        broker_transport_options={"visibility_timeout": 600},
+        broker_transport_options={
+            "visibility_timeout": 600,
+            **bounded.pop("broker_transport_options"),
+        },
         worker_hijack_root_logger=False,
         worker_send_task_events=False,
+        **bounded,
     )
     return app

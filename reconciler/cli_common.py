@@ -7,9 +7,13 @@ backoff must be spelled (and defaulted) the same way in both.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 
 from reconciler.celery_app import redis_url_from_env
+from reconciler.health import DEFAULT_LIVENESS_TIMEOUT, Readiness
+from reconciler.kube import Kube
+from reconciler.redis_conn import DEFAULT_TIMEOUT, RedisTimeouts, redis_client
 from reconciler.redis_settings import redis_url
 from shared import jsonlog
 
@@ -29,16 +33,54 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
         "from env ICACHE_REDIS_PASSWORD unless the URL has one)",
     )
     parser.add_argument(
+        "--redis-timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT,
+        help="connect and read timeout of every Redis connection, broker included (s)",
+    )
+    parser.add_argument(
         "--queue-prefix", default="icache:wq", help="Redis key prefix of the work queue"
     )
     parser.add_argument("--backoff-base", type=float, default=0.5, help="first error backoff (s)")
     parser.add_argument(
         "--backoff-max", type=float, default=300.0, help="maximum error backoff (s)"
     )
-    parser.add_argument("--metrics-port", type=int, default=0, help="Prometheus port (0: off)")
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=0,
+        help="port of /metrics, /healthz (liveness) and /readyz (readiness); 0: off",
+    )
+    parser.add_argument(
+        "--liveness-timeout",
+        type=float,
+        default=DEFAULT_LIVENESS_TIMEOUT,
+        help="/healthz fails when the main loop made no progress for this long (s)",
+    )
     parser.add_argument("--log-level", default="INFO")
 
 
+def redis_timeouts(args: argparse.Namespace) -> RedisTimeouts:
+    return RedisTimeouts(connect=args.redis_timeout, read=args.redis_timeout)
+
+
+def readiness(args: argparse.Namespace) -> Readiness:
+    """Ready once Redis answers a PING and the API server answers GET /version, each
+    on a client of its own with short timeouts (a probe must not hang)."""
+    quick = RedisTimeouts(connect=2.0, read=2.0)
+    client = redis_client(args.redis_url, quick)
+    kube = Kube.from_kubeconfig(args.kubeconfig)
+    kube.timeout = 2.0
+    return Readiness(
+        {"redis": client.ping, "apiserver": lambda: kube.request("GET", "/version")}
+    ).start()
+
+
 def setup_logging(level: str) -> None:
-    """JSON lines on stderr, like the webhook's."""
+    """JSON lines on stderr, like the webhook's. ``ICACHE_DEBUG_LOGGERS`` (comma
+    separated logger names) turns single loggers to DEBUG without the noise of a
+    global DEBUG level."""
     jsonlog.setup(level)
+    for name in os.environ.get("ICACHE_DEBUG_LOGGERS", "").split(","):
+        if name.strip():
+            logging.getLogger(name.strip()).setLevel(logging.DEBUG)

@@ -158,6 +158,13 @@ def t2_hit_rate(obj: dict[str, Any]) -> float | None:
         return None
 
 
+def pump_stalled(last_beat: float, now: float, renew_deadline: float) -> bool:
+    """A leader whose pump has not reached Redis for longer than the renew deadline
+    gives its Lease up: holding it while dispatching nothing would keep a standby
+    that can reach Redis from taking over."""
+    return now - last_beat > renew_deadline
+
+
 class Dispatcher:
     def __init__(
         self,
@@ -181,11 +188,25 @@ class Dispatcher:
         self._resync_requested = threading.Event()
         self.pod_events = EnginePodEvents(kube, instance=election.identity)
         self.selectors = SelectorIndex()
+        # time.monotonic() of the last pass of the election loop and of the last
+        # pump iteration that reached Redis: what the liveness check and the
+        # give-up-the-lease rule look at.
+        self.loop_beat = time.monotonic()
+        self.pump_beat = time.monotonic()
 
     # ------------------------------------------------------------ lifecycle
 
     def stop(self) -> None:
         self._stop.set()
+
+    def liveness_beats(self) -> dict[str, float]:
+        """Heartbeats of the loops that must keep turning: the election loop always,
+        the pump while leading. (A pump stalled on Redis normally makes this process
+        give the Lease up long before the liveness bound.)"""
+        beats = {"election-loop": self.loop_beat}
+        if self._leading is not None:
+            beats["pump"] = self.pump_beat
+        return beats
 
     def run(self) -> None:
         """Campaign for the Lease until stopped; lead while holding it."""
@@ -196,17 +217,45 @@ class Dispatcher:
         )
         try:
             while not self._stop.is_set():
+                self.loop_beat = time.monotonic()
+                if self._leading is not None and pump_stalled(
+                    self.pump_beat, time.monotonic(), s.renew_deadline
+                ):
+                    log.warning(
+                        "pump made no progress within the renew deadline: "
+                        "giving up the lease until Redis answers again",
+                        extra={
+                            "stalled_s": round(time.monotonic() - self.pump_beat, 1),
+                            "renew_deadline_s": s.renew_deadline,
+                        },
+                    )
+                    self._stop_leading(release=True)
+                    self._wait_for_redis()
+                    continue
                 renewed = self.elector.try_acquire_or_renew()
                 if renewed and self._leading is None:
                     self._start_leading()
                 elif not renewed and self._leading is not None and not self.elector.holds_lease:
                     log.warning("lost the lease: stepping down")
-                    self._stop_leading()
+                    self._stop_leading(release=False)
                 self._stop.wait(s.retry_period)
         finally:
             if self._leading is not None:
-                self._stop_leading()
-                self.elector.release()
+                self._stop_leading(release=True)
+
+    def _wait_for_redis(self) -> None:
+        """Block until Redis answers a PING (on a fresh connection: the pool dropped
+        the ones that timed out), so a dispatcher that cannot pump does not take the
+        Lease back from a standby that can."""
+        while not self._stop.is_set():
+            self.loop_beat = time.monotonic()
+            try:
+                if self.queue.redis.ping():
+                    log.info("Redis answers again: campaigning for the lease")
+                    return
+            except Exception as exc:  # timeout, refused, LOADING...
+                log.debug("Redis still unreachable", extra={"error": str(exc)})
+            self._stop.wait(self.elector.s.retry_period)
 
     def _start_leading(self) -> None:
         log.info("became leader")
@@ -214,6 +263,7 @@ class Dispatcher:
         leading = threading.Event()
         leading.set()
         self._leading = leading
+        self.pump_beat = time.monotonic()
         self._resync_requested.set()
         specs: list[tuple[str, Callable[[], None]]] = [
             ("watch-cachebackends", lambda: self._watch_loop(k.CACHEBACKENDS, None, leading)),
@@ -232,7 +282,7 @@ class Dispatcher:
         for t in self._threads:
             t.start()
 
-    def _stop_leading(self) -> None:
+    def _stop_leading(self, *, release: bool) -> None:
         metrics.LEADER.set(0)
         # A standby exports no backend gauges: the new leader does.
         metrics.T2_HIT_RATE.clear()
@@ -241,8 +291,14 @@ class Dispatcher:
         if self._leading is not None:
             self._leading.clear()
         self._leading = None
+        if release:
+            # Before joining: a pump stuck on a dead Redis may take a socket timeout
+            # to notice, and the standby should not wait for that.
+            self.elector.release()
         # Watch threads may be blocked on a read; they check `leading` before acting
-        # and exit at the next event or stream timeout.
+        # and exit at the next event or stream timeout. A pump thread still blocked
+        # after the join finds `leading` cleared and exits; at worst it dispatches
+        # one more batch, which the work queue's atomic claims make harmless.
         for t in self._threads:
             if t.name in ("pump", "resync"):
                 t.join(timeout=5)
@@ -407,8 +463,13 @@ class Dispatcher:
         while leading.is_set() and not self._stop.is_set():
             try:
                 for key in self.queue.pop_due(self.settings.pump_batch):
-                    self.app.send_task(RECONCILE_TASK, args=[key], queue=QUEUE_NAME)
-                now = time.monotonic()
+                    # ignore_result: outcomes live in the work queue. Without it the
+                    # worker writes a result key and this process subscribes to it,
+                    # two more Redis waits per key (unbounded retries on a dead Redis).
+                    self.app.send_task(
+                        RECONCILE_TASK, args=[key], queue=QUEUE_NAME, ignore_result=True
+                    )
+                now = self.pump_beat = time.monotonic()
                 if now - last_reap >= self.settings.reap_interval:
                     last_reap = now
                     self._check_redis_restart(leading)
@@ -423,6 +484,7 @@ class Dispatcher:
                 )
                 if wait > 0:
                     self.queue.wait_for_work(wait)
+                self.pump_beat = time.monotonic()
             except Exception as exc:  # Redis away, broker hiccup: keep pumping
                 log.warning("pump failed", extra={"error": str(exc)})
                 with contextlib.suppress(Exception):

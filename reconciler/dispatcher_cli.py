@@ -8,14 +8,13 @@ import signal
 import socket
 from types import FrameType
 
-import redis
-from prometheus_client import start_http_server
-
+from reconciler import health
 from reconciler.celery_app import make_app
-from reconciler.cli_common import add_common_arguments, setup_logging
+from reconciler.cli_common import add_common_arguments, readiness, redis_timeouts, setup_logging
 from reconciler.dispatcher import Dispatcher, DispatcherSettings
 from reconciler.kube import Kube
 from reconciler.leader import ElectionSettings
+from reconciler.redis_conn import redis_client
 from reconciler.workqueue import QueueSettings, WorkQueue
 from shared.constants import INSTALL_NAMESPACE
 
@@ -58,10 +57,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     setup_logging(args.log_level)
-    if args.metrics_port:
-        start_http_server(args.metrics_port)
     queue = WorkQueue(
-        redis.Redis.from_url(args.redis_url, health_check_interval=10),
+        redis_client(args.redis_url, redis_timeouts(args)),
         QueueSettings(
             prefix=args.queue_prefix,
             base_delay=args.backoff_base,
@@ -72,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     dispatcher = Dispatcher(
         Kube.from_kubeconfig(args.kubeconfig),
         queue,
-        make_app(args.redis_url),
+        make_app(args.redis_url, redis_timeouts(args)),
         ElectionSettings(
             namespace=args.lease_namespace,
             name=args.lease_name,
@@ -83,6 +80,11 @@ def run(args: argparse.Namespace) -> int:
         ),
         DispatcherSettings(resync_period=args.resync_period, watch_timeout=args.watch_timeout),
     )
+
+    if args.metrics_port:
+        health.serve(
+            args.metrics_port, dispatcher.liveness_beats, args.liveness_timeout, readiness(args)
+        )
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         dispatcher.stop()

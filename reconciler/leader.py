@@ -7,6 +7,7 @@ clock skew between candidates cannot cause a premature takeover.
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import logging
 import time
@@ -14,9 +15,27 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from kubernetes import client as k8s_client
+
 from reconciler import kube as k
 
 log = logging.getLogger(__name__)
+
+
+def lease_client(kube: k.Kube, renew_deadline: float) -> k.Kube:
+    """A client for the Lease calls alone: one attempt per request (no urllib3
+    retries) with the renew deadline as its timeout, as client-go bounds each renew.
+    A leader whose API server stopped answering must notice it no longer holds the
+    lease before a standby can take over, not after the shared client's 30 s timeout
+    times its retries."""
+    if not isinstance(kube, k.Kube):  # a test double
+        return kube
+    configuration = copy.deepcopy(kube.api_client.configuration)
+    configuration.retries = False
+    return k.Kube(
+        k8s_client.ApiClient(configuration),
+        timeout=min(kube.timeout, max(renew_deadline, 1.0)),
+    )
 
 
 def micro_time(now: dt.datetime) -> str:
@@ -42,7 +61,7 @@ class LeaderElector:
         monotonic: Callable[[], float] = time.monotonic,
         wall: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
     ) -> None:
-        self.kube = kube
+        self.kube = lease_client(kube, settings.renew_deadline)
         self.s = settings
         self._mono = monotonic
         self._wall = wall

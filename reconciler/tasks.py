@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import redis
 from celery import Celery
@@ -17,10 +18,16 @@ from reconciler.cascade import CASCADE_WINDOW_SECONDS
 from reconciler.celery_app import RECONCILE_TASK
 from reconciler.kube import Kube
 from reconciler.reconcile import CascadeClaim, Reconciler
+from reconciler.redis_conn import RedisTimeouts, redis_client
 from reconciler.server_client import DEFAULT_TOKEN_PATH, ServerClient
 from reconciler.workqueue import DONE, QueueSettings, WorkQueue
 
 log = logging.getLogger(__name__)
+# One DEBUG line when a reconcile starts and one when it ends, with the lease token
+# and a system-wide monotonic timestamp: enough to prove from the logs of several
+# worker processes that no key ever ran in two places at once. Off unless this
+# logger is turned on (ICACHE_DEBUG_LOGGERS=reconciler.trace).
+trace = logging.getLogger("reconciler.trace")
 
 
 @dataclass(frozen=True)
@@ -31,6 +38,49 @@ class WorkerConfig:
     token_path: str = DEFAULT_TOKEN_PATH
     queue: QueueSettings = QueueSettings()
     probe_window_seconds: float = 30.0
+    redis_timeouts: RedisTimeouts = RedisTimeouts()
+
+
+class LeaseExpired(RuntimeError):
+    """The work-queue lease of the key being reconciled may have lapsed."""
+
+
+# The (queue, key, token) of the reconcile running on this thread, for FencedKube.
+_running = threading.local()
+
+
+class FencedKube(Kube):
+    """A Kube that refuses to write for a reconcile whose work-queue lease could not
+    be renewed in time (Redis unreachable, the process starved): once the lease may
+    have expired the reaper may hand the key to another worker, and two workers must
+    never write for one key at once. Reads go through; the reconcile fails on its
+    next write and the key is retried (or has already been handed on)."""
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: dict[str, Any] | None = None,
+        body: Any = None,
+        content_type: str | None = None,
+    ) -> dict[str, Any]:
+        if method != "GET":
+            check_lease()
+        return super().request(method, path, query=query, body=body, content_type=content_type)
+
+
+def check_lease() -> None:
+    """Raise LeaseExpired when this thread's reconcile may no longer hold its key:
+    less than a sixth of the lease is left since the last renewal Redis confirmed
+    (with renewals every third, that is one and a half missed renewals)."""
+    lease = getattr(_running, "lease", None)
+    if lease is None:
+        return
+    queue, key, token = lease
+    until = queue.lease_valid_until(key, token)
+    if until is not None and time.monotonic() > until - queue.settings.lease_seconds / 6:
+        raise LeaseExpired(f"{key}: work-queue lease not renewed in time; not writing")
 
 
 @dataclass
@@ -60,7 +110,7 @@ def runtime() -> Runtime:
             return _runtime
         if _config is None:
             raise RuntimeError("worker not configured: call reconciler.tasks.configure() first")
-        client = redis.Redis.from_url(_config.redis_url, health_check_interval=10)
+        client = redis_client(_config.redis_url, _config.redis_timeouts)
         queue = WorkQueue(client, _config.queue)
         server = (
             ServerClient(_config.server_url, token_path=_config.token_path)
@@ -68,7 +118,7 @@ def runtime() -> Runtime:
             else None
         )
         reconciler = Reconciler(
-            Kube.from_kubeconfig(_config.kubeconfig),
+            FencedKube.from_kubeconfig(_config.kubeconfig),
             server=server,
             probe_rate_limiter=redis_probe_rate_limiter(client, _config.probe_window_seconds),
             probe_window=_config.probe_window_seconds,
@@ -144,6 +194,10 @@ def _finish(
             time.sleep(0.5)
 
 
+def _trace_end(key: str, token: str) -> None:
+    trace.debug("reconcile end", extra={"key": key, "token": token, "mono": time.monotonic()})
+
+
 def run_key(key: str) -> str:
     """Run one reconcile of ``key`` under the work queue's lease."""
     rt = runtime()
@@ -152,13 +206,25 @@ def run_key(key: str) -> str:
             if token is None:
                 return "skipped"
             started = time.monotonic()
+            trace.debug("reconcile start", extra={"key": key, "token": token, "mono": started})
+            _running.lease = (rt.queue, key, token)
             try:
                 result = rt.reconciler.reconcile(key)
-            except Exception:
-                log.exception("reconcile failed", extra={"key": key})
+            except Exception as exc:
+                _running.lease = None
+                _trace_end(key, token)
+                if isinstance(exc, LeaseExpired):
+                    log.warning(
+                        "reconcile fenced: lease not renewed in time, not writing",
+                        extra={"key": key},
+                    )
+                else:
+                    log.exception("reconcile failed", extra={"key": key})
                 outcome = "error"
                 _finish(rt.queue, key, token, error=True, requeue_after=None)
             else:
+                _running.lease = None
+                _trace_end(key, token)
                 outcome = "requeue" if result.requeue_after else "success"
                 _finish(rt.queue, key, token, error=False, requeue_after=result.requeue_after)
                 if result.writes:

@@ -6,15 +6,14 @@ import argparse
 import os
 import socket
 
-import redis
-from prometheus_client import start_http_server
-
-from reconciler import tasks
+from reconciler import health, tasks
 from reconciler.celery_app import QUEUE_NAME, make_app
-from reconciler.cli_common import add_common_arguments, setup_logging
+from reconciler.cli_common import add_common_arguments, readiness, redis_timeouts, setup_logging
 from reconciler.kube import Kube
+from reconciler.redis_conn import redis_client
 from reconciler.server_client import ServerClient
 from reconciler.snapshot import SnapshotPoller
+from reconciler.worker_health import CONSUMER_LOOP, install_consumer_heartbeat
 from reconciler.workqueue import QueueSettings
 
 
@@ -64,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
         tasks.WorkerConfig(
             kubeconfig=args.kubeconfig,
             redis_url=args.redis_url,
+            redis_timeouts=redis_timeouts(args),
             server_url=args.server_url,
             token_path=args.token_path,
             probe_window_seconds=args.probe_interval,
@@ -75,19 +75,25 @@ def run(args: argparse.Namespace) -> int:
             ),
         )
     )
+    heartbeat = health.Heartbeat()
+    # Beaten once now: a consumer that never gets going (broker unreachable at start)
+    # goes stale after the bound instead of counting as alive with no heartbeat.
+    heartbeat.beat(CONSUMER_LOOP)
     if args.metrics_port:
-        start_http_server(args.metrics_port)
+        health.serve(args.metrics_port, heartbeat, args.liveness_timeout, readiness(args))
     if args.server_url:
         # The poller projects /snapshot into status.indexParticipation, which the
         # KV-event readiness gate reads.
         SnapshotPoller(
             Kube.from_kubeconfig(args.kubeconfig),
             ServerClient(args.server_url, token_path=args.token_path),
-            redis.Redis.from_url(args.redis_url),
+            redis_client(args.redis_url, redis_timeouts(args)),
             interval=args.snapshot_interval,
         ).start()
-    app = make_app(args.redis_url)
+    app = make_app(args.redis_url, redis_timeouts(args))
     tasks.register(app)
+    # A few beats per bound, so one late timer never fails the probe.
+    install_consumer_heartbeat(app, heartbeat, max(args.liveness_timeout / 6.0, 0.2))
     app.worker_main(
         [
             "worker",

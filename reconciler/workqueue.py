@@ -275,6 +275,11 @@ class WorkQueue:
         """Block up to ``timeout`` s for an add that made something due now."""
         if timeout <= 0:
             return
+        # The server-side wait must end well before the client's read timeout, or a
+        # healthy but idle Redis would look dead.
+        read_timeout = self.redis.connection_pool.connection_kwargs.get("socket_timeout")
+        if read_timeout:
+            timeout = min(timeout, float(read_timeout) / 2)
         # BLPOP takes whole or fractional seconds; keep it above zero (0 = forever).
         self.redis.blpop([self.k_wake], timeout=max(timeout, 0.01))
 
@@ -379,18 +384,24 @@ class WorkQueue:
         does not (it crashed), the lease expires and the key is re-run.
         """
         token = uuid.uuid4().hex
+        claimed_at = time.monotonic()
         result = self.start(key, token)
         if result != STARTED:
             yield None
             return
         keeper = self._lease_keeper()
-        keeper.track(key, token)
+        keeper.track(key, token, claimed_at + self.settings.lease_seconds)
         metrics.IN_FLIGHT.inc()
         try:
             yield token
         finally:
             metrics.IN_FLIGHT.dec()
             keeper.untrack(key, token)
+
+    def lease_valid_until(self, key: str, token: str) -> float | None:
+        """time.monotonic() until which this process surely holds ``key``'s lease."""
+        keeper = self._keeper
+        return keeper.valid_until(key, token) if keeper is not None else None
 
     def _lease_keeper(self) -> LeaseKeeper:
         with self._keeper_lock:
@@ -443,21 +454,28 @@ class WorkQueue:
 
 
 class LeaseKeeper(threading.Thread):
-    """Renews the leases of every key this process is running, every lease/3."""
+    """Renews the leases of every key this process is running, every lease/3, and
+    knows until when each is surely still ours: the lease length after the start of
+    the last renewal Redis confirmed (the reaper cannot have taken it before then)."""
 
     def __init__(self, queue: WorkQueue) -> None:
         super().__init__(name="icache-lease-keeper", daemon=True)
         self.queue = queue
-        self._active: dict[tuple[str, str], None] = {}
+        self._active: dict[tuple[str, str], float] = {}
         self._lock = threading.Lock()
 
-    def track(self, key: str, token: str) -> None:
+    def track(self, key: str, token: str, valid_until: float) -> None:
         with self._lock:
-            self._active[(key, token)] = None
+            self._active[(key, token)] = valid_until
 
     def untrack(self, key: str, token: str) -> None:
         with self._lock:
             self._active.pop((key, token), None)
+
+    def valid_until(self, key: str, token: str) -> float | None:
+        """time.monotonic() until which the lease is surely held (None: not tracked)."""
+        with self._lock:
+            return self._active.get((key, token))
 
     def run(self) -> None:
         interval = max(self.queue.settings.lease_seconds / 3.0, 0.05)
@@ -466,11 +484,17 @@ class LeaseKeeper(threading.Thread):
             with self._lock:
                 active = list(self._active)
             for key, token in active:
+                sent = time.monotonic()
                 try:
                     if not self.queue.renew(key, token):
                         log.warning("lost the lease while running", extra={"key": key})
+                        continue
                 except redis.RedisError as exc:
                     log.warning("could not renew the lease", extra={"key": key, "error": str(exc)})
+                    continue
+                with self._lock:
+                    if (key, token) in self._active:
+                        self._active[(key, token)] = sent + self.queue.settings.lease_seconds
 
 
 def _s(value: Any) -> str:

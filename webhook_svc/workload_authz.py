@@ -22,7 +22,10 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
@@ -247,20 +250,45 @@ def authorizing(
     return handler
 
 
+# The validating webhook's timeoutSeconds is 10 and a backend may need two reviews
+# (Deployments and StatefulSets): each gets a hard wall-clock budget well inside it. A
+# socket timeout alone is no budget: the client library retries reads.
+DEFAULT_REVIEW_BUDGET_SECONDS: Final = 3.0
+
+_review_pool: ThreadPoolExecutor | None = None
+_review_pool_lock = threading.Lock()
+
+
+def _reviews() -> ThreadPoolExecutor:
+    global _review_pool
+    with _review_pool_lock:  # created in the serving process, on first use
+        if _review_pool is None:
+            _review_pool = ThreadPoolExecutor(8, thread_name_prefix="access-review")
+        return _review_pool
+
+
 class ApiAccessReviewer:
     """SubjectAccessReviews through the webhook's own API client."""
 
-    def __init__(self, api_client: Any, timeout: float = 5.0) -> None:
+    def __init__(self, api_client: Any, budget: float = DEFAULT_REVIEW_BUDGET_SECONDS) -> None:
         self._api_client = api_client
-        self._timeout = timeout
+        self._budget = budget
 
     def review(self, body: dict[str, Any]) -> dict[str, Any]:
+        future = _reviews().submit(self._review_now, body)
+        try:
+            return future.result(timeout=self._budget)
+        except FutureTimeout:
+            future.cancel()  # the abandoned call ends on its own socket timeout
+            raise ReviewError(f"no answer from the API server within {self._budget:g} s") from None
+
+    def _review_now(self, body: dict[str, Any]) -> dict[str, Any]:
         from kubernetes import client
         from kubernetes.client.exceptions import ApiException
 
         try:
             result = client.AuthorizationV1Api(self._api_client).create_subject_access_review(
-                client.V1SubjectAccessReview.model_validate(body), _request_timeout=self._timeout
+                client.V1SubjectAccessReview.model_validate(body), _request_timeout=self._budget
             )
         except ApiException as exc:
             raise ReviewError(f"API server said {exc.status} {exc.reason}") from exc

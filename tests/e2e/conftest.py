@@ -10,6 +10,7 @@ tests converge in seconds.
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import signal
 import subprocess
@@ -266,10 +267,10 @@ def condition(obj: dict[str, Any], type_: str) -> tuple[str, str] | None:
     return None
 
 
-@pytest.fixture(scope="session")
-def cluster(
-    control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Cluster]:
+def install_cluster(control_plane: ControlPlane, kubeconfig_dir: Path) -> Cluster:
+    """Install the CRD and RBAC in ``control_plane`` and write the worker's and the
+    dispatcher's kubeconfigs (their ServiceAccount identities) to ``kubeconfig_dir``.
+    Idempotent. Also used by benchmarks, outside pytest."""
     kube = k.Kube(control_plane.api_client())
     crd = yaml.safe_load(CRD_PATH.read_text())
     _create_ignoring_conflict(kube, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
@@ -281,17 +282,25 @@ def cluster(
             ns = (doc.get("metadata") or {}).get("namespace", SYSTEM_NAMESPACE)
             _create_ignoring_conflict(kube, _RBAC_PATHS[doc["kind"]].format(ns=ns), doc)
     poll(lambda: kube.list(k.CACHEBACKENDS) is not None, timeout=30, what="the CRD to be served")
-    d = tmp_path_factory.mktemp("kubeconfigs")
+    kubeconfig_dir.mkdir(parents=True, exist_ok=True)
     worker = control_plane.write_kubeconfig(
-        d / "worker", control_plane.client_keypair(WORKER_USER, SA_GROUPS)
+        kubeconfig_dir / "worker", control_plane.client_keypair(WORKER_USER, SA_GROUPS)
     )
     dispatcher = control_plane.write_kubeconfig(
-        d / "dispatcher", control_plane.client_keypair(DISPATCHER_USER, SA_GROUPS)
+        kubeconfig_dir / "dispatcher", control_plane.client_keypair(DISPATCHER_USER, SA_GROUPS)
     )
+    return Cluster(control_plane, kube, worker, dispatcher)
+
+
+@pytest.fixture(scope="session")
+def cluster(
+    control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Cluster]:
+    c = install_cluster(control_plane, tmp_path_factory.mktemp("kubeconfigs"))
     try:
-        yield Cluster(control_plane, kube, worker, dispatcher)
+        yield c
     finally:
-        kube.close()
+        c.kube.close()
 
 
 # --------------------------------------------------------------------- processes
@@ -302,6 +311,8 @@ class Proc:
     name: str
     popen: subprocess.Popen[bytes]
     log_path: Path
+    # time.monotonic() when the test SIGKILLed it: its unfinished reconcile ends there.
+    killed_at: float | None = None
 
     @property
     def alive(self) -> bool:
@@ -311,6 +322,7 @@ class Proc:
         if self.alive:
             os.killpg(self.popen.pid, sig)
             self.popen.wait(timeout=20)
+            self.killed_at = time.monotonic()
 
     def stop(self) -> None:
         if self.alive:
@@ -357,7 +369,12 @@ class Stack:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={
+                **os.environ,
+                "PYTHONUNBUFFERED": "1",
+                # start/end of every reconcile, for concurrent_runs()
+                "ICACHE_DEBUG_LOGGERS": "reconciler.trace",
+            },
         )
         fh.close()
         proc = Proc(name, popen, log_path)
@@ -419,6 +436,62 @@ class Stack:
 
     def logs(self) -> str:
         return "\n".join(f"===== {p.name} =====\n{p.log()[-6000:]}" for p in self.procs)
+
+    def reconcile_runs(self) -> dict[str, list[Run]]:
+        """Every reconcile any worker of this stack ran, by key, from the workers'
+        reconciler.trace lines."""
+        return reconcile_runs(self.procs)
+
+
+@dataclass(frozen=True)
+class Run:
+    key: str
+    token: str
+    proc: str
+    start: float
+    end: float
+
+
+def reconcile_runs(procs: list[Proc]) -> dict[str, list[Run]]:
+    """Reconcile runs by key (start/end in time.monotonic(), which is system-wide on
+    Linux, so runs of different processes compare). A run without an end belongs
+    to a process that was killed (it ends at the kill) or is still running (it
+    ends now)."""
+    now = time.monotonic()
+    runs: dict[str, list[Run]] = {}
+    for proc in procs:
+        open_: dict[str, tuple[str, float]] = {}
+        for line in proc.log().splitlines():
+            if '"reconciler.trace"' not in line:
+                continue
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            token = str(rec.get("token"))
+            if rec.get("msg") == "reconcile start":
+                open_[token] = (str(rec.get("key")), float(rec["mono"]))
+            elif rec.get("msg") == "reconcile end" and token in open_:
+                key, start = open_.pop(token)
+                runs.setdefault(key, []).append(
+                    Run(key, token, proc.name, start, float(rec["mono"]))
+                )
+        end = proc.killed_at if proc.killed_at is not None else now
+        for token, (key, start) in open_.items():
+            runs.setdefault(key, []).append(Run(key, token, proc.name, start, end))
+    return runs
+
+
+def concurrent_runs(runs: dict[str, list[Run]]) -> list[tuple[Run, Run]]:
+    """Pairs of runs of one key that overlapped in time (must be empty: the work
+    queue never lets two workers process a key at once)."""
+    overlaps = []
+    for key_runs in runs.values():
+        ordered = sorted(key_runs, key=lambda r: r.start)
+        for prev, nxt in itertools.pairwise(ordered):
+            if nxt.start < prev.end:
+                overlaps.append((prev, nxt))
+    return overlaps
 
 
 @pytest.fixture

@@ -575,6 +575,7 @@ class ControlPlane:
         self._pki: ControlPlanePKI | None = None
         self._secure_port = 0
         self._etcd_client_port = 0
+        self._etcd_peer_port = 0
         self._sa_controller: _DefaultServiceAccountController | None = None
         self._atexit_registered = False
 
@@ -654,7 +655,7 @@ class ControlPlane:
             if not self._atexit_registered:
                 atexit.register(self.stop)
                 self._atexit_registered = True
-            binaries = self._binaries or find_binaries()
+            binaries = self._binaries = self._binaries or find_binaries()
             try:
                 self._prepare_work_dir()
                 self._start_processes(binaries)
@@ -675,6 +676,55 @@ class ControlPlane:
         """Stop both processes and remove the temp dir. Safe to call repeatedly."""
         with self._lock:
             self._stop_locked()
+
+    def restart_apiserver(self, *, kill: bool = False) -> None:
+        """Stop kube-apiserver (SIGTERM, or SIGKILL when ``kill``) and start it again
+        on the same port with the same etcd, certificates and audit log (appended
+        to), waiting until it is ready. Clients reconnect on their own."""
+        with self._lock:
+            if self._apiserver is None or self._binaries is None:
+                raise ControlPlaneError("control plane not started")
+            self._stop_process(self._apiserver, kill=kill)
+            self._start_apiserver(self._binaries.kube_apiserver, restart=True)
+
+    def restart_etcd(self, *, kill: bool = False) -> None:
+        """Stop etcd (SIGTERM, or SIGKILL when ``kill``) and start it again on the same
+        ports and data directory: every object survives. Waits until etcd is healthy
+        and the API server serves again."""
+        with self._lock:
+            if self._etcd is None or self._binaries is None:
+                raise ControlPlaneError("control plane not started")
+            self._stop_process(self._etcd, kill=kill)
+            self._start_etcd(self._binaries.etcd, restart=True)
+            wait_until(
+                lambda: self.get("/readyz", timeout=5)[0] == 200,
+                timeout=self.start_timeout,
+                interval=0.25,
+                description="kube-apiserver ready again after the etcd restart",
+                abort=self._process_died,
+            )
+
+    @contextlib.contextmanager
+    def apiserver_paused(self) -> Iterator[None]:
+        """kube-apiserver SIGSTOPped for the block: requests hang (connections are
+        accepted by the kernel, nothing answers), as with a partitioned control plane."""
+        proc = self._apiserver
+        if proc is None:
+            raise ControlPlaneError("control plane not started")
+        os.killpg(proc.pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGCONT)
+
+    @staticmethod
+    def _stop_process(proc: subprocess.Popen[bytes], *, kill: bool) -> None:
+        if kill and proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+        terminate_process_group(proc)
 
     def __enter__(self) -> ControlPlane:
         return self.start()
@@ -876,12 +926,14 @@ class ControlPlane:
             self._sa_controller = _DefaultServiceAccountController(self)
             self._sa_controller.start()
 
-    def _start_etcd(self, etcd: Path) -> None:
+    def _start_etcd(self, etcd: Path, *, restart: bool = False) -> None:
         work = self.work_dir
-        self._etcd_client_port = client_port = free_port()
-        peer_port = free_port()
+        if not restart:
+            self._etcd_client_port = free_port()
+            self._etcd_peer_port = free_port()
+        client_port, peer_port = self._etcd_client_port, self._etcd_peer_port
         data_dir = work / "etcd-data"
-        if data_dir.exists():
+        if data_dir.exists() and not restart:
             shutil.rmtree(data_dir)
         peer_url = f"http://127.0.0.1:{peer_port}"
         args = [
@@ -913,10 +965,11 @@ class ControlPlane:
             abort=self._process_died,
         )
 
-    def _start_apiserver(self, apiserver: Path) -> None:
+    def _start_apiserver(self, apiserver: Path, *, restart: bool = False) -> None:
         work = self.work_dir
         pki_dir = work / "pki"
-        self._secure_port = free_port()
+        if not restart:
+            self._secure_port = free_port()
         args = [
             str(apiserver),
             "--bind-address=127.0.0.1",

@@ -8,6 +8,7 @@ hand-installed service. ``ICACHE_REDIS_SERVER`` names a binary explicitly.
 >>> redis = RedisServer().start()
 >>> redis.url                         # redis://127.0.0.1:<port>/0
 >>> redis.restart(kill=True)          # crash it and bring it back on the same port
+>>> with redis.frozen(): ...          # SIGSTOP/SIGCONT: a black-holed server
 >>> redis.stop()                      # also runs at interpreter exit
 
 ``persistence=False`` (the default) keeps data in memory only, so a restart
@@ -31,6 +32,7 @@ import signal
 import socket
 import subprocess
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
 
@@ -126,6 +128,7 @@ class RedisServer:
         self._dir: Path | None = None
         self._lock = threading.Lock()
         self._atexit_registered = False
+        self._frozen = False
 
     @property
     def url(self) -> str:
@@ -199,6 +202,35 @@ class RedisServer:
                         target.unlink(missing_ok=True)
             self._spawn()
 
+    @property
+    def is_frozen(self) -> bool:
+        return self._frozen
+
+    def freeze(self) -> None:
+        """SIGSTOP the server's process group: a black-holed Redis. Connections stay
+        open and new ones still complete the TCP handshake (the kernel accepts into
+        the listen backlog), but nothing is answered until :meth:`thaw`, as when the
+        node running Redis dies without resetting its connections."""
+        with self._lock:
+            if self._proc is None or self._proc.poll() is not None:
+                raise RedisServerError("redis-server not running")
+            os.killpg(self._proc.pid, signal.SIGSTOP)
+            self._frozen = True
+
+    def thaw(self) -> None:
+        """SIGCONT: the server answers everything it buffered meanwhile."""
+        with self._lock:
+            self._thaw_locked()
+
+    @contextlib.contextmanager
+    def frozen(self) -> Iterator[RedisServer]:
+        """Frozen for the duration of the block; thawed even if it raises."""
+        self.freeze()
+        try:
+            yield self
+        finally:
+            self.thaw()
+
     def __enter__(self) -> RedisServer:
         return self.start()
 
@@ -254,7 +286,15 @@ class RedisServer:
             self._terminate(kill=True)
             raise RedisServerError(f"{exc}\n----- {self.log_path} -----\n{logs}") from exc
 
+    def _thaw_locked(self) -> None:
+        if self._frozen and self._proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self._proc.pid, signal.SIGCONT)
+        self._frozen = False
+
     def _terminate(self, *, kill: bool) -> None:
+        # A stopped process ignores SIGTERM until continued.
+        self._thaw_locked()
         proc, self._proc = self._proc, None
         if proc is None:
             return

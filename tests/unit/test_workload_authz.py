@@ -6,6 +6,7 @@ tests/integration/test_workload_authz.py."""
 from __future__ import annotations
 
 import copy
+import threading
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ from webhook_svc.cachebackend_admission import validate_cachebackend
 from webhook_svc.workload_authz import (
     DEPLOYMENTS,
     STATEFULSETS,
+    ApiAccessReviewer,
     ReviewError,
     access_review,
     authorizing,
@@ -183,3 +185,21 @@ def test_invalid_objects_are_denied_by_validation_before_any_review() -> None:
 
 def test_without_a_reviewer_embedded_mode_is_unchanged() -> None:
     assert authorizing(validate_cachebackend, None) is validate_cachebackend
+
+
+def test_a_review_past_its_budget_is_a_review_error_not_a_hang() -> None:
+    """The validating webhook's timeoutSeconds is 10: a stalled SubjectAccessReview
+    gives up on its wall-clock budget (and so fails closed) instead of riding the
+    client library's read retries past the API server's deadline."""
+    release = threading.Event()
+
+    class Stalled(ApiAccessReviewer):
+        def _review_now(self, body: dict[str, Any]) -> dict[str, Any]:
+            release.wait(30)
+            return {"status": {"allowed": True, "denied": False, "reason": ""}}
+
+    try:
+        with pytest.raises(ReviewError, match="within 0.2 s"):
+            Stalled(api_client=None, budget=0.2).review({})
+    finally:
+        release.set()

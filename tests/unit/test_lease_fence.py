@@ -1,0 +1,72 @@
+"""Issue 10 item 2 ("no key is processed by two workers at once"): a worker whose
+work-queue lease cannot be renewed (here: Redis frozen with SIGSTOP) stops writing
+to the API server before the reaper can hand its key to another worker."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from reconciler import tasks
+from reconciler.redis_conn import RedisTimeouts, redis_client
+from reconciler.workqueue import QueueSettings, WorkQueue
+from tests.harness.redis_server import RedisServer
+
+pytestmark = pytest.mark.services
+
+LEASE = 1.2
+
+
+@pytest.fixture
+def own_redis() -> Iterator[RedisServer]:
+    with RedisServer() as server:
+        yield server
+
+
+def fence_holds() -> bool:
+    try:
+        tasks.check_lease()
+    except tasks.LeaseExpired:
+        return False
+    return True
+
+
+def wait(predicate: object, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():  # type: ignore[operator]
+        assert time.monotonic() < deadline, f"timed out waiting for {predicate}"
+        time.sleep(0.02)
+
+
+def test_a_worker_that_cannot_renew_its_lease_stops_writing_before_it_can_expire(
+    own_redis: RedisServer,
+) -> None:
+    client = redis_client(own_redis.url, RedisTimeouts(connect=0.2, read=0.2))
+    queue = WorkQueue(
+        client, QueueSettings(prefix=f"t:{uuid.uuid4().hex[:8]}", lease_seconds=LEASE)
+    )
+    queue.add("ns/a")
+    assert queue.pop_due() == ["ns/a"]
+    # A Kube with no connection: a write that passed the fence would fail differently.
+    kube = tasks.FencedKube(None)  # type: ignore[arg-type]
+    with queue.leased("ns/a") as token:
+        assert token is not None
+        tasks._running.lease = (queue, "ns/a", token)
+        try:
+            time.sleep(LEASE)  # renewals keep the lease (the thing under test is time)
+            assert fence_holds(), "a renewed lease lets the reconcile write"
+            with own_redis.frozen():
+                frozen_at = time.monotonic()
+                wait(lambda: not fence_holds())
+                fenced_after = time.monotonic() - frozen_at
+                with pytest.raises(tasks.LeaseExpired):
+                    kube.request("PATCH", "/apis/apps/v1/namespaces/ns/deployments/a", body={})
+            # Before the lease could have expired on the Redis side.
+            assert fenced_after < LEASE, fenced_after
+            wait(fence_holds)  # renewals succeed again once Redis answers
+        finally:
+            tasks._running.lease = None
+    client.close()
