@@ -118,7 +118,8 @@ class FakeKube:
     def request(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
         """Only the strategic patch of an engine Deployment's pod-template annotations
         (the cache-server restart cascade)."""
-        assert method == "PATCH" and "/deployments/" in path
+        assert method == "PATCH"
+        assert "/deployments/" in path
         name = path.rsplit("/", 1)[1]
         obj = self.objects.get(("deployments", "ns", name))
         if obj is None:
@@ -132,7 +133,7 @@ class FakeKube:
 
 class ScriptedWatchKube:
     """Lists and watches from scripted data, for the dispatcher's watch loop: each
-    list answers resourceVersion 10 × (lists so far); the first watch of a resource
+    list answers resourceVersion 10 * (lists so far); the first watch of a resource
     can fail with 410 Gone (``gone_once``) to exercise the re-list; a watch yields
     one BOOKMARK at resourceVersion 99."""
 

@@ -199,7 +199,7 @@ def test_a_review_past_its_budget_is_a_review_error_not_a_hang() -> None:
             return {"status": {"allowed": True, "denied": False, "reason": ""}}
 
     try:
-        with pytest.raises(ReviewError, match="within 0.2 s"):
+        with pytest.raises(ReviewError, match=r"within 0\.2 s"):
             Stalled(api_client=None, budget=0.2).review({})
     finally:
         release.set()
