@@ -16,16 +16,17 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import logging
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from icache_install import certs
-from shared import redis_auth
+from shared import kubeaccess, redis_auth
+from shared import kubeclient as kc
 from shared.constants import INSTALL_NAMESPACE
+from shared.kubeclient import KubeClient
 
 log = logging.getLogger("icache.certs")
 
@@ -35,7 +36,6 @@ DEFAULT_SECRET = "inference-cache-webhook-tls"
 DEFAULT_MUTATING_CONFIG = "inference-cache-mutating"
 DEFAULT_VALIDATING_CONFIG = "inference-cache-validating"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "icache-certs"}
-JSON_PATCH = "application/json-patch+json"
 
 
 class CertsError(Exception):
@@ -53,10 +53,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--ca-secret", help="Secret holding the CA key (default: <--secret>-ca; no pod mounts it)"
     )
+    kubeaccess.add_kubeconfig_argument(parser)
     parser.add_argument(
-        "--kubeconfig", help="kubeconfig (default: in-cluster, then ~/.kube/config)"
+        "--context", help="kubeconfig context (skips the in-cluster ServiceAccount)"
     )
-    parser.add_argument("--context", help="kubeconfig context")
     parser.add_argument(
         "--days",
         type=int,
@@ -127,84 +127,31 @@ def resolve_hosts(args: argparse.Namespace) -> list[str]:
     return certs.service_hosts(args.service, args.namespace, args.cluster_domain)
 
 
-def load_api_client(kubeconfig: str | None, context: str | None) -> Any:
-    from kubernetes import client, config
-
-    if kubeconfig or context:
-        return config.new_client_from_config(config_file=kubeconfig, context=context)
-    try:
-        config.load_incluster_config()
-        return client.ApiClient()
-    except config.ConfigException:
-        return config.new_client_from_config()
-
-
-def _json(response: Any) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(response.data)
-    return data
-
-
 class Cluster:
-    """The handful of API calls the command makes, dict in, dict out."""
+    """The handful of API calls the command makes, dict in, dict out, over the
+    shared client (:class:`shared.kubeclient.KubeClient`)."""
 
-    def __init__(self, api_client: Any) -> None:
-        from kubernetes import client
-
-        self._core = client.CoreV1Api(api_client)
-        self._admission = client.AdmissionregistrationV1Api(api_client)
-
-    @staticmethod
-    def _or_none(call: Callable[[], Any]) -> dict[str, Any] | None:
-        from kubernetes.client.exceptions import ApiException
-
-        try:
-            return _json(call())
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+    def __init__(self, kube: KubeClient) -> None:
+        self._kube = kube
 
     def read_secret(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self._or_none(
-            lambda: self._core.read_namespaced_secret(name, namespace, _preload_content=False)
-        )
+        return self._kube.get_or_none(kc.SECRETS, namespace, name)
 
     def write_secret(
         self, namespace: str, current: dict[str, Any] | None, body: dict[str, Any]
     ) -> None:
-        from kubernetes import client
-
         if current is None:
-            self._core.create_namespaced_secret(namespace, client.V1Secret.model_validate(body))
+            self._kube.create(kc.SECRETS, namespace, body)
             return
         # resourceVersion makes a concurrent writer fail with 409 instead of being lost.
         body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
-        self._core.replace_namespaced_secret(
-            body["metadata"]["name"], namespace, client.V1Secret.model_validate(body)
-        )
+        self._kube.replace(kc.SECRETS, namespace, body["metadata"]["name"], body)
 
     def read_webhook_config(self, kind: str, name: str) -> dict[str, Any] | None:
-        if kind == "MutatingWebhookConfiguration":
-            return self._or_none(
-                lambda: self._admission.read_mutating_webhook_configuration(
-                    name, _preload_content=False
-                )
-            )
-        return self._or_none(
-            lambda: self._admission.read_validating_webhook_configuration(
-                name, _preload_content=False
-            )
-        )
+        return self._kube.get_or_none(kc.BY_KIND[kind], None, name)
 
     def patch_webhook_config(self, kind: str, name: str, ops: list[dict[str, Any]]) -> None:
-        if kind == "MutatingWebhookConfiguration":
-            self._admission.patch_mutating_webhook_configuration(
-                name, ops, _content_type=JSON_PATCH
-            )
-        else:
-            self._admission.patch_validating_webhook_configuration(
-                name, ops, _content_type=JSON_PATCH
-            )
+        self._kube.patch(kc.BY_KIND[kind], None, name, ops, content_type=kc.JSON_PATCH)
 
 
 def _secret_body(
@@ -337,21 +284,19 @@ def reconcile(
 
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="icache certs: %(message)s", stream=sys.stderr)
-    from kubernetes.client.exceptions import ApiException
-
     try:
         if args.days < 1 or args.ca_days < 1:
             raise CertsError("--days and --ca-days must be at least 1")
-        api_client = load_api_client(args.kubeconfig, args.context)
+        kube = kubeaccess.connect(args.kubeconfig, context=args.context)
         try:
-            reconcile(Cluster(api_client), args, dt.datetime.now(dt.UTC))
+            reconcile(Cluster(kube), args, dt.datetime.now(dt.UTC))
         finally:
-            api_client.close()
-    except (CertsError, redis_auth.RedisAuthError, ValueError) as exc:
+            kube.close()
+    except (CertsError, redis_auth.RedisAuthError, kubeaccess.KubeConfigError, ValueError) as exc:
         log.error("%s", exc)
         return 1
-    except ApiException as exc:
-        log.error("API server said %s %s: %s", exc.status, exc.reason, (exc.body or "").strip())
+    except kc.ApiError as exc:
+        log.error("API server said %s %s: %s", exc.status, exc.reason, exc.body.strip())
         return 1
     return 0
 

@@ -12,18 +12,14 @@ import os
 
 from reconciler.celery_app import redis_url_from_env
 from reconciler.health import DEFAULT_LIVENESS_TIMEOUT, Readiness
-from reconciler.kube import Kube
 from reconciler.redis_conn import DEFAULT_TIMEOUT, RedisTimeouts, redis_client
 from reconciler.redis_settings import redis_url
-from shared import jsonlog
+from shared import jsonlog, kubeaccess
+from shared.kubeaccess import add_kubeconfig_argument
 
 
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--kubeconfig",
-        default=os.environ.get("KUBECONFIG") or None,
-        help="kubeconfig path (default: in-cluster ServiceAccount)",
-    )
+    add_kubeconfig_argument(parser)
     parser.add_argument(
         "--redis-url",
         default=redis_url_from_env(),
@@ -69,8 +65,7 @@ def readiness(args: argparse.Namespace) -> Readiness:
     on a client of its own with short timeouts (a probe must not hang)."""
     quick = RedisTimeouts(connect=2.0, read=2.0)
     client = redis_client(args.redis_url, quick)
-    kube = Kube.from_kubeconfig(args.kubeconfig)
-    kube.timeout = 2.0
+    kube = kubeaccess.connect(args.kubeconfig, timeout=2.0)
     return Readiness(
         {"redis": client.ping, "apiserver": lambda: kube.request("GET", "/version")}
     ).start()

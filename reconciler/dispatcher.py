@@ -168,7 +168,7 @@ def pump_stalled(last_beat: float, now: float, renew_deadline: float) -> bool:
 class Dispatcher:
     def __init__(
         self,
-        kube: k.Kube,
+        kube: k.KubeClient,
         queue: WorkQueue,
         app: Celery,
         election: ElectionSettings,

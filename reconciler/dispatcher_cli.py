@@ -12,10 +12,10 @@ from reconciler import health
 from reconciler.celery_app import make_app
 from reconciler.cli_common import add_common_arguments, readiness, redis_timeouts, setup_logging
 from reconciler.dispatcher import Dispatcher, DispatcherSettings
-from reconciler.kube import Kube
 from reconciler.leader import ElectionSettings
 from reconciler.redis_conn import redis_client
 from reconciler.workqueue import QueueSettings, WorkQueue
+from shared import kubeaccess
 from shared.constants import INSTALL_NAMESPACE
 
 
@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
         ),
     )
     dispatcher = Dispatcher(
-        Kube.from_kubeconfig(args.kubeconfig),
+        kubeaccess.connect(args.kubeconfig),
         queue,
         make_app(args.redis_url, redis_timeouts(args)),
         ElectionSettings(

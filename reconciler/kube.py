@@ -1,326 +1,47 @@
-"""A small dict-in, dict-out Kubernetes REST client on top of kubernetes.client.
-
-The generated client's model classes cost a deserialisation per object and hide
-the wire form we compare against; the reconciler works on plain JSON dicts, so this
-wraps just what it needs (get/list/create/apply/delete/status/watch) and reuses the
-official client only for configuration, authentication and connection pooling.
-"""
+"""The reconciler's name for the shared Kubernetes client (``from reconciler import
+kube as k``): the client, its Protocol and the resource table live in
+:mod:`shared.kubeclient`, the connection (flag, in-cluster, KUBECONFIG,
+~/.kube/config) in :mod:`shared.kubeaccess`. Re-exported here so the reconciler's
+modules keep one short import."""
 
 from __future__ import annotations
 
-import json
-import logging
-from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any
-from urllib.parse import urlencode
+from shared.kubeclient import (
+    BY_KIND,
+    CACHEBACKENDS,
+    DEPLOYMENTS,
+    EVENTS,
+    FIELD_MANAGER,
+    HPAS,
+    JSON_PATCH,
+    LEASES,
+    MERGE_PATCH,
+    PODS,
+    REPLICASETS,
+    SERVICES,
+    STATEFULSETS,
+    ApiError,
+    Kube,
+    KubeClient,
+    Resource,
+)
 
-import urllib3
-from kubernetes import client as k8s_client
-from kubernetes import config as k8s_config
-
-log = logging.getLogger(__name__)
-
-FIELD_MANAGER = "inference-cache"
-
-
-@dataclass(frozen=True)
-class Resource:
-    group: str
-    version: str
-    plural: str
-    kind: str
-    namespaced: bool = True
-
-    @property
-    def api_version(self) -> str:
-        return f"{self.group}/{self.version}" if self.group else self.version
-
-    def _base(self) -> str:
-        return f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
-
-    def collection(self, namespace: str | None = None) -> str:
-        if self.namespaced and namespace:
-            return f"{self._base()}/namespaces/{namespace}/{self.plural}"
-        return f"{self._base()}/{self.plural}"
-
-    def item(self, namespace: str | None, name: str) -> str:
-        return f"{self.collection(namespace)}/{name}"
-
-
-CACHEBACKENDS = Resource("inferencecache.io", "v1alpha1", "cachebackends", "CacheBackend")
-DEPLOYMENTS = Resource("apps", "v1", "deployments", "Deployment")
-STATEFULSETS = Resource("apps", "v1", "statefulsets", "StatefulSet")
-REPLICASETS = Resource("apps", "v1", "replicasets", "ReplicaSet")
-SERVICES = Resource("", "v1", "services", "Service")
-HPAS = Resource("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler")
-PODS = Resource("", "v1", "pods", "Pod")
-EVENTS = Resource("", "v1", "events", "Event")
-LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease")
-
-BY_KIND: dict[str, Resource] = {
-    r.kind: r
-    for r in (
-        CACHEBACKENDS,
-        DEPLOYMENTS,
-        STATEFULSETS,
-        REPLICASETS,
-        SERVICES,
-        HPAS,
-        PODS,
-        EVENTS,
-        LEASES,
-    )
-}
-
-
-class ApiError(Exception):
-    def __init__(self, status: int, reason: str, body: str = "") -> None:
-        super().__init__(f"{status} {reason}: {body[:500]}")
-        self.status = status
-        self.reason = reason
-        self.body = body
-
-    @property
-    def not_found(self) -> bool:
-        return self.status == 404
-
-    @property
-    def conflict(self) -> bool:
-        return self.status == 409
-
-    @property
-    def gone(self) -> bool:
-        return self.status == 410
-
-
-class Kube:
-    """Thread-safe: the underlying urllib3 pool manager is."""
-
-    def __init__(self, api_client: k8s_client.ApiClient, *, timeout: float = 30.0) -> None:
-        self.api_client = api_client
-        self.timeout = timeout
-
-    @classmethod
-    def from_kubeconfig(cls, kubeconfig: str | None = None) -> Kube:
-        """Load ``kubeconfig`` (a path), or the in-cluster ServiceAccount when None."""
-        configuration = k8s_client.Configuration()
-        if kubeconfig:
-            k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-        else:
-            k8s_config.load_incluster_config(client_configuration=configuration)
-        return cls(k8s_client.ApiClient(configuration))
-
-    def close(self) -> None:
-        self.api_client.close()
-
-    # ------------------------------------------------------------ raw
-
-    def _prepare(
-        self,
-        method: str,
-        path: str,
-        query: dict[str, Any] | None,
-        body: Any,
-        content_type: str | None,
-    ) -> tuple[str, dict[str, str], Any]:
-        headers = {"Accept": "application/json"}
-        if body is not None:
-            headers["Content-Type"] = content_type or "application/json"
-        q = {k: v for k, v in (query or {}).items() if v is not None}
-        if q:
-            path = f"{path}?{urlencode({k: _q(v) for k, v in q.items()})}"
-        _, url, headers, body, _ = self.api_client.param_serialize(
-            method=method,
-            resource_path=path,
-            header_params=headers,
-            body=body,
-            auth_settings=["BearerToken"],
-        )
-        return url, headers, body
-
-    def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        query: dict[str, Any] | None = None,
-        body: Any = None,
-        content_type: str | None = None,
-    ) -> dict[str, Any]:
-        url, headers, body = self._prepare(method, path, query, body, content_type)
-        resp = self.api_client.call_api(
-            method, url, header_params=headers, body=body, _request_timeout=self.timeout
-        )
-        data = resp.read() or b""
-        if not 200 <= resp.status <= 299:
-            text = data.decode(errors="replace")
-            raise ApiError(resp.status, str(resp.reason), text)
-        return json.loads(data) if data else {}
-
-    # ------------------------------------------------------------ verbs
-
-    def get(self, res: Resource, namespace: str | None, name: str) -> dict[str, Any]:
-        return self.request("GET", res.item(namespace, name))
-
-    def get_or_none(self, res: Resource, namespace: str | None, name: str) -> dict[str, Any] | None:
-        try:
-            return self.get(res, namespace, name)
-        except ApiError as exc:
-            if exc.not_found:
-                return None
-            raise
-
-    def list(
-        self,
-        res: Resource,
-        namespace: str | None = None,
-        *,
-        label_selector: str | None = None,
-        resource_version: str | None = None,
-        limit: int | None = None,
-    ) -> dict[str, Any]:
-        """A whole list (following continue tokens); items, plus metadata.resourceVersion."""
-        items: list[dict[str, Any]] = []
-        cont: str | None = None
-        while True:
-            page = self.request(
-                "GET",
-                res.collection(namespace),
-                query={
-                    "labelSelector": label_selector,
-                    "resourceVersion": resource_version if cont is None else None,
-                    "limit": limit,
-                    "continue": cont,
-                },
-            )
-            items.extend(page.get("items") or [])
-            cont = (page.get("metadata") or {}).get("continue")
-            if not cont:
-                page["items"] = items
-                return page
-
-    def create(self, res: Resource, namespace: str | None, body: dict[str, Any]) -> dict[str, Any]:
-        return self.request("POST", res.collection(namespace), body=body)
-
-    def apply(
-        self,
-        res: Resource,
-        namespace: str | None,
-        body: dict[str, Any],
-        *,
-        uid: str | None = None,
-    ) -> dict[str, Any]:
-        """Server-side apply with our field manager (force: we are the only writer of the
-        fields we set). Fields we applied before and no longer send are removed.
-
-        ``uid``: update exactly that object, never create one nor touch a same-named
-        successor. The API server refuses the apply (404-like 409 when absent, 422
-        "metadata.uid: field is immutable" when replaced); both surface as a 409
-        conflict so the caller re-reads and decides again.
-        """
-        name = body["metadata"]["name"]
-        if uid:
-            body = {**body, "metadata": {**body["metadata"], "uid": uid}}
-        try:
-            return self.request(
-                "PATCH",
-                res.item(namespace, name),
-                query={"fieldManager": FIELD_MANAGER, "force": "true"},
-                body=body,
-                content_type="application/apply-patch+yaml",
-            )
-        except ApiError as exc:
-            if uid and exc.status == 422 and "metadata.uid" in exc.body:
-                raise ApiError(409, "Conflict", exc.body) from exc
-            raise
-
-    def replace(
-        self, res: Resource, namespace: str | None, name: str, body: dict[str, Any]
-    ) -> dict[str, Any]:
-        return self.request("PUT", res.item(namespace, name), body=body)
-
-    def replace_status(
-        self, res: Resource, namespace: str | None, name: str, body: dict[str, Any]
-    ) -> dict[str, Any]:
-        """PUT the status subresource; body carries metadata.resourceVersion, so a
-        concurrent writer makes this fail with 409 (optimistic concurrency)."""
-        return self.request("PUT", res.item(namespace, name) + "/status", body=body)
-
-    def delete(
-        self, res: Resource, namespace: str | None, name: str, *, uid: str | None = None
-    ) -> None:
-        body: dict[str, Any] = {"propagationPolicy": "Background"}
-        if uid:
-            # Only delete the object we looked at, not a same-named successor.
-            body["preconditions"] = {"uid": uid}
-        try:
-            self.request("DELETE", res.item(namespace, name), body=body)
-        except ApiError as exc:
-            if not exc.not_found:
-                raise
-
-    # ------------------------------------------------------------ watch
-
-    def watch(
-        self,
-        res: Resource,
-        *,
-        resource_version: str,
-        label_selector: str | None = None,
-        timeout_seconds: int = 300,
-    ) -> Iterator[dict[str, Any]]:
-        """Stream watch events ({"type", "object"}) from ``resource_version``.
-
-        Ends when the server closes the stream (timeoutSeconds). An expired
-        resourceVersion surfaces as ApiError(410), either as the HTTP status or as an
-        ERROR event, so callers have one case to handle.
-        """
-        url, headers, _ = self._prepare(
-            "GET",
-            res.collection(None),
-            {
-                "watch": "true",
-                "resourceVersion": resource_version,
-                "labelSelector": label_selector,
-                "allowWatchBookmarks": "true",
-                "timeoutSeconds": timeout_seconds,
-            },
-            None,
-            None,
-        )
-        pool = self.api_client.rest_client.pool_manager
-        resp = pool.request(
-            "GET",
-            url,
-            headers=headers,
-            preload_content=False,
-            timeout=urllib3.Timeout(connect=10.0, read=timeout_seconds + 30.0),
-        )
-        try:
-            if resp.status != 200:
-                raise ApiError(resp.status, str(resp.reason), resp.data.decode(errors="replace"))
-            buffer = b""
-            for chunk in resp.stream(65536, decode_content=True):
-                buffer += chunk
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
-                    if not line.strip():
-                        continue
-                    event = json.loads(line)
-                    if event.get("type") == "ERROR":
-                        status = event.get("object") or {}
-                        raise ApiError(
-                            int(status.get("code") or 500),
-                            str(status.get("reason")),
-                            str(status.get("message")),
-                        )
-                    yield event
-        finally:
-            resp.release_conn()
-
-
-def _q(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
+__all__ = [
+    "BY_KIND",
+    "CACHEBACKENDS",
+    "DEPLOYMENTS",
+    "EVENTS",
+    "FIELD_MANAGER",
+    "HPAS",
+    "JSON_PATCH",
+    "LEASES",
+    "MERGE_PATCH",
+    "PODS",
+    "REPLICASETS",
+    "SERVICES",
+    "STATEFULSETS",
+    "ApiError",
+    "Kube",
+    "KubeClient",
+    "Resource",
+]

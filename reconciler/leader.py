@@ -22,7 +22,7 @@ from reconciler import kube as k
 log = logging.getLogger(__name__)
 
 
-def lease_client(kube: k.Kube, renew_deadline: float) -> k.Kube:
+def lease_client(kube: k.KubeClient, renew_deadline: float) -> k.KubeClient:
     """A client for the Lease calls alone: one attempt per request (no urllib3
     retries) with the renew deadline as its timeout, as client-go bounds each renew.
     A leader whose API server stopped answering must notice it no longer holds the
@@ -55,7 +55,7 @@ class ElectionSettings:
 class LeaderElector:
     def __init__(
         self,
-        kube: k.Kube,
+        kube: k.KubeClient,
         settings: ElectionSettings,
         *,
         monotonic: Callable[[], float] = time.monotonic,

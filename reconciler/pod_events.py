@@ -167,7 +167,7 @@ class EnginePodEvents:
 
     def __init__(
         self,
-        kube: k.Kube,
+        kube: k.KubeClient,
         instance: str,
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
     ) -> None:

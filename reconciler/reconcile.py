@@ -111,7 +111,7 @@ class InProcessCascadeLimiter:
 class Reconciler:
     def __init__(
         self,
-        kube: k.Kube,
+        kube: k.KubeClient,
         *,
         server: ServerClient | None = None,
         probe_rate_limiter: ProbeRateLimiter | None = None,
@@ -445,11 +445,12 @@ class Reconciler:
         try:
             for deployment in targets:
                 try:
-                    self.kube.request(
-                        "PATCH",
-                        k.DEPLOYMENTS.item(namespace, deployment),
-                        body=restart_trigger_patch(stamp),
-                        content_type="application/merge-patch+json",
+                    self.kube.patch(
+                        k.DEPLOYMENTS,
+                        namespace,
+                        deployment,
+                        restart_trigger_patch(stamp),
+                        content_type=k.MERGE_PATCH,
                     )
                 except k.ApiError as exc:
                     if not exc.not_found:  # deleted meanwhile: nothing to roll

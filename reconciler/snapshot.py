@@ -121,7 +121,7 @@ class SnapshotPoller(threading.Thread):
 
     def __init__(
         self,
-        kube: k.Kube,
+        kube: k.KubeClient,
         server: ServerClient,
         client: redis.Redis,
         *,

@@ -21,6 +21,7 @@ from reconciler.reconcile import CascadeClaim, Reconciler
 from reconciler.redis_conn import RedisTimeouts, redis_client
 from reconciler.server_client import DEFAULT_TOKEN_PATH, ServerClient
 from reconciler.workqueue import DONE, QueueSettings, WorkQueue
+from shared import kubeaccess
 
 log = logging.getLogger(__name__)
 # One DEBUG line when a reconcile starts and one when it ends, with the lease token
@@ -118,7 +119,7 @@ def runtime() -> Runtime:
             else None
         )
         reconciler = Reconciler(
-            FencedKube.from_kubeconfig(_config.kubeconfig),
+            FencedKube(kubeaccess.api_client(_config.kubeconfig)),
             server=server,
             probe_rate_limiter=redis_probe_rate_limiter(client, _config.probe_window_seconds),
             probe_window=_config.probe_window_seconds,

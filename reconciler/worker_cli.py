@@ -9,12 +9,12 @@ import socket
 from reconciler import health, tasks
 from reconciler.celery_app import QUEUE_NAME, make_app
 from reconciler.cli_common import add_common_arguments, readiness, redis_timeouts, setup_logging
-from reconciler.kube import Kube
 from reconciler.redis_conn import redis_client
 from reconciler.server_client import ServerClient
 from reconciler.snapshot import SnapshotPoller
 from reconciler.worker_health import CONSUMER_LOOP, install_consumer_heartbeat
 from reconciler.workqueue import QueueSettings
+from shared import kubeaccess
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -59,6 +59,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     setup_logging(args.log_level)
+    # Reconciles connect lazily (per forked process); check the configuration now so a
+    # worker without one fails at start, naming what it tried, not on every task.
+    kubeaccess.load_configuration(args.kubeconfig)
     tasks.configure(
         tasks.WorkerConfig(
             kubeconfig=args.kubeconfig,
@@ -85,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
         # The poller projects /snapshot into status.indexParticipation, which the
         # KV-event readiness gate reads.
         SnapshotPoller(
-            Kube.from_kubeconfig(args.kubeconfig),
+            kubeaccess.connect(args.kubeconfig),
             ServerClient(args.server_url, token_path=args.token_path),
             redis_client(args.redis_url, redis_timeouts(args)),
             interval=args.snapshot_interval,

@@ -46,7 +46,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         module = _load(args.command, SUBCOMMANDS[args.command][0])
         if module is None:
             return 2
-    rc: int = module.run(args)
+    from shared.kubeaccess import KubeConfigError
+
+    try:
+        rc: int = module.run(args)
+    except KubeConfigError as exc:
+        # Every process connects through shared.kubeaccess: one line, not a traceback.
+        print(f"icache {args.command}: {exc}", file=sys.stderr)
+        return 1
     return rc
 
 

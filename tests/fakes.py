@@ -1,9 +1,11 @@
 """In-memory stand-ins for the Kubernetes client, for unit tests of the shells.
 
-One place for them (issue 13 item 5). They implement just the part of
-``reconciler.kube.Kube`` the code under test calls, with the API server's behaviour
-that matters to it: resourceVersions move on every write, ``generateName`` gets a
-name, creating an existing name is a 409.
+One place for them (issue 13 items 2 and 5). They implement the
+:class:`shared.kubeclient.KubeClient` Protocol the reconciler, dispatcher, pod-events
+watcher, webhook and ``icache certs`` depend on (mypy checks it: see the assignments
+at the bottom), with the API server's behaviour that matters to the code under test:
+resourceVersions move on every write, ``generateName`` gets a name, creating an
+existing name is a 409.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from reconciler import kube as k
+from shared import kubeclient as k
 
 
 class FakeKube:
@@ -50,17 +52,34 @@ class FakeKube:
         self.rv += 1
         obj["metadata"]["resourceVersion"] = str(self.rv)
 
-    def get_or_none(self, res: k.Resource, ns: str, name: str) -> dict[str, Any] | None:
-        self.calls.append(("get", f"{ns}/{name}"))
+    def get(self, res: k.Resource, namespace: str | None, name: str) -> dict[str, Any]:
+        obj = self.get_or_none(res, namespace, name)
+        if obj is None:
+            raise k.ApiError(404, "NotFound")
+        return obj
+
+    def get_or_none(
+        self, res: k.Resource, namespace: str | None, name: str
+    ) -> dict[str, Any] | None:
+        self.calls.append(("get", f"{namespace}/{name}"))
         if self.fail_get:
             raise k.ApiError(503, "Unavailable")
-        obj = self.objects.get((res.plural, ns, name))
+        obj = self.objects.get((res.plural, namespace or "", name))
         return copy.deepcopy(obj) if obj is not None else None
 
-    def list(self, res: k.Resource, ns: str | None = None, **kw: Any) -> dict[str, Any]:
+    def list(
+        self,
+        res: k.Resource,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        resource_version: str | None = None,
+        limit: int | None = None,
+    ) -> dict[str, Any]:
+        ns = namespace
         if res is k.PODS and self.fail_pod_list:
             raise k.ApiError(500, "Internal", "boom")
-        selector = kw.get("label_selector")
+        selector = label_selector
         wanted = dict(part.split("=", 1) for part in selector.split(",")) if selector else {}
         items = [
             copy.deepcopy(o)
@@ -72,8 +91,14 @@ class FakeKube:
         return {"metadata": {"resourceVersion": str(self.rv)}, "items": items}
 
     def apply(
-        self, res: k.Resource, ns: str, body: dict[str, Any], *, uid: str | None = None
+        self,
+        res: k.Resource,
+        namespace: str | None,
+        body: dict[str, Any],
+        *,
+        uid: str | None = None,
     ) -> dict[str, Any]:
+        ns = namespace or ""
         live = self.objects.get((res.plural, ns, body["metadata"]["name"]))
         if uid is not None and (live is None or live["metadata"].get("uid") != uid):
             raise k.ApiError(409, "Conflict", "uid precondition")
@@ -86,20 +111,43 @@ class FakeKube:
         self.writes.append(("apply", res.plural, body["metadata"]["name"]))
         return copy.deepcopy(obj)
 
-    def delete(self, res: k.Resource, ns: str, name: str, **_: Any) -> None:
-        self.objects.pop((res.plural, ns, name), None)
+    def delete(
+        self, res: k.Resource, namespace: str | None, name: str, *, uid: str | None = None
+    ) -> None:
+        self.objects.pop((res.plural, namespace or "", name), None)
         self.writes.append(("delete", res.plural, name))
 
-    def replace_status(
-        self, res: k.Resource, ns: str, name: str, body: dict[str, Any]
+    def replace(
+        self, res: k.Resource, namespace: str | None, name: str, body: dict[str, Any]
     ) -> dict[str, Any]:
-        obj = self.objects[(res.plural, ns, name)]
+        """PUT with optimistic concurrency, as the API server does it."""
+        key = (res.plural, namespace or "", name)
+        live = self.objects.get(key)
+        if live is None:
+            raise k.ApiError(404, "NotFound")
+        sent = (body.get("metadata") or {}).get("resourceVersion")
+        if sent and sent != live["metadata"].get("resourceVersion"):
+            raise k.ApiError(409, "Conflict", "the object has been modified")
+        obj = copy.deepcopy(body)
+        obj["metadata"]["namespace"] = namespace or ""
+        self._bump(obj)
+        self.objects[key] = obj
+        self.writes.append(("replace", res.plural, name))
+        return copy.deepcopy(obj)
+
+    def replace_status(
+        self, res: k.Resource, namespace: str | None, name: str, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        obj = self.objects[(res.plural, namespace or "", name)]
         obj["status"] = copy.deepcopy(body["status"])
         self._bump(obj)
         self.writes.append(("status", res.plural, name))
         return copy.deepcopy(obj)
 
-    def create(self, res: k.Resource, ns: str, body: dict[str, Any]) -> dict[str, Any]:
+    def create(
+        self, res: k.Resource, namespace: str | None, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        ns = namespace or ""
         obj = copy.deepcopy(body)
         meta = obj.setdefault("metadata", {})
         if not meta.get("name"):
@@ -115,45 +163,82 @@ class FakeKube:
         self.put(res.plural, obj)
         return copy.deepcopy(obj)
 
-    def request(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
-        """Only the strategic patch of an engine Deployment's pod-template annotations
+    def patch(
+        self,
+        res: k.Resource,
+        namespace: str | None,
+        name: str,
+        body: Any,
+        *,
+        content_type: str,
+    ) -> dict[str, Any]:
+        """Only the merge patch of an engine Deployment's pod-template annotations
         (the cache-server restart cascade)."""
-        assert method == "PATCH"
-        assert "/deployments/" in path
-        name = path.rsplit("/", 1)[1]
-        obj = self.objects.get(("deployments", "ns", name))
+        assert res is k.DEPLOYMENTS
+        assert content_type == k.MERGE_PATCH
+        obj = self.objects.get(("deployments", namespace or "", name))
         if obj is None:
             raise k.ApiError(404, "NotFound")
-        annotations = kw["body"]["spec"]["template"]["metadata"]["annotations"]
+        annotations = body["spec"]["template"]["metadata"]["annotations"]
         tmpl = obj["spec"].setdefault("template", {}).setdefault("metadata", {})
         tmpl.setdefault("annotations", {}).update(annotations)
         self.writes.append(("patch", "deployments", name))
         return copy.deepcopy(obj)
 
+    def watch(
+        self,
+        res: k.Resource,
+        *,
+        resource_version: str,
+        label_selector: str | None = None,
+        timeout_seconds: int = 300,
+    ) -> Iterator[dict[str, Any]]:
+        """No changes: the stream ends at once, as a server-side timeout would."""
+        return iter(())
 
-class ScriptedWatchKube:
+
+class ScriptedWatchKube(FakeKube):
     """Lists and watches from scripted data, for the dispatcher's watch loop: each
     list answers resourceVersion 10 * (lists so far); the first watch of a resource
     can fail with 410 Gone (``gone_once``) to exercise the re-list; a watch yields
-    one BOOKMARK at resourceVersion 99."""
+    one BOOKMARK at resourceVersion 99. Everything else is FakeKube's."""
 
-    def __init__(self, items: dict[str, list[dict[str, object]]], gone_once: bool) -> None:
+    def __init__(self, items: dict[str, list[dict[str, Any]]], gone_once: bool) -> None:
+        super().__init__()
         self.items = items
         self.gone_once = gone_once
         self.lists: list[str] = []
         self.watches: list[tuple[str, str]] = []
 
-    def list(self, res: k.Resource, namespace: object = None, **_: object) -> dict[str, object]:
+    def list(
+        self,
+        res: k.Resource,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        resource_version: str | None = None,
+        limit: int | None = None,
+    ) -> dict[str, Any]:
         self.lists.append(res.plural)
         rv = str(10 * len(self.lists))
         return {"metadata": {"resourceVersion": rv}, "items": self.items.get(res.plural, [])}
 
     def watch(
-        self, res: k.Resource, *, resource_version: str, **_: object
-    ) -> Iterator[dict[str, object]]:
+        self,
+        res: k.Resource,
+        *,
+        resource_version: str,
+        label_selector: str | None = None,
+        timeout_seconds: int = 300,
+    ) -> Iterator[dict[str, Any]]:
         self.watches.append((res.plural, resource_version))
         if self.gone_once:
             self.gone_once = False
             raise k.ApiError(410, "Expired", "too old resource version")
         yield {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "99"}}}
         time.sleep(0.05)
+
+
+# mypy holds the fakes to the Protocol the production code depends on.
+_fake: k.KubeClient = FakeKube()
+_scripted: k.KubeClient = ScriptedWatchKube({}, gone_once=False)

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from shared import jsonlog
+from shared import jsonlog, kubeaccess
 from shared.runtime_adapters.base import InjectContext
 from webhook_svc.admission_gate import (
     DEFAULT_LIMIT_CONCURRENCY,
@@ -49,9 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         help="embedded mode: read CacheBackends from YAML files in this directory",
     )
-    parser.add_argument(
-        "--kubeconfig", help="kubeconfig (default: in-cluster, then ~/.kube/config)"
-    )
+    kubeaccess.add_kubeconfig_argument(parser)
     parser.add_argument(
         "--kvevent-subscriber-image",
         default=os.environ.get("ICACHE_KVEVENT_SUBSCRIBER_IMAGE") or None,
@@ -119,15 +117,9 @@ def listen_host(args: argparse.Namespace) -> str:
 
 
 def load_kube_client(kubeconfig: str | None) -> Any:
-    from kubernetes import client, config
-
-    if kubeconfig:
-        return config.new_client_from_config(config_file=kubeconfig)
-    try:
-        config.load_incluster_config()
-        return client.ApiClient()
-    except config.ConfigException:
-        return config.new_client_from_config()
+    """The official ApiClient, connected as every process connects (shared.kubeaccess:
+    flag, in-cluster, KUBECONFIG, ~/.kube/config)."""
+    return kubeaccess.api_client(kubeconfig)
 
 
 def build_source(args: argparse.Namespace) -> BackendSource:
@@ -163,9 +155,12 @@ def run(args: argparse.Namespace) -> int:
             "embedded mode: no API server, so no SubjectAccessReview of CacheBackend writers"
         )
     else:
-        from webhook_svc.workload_authz import ApiAccessReviewer
+        from shared.kubeclient import Kube
+        from webhook_svc.workload_authz import DEFAULT_REVIEW_BUDGET_SECONDS, ApiAccessReviewer
 
-        reviewer = ApiAccessReviewer(load_kube_client(args.kubeconfig))
+        reviewer = ApiAccessReviewer(
+            Kube(load_kube_client(args.kubeconfig), timeout=DEFAULT_REVIEW_BUDGET_SECONDS)
+        )
     app = create_app(
         source,
         ctx,

@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from shared import constants as c
 from shared.api.models import CacheBackend
@@ -35,10 +35,12 @@ from shared.defaulting import default_cachebackend
 from shared.storage_providers.render import managed_provider, render_workload
 from webhook_svc.admission_review import AdmissionRequest, deny
 
+if TYPE_CHECKING:
+    from shared.kubeclient import KubeClient
+
 log = logging.getLogger("icache.webhook.authz")
 
 QUALIFIED_RESOURCE: Final = f"{c.PLURAL}.{c.GROUP}"
-SAR_PATH: Final = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
 DOCS_HINT: Final = 'docs/install.md, "Who may create CacheBackends"'
 # Pod-template fields, in the order a denial names the first one that differs.
 _SHAPING_FIELDS: Final = ("template", "remoteStorage", "deploymentKind", "runtime", "type")
@@ -268,10 +270,11 @@ def _reviews() -> ThreadPoolExecutor:
 
 
 class ApiAccessReviewer:
-    """SubjectAccessReviews through the webhook's own API client."""
+    """SubjectAccessReviews through the webhook's own connection (a
+    :class:`shared.kubeclient.KubeClient`; its timeout bounds each review)."""
 
-    def __init__(self, api_client: Any, budget: float = DEFAULT_REVIEW_BUDGET_SECONDS) -> None:
-        self._api_client = api_client
+    def __init__(self, kube: KubeClient, budget: float = DEFAULT_REVIEW_BUDGET_SECONDS) -> None:
+        self._kube = kube
         self._budget = budget
 
     def review(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -283,24 +286,23 @@ class ApiAccessReviewer:
             raise ReviewError(f"no answer from the API server within {self._budget:g} s") from None
 
     def _review_now(self, body: dict[str, Any]) -> dict[str, Any]:
-        from kubernetes import client
-        from kubernetes.client.exceptions import ApiException
+        # Imported here: the pure admission path (and `icache admit-pod`) never pays
+        # for the kubernetes client.
+        from shared.kubeclient import SUBJECT_ACCESS_REVIEWS, ApiError
 
         try:
-            result = client.AuthorizationV1Api(self._api_client).create_subject_access_review(
-                client.V1SubjectAccessReview.model_validate(body), _request_timeout=self._budget
-            )
-        except ApiException as exc:
+            result = self._kube.create(SUBJECT_ACCESS_REVIEWS, None, body)
+        except ApiError as exc:
             raise ReviewError(f"API server said {exc.status} {exc.reason}") from exc
         except Exception as exc:  # timeouts, connection errors
             raise ReviewError(f"{type(exc).__name__}: {exc}") from exc
-        status = result.status
-        if status is None:
+        status = result.get("status")
+        if not isinstance(status, dict):
             raise ReviewError("SubjectAccessReview came back without a status")
         return {
             "status": {
-                "allowed": bool(status.allowed),
-                "denied": bool(status.denied),
-                "reason": status.reason or "",
+                "allowed": bool(status.get("allowed")),
+                "denied": bool(status.get("denied")),
+                "reason": str(status.get("reason") or ""),
             }
         }

@@ -21,6 +21,7 @@ import pytest
 from reconciler import kube as k
 from reconciler.ownership import owned_by
 from reconciler.reconcile import Reconciler
+from shared import kubeaccess
 from tests.e2e.conftest import Cluster, Stack, condition, poll
 
 NO_GATE = {"inferencecache.io/require-kv-events": "false"}
@@ -76,7 +77,7 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
 
 @pytest.fixture
 def worker_kube(cluster: Cluster) -> Iterator[k.Kube]:
-    kube = k.Kube.from_kubeconfig(str(cluster.worker_kubeconfig))
+    kube = kubeaccess.connect(str(cluster.worker_kubeconfig))
     try:
         yield kube
     finally:

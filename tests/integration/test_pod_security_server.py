@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from kubernetes.client.rest import ApiException
 
 from shared import constants as c
+from shared.kubeclient import PODS, ApiError, Kube
 from tests.harness.controlplane import ControlPlane, wait_until
 from tests.webhook_process import TEST_NAMESPACE_LABEL, WebhookProcess, registered, run_webhook
 
@@ -182,9 +182,8 @@ def _sglang_pod(name: str) -> dict[str, Any]:
 
 
 def _create(api: client.ApiClient, ns: str, pod: dict[str, Any]) -> dict[str, Any]:
-    created = client.CoreV1Api(api).create_namespaced_pod(ns, pod)  # type: ignore[arg-type]
-    out: dict[str, Any] = api.sanitize_for_serialization(created)
-    return out
+    """The pod as the API server stored it (the shared dict-in, dict-out client)."""
+    return Kube(api).create(PODS, ns, pod)
 
 
 def _names(pod: dict[str, Any], field: str) -> set[str]:
@@ -247,15 +246,15 @@ def test_the_api_server_enforces_both_policies_on_unwired_pods(
     loose = _vllm_pod(f"loose-{uuid.uuid4().hex[:5]}")
     loose["metadata"]["labels"] = {"app": "unselected"}
     del loose["spec"]["containers"][0]["securityContext"]
-    with pytest.raises(ApiException) as info:
+    with pytest.raises(ApiError) as info:
         _create(kube_api_client, namespaces["restricted"], loose)
     assert info.value.status == 403
-    assert "PodSecurity" in str(info.value.body)
+    assert "PodSecurity" in info.value.body
 
     no_requests = _vllm_pod(f"noreq-{uuid.uuid4().hex[:5]}")
     no_requests["metadata"]["labels"] = {"app": "unselected"}
     del no_requests["spec"]["containers"][0]["resources"]
-    with pytest.raises(ApiException) as info:
+    with pytest.raises(ApiError) as info:
         _create(kube_api_client, namespaces["quota"], no_requests)
     assert info.value.status == 403
-    assert "must specify" in str(info.value.body)
+    assert "must specify" in info.value.body

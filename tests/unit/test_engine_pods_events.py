@@ -131,7 +131,7 @@ def kube_with(backends: dict[str, str]) -> FakeKube:
 
 
 def recorder(kube: FakeKube) -> EnginePodEvents:
-    return EnginePodEvents(kube, "dispatcher-1", clock=lambda: NOW)  # type: ignore[arg-type]
+    return EnginePodEvents(kube, "dispatcher-1", clock=lambda: NOW)
 
 
 def reasons(kube: FakeKube) -> list[str]:

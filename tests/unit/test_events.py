@@ -55,11 +55,13 @@ def test_event_object_targets_the_cache_backend_by_uid() -> None:
 
 
 class FailingEvents(FakeKube):
-    def create(self, res: k.Resource, ns: str, body: dict[str, Any]) -> dict[str, Any]:
+    def create(
+        self, res: k.Resource, namespace: str | None, body: dict[str, Any]
+    ) -> dict[str, Any]:
         if res is k.EVENTS:
             self.writes.append(("create-failed", res.plural, str(body.get("reason"))))
             raise k.ApiError(403, "Forbidden", "events is forbidden")
-        return super().create(res, ns, body)
+        return super().create(res, namespace, body)
 
 
 def test_a_failed_event_write_does_not_fail_the_reconcile_or_repeat() -> None:
@@ -69,7 +71,7 @@ def test_a_failed_event_write_does_not_fail_the_reconcile_or_repeat() -> None:
     neither retries it nor writes anything."""
     kube = FailingEvents()
     kube.put("cachebackends", cb_obj())
-    rec = Reconciler(kube, clock=lambda: NOW)  # type: ignore[arg-type]
+    rec = Reconciler(kube, clock=lambda: NOW)
     result = rec.reconcile("ns/cb")
     assert ("status", "cachebackends", "cb") in kube.writes
     assert ("create-failed", "events", "FailClosedEnabled") in kube.writes

@@ -259,7 +259,7 @@ def setup() -> tuple[FakeKube, Reconciler]:
             },
         },
     )
-    rec = Reconciler(kube, clock=lambda: NOW, cascade_limiter=InProcessCascadeLimiter(60))  # type: ignore[arg-type]
+    rec = Reconciler(kube, clock=lambda: NOW, cascade_limiter=InProcessCascadeLimiter(60))
     rec.reconcile("ns/cb")  # creates the workload and Service
     dep = kube.objects[("deployments", "ns", SERVER)]
     dep["status"] = {

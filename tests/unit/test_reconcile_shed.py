@@ -38,7 +38,7 @@ def test_offload_to_events_only_flip_sheds_the_provisioned_objects_on_the_next_r
             "spec": spec,
         },
     )
-    rec = Reconciler(kube, clock=lambda: NOW)  # type: ignore[arg-type]
+    rec = Reconciler(kube, clock=lambda: NOW)
     rec.reconcile("ns/cb")
     assert owned(kube) == {
         ("deployments", "cb-lmcache-server"),

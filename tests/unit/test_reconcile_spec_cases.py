@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from reconciler import kube as k
 from reconciler.engine_pods import observe_injected_pods
 from reconciler.events import transition_events
 from reconciler.reconcile import Reconciler
@@ -40,6 +41,7 @@ from reconciler.status import (
 from shared.api.models import CacheBackend
 from shared.storage_providers.render import render, service_endpoint
 from tests.builders import external_spec as external
+from tests.fakes import FakeKube
 
 NS = "team-a"
 NAME = "cb"
@@ -213,13 +215,22 @@ def crash_looping_injected_pod(name: str) -> dict[str, Any]:
     )
 
 
-class _DeploymentLister:
+class _DeploymentLister(FakeKube):
     """The one read _observe_engines makes besides the pod list it is handed."""
 
     def __init__(self, deployments: list[dict[str, Any]]) -> None:
+        super().__init__()
         self.deployments = deployments
 
-    def list(self, res: Any, namespace: str | None = None, **_: Any) -> dict[str, Any]:
+    def list(
+        self,
+        res: k.Resource,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        resource_version: str | None = None,
+        limit: int | None = None,
+    ) -> dict[str, Any]:
         assert res.plural == "deployments"
         return {"items": copy.deepcopy(self.deployments)}
 
@@ -274,7 +285,7 @@ def observe(case: Case, cb_obj: dict[str, Any]) -> Observed:
     service = rendered_service(cb_obj)
     engines: EngineObservation | None = None
     if case.pods is not None:
-        reconciler = Reconciler(_DeploymentLister(case.deployments))  # type: ignore[arg-type]
+        reconciler = Reconciler(_DeploymentLister(case.deployments))
         engines = reconciler._observe_engines(cb, case.pods, listed=True)
     injected = observe_injected_pods(case.pods, NS, NAME, UID) if case.pods is not None else None
     return Observed(

@@ -70,7 +70,7 @@ def test_a_reconcile_logs_the_key_as_a_field(caplog: pytest.LogCaptureFixture) -
         },
     )
     with caplog.at_level(logging.INFO, logger="reconciler"):
-        Reconciler(kube, clock=lambda: NOW).reconcile("ns/cb")  # type: ignore[arg-type]
+        Reconciler(kube, clock=lambda: NOW).reconcile("ns/cb")
     (record,) = [r for r in caplog.records if r.name == "reconciler.reconcile"]
     assert record.getMessage() == "unreadable CacheBackend; waiting for it to change"
     assert getattr(record, "key", None) == "ns/cb"

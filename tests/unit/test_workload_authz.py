@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tests.fakes import FakeKube
 from webhook_svc.admission_review import parse_review
 from webhook_svc.cachebackend_admission import validate_cachebackend
 from webhook_svc.workload_authz import (
@@ -200,6 +201,6 @@ def test_a_review_past_its_budget_is_a_review_error_not_a_hang() -> None:
 
     try:
         with pytest.raises(ReviewError, match=r"within 0\.2 s"):
-            Stalled(api_client=None, budget=0.2).review({})
+            Stalled(FakeKube(), budget=0.2).review({})
     finally:
         release.set()

@@ -10,6 +10,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 import redis
@@ -17,6 +18,9 @@ import redis
 from reconciler.workqueue import BUSY, DONE, LOST, STALE, STARTED, QueueSettings, WorkQueue
 from tests.fakes import ScriptedWatchKube
 from tests.harness.redis_server import RedisServer
+
+if TYPE_CHECKING:
+    from reconciler.dispatcher import Dispatcher
 
 
 class Clock:
@@ -344,11 +348,11 @@ def _obj(ns: str, name: str, owner: str | None = None) -> dict[str, object]:
     return {"metadata": meta}
 
 
-def _dispatcher(queue: WorkQueue, kube: ScriptedWatchKube) -> object:
+def _dispatcher(queue: WorkQueue, kube: ScriptedWatchKube) -> Dispatcher:
     from reconciler.dispatcher import Dispatcher
     from reconciler.leader import ElectionSettings
 
-    return Dispatcher(kube, queue, None, ElectionSettings("ns", "lease", "me"))  # type: ignore[arg-type]
+    return Dispatcher(kube, queue, None, ElectionSettings("ns", "lease", "me"))
 
 
 def test_watch_relists_on_410_gone_and_resumes_from_resource_version(queue: WorkQueue) -> None:
@@ -358,7 +362,7 @@ def test_watch_relists_on_410_gone_and_resumes_from_resource_version(queue: Work
     d = _dispatcher(queue, fake)
     leading = threading.Event()
     leading.set()
-    t = threading.Thread(target=d._watch_loop, args=(k.CACHEBACKENDS, None, leading), daemon=True)  # type: ignore[attr-defined]
+    t = threading.Thread(target=d._watch_loop, args=(k.CACHEBACKENDS, None, leading), daemon=True)
     t.start()
     deadline = time.monotonic() + 5
     while len(fake.watches) < 3 and time.monotonic() < deadline:
@@ -371,7 +375,7 @@ def test_watch_relists_on_410_gone_and_resumes_from_resource_version(queue: Work
     assert fake.watches[1] == ("cachebackends", "20")
     assert fake.watches[2] == ("cachebackends", "99")
     assert sorted(queue.pop_due()) == ["ns/a", "ns/b"]
-    assert d.known == {"ns/a", "ns/b"}  # type: ignore[attr-defined]
+    assert d.known == {"ns/a", "ns/b"}
 
 
 def test_owned_objects_enqueue_their_owner_and_only_the_leader_enqueues(queue: WorkQueue) -> None:
@@ -381,11 +385,11 @@ def test_owned_objects_enqueue_their_owner_and_only_the_leader_enqueues(queue: W
     assert owner_key(_obj("ns", "stray")) is None
     d = _dispatcher(queue, ScriptedWatchKube({}, gone_once=False))
     standby = threading.Event()
-    d.enqueue("ns/cb", standby)  # type: ignore[attr-defined]
+    d.enqueue("ns/cb", standby)
     assert queue.pop_due() == [], "a standby never enqueues"
     leader = threading.Event()
     leader.set()
-    d.enqueue("ns/cb", leader)  # type: ignore[attr-defined]
+    d.enqueue("ns/cb", leader)
     assert queue.pop_due() == ["ns/cb"]
 
 
@@ -428,8 +432,8 @@ def test_a_pod_matching_an_engine_selector_enqueues_its_backend(queue: WorkQueue
     d = _dispatcher(queue, ScriptedWatchKube({}, gone_once=False))
     leading = threading.Event()
     leading.set()
-    d._handle_cachebackend("ADDED", _cb("ns", "a", {"app": "vllm"}), leading)  # type: ignore[attr-defined]
-    d._handle_cachebackend("ADDED", _cb("ns", "b", None), leading)  # type: ignore[attr-defined]
+    d._handle_cachebackend("ADDED", _cb("ns", "a", {"app": "vllm"}), leading)
+    d._handle_cachebackend("ADDED", _cb("ns", "b", None), leading)
 
     def drained() -> list[str]:
         keys = sorted(queue.pop_due())
@@ -439,9 +443,9 @@ def test_a_pod_matching_an_engine_selector_enqueues_its_backend(queue: WorkQueue
         return keys
 
     assert drained() == ["ns/a", "ns/b"]
-    d._handle_pod("ADDED", _pod("ns", "vllm-0", {"app": "vllm"}), leading)  # type: ignore[attr-defined]
+    d._handle_pod("ADDED", _pod("ns", "vllm-0", {"app": "vllm"}), leading)
     assert drained() == ["ns/a"]
-    d._handle_pod("MODIFIED", _pod("ns", "vllm-0", {"app": "vllm"}), leading)  # type: ignore[attr-defined]
+    d._handle_pod("MODIFIED", _pod("ns", "vllm-0", {"app": "vllm"}), leading)
     assert drained() == []
-    d._handle_pod("DELETED", _pod("ns", "vllm-0", {"app": "vllm"}), leading)  # type: ignore[attr-defined]
+    d._handle_pod("DELETED", _pod("ns", "vllm-0", {"app": "vllm"}), leading)
     assert drained() == ["ns/a"]

@@ -1,0 +1,204 @@
+"""How every process and tool reaches the Kubernetes API (issue 13 item 2).
+
+The dispatcher, the workers, the webhook and ``icache certs`` all connect here, so
+they find their configuration the same way, first match wins:
+
+1. ``--kubeconfig`` (with ``--context``, where a tool has one): that file only;
+2. in-cluster: the pod's ServiceAccount (``KUBERNETES_SERVICE_HOST``/``_PORT`` and
+   the mounted token);
+3. ``KUBECONFIG``: the files it lists, merged as kubectl merges them;
+4. ``~/.kube/config``.
+
+A source that is absent is skipped. A source that is present but unusable (a
+``KUBECONFIG`` naming no file, a broken kubeconfig, a mounted token without a CA) is
+an error, not a reason to try the next one: the next kubeconfig may well point at
+another cluster, and ``icache certs`` writes Secrets. When nothing is found,
+:class:`KubeConfigError` names every source tried and why it did not apply.
+
+The official client's own defaults are not used: it reads ``KUBECONFIG`` once, at
+import, and its in-cluster and kubeconfig loaders each know only their half of the
+order. Timeouts and retries are set here too, so a process states them once. This
+module imports the official client only when called: ``icache`` imports it to report
+a :class:`KubeConfigError` as one line, and ``icache crd`` need not pay for it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient, Configuration
+
+    from shared.kubeclient import Kube
+
+log = logging.getLogger("icache.kube")
+
+SERVICEACCOUNT_DIR: Final = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+DEFAULT_KUBECONFIG: Final = "~/.kube/config"
+# urllib3's retries for every call on the connection: connection errors on any verb
+# (nothing was sent yet), read errors on idempotent verbs only. Three is urllib3's
+# default, stated here so that every process has the same policy on purpose.
+RETRIES: Final = 3
+# Per-request budget of a plain (non-watch) call, unless the caller passes its own.
+DEFAULT_TIMEOUT_SECONDS: Final = 30.0
+KUBECONFIG_HELP: Final = (
+    "kubeconfig file (default: the in-cluster ServiceAccount, then $KUBECONFIG, "
+    "then ~/.kube/config)"
+)
+
+
+class KubeConfigError(Exception):
+    """No usable Kubernetes configuration; the message names every source tried."""
+
+    def __init__(self, tried: Sequence[str], problem: str | None = None) -> None:
+        self.tried = list(tried)
+        self.problem = problem
+        head = (
+            f"cannot load the Kubernetes configuration: {problem}"
+            if problem
+            else ("no Kubernetes configuration found")
+        )
+        super().__init__(f"{head} (tried: {'; '.join(self.tried)})")
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """A client configuration and the source it came from (for logs and errors)."""
+
+    configuration: Configuration
+    source: str
+
+
+def add_kubeconfig_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--kubeconfig", help=KUBECONFIG_HELP)
+
+
+def load_configuration(
+    kubeconfig: str | None = None,
+    *,
+    context: str | None = None,
+    serviceaccount_dir: Path = SERVICEACCOUNT_DIR,
+) -> Loaded:
+    """The client configuration, from the first source present (module docstring).
+
+    ``context`` selects a kubeconfig context; naming one skips the in-cluster step,
+    which has no contexts. ``serviceaccount_dir`` is where the in-cluster token and
+    CA are mounted (a parameter for tests)."""
+    tried: list[str] = []
+    if kubeconfig:
+        return _from_kubeconfig(kubeconfig, context, f"--kubeconfig {kubeconfig}", tried)
+    tried.append("--kubeconfig: not given")
+
+    if context:
+        tried.append(f"in-cluster: skipped (--context {context} names a kubeconfig context)")
+    else:
+        absent = _incluster_absent(serviceaccount_dir)
+        if absent:
+            tried.append(f"in-cluster: {absent}")
+        else:
+            return _from_incluster(serviceaccount_dir, tried)
+
+    listed = [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
+    if listed:
+        found = [p for p in listed if Path(p).expanduser().is_file()]
+        source = f"KUBECONFIG={os.pathsep.join(listed)}"
+        if not found:
+            raise KubeConfigError(tried, f"{source}: none of its files exists")
+        return _from_kubeconfig(os.pathsep.join(found), context, source, tried)
+    tried.append("KUBECONFIG: not set")
+
+    default = Path(DEFAULT_KUBECONFIG).expanduser()
+    if default.is_file():
+        return _from_kubeconfig(str(default), context, f"{DEFAULT_KUBECONFIG} ({default})", tried)
+    tried.append(f"{DEFAULT_KUBECONFIG}: {default} does not exist")
+    raise KubeConfigError(tried)
+
+
+def api_client(kubeconfig: str | None = None, *, context: str | None = None) -> ApiClient:
+    """An official-client ApiClient on the loaded configuration (for code that still
+    uses the generated APIs, e.g. the webhook's CacheBackend list)."""
+    from kubernetes.client import ApiClient
+
+    loaded = load_configuration(kubeconfig, context=context)
+    log.info(
+        "kubernetes configuration loaded",
+        extra={"source": loaded.source, "server": loaded.configuration.host},
+    )
+    return ApiClient(loaded.configuration)
+
+
+def connect(
+    kubeconfig: str | None = None,
+    *,
+    context: str | None = None,
+    timeout: float = DEFAULT_TIMEOUT_SECONDS,
+) -> Kube:
+    """The :class:`shared.kubeclient.Kube` every process uses; ``timeout`` bounds
+    each non-watch request."""
+    from shared.kubeclient import Kube
+
+    return Kube(api_client(kubeconfig, context=context), timeout=timeout)
+
+
+# ------------------------------------------------------------------ sources
+
+
+def _new_configuration() -> Configuration:
+    from kubernetes.client import Configuration
+
+    configuration = Configuration()
+    configuration.retries = RETRIES
+    return configuration
+
+
+def _from_kubeconfig(paths: str, context: str | None, source: str, tried: list[str]) -> Loaded:
+    from kubernetes.config import ConfigException, load_kube_config
+
+    missing = [p for p in paths.split(os.pathsep) if p and not Path(p).expanduser().is_file()]
+    if missing:
+        raise KubeConfigError(tried, f"{source}: {', '.join(missing)} does not exist")
+    configuration = _new_configuration()
+    try:
+        load_kube_config(config_file=paths, context=context, client_configuration=configuration)
+    except (ConfigException, OSError, ValueError, KeyError, TypeError) as exc:
+        # The client raises bare KeyError/TypeError on malformed files, too.
+        raise KubeConfigError(tried, f"{source}: {_describe(exc)}") from exc
+    return Loaded(configuration, source)
+
+
+def _incluster_absent(serviceaccount_dir: Path) -> str | None:
+    """Why this is not a pod with a ServiceAccount token, or None when it is."""
+    for name in ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"):
+        if not os.environ.get(name):
+            return f"{name} not set (not in a pod)"
+    token = serviceaccount_dir / "token"
+    if not token.is_file():
+        return f"no ServiceAccount token at {token}"
+    return None
+
+
+def _from_incluster(serviceaccount_dir: Path, tried: list[str]) -> Loaded:
+    from kubernetes.config import ConfigException
+    from kubernetes.config.incluster_config import InClusterConfigLoader
+
+    source = "in-cluster ServiceAccount"
+    configuration = _new_configuration()
+    try:
+        InClusterConfigLoader(
+            token_filename=str(serviceaccount_dir / "token"),
+            cert_filename=str(serviceaccount_dir / "ca.crt"),
+        ).load_and_set(configuration)
+    except (ConfigException, OSError) as exc:
+        raise KubeConfigError(tried, f"{source}: {_describe(exc)}") from exc
+    return Loaded(configuration, source)
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
