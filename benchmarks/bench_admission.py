@@ -29,8 +29,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from webhook_svc.admission_review import AdmissionRequest, parse_review  # noqa: E402
-from webhook_svc.cachebackend_admission import (  # noqa: E402
+from webhook_svc.admission_review import AdmissionRequest, parse_review
+from webhook_svc.cachebackend_admission import (
     mutate_cachebackend,
     validate_cachebackend,
 )

@@ -29,11 +29,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from shared import jsonlog  # noqa: E402
-from shared.pod_wiring import wire_pod  # noqa: E402
-from shared.runtime_adapters.base import InjectContext  # noqa: E402
-from webhook_svc.admission_review import parse_review  # noqa: E402
-from webhook_svc.pod_admission import mutate_pod  # noqa: E402
+from shared import jsonlog
+from shared.pod_wiring import wire_pod
+from shared.runtime_adapters.base import InjectContext
+from webhook_svc.admission_review import parse_review
+from webhook_svc.pod_admission import mutate_pod
 
 NS = "inference"
 CTX = InjectContext(kvevent_subscriber_image="ghcr.io/inference-cache/kvevent-subscriber:v1")
@@ -131,7 +131,7 @@ def measure(fn: Callable[[], object], iterations: int) -> list[float]:
 
 def percentile(samples: list[float], q: float) -> float:
     ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def live_source(
@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     listed = backends(args.backends)
     cleanup: Callable[[], None] = lambda: None  # noqa: E731
 
-    def local_list(namespace: str) -> list[dict[str, Any]]:
+    def local_list(_namespace: str) -> list[dict[str, Any]]:
         return listed
 
     list_backends: Callable[[str], list[dict[str, Any]]] = local_list
@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     worst = 0.0
     for name, obj in scenarios.items():
         body = review(obj)
-        first, outcome, reason = mutate_pod(parse_review(copy.deepcopy(body)), list_backends, CTX)
+        _, outcome, reason = mutate_pod(parse_review(copy.deepcopy(body)), list_backends, CTX)
 
         def once(body: dict[str, Any] = body) -> object:
             # Parsing is part of the admission; the deep copy stands in for JSON decoding.

@@ -23,16 +23,16 @@ TRANSPORT = "reconciler.broker:Transport"
 class QoS(kombu_redis.QoS):
     def ack(self, delivery_tag: Any) -> None:
         try:
-            self._remove_from_indices(delivery_tag).execute()
+            kombu_redis.QoS._remove_from_indices(self, delivery_tag).execute()
         finally:
             virtual.QoS.ack(self, delivery_tag)
 
     def reject(self, delivery_tag: Any, requeue: bool = False) -> None:
         try:
             if requeue:
-                self.restore_by_tag(delivery_tag, leftmost=True)
+                kombu_redis.QoS.restore_by_tag(self, delivery_tag, leftmost=True)
             else:
-                self._remove_from_indices(delivery_tag).execute()
+                kombu_redis.QoS._remove_from_indices(self, delivery_tag).execute()
         finally:
             virtual.QoS.ack(self, delivery_tag)
 

@@ -22,7 +22,7 @@ def _quantity_equal(a: Any, b: Any) -> bool:
     try:
         return parse_quantity(a) == parse_quantity(b)
     except (ValueError, TypeError):
-        return a == b
+        return bool(a == b)
 
 
 def subset_equal(desired: Any, live: Any, parent: str = "") -> bool:

@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
             args.metrics_port, dispatcher.liveness_beats, args.liveness_timeout, readiness(args)
         )
 
-    def on_signal(signum: int, frame: FrameType | None) -> None:
+    def on_signal(_signum: int, _frame: FrameType | None) -> None:
         dispatcher.stop()
 
     signal.signal(signal.SIGTERM, on_signal)

@@ -116,7 +116,7 @@ def serve(port: int, beats: Beats, bound: float, readiness: Readiness) -> Thread
     """Serve /healthz, /readyz and /metrics on ``port`` (all interfaces) in a thread."""
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+        def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
             if path == "/metrics":
                 self._send(200, generate_latest(REGISTRY), CONTENT_TYPE_LATEST)
@@ -138,7 +138,7 @@ def serve(port: int, beats: Beats, bound: float, readiness: Readiness) -> Thread
             self.end_headers()
             self.wfile.write(body)
 
-        def log_message(self, format: str, *args: Any) -> None:
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: ARG002 (override)
             return  # probes every few seconds: not worth a log line each
 
     server = ThreadingHTTPServer(("", port), Handler)

@@ -97,7 +97,7 @@ class LeaderElector:
         same_holder = prev.get("holderIdentity") == self.s.identity
         return {
             "holderIdentity": self.s.identity,
-            "leaseDurationSeconds": max(int(round(self.s.lease_duration)), 1),
+            "leaseDurationSeconds": max(round(self.s.lease_duration), 1),
             "acquireTime": prev.get("acquireTime")
             if same_holder and prev.get("acquireTime")
             else now,

@@ -42,7 +42,7 @@ class WorkerConfig:
     redis_timeouts: RedisTimeouts = RedisTimeouts()
 
 
-class LeaseExpired(RuntimeError):
+class LeaseExpiredError(RuntimeError):
     """The work-queue lease of the key being reconciled may have lapsed."""
 
 
@@ -72,7 +72,7 @@ class FencedKube(Kube):
 
 
 def check_lease() -> None:
-    """Raise LeaseExpired when this thread's reconcile may no longer hold its key:
+    """Raise LeaseExpiredError when this thread's reconcile may no longer hold its key:
     less than a sixth of the lease is left since the last renewal Redis confirmed
     (with renewals every third, that is one and a half missed renewals)."""
     lease = getattr(_running, "lease", None)
@@ -81,7 +81,7 @@ def check_lease() -> None:
     queue, key, token = lease
     until = queue.lease_valid_until(key, token)
     if until is not None and time.monotonic() > until - queue.settings.lease_seconds / 6:
-        raise LeaseExpired(f"{key}: work-queue lease not renewed in time; not writing")
+        raise LeaseExpiredError(f"{key}: work-queue lease not renewed in time; not writing")
 
 
 @dataclass
@@ -214,7 +214,7 @@ def run_key(key: str) -> str:
             except Exception as exc:
                 _running.lease = None
                 _trace_end(key, token)
-                if isinstance(exc, LeaseExpired):
+                if isinstance(exc, LeaseExpiredError):
                     log.warning(
                         "reconcile fenced: lease not renewed in time, not writing",
                         extra={"key": key},
@@ -245,6 +245,9 @@ def run_key(key: str) -> str:
 
 
 def register(app: Celery) -> None:
-    @app.task(name=RECONCILE_TASK, ignore_result=True)
     def reconcile_task(key: str) -> str:
         return run_key(key)
+
+    # Registered by a call, not as a decorator: celery is untyped, and an untyped
+    # decorator would erase the function's type (mypy --strict).
+    app.task(name=RECONCILE_TASK, ignore_result=True)(reconcile_task)

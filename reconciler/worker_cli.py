@@ -26,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--token-path",
-        default=tasks.DEFAULT_TOKEN_PATH,
+        default=tasks.WorkerConfig.token_path,
         help="projected ServiceAccount token sent to the server",
     )
     parser.add_argument("--concurrency", type=int, default=4, help="reconciles in parallel")

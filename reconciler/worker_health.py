@@ -19,7 +19,8 @@ CONSUMER_LOOP = "consumer-loop"
 
 
 def install_consumer_heartbeat(app: Celery, heartbeat: Heartbeat, interval: float) -> None:
-    class ConsumerHeartbeat(bootsteps.StartStopStep):
+    # celery ships no types: its bootstep base class is Any to mypy.
+    class ConsumerHeartbeat(bootsteps.StartStopStep):  # type: ignore[misc]
         requires = ("celery.worker.consumer.tasks:Tasks",)
 
         def __init__(self, parent: Any, **kwargs: Any) -> None:
@@ -33,7 +34,7 @@ def install_consumer_heartbeat(app: Celery, heartbeat: Heartbeat, interval: floa
             timer = c.hub.timer if getattr(c, "hub", None) is not None else c.timer
             self.entry = timer.call_repeatedly(interval, heartbeat.beat, (CONSUMER_LOOP,))
 
-        def stop(self, c: Any) -> None:
+        def stop(self, c: Any) -> None:  # noqa: ARG002 (the bootstep interface)
             if self.entry is not None:
                 self.entry.cancel()
                 self.entry = None

@@ -174,7 +174,8 @@ class FakeKube:
     ) -> dict[str, Any]:
         """Only the merge patch of an engine Deployment's pod-template annotations
         (the cache-server restart cascade)."""
-        assert res is k.DEPLOYMENTS and content_type == k.MERGE_PATCH
+        assert res is k.DEPLOYMENTS
+        assert content_type == k.MERGE_PATCH
         obj = self.objects.get(("deployments", namespace or "", name))
         if obj is None:
             raise k.ApiError(404, "NotFound")
@@ -198,7 +199,7 @@ class FakeKube:
 
 class ScriptedWatchKube(FakeKube):
     """Lists and watches from scripted data, for the dispatcher's watch loop: each
-    list answers resourceVersion 10 × (lists so far); the first watch of a resource
+    list answers resourceVersion 10 * (lists so far); the first watch of a resource
     can fail with 410 Gone (``gone_once``) to exercise the re-list; a watch yields
     one BOOKMARK at resourceVersion 99. Everything else is FakeKube's."""
 

@@ -95,7 +95,7 @@ def _internal_denial(
 
 
 def _pod_fail_open(
-    counters: WebhookMetrics, req: AdmissionRequest, exc: Exception
+    counters: WebhookMetrics, req: AdmissionRequest, _exc: Exception
 ) -> dict[str, Any]:
     log.exception(
         "pod admission failed; admitting unchanged",

@@ -14,7 +14,7 @@ REGISTRY: tuple[StorageProvider, ...] = (
 )
 
 
-class UnknownProvider(KeyError):
+class UnknownProviderError(KeyError):
     """No adapter serves this spec.remoteStorage.provider value."""
 
 
@@ -22,7 +22,7 @@ def select(provider: str) -> StorageProvider:
     for adapter in REGISTRY:
         if adapter.provider == provider:
             return adapter
-    raise UnknownProvider(provider)
+    raise UnknownProviderError(provider)
 
 
 def providers() -> list[str]:

@@ -24,7 +24,7 @@ from shared.bindings import Binding
 from shared.quantity import parse_quantity
 from shared.runtime_adapters import registry as runtime_registry
 from shared.storage_providers.base import StorageProvider
-from shared.storage_providers.registry import UnknownProvider, select
+from shared.storage_providers.registry import UnknownProviderError, select
 
 LABEL_NAME: Final = "app.kubernetes.io/name"
 LABEL_INSTANCE: Final = "app.kubernetes.io/instance"
@@ -118,7 +118,7 @@ def managed_provider(cb: CacheBackend) -> StorageProvider | None:
         return None
     try:
         provider = select(rs.provider)
-    except UnknownProvider:
+    except UnknownProviderError:
         return None
     if not adapter.supports_binding(Binding(protocol=provider.protocol, endpoint="")):
         return None

@@ -385,7 +385,8 @@ def reject_invalid_endpoint_shape(ctx: RuleContext) -> list[FieldError]:
     provider = _provider(spec)
     if _ownership(spec) != c.OWNERSHIP_EXTERNAL or provider is None or not _endpoint(spec):
         return []
-    assert spec.remote_storage is not None and spec.remote_storage.endpoint is not None
+    assert spec.remote_storage is not None
+    assert spec.remote_storage.endpoint is not None
     error = endpoint_shape_error(provider, spec.remote_storage.endpoint)
     if error is None:
         return []

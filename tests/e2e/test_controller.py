@@ -102,7 +102,8 @@ def test_backends_of_every_shape_get_the_right_objects_and_status(
     assert mooncake_svc["spec"]["clusterIP"] == "None"
     assert [p["port"] for p in mooncake_svc["spec"]["ports"]] == [50051, 8080]
     pod = cluster.kube.get(k.DEPLOYMENTS, ns, "mooncake-mooncake")["spec"]["template"]["spec"]
-    assert pod["hostNetwork"] is True and pod["nodeSelector"] == {"pool": "cache"}
+    assert pod["hostNetwork"] is True
+    assert pod["nodeSelector"] == {"pool": "cache"}
     # Issue 11.6: created at the HPA floor (minReplicas), not the API server's default 1.
     autoscaled = cluster.kube.get(k.DEPLOYMENTS, ns, "autoscaled-lmcache-server")
     assert autoscaled["spec"]["replicas"] == 2
@@ -190,7 +191,8 @@ def test_workload_status_moves_conditions_through_their_reasons(
         return got if wanted <= set(got) else None
 
     got = poll(reasons, timeout=10, what="transition Events")
-    assert got.count("BackendDegraded") == 1 and got.count("FailClosedEnabled") == 1
+    assert got.count("BackendDegraded") == 1
+    assert got.count("FailClosedEnabled") == 1
 
 
 def test_mode_switches_shed_owned_objects(cluster: Cluster, stack: Stack) -> None:

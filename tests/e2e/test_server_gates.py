@@ -33,14 +33,14 @@ class StubServer:
                 self.end_headers()
                 self.wfile.write(data)
 
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
                 with stub.lock:
                     stub.probes.append((body, self.headers.get("Authorization")))
                     response = dict(stub.probe_response, backend=body.get("backend"))
                 self._send(response)
 
-            def do_GET(self) -> None:  # noqa: N802
+            def do_GET(self) -> None:
                 with stub.lock:
                     response = stub.snapshot_response
                 self._send(response)

@@ -417,7 +417,7 @@ class ControlPlanePKI:
         sa_key, sa_pub = generate_service_account_key()
         return cls(
             ca=ca,
-            serving=ca.issue_serving(list(hosts) + ["kubernetes", "kubernetes.default.svc"]),
+            serving=ca.issue_serving([*hosts, "kubernetes", "kubernetes.default.svc"]),
             admin=ca.issue_client(ADMIN_USER, [SYSTEM_MASTERS]),
             service_account_key_pem=sa_key,
             service_account_pub_pem=sa_pub,

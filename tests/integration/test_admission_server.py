@@ -110,7 +110,8 @@ def test_aggregated_field_scoped_errors_reach_the_client(
     assert any(f.startswith("spec.integration.engineOverrides.env") for f in fields)
     assert info.value.body is not None
     message = json.loads(info.value.body)["message"]
-    assert "PYTHONHASHSEED" in message and "spec.remoteStorage.endpoint" in message
+    assert "PYTHONHASHSEED" in message
+    assert "spec.remoteStorage.endpoint" in message
 
 
 def test_defaults_are_stored(kube_api_client: client.ApiClient, admission_ns: str) -> None:

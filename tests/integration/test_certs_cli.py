@@ -216,7 +216,8 @@ def test_certs_then_api_server_calls_the_webhook_over_tls(
     assert tls_type == "kubernetes.io/tls"
     assert set(tls) == {"tls.crt", "tls.key", "ca.crt"}
     ca_type, ca = _secret_data(kube, namespace, "inference-cache-webhook-tls-ca")
-    assert ca_type == "Opaque" and set(ca) == {"ca.crt", "ca.key"}
+    assert ca_type == "Opaque"
+    assert set(ca) == {"ca.crt", "ca.key"}
     bundle = (cert_dir / "ca.crt").read_bytes()
     assert base64.b64decode(tls["ca.crt"]) == bundle
     assert (cert_dir / "tls.key").stat().st_mode & 0o077 == 0
@@ -293,7 +294,8 @@ def test_certs_then_api_server_calls_the_webhook_over_tls(
     since = control_plane.audit_offset()
     second = icache(*certs_args)
     assert second.returncode == 0, second.stderr
-    assert "CA: kept" in second.stderr and "serving certificate: kept" in second.stderr
+    assert "CA: kept" in second.stderr
+    assert "serving certificate: kept" in second.stderr
     assert _secret_data(kube, namespace, "inference-cache-webhook-tls-ca")[1] == ca
     assert _secret_data(kube, namespace, "inference-cache-webhook-tls")[1] == tls
     assert webhook_configs.read(kube) == configs
@@ -311,7 +313,8 @@ def test_certs_then_api_server_calls_the_webhook_over_tls(
     assert renewed.returncode == 0, renewed.stderr
     assert _secret_data(kube, namespace, "inference-cache-webhook-tls-ca")[1] == ca
     new_tls = _secret_data(kube, namespace, "inference-cache-webhook-tls")[1]
-    assert new_tls["tls.crt"] != tls["tls.crt"] and new_tls["ca.crt"] == tls["ca.crt"]
+    assert new_tls["tls.crt"] != tls["tls.crt"]
+    assert new_tls["ca.crt"] == tls["ca.crt"]
     assert webhook_configs.read(kube) == configs
 
 

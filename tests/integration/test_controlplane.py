@@ -261,7 +261,9 @@ def test_stop_is_idempotent_and_leaves_nothing_behind() -> None:
     cp = ControlPlane(audit=False, service_account_admission=False)
     cp.start()
     work_dir, pids, port = cp.work_dir, cp.pids, int(cp.server_url.rsplit(":", 1)[1])
-    assert cp.running and work_dir.is_dir() and set(pids) == {"etcd", "kube-apiserver"}
+    assert cp.running
+    assert work_dir.is_dir()
+    assert set(pids) == {"etcd", "kube-apiserver"}
 
     cp.stop()
     cp.stop()
@@ -282,7 +284,8 @@ def test_start_failure_reports_the_logs_and_cleans_up() -> None:
     message = str(failed.value)
     assert "kube-apiserver exited with code" in message
     assert "unknown flag: --no-such-flag" in message, "the log tail is in the error"
-    assert not cp.running and cp.pids == {}
+    assert not cp.running
+    assert cp.pids == {}
     cp.stop()
     assert cp.apiserver_log_path.is_file(), "logs are kept for a post-mortem"
     shutil.rmtree(cp.work_dir)

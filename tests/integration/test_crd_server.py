@@ -45,7 +45,9 @@ def test_crd_becomes_established(cachebackend_crd: dict[str, Any]) -> None:
     assert cachebackend_crd["metadata"]["name"] == "cachebackends.inferencecache.io"
 
 
-@pytest.mark.parametrize("name,doc", sample_documents(), ids=[n for n, _ in sample_documents()])
+@pytest.mark.parametrize(
+    ("name", "doc"), sample_documents(), ids=[n for n, _ in sample_documents()]
+)
 def test_every_sample_applies(
     kube_api_client: client.ApiClient,
     cachebackend_crd: dict[str, Any],
@@ -85,7 +87,8 @@ def test_schema_defaults_appear_on_read_back(
     assert spec["integration"] == {"mode": "Offload", "role": "ReadWrite", "failOpen": True}
     assert spec["observation"] == {"modelID": "m", "firstEventTimeout": "5m"}
     # Optional objects stay absent.
-    assert "autoscaling" not in spec and "remoteStorage" not in spec
+    assert "autoscaling" not in spec
+    assert "remoteStorage" not in spec
 
 
 @pytest.mark.parametrize("bad_type", ["Mooncake", "External"])
@@ -107,7 +110,7 @@ def test_removed_type_spellings_are_rejected_by_the_schema(
 
 
 @pytest.mark.parametrize(
-    "removed,field",
+    ("removed", "field"),
     [
         ({"backendConfig": {"x": "y"}}, "spec.backendConfig"),
         ({"resources": {"limits": {"memory": "1Gi"}}}, "spec.resources"),

@@ -121,7 +121,7 @@ def test_pod_security_restricted_is_enforced_in_the_install_namespace(
 
 
 @pytest.mark.parametrize(
-    "mutation,status,expected",
+    ("mutation", "status", "expected"),
     [
         (
             lambda d: d["spec"]["template"]["spec"]["containers"][0]["ports"][0].update(

@@ -248,11 +248,13 @@ def test_the_api_server_enforces_both_policies_on_unwired_pods(
     del loose["spec"]["containers"][0]["securityContext"]
     with pytest.raises(ApiError) as info:
         _create(kube_api_client, namespaces["restricted"], loose)
-    assert info.value.status == 403 and "PodSecurity" in info.value.body
+    assert info.value.status == 403
+    assert "PodSecurity" in info.value.body
 
     no_requests = _vllm_pod(f"noreq-{uuid.uuid4().hex[:5]}")
     no_requests["metadata"]["labels"] = {"app": "unselected"}
     del no_requests["spec"]["containers"][0]["resources"]
     with pytest.raises(ApiError) as info:
         _create(kube_api_client, namespaces["quota"], no_requests)
-    assert info.value.status == 403 and "must specify" in info.value.body
+    assert info.value.status == 403
+    assert "must specify" in info.value.body

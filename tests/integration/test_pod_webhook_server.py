@@ -154,7 +154,8 @@ def test_vllm_pod_comes_back_wired_and_annotated(
         "kv_role": "kv_both",
     }
     env = _env(engine)
-    assert env["PYTHONHASHSEED"] and env["INFERENCECACHE_FAIL_OPEN"] == "true"
+    assert env["PYTHONHASHSEED"]
+    assert env["INFERENCECACHE_FAIL_OPEN"] == "true"
     assert "LMCACHE_REMOTE_URL" not in env  # host-only
     names = [ctr["name"] for ctr in pod["spec"]["containers"]]
     assert "kvevent-subscriber" in names

@@ -11,7 +11,6 @@ its ServiceAccount identity) shows that server-side apply creates objects with t
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -206,8 +205,8 @@ DENIED: dict[str, list[Request]] = {
 
 
 @pytest.fixture(scope="module")
-def kube(kube_api_client: client.ApiClient) -> Iterator[Kube]:
-    yield Kube(kube_api_client)
+def kube(kube_api_client: client.ApiClient) -> Kube:
+    return Kube(kube_api_client)
 
 
 @pytest.fixture(scope="module")

@@ -115,7 +115,8 @@ def test_the_install_redis_refuses_a_client_without_the_password(configured_redi
     with pytest.raises(redis.AuthenticationError):
         redis.Redis(host="127.0.0.1", port=port, password="wrong").ping()
     authed = redis.Redis.from_url(redis_url(f"redis://127.0.0.1:{port}/0", PASSWORD))
-    assert authed.set("k", "v") and authed.get("k") == b"v"
+    assert authed.set("k", "v")
+    assert authed.get("k") == b"v"
 
 
 def test_the_readiness_probe_authenticates_with_rediscli_auth(configured_redis: int) -> None:
@@ -214,7 +215,8 @@ def test_icache_certs_creates_the_redis_password_secret_once(
     first = icache(*certs_args(control_plane, namespace))
     assert first.returncode == 0, first.stderr
     created = secret(kube, namespace, redis_auth.DEFAULT_SECRET)
-    assert created is not None and created["type"] == "Opaque"
+    assert created is not None
+    assert created["type"] == "Opaque"
     password = base64.b64decode(created["data"]["password"]).decode()
     assert re.fullmatch(r"[0-9a-f]{64}", password)
 
@@ -238,7 +240,8 @@ def test_icache_certs_keeps_an_operators_secret_and_can_skip(
     ok = icache(*certs_args(control_plane, namespace, "--redis-secret", "redis-auth"))
     assert ok.returncode == 0, ok.stderr
     kept = secret(kube, namespace, "redis-auth")
-    assert kept is not None and kept["data"] == {"password": mine}
+    assert kept is not None
+    assert kept["data"] == {"password": mine}
 
     skipped = icache(*certs_args(control_plane, namespace, "--redis-secret", ""))
     assert skipped.returncode == 0, skipped.stderr

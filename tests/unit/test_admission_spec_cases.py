@@ -1219,7 +1219,8 @@ def _check_validation(resp: dict[str, Any], c: Case) -> None:
     else:
         assert resp["allowed"] is False, resp
         status = resp["status"]
-        assert status["kind"] == "Status" and status["apiVersion"] == "v1"
+        assert status["kind"] == "Status"
+        assert status["apiVersion"] == "v1"
         assert status["status"] == "Failure"
         assert status["code"] == 422
         assert status["reason"] == "Invalid"
@@ -1683,7 +1684,8 @@ def test_mutate(client: TestClient, m: MutateCase) -> None:
         ops = patch_of(resp)
         assert sorted(op["path"] for op in ops) == sorted(m.paths)
         if not ops:
-            assert "patch" not in resp and "patchType" not in resp
+            assert "patch" not in resp
+            assert "patchType" not in resp
         _assert_minimal(m.obj, ops)
         patched = jsonpatch.apply_patch(m.obj, ops)
         assert patched == m.expected

@@ -25,7 +25,7 @@ class Blocked:
 
 def test_a_list_past_its_budget_raises_timeout_while_the_call_still_hangs() -> None:
     source = Blocked()
-    with pytest.raises(TimeoutError, match="within 0.05 s"):
+    with pytest.raises(TimeoutError, match=r"within 0\.05 s"):
         DeadlineSource(source, 0.05).list("ns")
     assert not source.release.is_set()
     source.release.set()

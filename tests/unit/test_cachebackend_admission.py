@@ -150,12 +150,14 @@ def test_mutate_delete_and_connect_allowed_without_patch(operation: str) -> None
 def test_mutate_undecodable_object_allowed_without_patch(obj: Any) -> None:
     """Validation rejects it; the defaulter has nothing to patch."""
     resp = response(mutate_cachebackend(request("CREATE", obj)))
-    assert resp["allowed"] is True and "patch" not in resp
+    assert resp["allowed"] is True
+    assert "patch" not in resp
 
 
 def test_mutate_object_with_malformed_spec_allowed_without_patch() -> None:
     resp = response(mutate_cachebackend(request("CREATE", cb("garbage"))))
-    assert resp["allowed"] is True and "patch" not in resp
+    assert resp["allowed"] is True
+    assert "patch" not in resp
 
 
 def test_mutate_echoes_uid() -> None:

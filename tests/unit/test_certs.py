@@ -78,7 +78,7 @@ def test_service_hosts_are_the_four_in_cluster_names() -> None:
 
 
 @pytest.mark.parametrize(
-    "url,expected",
+    ("url", "expected"),
     [
         ("https://127.0.0.1:9443", "https://127.0.0.1:9443"),
         ("https://127.0.0.1:9443/", "https://127.0.0.1:9443"),
@@ -93,7 +93,7 @@ def test_url_base_is_normalised(url: str, expected: str) -> None:
     "url", ["http://127.0.0.1:9443", "https://", "https://h:1/?q=1", "https://u:p@h:1"]
 )
 def test_url_base_must_be_plain_https(url: str) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="URL"):
         certs.normalise_url_base(url)
 
 
@@ -108,7 +108,8 @@ def test_url_host_strips_ipv6_brackets() -> None:
 def test_new_ca_is_a_ca_that_cannot_sign_intermediates() -> None:
     ca = certs.new_ca(NOW, days=10).cert
     constraints = ca.extensions.get_extension_for_class(x509.BasicConstraints).value
-    assert constraints.ca and constraints.path_length == 0
+    assert constraints.ca
+    assert constraints.path_length == 0
     usage = ca.extensions.get_extension_for_class(x509.KeyUsage).value
     assert usage.key_cert_sign
     assert ca.not_valid_after_utc == NOW + dt.timedelta(days=10)
@@ -133,11 +134,11 @@ def test_serving_certificate_never_outlives_its_ca() -> None:
 
 def test_issuing_needs_hosts_and_a_positive_validity() -> None:
     ca = certs.new_ca(NOW)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="at least one host"):
         certs.issue_serving(ca, [], NOW)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="at least one day"):
         certs.issue_serving(ca, ["h"], NOW, days=0)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="at least one day"):
         certs.new_ca(NOW, days=0)
 
 
@@ -181,7 +182,8 @@ def test_serving_certificate_is_reissued_inside_30_days_of_expiry_with_the_same_
     not_yet = _again(first, now=NOW + dt.timedelta(days=334))
     assert not not_yet.changed
     renewed = _again(first, now=NOW + dt.timedelta(days=336))
-    assert renewed.serving_reason and "expires" in renewed.serving_reason
+    assert renewed.serving_reason
+    assert "expires" in renewed.serving_reason
     assert renewed.ca_reason is None
     assert renewed.state.ca == first.state.ca
     assert renewed.state.serving != first.state.serving
@@ -199,7 +201,8 @@ def test_renew_reissues_the_serving_certificate_only() -> None:
     first = _fresh()
     renewed = _again(first, renew=True)
     assert renewed.serving_reason == "re-issue requested (--renew)"
-    assert renewed.ca_reason is None and renewed.state.ca == first.state.ca
+    assert renewed.ca_reason is None
+    assert renewed.state.ca == first.state.ca
 
 
 def test_new_hosts_reissue_the_serving_certificate() -> None:
@@ -228,7 +231,8 @@ def test_a_serving_key_that_does_not_match_is_replaced() -> None:
 def test_unreadable_stored_material_is_replaced() -> None:
     broken = certs.KeyPair(b"not a pem", b"not a key")
     fixed = _fresh(ca=broken, serving=broken)
-    assert fixed.ca_reason and "unreadable" in fixed.ca_reason
+    assert fixed.ca_reason
+    assert "unreadable" in fixed.ca_reason
     assert fixed.serving_reason
     fixed.state.serving.cert.verify_directly_issued_by(fixed.state.ca.cert)
 
@@ -261,7 +265,8 @@ def test_rotate_ca_keeps_the_old_ca_in_the_bundle_until_dropped(tmp_path: Any) -
 def test_an_expiring_ca_is_rotated_automatically() -> None:
     first = _fresh(ca_days=90, days=30)
     later = _again(first, now=NOW + dt.timedelta(days=61))
-    assert later.ca_reason and "expires" in later.ca_reason
+    assert later.ca_reason
+    assert "expires" in later.ca_reason
     assert later.state.previous_ca_pem == first.state.ca.cert_pem
 
 

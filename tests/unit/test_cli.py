@@ -18,7 +18,8 @@ def test_contract_subcommands_are_registered() -> None:
 @pytest.mark.parametrize("name", sorted(SUBCOMMANDS))
 def test_every_subcommand_module_has_add_arguments_and_run(name: str) -> None:
     module = importlib.import_module(SUBCOMMANDS[name][0])
-    assert callable(module.add_arguments) and callable(module.run)
+    assert callable(module.add_arguments)
+    assert callable(module.run)
 
 
 def test_crd_subcommand_prints_the_crd(capsys: pytest.CaptureFixture[str]) -> None:
@@ -37,7 +38,8 @@ def test_install_subcommand_without_its_package_says_where_it_ships(
     monkeypatch.setitem(sys.modules, "icache_install", None)
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert f"icache {argv[0]}: not installed here" in err and "worker image" in err
+    assert f"icache {argv[0]}: not installed here" in err
+    assert "worker image" in err
 
 
 def test_a_missing_dependency_inside_a_subcommand_is_not_hidden(

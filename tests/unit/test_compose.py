@@ -64,7 +64,8 @@ def test_webhook_runs_embedded_over_plain_http_with_the_samples(compose: dict[st
     assert webhook["ports"] == [f"127.0.0.1:{port}:{port}"]
     assert webhook["environment"]["ICACHE_HEALTH_PORT"] == port
     assert webhook["build"]["dockerfile"] == "Dockerfile.webhook"
-    assert webhook["read_only"] is True and webhook["cap_drop"] == ["ALL"]
+    assert webhook["read_only"] is True
+    assert webhook["cap_drop"] == ["ALL"]
 
 
 def test_redis_is_local_only_and_checked(compose: dict[str, Any]) -> None:

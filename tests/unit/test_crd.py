@@ -30,7 +30,9 @@ def test_identity_group_version_kind_plural_shortname_scope_status() -> None:
     assert spec["names"]["shortNames"] == ["cb"]
     assert spec["scope"] == "Namespaced"
     (version,) = spec["versions"]
-    assert version["name"] == "v1alpha1" and version["served"] and version["storage"]
+    assert version["name"] == "v1alpha1"
+    assert version["served"]
+    assert version["storage"]
     assert version["subresources"] == {"status": {}}
 
 
@@ -123,7 +125,7 @@ def test_printer_columns_follow_the_spec() -> None:
     assert cols["LastEvent"]["jsonPath"] == ".status.indexParticipation.lastEventAt"
 
 
-@pytest.mark.parametrize("name,doc", sample_backends(), ids=[n for n, _ in sample_backends()])
+@pytest.mark.parametrize(("name", "doc"), sample_backends(), ids=[n for n, _ in sample_backends()])
 def test_samples_round_trip_unchanged(name: str, doc: dict[str, Any]) -> None:
     """Pointer semantics: an omitted optional object stays omitted when dumped."""
     assert dump(CacheBackend.model_validate(doc)) == doc

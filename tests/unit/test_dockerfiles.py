@@ -92,7 +92,8 @@ def stages(instructions: list[Instruction]) -> list[list[Instruction]]:
 
 def exec_form(args: str) -> list[str]:
     value = json.loads(args)
-    assert isinstance(value, list) and all(isinstance(v, str) for v in value), args
+    assert isinstance(value, list), args
+    assert all(isinstance(v, str) for v in value), args
     return value
 
 
@@ -167,7 +168,9 @@ def test_runs_as_a_numeric_non_root_user_the_manifests_agree_with(
     users = [i.args for i in final if i.keyword == "USER"]
     assert users, "no USER in the final stage"
     uid, _, gid = users[-1].partition(":")
-    assert uid.isdigit() and int(uid) != 0 and (not gid or gid.isdigit() and int(gid) != 0)
+    assert uid.isdigit()
+    assert int(uid) != 0
+    assert not gid or (gid.isdigit() and int(gid) != 0)
     # Every Deployment running this image asks for the same uid.
     for doc in render():
         if doc["kind"] != "Deployment":
@@ -192,8 +195,10 @@ def test_entrypoint_is_icache_and_the_default_command_parses(
 
 def test_has_a_healthcheck(image: str, final: list[Instruction]) -> None:
     checks = [i.args for i in final if i.keyword == "HEALTHCHECK"]
-    assert len(checks) == 1 and checks[0] != "NONE"
-    assert "--interval=" in checks[0] and "--timeout=" in checks[0]
+    assert len(checks) == 1
+    assert checks[0] != "NONE"
+    assert "--interval=" in checks[0]
+    assert "--timeout=" in checks[0]
     assert healthcheck_command(image)[0] == "python"
 
 

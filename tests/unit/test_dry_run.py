@@ -149,7 +149,7 @@ def test_load_backends_unpacks_typed_lists_and_sequences(tmp_path: Path) -> None
 
 def test_load_backends_bad_yaml_is_an_error(tmp_path: Path) -> None:
     (tmp_path / "bad.yaml").write_text("kind: [unclosed")
-    with pytest.raises(BackendFileError, match="bad.yaml"):
+    with pytest.raises(BackendFileError, match=r"bad\.yaml"):
         load_backends(tmp_path)
 
 
@@ -213,7 +213,8 @@ def test_admit_workload_output_keeps_the_workload_shape(
     )
     assert code == 0
     workload = yaml.safe_load(out)
-    assert workload["kind"] == "Deployment" and workload["spec"]["replicas"] == 2
+    assert workload["kind"] == "Deployment"
+    assert workload["spec"]["replicas"] == 2
     template = workload["spec"]["template"]
     assert "namespace" not in template["metadata"]
     assert template["metadata"]["annotations"][c.ANNOTATION_INJECTED_BY] == "team-a/cache"
@@ -228,7 +229,8 @@ def test_admit_other_workload_kinds(
     doc["kind"] = kind
     manifest = write(tmp_path / "w.yaml", doc)
     code, _, err = run(capsys, "-f", str(manifest), "--backends-from", str(backends_dir))
-    assert code == 0 and "outcome=injected" in err
+    assert code == 0
+    assert "outcome=injected" in err
 
 
 def test_admit_namespace_flag_when_manifest_has_none(
@@ -260,7 +262,8 @@ def test_admit_multi_document_file_uses_the_first_workload(
     svc = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "llm"}, "spec": {}}
     manifest = write(tmp_path / "all.yaml", svc, deployment())
     code, _, err = run(capsys, "-f", str(manifest), "--backends-from", str(backends_dir))
-    assert code == 0 and "outcome=injected" in err
+    assert code == 0
+    assert "outcome=injected" in err
 
 
 @pytest.mark.parametrize(
@@ -272,7 +275,9 @@ def test_admit_unreadable_input_exits_2(
     manifest = tmp_path / "x.yaml"
     manifest.write_text(content)
     code, out, err = run(capsys, "-f", str(manifest), "--backends-from", str(backends_dir))
-    assert code == 2 and out == "" and err.startswith("error:")
+    assert code == 2
+    assert out == ""
+    assert err.startswith("error:")
 
 
 def test_admit_missing_backends_dir_exits_2(
@@ -280,4 +285,5 @@ def test_admit_missing_backends_dir_exits_2(
 ) -> None:
     manifest = write(tmp_path / "d.yaml", deployment())
     code, _, err = run(capsys, "-f", str(manifest), "--backends-from", str(tmp_path / "none"))
-    assert code == 2 and "not a directory" in err
+    assert code == 2
+    assert "not a directory" in err

@@ -279,7 +279,8 @@ def test_webhook_applies_overrides_to_the_engine_container() -> None:
     assert e["LMCACHE_CHUNK_SIZE"] == "1024"
     assert e["LMCACHE_SAVE_DECODE_CACHE"] == "True"
     assert e["HF_HOME"] == "/c"
-    assert "LMCACHE_LOCAL_CPU" not in e and "LMCACHE_MAX_LOCAL_CPU_SIZE" not in e
+    assert "LMCACHE_LOCAL_CPU" not in e
+    assert "LMCACHE_MAX_LOCAL_CPU_SIZE" not in e
     assert e["VLLM_USE_V1"] == "1"
     assert_valid_pod(result.pod)
 

@@ -152,7 +152,8 @@ def test_kernel_check_without_a_recognised_result_is_an_error(
 ) -> None:
     st = {"state": {"terminated": terminated(message, exit_code, reason)}}
     report = kernel_check_report(engine_pod(check_status=st))
-    assert report is not None and report.state == "error"
+    assert report is not None
+    assert report.state == "error"
     assert f"exit code {exit_code}" in report.detail
 
 
@@ -179,7 +180,9 @@ def test_mode_is_read_from_the_pod_annotation_then_the_check_env() -> None:
 def test_long_errors_are_clipped_to_one_line() -> None:
     st = {"state": {"terminated": terminated(verdict("failed", "line\n" * 500))}}
     report = kernel_check_report(engine_pod(check_status=st))
-    assert report is not None and len(report.detail) <= 300 and "\n" not in report.detail
+    assert report is not None
+    assert len(report.detail) <= 300
+    assert "\n" not in report.detail
 
 
 # ------------------------------------------------------------------ crash loops

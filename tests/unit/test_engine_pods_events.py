@@ -48,7 +48,8 @@ SKIPPED = {
 
 
 def test_only_pods_with_a_decision_marker_matter() -> None:
-    assert relevant(pod(INJECTED)) and relevant(pod(SKIPPED))
+    assert relevant(pod(INJECTED))
+    assert relevant(pod(SKIPPED))
     assert not relevant(pod({"inferencecache.io/skip-inject": "true"}))
     assert not relevant(pod({}))
 
@@ -70,7 +71,8 @@ def test_injected_by_cache_backend_needs_the_live_uid(
     event = injected_by_cache_backend_event(injected_by_claim(pod(annotations)), live_uid)
     assert (event is not None) == fires
     if event is not None:
-        assert event.reason == "InjectedByCacheBackend" and event.type == "Normal"
+        assert event.reason == "InjectedByCacheBackend"
+        assert event.type == "Normal"
 
 
 @pytest.mark.parametrize(
@@ -95,7 +97,8 @@ def test_event_name_is_deterministic_per_pod_uid_and_reason_and_valid() -> None:
     assert a == pod_event_name(pod(INJECTED), "InjectedByCacheBackend")
     assert a != pod_event_name(pod(INJECTED), "SkippedByOperator")
     assert a != pod_event_name(pod(INJECTED, uid="other"), "InjectedByCacheBackend")
-    assert a.startswith("engine-0.") and a == a.lower()
+    assert a.startswith("engine-0.")
+    assert a == a.lower()
     long_name = pod_event_name(pod(INJECTED, name="x" * 253), "SkippedByOperator")
     assert len(long_name) <= 253
 

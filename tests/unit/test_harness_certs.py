@@ -73,7 +73,7 @@ def test_ca_issues_certificates_for_other_services() -> None:
     san = pair.cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert san.get_values_for_type(x509.DNSName) == ["webhook.ns.svc"]
     assert [str(ip) for ip in san.get_values_for_type(x509.IPAddress)] == ["10.1.2.3"]
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="at least one host"):
         ca.issue_serving([])
 
 

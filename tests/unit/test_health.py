@@ -57,15 +57,18 @@ def test_the_health_server_answers_healthz_readyz_and_metrics() -> None:
     server = serve(port, heartbeat, 0.5, readiness)
     try:
         code, body = get(port, "/readyz")
-        assert code == 503 and body["ok"] is False, "not ready before the first check"
+        assert code == 503, "not ready before the first check"
+        assert body["ok"] is False, "not ready before the first check"
         readiness.check_once()
         assert get(port, "/readyz")[0] == 200
         assert get(port, "/healthz")[0] == 200
         time.sleep(0.6)  # the bound is what is under test: let it pass
         code, body = get(port, "/healthz")
-        assert code == 503 and body["stale"] == ["consumer-loop"]
+        assert code == 503
+        assert body["stale"] == ["consumer-loop"]
         code, metrics = get(port, "/metrics")
-        assert code == 200 and b"icache_workqueue_in_flight" in metrics
+        assert code == 200
+        assert b"icache_workqueue_in_flight" in metrics
     finally:
         server.shutdown()
 

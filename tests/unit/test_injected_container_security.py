@@ -92,7 +92,8 @@ def test_every_added_vllm_container_is_restricted_and_has_requests() -> None:
         sc = ct["securityContext"]
         assert {k: sc[k] for k in RESTRICTED} == RESTRICTED, ct["name"]
         assert sc["runAsNonRoot"] is True, ct["name"]
-        assert ct["resources"]["requests"]["cpu"] and ct["resources"]["requests"]["memory"]
+        assert ct["resources"]["requests"]["cpu"]
+        assert ct["resources"]["requests"]["memory"]
     # The subscriber runs our image; the check takes the engine's identity.
     assert added["kvevent-subscriber"]["securityContext"] == {**RESTRICTED, "runAsNonRoot": True}
     assert added["lmcache-kernel-check"]["securityContext"] == {

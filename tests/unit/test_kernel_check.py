@@ -81,7 +81,8 @@ def test_off_never_injects() -> None:
 
 def test_mode_value_is_trimmed_and_case_insensitive() -> None:
     check = check_of(wire(" Strict "))
-    assert check is not None and check["env"][0]["value"] == "strict"
+    assert check is not None
+    assert check["env"][0]["value"] == "strict"
 
 
 def test_unrecognised_mode_is_rejected_not_guessed() -> None:

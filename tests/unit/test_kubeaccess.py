@@ -188,7 +188,7 @@ def test_a_pod_with_a_token_but_no_ca_is_an_error(
 ) -> None:
     sa = in_cluster(env, monkeypatch, ca=False)
     monkeypatch.setenv("KUBECONFIG", write_kubeconfig(env / "env.yaml", "https://env.example"))
-    with pytest.raises(KubeConfigError, match="in-cluster ServiceAccount: .*certification"):
+    with pytest.raises(KubeConfigError, match=r"in-cluster ServiceAccount: .*certification"):
         load_configuration(serviceaccount_dir=sa)
 
 

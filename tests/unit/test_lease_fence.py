@@ -29,7 +29,7 @@ def own_redis() -> Iterator[RedisServer]:
 def fence_holds() -> bool:
     try:
         tasks.check_lease()
-    except tasks.LeaseExpired:
+    except tasks.LeaseExpiredError:
         return False
     return True
 
@@ -62,7 +62,7 @@ def test_a_worker_that_cannot_renew_its_lease_stops_writing_before_it_can_expire
                 frozen_at = time.monotonic()
                 wait(lambda: not fence_holds())
                 fenced_after = time.monotonic() - frozen_at
-                with pytest.raises(tasks.LeaseExpired):
+                with pytest.raises(tasks.LeaseExpiredError):
                     kube.request("PATCH", "/apis/apps/v1/namespaces/ns/deployments/a", body={})
             # Before the lease could have expired on the Redis side.
             assert fenced_after < LEASE, fenced_after

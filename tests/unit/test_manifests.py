@@ -197,7 +197,8 @@ def test_service_accounts_and_config_keys_resolve(docs: list[dict[str, Any]]) ->
             for env in container.get("env") or []:
                 ref = (env.get("valueFrom") or {}).get("configMapKeyRef")
                 if ref:
-                    assert ref["name"] == "inference-cache-config" and ref["key"] in config
+                    assert ref["name"] == "inference-cache-config"
+                    assert ref["key"] in config
 
 
 def test_services_select_pods_and_ports_that_exist(docs: list[dict[str, Any]]) -> None:
@@ -448,7 +449,7 @@ def test_image_tag_retags_our_images_only() -> None:
 
 
 @pytest.mark.parametrize(
-    "image,expected",
+    ("image", "expected"),
     [
         ("redis", ("redis", None, None)),
         ("redis:7", ("redis", "7", None)),

@@ -23,7 +23,6 @@ from __future__ import annotations
 import base64
 import copy
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -328,8 +327,8 @@ def expect_vllm(
 
 
 @pytest.fixture
-def hook(tmp_path: Path) -> Iterator[Webhook]:
-    yield Webhook(tmp_path / "backends")
+def hook(tmp_path: Path) -> Webhook:
+    return Webhook(tmp_path / "backends")
 
 
 # =========================================================================== [PW]
@@ -451,7 +450,7 @@ def test_pw_vllm_host_only_exact_pod(hook: Webhook) -> None:
     # [SC] subscriber args with --ignore-block-removed=true (Offload).
     hook.write(backend())
     p = pod()
-    result, ops = hook.admit(p)
+    result, _ops = hook.admit(p)
     assert result == expect_vllm(p)
     engine = result["spec"]["containers"][0]
     assert engine["args"] == [
@@ -650,7 +649,8 @@ def test_mc_host_network_never_without_a_mooncake_connector(hook: Webhook) -> No
         backend(remote=external("LMCacheServer", "x:1"), integration={"engineHostNetwork": True})
     )
     result, _ = hook.admit(pod())
-    assert "hostNetwork" not in result["spec"] and "dnsPolicy" not in result["spec"]
+    assert "hostNetwork" not in result["spec"]
+    assert "dnsPolicy" not in result["spec"]
     events_only = backend("aaa", integration={"mode": "EventsOnly", "engineHostNetwork": True})
     hook.write(events_only)
     result, _ = hook.admit(pod())
@@ -1104,7 +1104,7 @@ def test_sgl_reserved_name_squatting_fails_open(hook: Webhook, squat: dict[str, 
     containers = [engine] + ([squat["extra"]] if "extra" in squat else [])
     spec = {k: v for k, v in squat.items() if k in ("initContainers", "volumes")}
     p = pod(*containers, annotations={INJECTED_BY: f"{NS}/x", "team/keep": "me"}, **spec)
-    result, ops = hook.admit(p)
+    result, _ops = hook.admit(p)
     assert result["spec"] == p["spec"]
     assert result["metadata"]["annotations"] == {"team/keep": "me"}
 

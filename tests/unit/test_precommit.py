@@ -33,7 +33,8 @@ def precommit_commands() -> list[str]:
 
 def test_make_lint_recipe_is_parsed() -> None:
     commands = make_lint_commands()
-    assert ".venv/bin/ruff check ." in commands and len(commands) >= 4, commands
+    assert ".venv/bin/ruff check ." in commands, commands
+    assert len(commands) >= 4, commands
 
 
 def test_precommit_runs_the_make_lint_checks() -> None:

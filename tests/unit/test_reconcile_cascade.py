@@ -224,7 +224,8 @@ def test_in_process_limiter_once_per_window_and_recognises_its_own_cascade() -> 
     assert limiter.claim("ns/cb", "v1") == ("go", 0.0)
     assert limiter.claim("ns/cb", "v1") == ("done", 0.0)
     verdict, wait = limiter.claim("ns/cb", "v2")
-    assert verdict == "wait" and 0 < wait <= 60
+    assert verdict == "wait"
+    assert 0 < wait <= 60
     assert limiter.claim("ns/other", "v2") == ("go", 0.0)
     limiter.release("ns/cb")
     assert limiter.claim("ns/cb", "v2") == ("go", 0.0)
@@ -352,7 +353,8 @@ def test_shell_baselines_then_cascades_once_and_is_idle_afterwards() -> None:
     result = rec.reconcile("ns/cb")
     assert restart_trigger(kube) == "2026-01-01T12:00:00Z"
     assert instance(kube) == "uid-s-1:1"
-    assert ("patch", "deployments", "vllm") in kube.writes and result.writes >= 2
+    assert ("patch", "deployments", "vllm") in kube.writes
+    assert result.writes >= 2
 
     kube.writes.clear()
     rec.reconcile("ns/cb")
@@ -371,7 +373,8 @@ def test_shell_rate_limited_cascade_keeps_the_prior_value_and_requeues() -> None
     result = rec.reconcile("ns/cb")
     assert kube.writes == []  # no roll inside the window, no status change
     assert instance(kube) == "uid-s-1:1"
-    assert result.requeue_after is not None and 0 < result.requeue_after <= 60
+    assert result.requeue_after is not None
+    assert 0 < result.requeue_after <= 60
     # The window passes: the pending replacement cascades.
     rec.cascade_limiter = InProcessCascadeLimiter(60)
     rec.reconcile("ns/cb")

@@ -117,7 +117,8 @@ def test_probe_is_called_once_per_rate_limit_window() -> None:
     assert len(server.calls) == 1
     result = rec.reconcile("ns/cb")
     assert len(server.calls) == 1, "inside the window: no second call"
-    assert result.requeue_after is not None and 0 < result.requeue_after <= 30
+    assert result.requeue_after is not None
+    assert 0 < result.requeue_after <= 30
     assert conditions(kube)["FunctionalProbeOK"] == ("True", "ProbeOK")
 
 

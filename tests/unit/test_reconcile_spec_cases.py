@@ -1357,7 +1357,7 @@ def test_unchanged_conditions_keep_their_transition_time() -> None:
     """lastTransitionTime moves only when a condition's status changes."""
     (case,) = [c for c in CASES if c.id.startswith("kv-gate/sticky:")]
     new = compute_status(cb_object(case), observe(case, cb_object(case)), T0).status
-    degraded = [c for c in new["conditions"] if c["type"] == "Degraded"][0]
+    degraded = next(c for c in new["conditions"] if c["type"] == "Degraded")
     assert degraded["lastTransitionTime"] == ago(minutes=1)
 
 
@@ -1365,4 +1365,5 @@ def test_awaiting_requeues_at_the_first_event_deadline() -> None:
     """'no event by firstEventTimeout' must flip on time without any watch event."""
     (case,) = [c for c in CASES if c.id.startswith("kv-gate/awaiting:")]
     result = compute_status(cb_object(case), observe(case, cb_object(case)), T0)
-    assert result.requeue_after is not None and 300 <= result.requeue_after <= 301
+    assert result.requeue_after is not None
+    assert 300 <= result.requeue_after <= 301

@@ -75,4 +75,5 @@ def test_a_reconcile_logs_the_key_as_a_field(caplog: pytest.LogCaptureFixture) -
     assert record.getMessage() == "unreadable CacheBackend; waiting for it to change"
     assert getattr(record, "key", None) == "ns/cb"
     line = JsonFormatter().format(record)
-    assert '"key": "ns/cb"' in line and '"error": ' in line
+    assert '"key": "ns/cb"' in line
+    assert '"error": ' in line

@@ -62,7 +62,8 @@ def test_a_frozen_redis_times_out_a_work_queue_call_instead_of_hanging(
         finished, exc = call_in_thread(
             lambda: redis_client(own_redis.url, RedisTimeouts(1.0, 1.0)).ping(), limit=20
         )
-        assert finished and isinstance(exc, redis.TimeoutError | redis.ConnectionError), exc
+        assert finished, exc
+        assert isinstance(exc, redis.TimeoutError | redis.ConnectionError), exc
     assert queue.pop_due() == ["ns/a"], "the client recovers once Redis answers"
     client.close()
 
@@ -85,12 +86,14 @@ def test_celery_publish_to_a_frozen_broker_gives_up_instead_of_hanging(
 ) -> None:
     app = make_app(own_redis.url, RedisTimeouts(connect=1.0, read=1.0))
     opts = app.conf.broker_transport_options
-    assert opts["health_check_interval"] > 0 and opts["visibility_timeout"] == 600
+    assert opts["health_check_interval"] > 0
+    assert opts["visibility_timeout"] == 600
     assert app.conf.broker_connection_timeout == 1.0
     assert app.conf.redis_socket_timeout == 1.0
     with app.connection_for_write() as conn:
         params = conn.default_channel.client.connection_pool.connection_kwargs
-        assert params["socket_timeout"] == 1.0 and params["socket_connect_timeout"] == 1.0
+        assert params["socket_timeout"] == 1.0
+        assert params["socket_connect_timeout"] == 1.0
     send = {"queue": "t", "ignore_result": True}  # as the dispatcher sends
     app.send_task("icache.reconcile", args=["ns/a"], **send)  # the broker works
     with own_redis.frozen():
@@ -120,7 +123,8 @@ def test_an_ack_lost_to_a_frozen_broker_frees_the_prefetch_slot(own_redis: Redis
         assert not channel.qos.can_consume(), "prefetch window of one is full"
         with own_redis.frozen():
             finished, exc = call_in_thread(message.ack, limit=30)
-            assert finished and exc is not None, "the ack must fail while Redis is frozen"
+            assert finished, "the ack must fail while Redis is frozen"
+            assert exc is not None, "the ack must fail while Redis is frozen"
         assert channel.qos.can_consume(), "a failed ack left the prefetch slot taken"
         channel.close()
 

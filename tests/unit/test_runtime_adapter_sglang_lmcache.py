@@ -64,7 +64,8 @@ def test_registry_and_declarations() -> None:
     assert isinstance(select("SGLang", "LMCache"), SGLangLMCacheAdapter)
     assert ADAPTER.reserved_args == ("--enable-lmcache", "--lmcache-config-file")
     assert ADAPTER.reserved_env == ("LMCACHE_USE_EXPERIMENTAL", "INFERENCECACHE_FAIL_OPEN")
-    assert ADAPTER.supports_binding(None) and ADAPTER.supports_binding(REDIS)
+    assert ADAPTER.supports_binding(None)
+    assert ADAPTER.supports_binding(REDIS)
     assert not ADAPTER.supports_binding(Binding("lm", "x:1"))
     assert not ADAPTER.supports_binding(Binding("mooncakestore", "x:1"))
 
@@ -221,7 +222,8 @@ def test_worker_startup_probe_checks_loopback_zmq_port() -> None:
         "startupProbe"
     ]
     command = probe["exec"]["command"]
-    assert command[:2] == ["python3", "-c"] and command[-1] == "6001"
+    assert command[:2] == ["python3", "-c"]
+    assert command[-1] == "6001"
     assert "127.0.0.1" in command[2]
     assert probe["failureThreshold"] * probe["periodSeconds"] >= 300
 

@@ -18,9 +18,9 @@ from reconciler.status import (
     ProbeObservation,
     WorkloadObservation,
     compute_status,
-    parse_go_duration,
     status_equal,
 )
+from shared.api.duration import parse_go_duration
 from tests.builders import external_spec
 
 T0 = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
@@ -184,7 +184,8 @@ def test_kv_gate_awaiting_first_event_within_timeout_requeues_at_deadline() -> N
     assert cond(res.status, "Progressing") == ("True", "AwaitingFirstKVEvent")
     assert cond(res.status, "Degraded") == ("False", "NotDegraded")
     assert res.status["firstAvailableAt"] == "2026-01-01T12:00:00Z"
-    assert res.requeue_after is not None and 300 <= res.requeue_after <= 301
+    assert res.requeue_after is not None
+    assert 300 <= res.requeue_after <= 301
 
 
 def test_kv_gate_first_available_at_latches_only_when_available() -> None:
@@ -503,7 +504,8 @@ def test_matched_engine_pods_unset_without_claim_capable_selector() -> None:
 def test_matched_engine_pods_counted_and_message_when_zero_and_expected() -> None:
     spec = dict(MANAGED_SPEC, engineSelector={"matchLabels": {"app": "vllm"}})
     st = run(obj(spec), managed_obs(engines=EngineObservation(matched_pods=2)))
-    assert st["matchedEnginePods"] == 2 and "engineSelectorMessage" not in st
+    assert st["matchedEnginePods"] == 2
+    assert "engineSelectorMessage" not in st
     st = run(obj(spec), managed_obs(engines=EngineObservation(matched_pods=0)))
     assert st["matchedEnginePods"] == 0
     assert st["engineSelectorMessage"].startswith('spec.engineSelector.matchLabels={"app":"vllm"}')
@@ -515,7 +517,8 @@ def test_engine_selector_message_empty_when_matching_deployment_scaled_to_zero()
         matched_pods=0, matching_deployments=1, matching_deployment_replicas=0
     )
     st = run(obj(spec), managed_obs(engines=engines))
-    assert st["matchedEnginePods"] == 0 and "engineSelectorMessage" not in st
+    assert st["matchedEnginePods"] == 0
+    assert "engineSelectorMessage" not in st
 
 
 def test_engine_churn_requeues_every_5s_while_pod_count_differs_from_desired() -> None:
@@ -787,7 +790,8 @@ def test_index_participation_attributes_each_replica_to_one_backend() -> None:
         "t2HitRate": "0.25",
     }
     assert out["ns/zeta"] == {"prefixCount": 2}
-    assert "ns/beta" not in out and "ns/catchall" not in out
+    assert "ns/beta" not in out
+    assert "ns/catchall" not in out
     # A drained backend is reset to 0 rather than keeping stale positives.
     assert out["ns/drained"] == {"prefixCount": 0}
 
@@ -911,7 +915,8 @@ def test_kernel_load_failed_message_names_the_pods_and_the_error() -> None:
     st = run(obj(annotations=NO_GATE), ready_managed(injected_pods=obs))
     message = find(st["conditions"], "EngineKernelsHealthy")["message"]  # type: ignore[index]
     assert "2/3 engine pod(s)" in message
-    assert "b (strict): b boom" in message and "a (report-only): a boom" in message
+    assert "b (strict): b boom" in message
+    assert "a (report-only): a boom" in message
 
 
 def test_strict_kernel_failure_downgrades_ready_report_only_does_not() -> None:
@@ -983,7 +988,8 @@ def test_engine_compatibility_crash_loop_is_advisory_and_clears() -> None:
     o = step(obj(annotations=NO_GATE), ready_managed(injected_pods=loops), T0)
     assert cond(o["status"], "EngineCompatibility") == ("False", "InjectedEngineCrashLooping")
     message = find(o["status"]["conditions"], "EngineCompatibility")["message"]  # type: ignore[index]
-    assert "b (container vllm)" in message and "EventsOnly" in message
+    assert "b (container vllm)" in message
+    assert "EventsOnly" in message
     assert cond(o["status"], "Ready") == ("True", "BackendReady")  # never gates Ready
     st = run(o, ready_managed(injected_pods=InjectedPodsObservation()), T0)
     assert cond(st, "EngineCompatibility") is None
@@ -1013,7 +1019,8 @@ def test_host_only_publishes_engine_advisories_and_strict_downgrade() -> None:
     assert cond(st, "EngineKernelsHealthy") == ("False", "KernelLoadFailed")
     assert cond(st, "EngineCompatibility") == ("False", "InjectedEngineCrashLooping")
     assert cond(st, "Ready") == ("False", "EngineKernelDegraded")
-    assert "T2Degraded" not in types(st) and "FunctionalProbeOK" not in types(st)
+    assert "T2Degraded" not in types(st)
+    assert "FunctionalProbeOK" not in types(st)
 
 
 @pytest.mark.parametrize(

@@ -88,7 +88,7 @@ def test_nothing_is_rendered_without_a_managed_provider(spec: dict[str, Any]) ->
 def test_select_returns_each_provider_and_rejects_unknown() -> None:
     for name in ("Redis", "LMCacheServer", "Mooncake"):
         assert registry.select(name).provider == name
-    with pytest.raises(registry.UnknownProvider):
+    with pytest.raises(registry.UnknownProviderError):
         registry.select("Memcached")
 
 
@@ -180,7 +180,7 @@ def test_render_is_pure_and_deterministic() -> None:
 
 
 @pytest.mark.parametrize("provider", ["Redis", "LMCacheServer", "Mooncake"])
-def test_omitted_resources_block_uses_bounded_4Gi_request_8Gi_limit(provider: str) -> None:
+def test_omitted_resources_block_uses_bounded_4gi_request_8gi_limit(provider: str) -> None:
     res = container(render(backend(managed(provider))))["resources"]
     assert res == {"requests": {"memory": "4Gi"}, "limits": {"memory": "8Gi"}}
 

@@ -398,7 +398,8 @@ def test_reject_provider_block_mismatch_rejects_block_with_external_ownership() 
     """Spec: the typed block must match ownership too (External provisions no workload)."""
     spec = {**SGLANG, "remoteStorage": external("Redis", "r:6379", redis={"image": "x"})}
     errors = run(r.reject_provider_block_mismatch, spec)
-    assert len(errors) == 1 and "ownership External provisions none" in errors[0]
+    assert len(errors) == 1
+    assert "ownership External provisions none" in errors[0]
 
 
 def test_reject_lmcache_block_with_non_lmcache_type_accepts_lmcache() -> None:
@@ -423,7 +424,8 @@ def test_reject_hicache_block_with_non_hicache_type_rejects_lmcache() -> None:
     errors = run(
         r.reject_hicache_block_with_non_hicache_type, {**SGLANG, "hiCache": {"ratio": "2"}}
     )
-    assert len(errors) == 1 and errors[0].startswith("spec.hiCache: Forbidden:")
+    assert len(errors) == 1
+    assert errors[0].startswith("spec.hiCache: Forbidden:")
 
 
 def test_reject_autoscaling_without_managed_workload_accepts_managed() -> None:
@@ -453,7 +455,8 @@ def test_reject_autoscaling_without_managed_workload_rejects_host_only_and_exter
     External ownership has no workload to scale either."""
     errors = run(r.reject_autoscaling_without_managed_workload, spec)
     assert len(errors) == 1
-    assert errors[0].startswith("spec.autoscaling: Forbidden:") and reason in errors[0]
+    assert errors[0].startswith("spec.autoscaling: Forbidden:")
+    assert reason in errors[0]
 
 
 # ----------------------------------------------------------------- endpoints
@@ -489,7 +492,8 @@ def test_reject_managed_endpoint_rejects_user_supplied_endpoint() -> None:
     """Spec "Endpoint ownership is explicit": Managed rejects a user-supplied endpoint."""
     spec = {**SGLANG, "remoteStorage": managed("Redis", endpoint="redis:6379")}
     errors = run(r.reject_managed_endpoint, spec)
-    assert len(errors) == 1 and errors[0].startswith("spec.remoteStorage.endpoint: Forbidden:")
+    assert len(errors) == 1
+    assert errors[0].startswith("spec.remoteStorage.endpoint: Forbidden:")
 
 
 @pytest.mark.parametrize(
@@ -601,7 +605,8 @@ def test_reject_unsupported_binding_rejects_provider_the_wire_cannot_dial() -> N
         "Mooncake (mooncakestore) or no spec.remoteStorage (host-only)"
     ]
     errors = run(r.reject_unsupported_binding, {**SGLANG, "remoteStorage": managed("Mooncake")})
-    assert len(errors) == 1 and "SGLang+LMCache adapter" in errors[0]
+    assert len(errors) == 1
+    assert "SGLang+LMCache adapter" in errors[0]
 
 
 def test_reject_unsupported_binding_rejects_any_remote_storage_for_hicache() -> None:
@@ -974,7 +979,8 @@ def test_reject_events_only_with_remote_storage_rejects_managed_and_external(
 ) -> None:
     """Spec "Events-only mode": spec.remoteStorage is forbidden (Managed or External)."""
     errors = run(r.reject_events_only_with_remote_storage, {**EVENTS_ONLY, "remoteStorage": rs})
-    assert len(errors) == 1 and errors[0].startswith("spec.remoteStorage: Forbidden:")
+    assert len(errors) == 1
+    assert errors[0].startswith("spec.remoteStorage: Forbidden:")
 
 
 def test_reject_events_only_with_autoscaling_accepts_offload_autoscaling() -> None:
@@ -986,7 +992,8 @@ def test_reject_events_only_with_autoscaling_rejects_field_scoped() -> None:
     """Spec "Events-only forbids spec.autoscaling": field-scoped to spec.autoscaling."""
     spec = {**EVENTS_ONLY, "autoscaling": {"maxReplicas": 2}}
     errors = run(r.reject_events_only_with_autoscaling, spec)
-    assert len(errors) == 1 and errors[0].startswith("spec.autoscaling: Forbidden:")
+    assert len(errors) == 1
+    assert errors[0].startswith("spec.autoscaling: Forbidden:")
 
 
 # -------------------------------------------------------------------- SGLang
@@ -1033,7 +1040,8 @@ def test_reject_mooncake_multiple_replicas_accepts_zero_and_one(replicas: int | 
 def test_reject_mooncake_multiple_replicas_rejects_two() -> None:
     """Spec: the master is a singleton; spec.replicas > 1 is rejected."""
     errors = run(r.reject_mooncake_multiple_replicas, {**MOONCAKE, "replicas": 2})
-    assert len(errors) == 1 and errors[0].startswith("spec.replicas: Invalid value: 2:")
+    assert len(errors) == 1
+    assert errors[0].startswith("spec.replicas: Invalid value: 2:")
 
 
 def test_reject_mooncake_multiple_replicas_rejects_any_mooncake_provider() -> None:
@@ -1046,7 +1054,8 @@ def test_reject_mooncake_multiple_replicas_rejects_any_mooncake_provider() -> No
         "replicas": 3,
     }
     errors = run(r.reject_mooncake_multiple_replicas, spec)
-    assert len(errors) == 1 and errors[0].startswith("spec.replicas: Invalid value: 3:")
+    assert len(errors) == 1
+    assert errors[0].startswith("spec.replicas: Invalid value: 3:")
     assert run(r.reject_mooncake_autoscaling, {**spec, "autoscaling": {"maxReplicas": 2}})
 
 
@@ -1057,7 +1066,8 @@ def test_reject_mooncake_autoscaling_accepts_without_autoscaling() -> None:
 def test_reject_mooncake_autoscaling_rejects_autoscaling() -> None:
     """Spec: spec.autoscaling is rejected when remoteStorage.provider: Mooncake."""
     errors = run(r.reject_mooncake_autoscaling, {**MOONCAKE, "autoscaling": {"maxReplicas": 2}})
-    assert len(errors) == 1 and errors[0].startswith("spec.autoscaling: Forbidden:")
+    assert len(errors) == 1
+    assert errors[0].startswith("spec.autoscaling: Forbidden:")
 
 
 # --------------------------------------------------------------- observation
@@ -1149,8 +1159,10 @@ def test_reject_managed_redis_multiple_replicas_rejects_two_at_spec_replicas() -
     """Issue 11.1: replicas > 1 behind one Service shards the keyspace; the error is on
     spec.replicas and says why."""
     errors = run(r.reject_managed_redis_multiple_replicas, {**MANAGED_REDIS, "replicas": 2})
-    assert len(errors) == 1 and errors[0].startswith("spec.replicas: Invalid value: 2: use 0 or 1")
-    assert "non-clustered" in errors[0] and "partial cache" in errors[0]
+    assert len(errors) == 1
+    assert errors[0].startswith("spec.replicas: Invalid value: 2: use 0 or 1")
+    assert "non-clustered" in errors[0]
+    assert "partial cache" in errors[0]
 
 
 def test_reject_managed_redis_autoscaling_accepts_without_autoscaling() -> None:
@@ -1163,7 +1175,8 @@ def test_reject_managed_redis_autoscaling_rejects_autoscaling_at_spec_autoscalin
     """Issue 11.1: spec.autoscaling shards the keyspace as it scales."""
     spec = {**MANAGED_REDIS, "autoscaling": {"minReplicas": 1, "maxReplicas": 3}}
     errors = run(r.reject_managed_redis_autoscaling, spec)
-    assert len(errors) == 1 and errors[0].startswith("spec.autoscaling: Forbidden:")
+    assert len(errors) == 1
+    assert errors[0].startswith("spec.autoscaling: Forbidden:")
     assert "non-clustered" in errors[0]
 
 
@@ -1212,7 +1225,8 @@ def test_reject_missing_hicache_block_accepts_present_block() -> None:
 def test_reject_missing_hicache_block_rejects_absent_block() -> None:
     """Spec "SGLang native HiCache": hiCache is required for type SGLangHiCache."""
     errors = run(r.reject_missing_hicache_block, {**SGLANG, "type": "SGLangHiCache"})
-    assert len(errors) == 1 and errors[0].startswith("spec.hiCache: Required value")
+    assert len(errors) == 1
+    assert errors[0].startswith("spec.hiCache: Required value")
 
 
 def test_reject_unsupported_hicache_role_accepts_read_write() -> None:
@@ -1284,7 +1298,8 @@ def test_reject_ambiguous_hicache_capacity_rejects_both_or_neither(
 ) -> None:
     """Spec "SGLang native HiCache": exactly one of ratio and sizeGB."""
     errors = run(r.reject_ambiguous_hicache_capacity, {**HICACHE, "hiCache": block})
-    assert len(errors) == 1 and errors[0].startswith(start)
+    assert len(errors) == 1
+    assert errors[0].startswith(start)
 
 
 @pytest.mark.parametrize("ratio", ["2.0", "2", "0.5", ".5", "1e1", "3."])
@@ -1424,7 +1439,8 @@ def test_warnings_mooncake_without_engine_host_network() -> None:
     notes = warnings(cb(spec))
     assert len(notes) == 1
     assert "spec.integration.engineHostNetwork=true" in notes[0]
-    assert "zero KV" in notes[0] and "roll" in notes[0]
+    assert "zero KV" in notes[0]
+    assert "roll" in notes[0]
     assert len(notes[0]) < 256  # the API server may truncate longer warnings
     assert validate(cb(spec), NS) == []  # admitted, with the warning
 

@@ -213,12 +213,15 @@ def check_answer(route: str, body: bytes, uid: Any, status: int, answer: bytes) 
     payload = json.loads(answer)
     if status != 200:
         assert status in (400, 413), status
-        assert isinstance(payload["error"], str) and payload["error"], payload
+        assert isinstance(payload["error"], str), payload
+        assert payload["error"], payload
         return
     assert payload["apiVersion"] == "admission.k8s.io/v1"
     assert payload["kind"] == "AdmissionReview"
     response = payload["response"]
-    assert isinstance(uid, str) and uid and response["uid"] == uid
+    assert isinstance(uid, str)
+    assert uid
+    assert response["uid"] == uid
     assert isinstance(response["allowed"], bool)
     if route == PATH_MUTATE_POD:
         assert response["allowed"] is True, response
@@ -268,5 +271,6 @@ def test_fuzz_reaches_every_kind_of_answer(client: TestClient) -> None:
 
 
 def test_examples_are_found() -> None:
-    assert len(CACHEBACKEND_REVIEWS) >= 10 and len(POD_REVIEWS) >= 5
+    assert len(CACHEBACKEND_REVIEWS) >= 10
+    assert len(POD_REVIEWS) >= 5
     assert Path(SAMPLES_DIR).is_dir()

@@ -38,7 +38,8 @@ def test_prestop_drain_and_inflight_wait_fit_the_grace_period() -> None:
     assert command[0] == "sleep"
     pre_stop = float(command[1])
     args = _args(container)
-    assert pre_stop >= 1 and args.shutdown_drain_seconds >= 1
+    assert pre_stop >= 1
+    assert args.shutdown_drain_seconds >= 1
     total = pre_stop + args.shutdown_drain_seconds + args.shutdown_timeout_seconds
     assert total < spec["terminationGracePeriodSeconds"], total
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"

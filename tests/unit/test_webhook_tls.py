@@ -24,9 +24,11 @@ def test_a_refused_reload_keeps_the_serving_context(tmp_path: Path) -> None:
     serving = tls._current
     tls.cert.write_bytes(ca.issue_serving(["127.0.0.1"]).cert_pem)  # key no longer matches
     assert tls.check() is False
-    assert tls._current is serving and tls.context is dispatch
+    assert tls._current is serving
+    assert tls.context is dispatch
     tls.key.unlink()
-    assert tls.check() is False and tls._current is serving
+    assert tls.check() is False
+    assert tls._current is serving
 
 
 def test_a_good_pair_swaps_in_a_new_context(tmp_path: Path) -> None:
@@ -34,7 +36,8 @@ def test_a_good_pair_swaps_in_a_new_context(tmp_path: Path) -> None:
     dispatch, serving = tls.context, tls._current
     ca.issue_serving(["127.0.0.1"]).write(tmp_path, "tls")
     assert tls.check() is True
-    assert tls._current is not serving and tls.context is dispatch
+    assert tls._current is not serving
+    assert tls.context is dispatch
     assert tls.check() is False  # unchanged files: nothing to do
 
 
@@ -43,5 +46,6 @@ def test_a_worker_process_gets_paths_not_contexts(tmp_path: Path) -> None:
     _ = tls.context
     copy = pickle.loads(pickle.dumps(tls))
     assert (copy.cert, copy.key, copy.interval) == (tls.cert, tls.key, tls.interval)
-    assert copy._current is None and copy._dispatch is None
+    assert copy._current is None
+    assert copy._dispatch is None
     assert copy.context is not tls.context

@@ -166,7 +166,7 @@ def test_a_user_who_may_is_allowed_and_nothing_is_asked_when_nothing_is_shaped()
 
 
 @pytest.mark.parametrize(
-    "reviewer,user", [(Reviewer(error=True), USER), (Reviewer({"deployments"}), None)]
+    ("reviewer", "user"), [(Reviewer(error=True), USER), (Reviewer({"deployments"}), None)]
 )
 def test_a_review_that_cannot_be_made_fails_closed(reviewer: Reviewer, user: Any) -> None:
     resp = authorizing(validate_cachebackend, reviewer)(review(MANAGED, user=user))["response"]
@@ -179,7 +179,8 @@ def test_invalid_objects_are_denied_by_validation_before_any_review() -> None:
     reviewer = Reviewer({"deployments"})
     bad = with_spec(MANAGED, remoteStorage={"provider": "LMCacheServer", "ownership": "External"})
     resp = authorizing(validate_cachebackend, reviewer)(review(bad))["response"]
-    assert resp["allowed"] is False and resp["status"]["code"] == 422
+    assert resp["allowed"] is False
+    assert resp["status"]["code"] == 422
     assert reviewer.asked == []
 
 
@@ -199,7 +200,7 @@ def test_a_review_past_its_budget_is_a_review_error_not_a_hang() -> None:
             return {"status": {"allowed": True, "denied": False, "reason": ""}}
 
     try:
-        with pytest.raises(ReviewError, match="within 0.2 s"):
+        with pytest.raises(ReviewError, match=r"within 0\.2 s"):
             Stalled(FakeKube(), budget=0.2).review({})
     finally:
         release.set()

@@ -209,7 +209,8 @@ def test_errors_back_off_exponentially_per_key_and_reset_on_success(
         assert outcome == DONE
         delays.append(delay)
     assert delays[:6] == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0]
-    assert max(delays) == 300.0 and delays[-1] == 300.0
+    assert max(delays) == 300.0
+    assert delays[-1] == 300.0
     assert queue.failures("k") == 12
     clock.advance(300)
     run_once(queue, "k")
@@ -224,7 +225,8 @@ def test_backoff_is_per_key(queue: WorkQueue, clock: Clock) -> None:
         queue.start(key, "t")
     assert queue.done("a", "t", error=True)[1] == 0.5
     assert queue.done("b", "t")[0] == DONE
-    assert queue.failures("a") == 1 and queue.failures("b") == 0
+    assert queue.failures("a") == 1
+    assert queue.failures("b") == 0
 
 
 def test_event_during_failed_run_reruns_immediately(queue: WorkQueue) -> None:
@@ -251,7 +253,8 @@ def test_worker_killed_mid_run_lease_expires_and_key_is_rerun(
     expired, _ = queue.reap()
     assert expired == ["k"]
     due_in = queue.next_due_in()
-    assert due_in is not None and due_in <= 0.5
+    assert due_in is not None
+    assert due_in <= 0.5
     clock.advance(0.5)
     assert queue.pop_due() == ["k"]
     assert queue.start("k", "new-worker") == STARTED
