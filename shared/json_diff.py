@@ -20,7 +20,7 @@ from typing import Any
 Patch = list[dict[str, Any]]
 
 
-class UnsupportedOp(ValueError):
+class UnsupportedOpError(ValueError):
     """``apply`` handles add/remove/replace only."""
 
 
@@ -86,10 +86,10 @@ def apply(doc: Any, patch: Patch) -> Any:
     for op in patch:
         name, path = op["op"], op["path"]
         if name not in ("add", "remove", "replace"):
-            raise UnsupportedOp(name)
+            raise UnsupportedOpError(name)
         if path == "":
             if name == "remove":
-                raise UnsupportedOp("remove of the whole document")
+                raise UnsupportedOpError("remove of the whole document")
             doc = op["value"]
             continue
         parts = [_unescape(p) for p in path[1:].split("/")]

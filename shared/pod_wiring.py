@@ -51,7 +51,7 @@ from shared.bindings import PROVIDER_PROTOCOL, Binding
 from shared.endpoints import endpoint_shape_error, strip_scheme
 from shared.jsoncopy import json_copy
 from shared.runtime_adapters import kernel_check, registry, subscriber
-from shared.runtime_adapters.base import InjectContext, InjectionRejected, RuntimeAdapter
+from shared.runtime_adapters.base import InjectContext, InjectionRejectedError, RuntimeAdapter
 from shared.runtime_adapters.engine import EngineLocator, candidate_indexes
 from shared.runtime_adapters.overrides import apply_engine_overrides
 from shared.runtime_adapters.podcheck import introduced_problems
@@ -268,7 +268,7 @@ def _engine_for_events(
     if isinstance(adapter, EngineLocator):
         try:
             return dict(containers[adapter.engine_container_index(pod)])
-        except InjectionRejected:
+        except InjectionRejectedError:
             pass
     for i in candidate_indexes(pod):
         if find_flag(cli_tokens(containers[i]), subscriber.KV_EVENTS_CONFIG):
@@ -427,7 +427,7 @@ def wire_events_only(
     out = json_copy(pod)
     try:
         append_subscriber(out, backend, ctx, _engine_for_events(pod, adapter), offload=False)
-    except InjectionRejected as exc:
+    except InjectionRejectedError as exc:
         return _fail_open(pod, REASON_SUBSCRIBER_REJECTED, str(exc), key)
     return finish_injected(
         pod, out, backend, REASON_EVENTS_ONLY, f"events-only: kvevent-subscriber from {key}", key
@@ -462,7 +462,7 @@ def wire_offload(
     try:
         out = adapter.inject(pod, backend, binding, ctx)
         apply_overrides(pod, out, adapter, backend)
-    except InjectionRejected as exc:
+    except InjectionRejectedError as exc:
         return _fail_open(pod, REASON_ADAPTER_REJECTED, f"{adapter.name}: {exc}", key)
     except Exception as exc:  # an adapter bug must not block admission
         return _fail_open(
@@ -470,7 +470,7 @@ def wire_offload(
         )
     try:
         append_subscriber(out, backend, ctx, _engine_for_events(out, adapter), offload=True)
-    except InjectionRejected as exc:
+    except InjectionRejectedError as exc:
         return _fail_open(pod, REASON_SUBSCRIBER_REJECTED, str(exc), key)
     apply_engine_host_network(out, backend, binding)
     return finish_injected(

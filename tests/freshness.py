@@ -19,12 +19,12 @@ from shared import constants as c
 GROUP, VERSION, PLURAL = "inferencecache.io", "v1alpha1", "cachebackends"
 
 
-class NotWired(AssertionError):
+class NotWiredError(AssertionError):
     pass
 
 
 def fresh_backend_wires_next_pod(api: client.ApiClient, namespace: str, rounds: int) -> float:
-    """Run ``rounds`` rounds; raise NotWired on the first unwired pod; return seconds."""
+    """Run ``rounds`` rounds; raise NotWiredError on the first unwired pod; return seconds."""
     custom = client.CustomObjectsApi(api)
     core: Any = client.CoreV1Api(api)
     run = f"{time.monotonic_ns() % 10**8:x}"
@@ -60,7 +60,7 @@ def fresh_backend_wires_next_pod(api: client.ApiClient, namespace: str, rounds: 
         )
         wired_by = (pod.metadata.annotations or {}).get(c.ANNOTATION_INJECTED_BY)
         if wired_by != f"{namespace}/{name}":
-            raise NotWired(
+            raise NotWiredError(
                 f"round {i + 1}/{rounds}: pod {name} created right after its CacheBackend "
                 f"was accepted came back wired by {wired_by!r}"
             )

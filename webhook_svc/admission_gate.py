@@ -34,7 +34,7 @@ BUDGET_WAIT_SECONDS: Final = 2.0
 BODY_READ_SECONDS: Final = 10.0
 
 
-class Overloaded(Exception):
+class OverloadedError(Exception):
     """No budget freed up in time: answer 503."""
 
 
@@ -76,7 +76,7 @@ class ByteBudget:
             if future.done():  # granted in the same instant: keep it
                 return
             future.cancel()
-            raise Overloaded from None
+            raise OverloadedError from None
         except asyncio.CancelledError:
             if future.done() and not future.cancelled():
                 self._release(size)
@@ -90,7 +90,7 @@ class ByteBudget:
 
     @asynccontextmanager
     async def reserve(self, size: int, wait_seconds: float) -> AsyncIterator[None]:
-        """Hold ``size`` bytes of the budget (capped at the capacity) or raise Overloaded."""
+        """Hold ``size`` bytes of the budget (capped at the capacity) or raise OverloadedError."""
         size = max(1, min(size, self.capacity))
         await self._acquire(size, wait_seconds)
         try:

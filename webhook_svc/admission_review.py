@@ -13,7 +13,7 @@ from shared.jsoncopy import json_copy
 from webhook_svc.codec import encode_json
 
 
-class BadReview(ValueError):
+class BadReviewError(ValueError):
     """The request body is not an AdmissionReview we can answer: HTTP 400."""
 
 
@@ -32,13 +32,13 @@ class AdmissionRequest:
 
 def parse_review(body: Any) -> AdmissionRequest:
     if not isinstance(body, dict):
-        raise BadReview("body must be a JSON object (an AdmissionReview)")
+        raise BadReviewError("body must be a JSON object (an AdmissionReview)")
     request = body.get("request")
     if not isinstance(request, dict):
-        raise BadReview("AdmissionReview.request is missing")
+        raise BadReviewError("AdmissionReview.request is missing")
     uid = request.get("uid")
     if not isinstance(uid, str) or not uid:
-        raise BadReview("AdmissionReview.request.uid is missing")
+        raise BadReviewError("AdmissionReview.request.uid is missing")
     kind = request.get("kind")
     obj = request.get("object")
     old = request.get("oldObject")

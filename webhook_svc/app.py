@@ -31,11 +31,11 @@ from webhook_svc.admission_gate import (
     DEFAULT_MAX_INFLIGHT_BYTES,
     MIN_RESERVATION_BYTES,
     ByteBudget,
-    Overloaded,
+    OverloadedError,
 )
-from webhook_svc.admission_review import AdmissionRequest, BadReview, allow, deny, parse_review
+from webhook_svc.admission_review import AdmissionRequest, BadReviewError, allow, deny, parse_review
 from webhook_svc.backend_source import BackendSource
-from webhook_svc.codec import BadBody, decode_body, encode_json
+from webhook_svc.codec import BadBodyError, decode_body, encode_json
 from webhook_svc.lifecycle import CloseWhenDraining, lifecycle_of, lifespan
 from webhook_svc.metrics import WebhookMetrics
 from webhook_svc.pod_admission import REASON_INTERNAL_ERROR
@@ -48,20 +48,20 @@ PATH_VALIDATE_CB = "/validate-inferencecache-io-v1alpha1-cachebackend"
 PATH_MUTATE_POD = "/mutate--v1-pod"
 
 
-class BodyTooLarge(Exception):
+class BodyTooLargeError(Exception):
     pass
 
 
 async def _read_limited(request: Request, limit: int) -> bytes:
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
-        raise BodyTooLarge
+        raise BodyTooLargeError
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            raise BodyTooLarge
+            raise BodyTooLargeError
         chunks.append(chunk)
     return b"".join(chunks)
 
@@ -126,9 +126,9 @@ class Route:
         400 naming what is wrong with the body. Never raises."""
         try:
             req = parse_review(decode_body(raw))
-        except BadBody as exc:
+        except BadBodyError as exc:
             return _bad_request(self.counters, self.path, exc.reason, exc.detail)
-        except BadReview as exc:
+        except BadReviewError as exc:
             return _bad_request(self.counters, self.path, "malformed", str(exc))
         try:
             response, outcome = self.answer(req)
@@ -222,7 +222,7 @@ def create_app(
             try:
                 async with asyncio.timeout(BODY_READ_SECONDS):
                     raw = await _read_limited(request, max_body_bytes)
-            except BodyTooLarge:
+            except BodyTooLargeError:
                 return _bad_request(
                     counters, route.path, "too_large", f"body exceeds {max_body_bytes} bytes", 413
                 )
@@ -244,7 +244,7 @@ def create_app(
             started = time.perf_counter()
             try:
                 status, body = await answer(route, request, started)
-            except Overloaded:
+            except OverloadedError:
                 counters.overloaded.labels(route.path).inc()
                 log.warning("admission budget full: 503", extra={"endpoint": route.path})
                 return Response(

@@ -75,7 +75,7 @@ class FileBackendSource:
 DEFAULT_LIST_TIMEOUT_SECONDS: Final = 2.0
 
 
-class ListFailed(RuntimeError):
+class ListFailedError(RuntimeError):
     """The API server did not answer the CacheBackend list with 200."""
 
 
@@ -94,7 +94,7 @@ class ApiBackendSource:
         path = f"/apis/{c.GROUP}/{c.VERSION}/namespaces/{quote(namespace, safe='')}/{c.PLURAL}"
         status, _, data = self._kube.request("GET", path, self._timeout)
         if status != 200:
-            raise ListFailed(f"HTTP {status}: {data[:200]!r}")
+            raise ListFailedError(f"HTTP {status}: {data[:200]!r}")
         items: list[dict[str, Any]] = orjson.loads(data).get("items") or []
         return items
 

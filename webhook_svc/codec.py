@@ -3,7 +3,7 @@
 Every route goes through ``decode_body`` and ``encode_json``, so a faster JSON library
 is a change to this module only: orjson where it gives exactly ``json``'s answer, and
 ``json`` for everything else (issue 12). ``decode_body`` turns every way a body can fail to be
-JSON into ``BadBody`` (an HTTP 400 naming the problem): bytes that are not UTF-8, nesting
+JSON into ``BadBodyError`` (an HTTP 400 naming the problem): bytes that are not UTF-8, nesting
 deeper than the parser's recursion limit (``RecursionError`` is not a ``ValueError``),
 the non-JSON constants ``NaN``/``Infinity`` and numbers that overflow to them (``1e400``),
 and lone UTF-16 surrogate escapes
@@ -23,7 +23,7 @@ import orjson
 _SURROGATE_ESCAPE: Final = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
-class BadBody(ValueError):
+class BadBodyError(ValueError):
     """The body is not JSON we can answer: HTTP 400 with ``reason`` as the metric label."""
 
     def __init__(self, reason: str, detail: str) -> None:
@@ -44,27 +44,29 @@ def _finite_float(text: str) -> float:
 
 
 def decode_body(raw: bytes) -> Any:
-    """The parsed body, or ``BadBody``."""
+    """The parsed body, or ``BadBodyError``."""
     fast = _decode_fast(raw)
     if fast is not _SLOW_PATH:
         return fast
     try:
         value = json.loads(raw, parse_constant=_reject_constant, parse_float=_finite_float)
     except RecursionError:
-        raise BadBody("too_deep", "body is not JSON we accept: it nests too deeply") from None
+        raise BadBodyError("too_deep", "body is not JSON we accept: it nests too deeply") from None
     except UnicodeDecodeError as exc:
-        raise BadBody("malformed", f"body is not UTF-8 JSON: {exc.reason}") from None
+        raise BadBodyError("malformed", f"body is not UTF-8 JSON: {exc.reason}") from None
     except ValueError as exc:
-        raise BadBody("malformed", f"body is not JSON: {exc}") from None
+        raise BadBodyError("malformed", f"body is not JSON: {exc}") from None
     if _SURROGATE_ESCAPE.search(raw):
         try:
             json.dumps(value, ensure_ascii=False).encode("utf-8")
         except UnicodeEncodeError:
-            raise BadBody(
+            raise BadBodyError(
                 "malformed", "body is not valid Unicode: it holds a lone UTF-16 surrogate escape"
             ) from None
         except RecursionError:
-            raise BadBody("too_deep", "body is not JSON we accept: it nests too deeply") from None
+            raise BadBodyError(
+                "too_deep", "body is not JSON we accept: it nests too deeply"
+            ) from None
     return value
 
 
@@ -77,7 +79,7 @@ _LONG_DIGITS: Final = re.compile(rb"[0-9]{19}")
 def _decode_fast(raw: bytes) -> Any:
     """orjson's parse (issue 12: several times faster than ``json``), or ``_SLOW_PATH``.
 
-    orjson refuses everything ``decode_body`` turns into ``BadBody`` (non-UTF-8 bytes,
+    orjson refuses everything ``decode_body`` turns into ``BadBodyError`` (non-UTF-8 bytes,
     NaN/Infinity, numbers that overflow, lone surrogate escapes, nesting past 1024) and
     a few bodies ``json`` accepts (UTF-16/32, nesting between 1024 and the recursion
     limit): anything it refuses takes the ``json`` path, so what is accepted, what is

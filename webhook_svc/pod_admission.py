@@ -153,7 +153,7 @@ def verified_patch(before: dict[str, Any], after: dict[str, Any]) -> list[dict[s
     try:
         try:
             patched = json_diff.apply(json_copy(before), patch)
-        except json_diff.UnsupportedOp:  # jsonpatch's patches may move and copy
+        except json_diff.UnsupportedOpError:  # jsonpatch's patches may move and copy
             patched = jsonpatch.apply_patch(json_copy(before), patch, in_place=True)
         if json_diff.same(patched, after):
             return patch

@@ -117,7 +117,7 @@ def _supervise(children: list[int]) -> int:
     stopping = False
     code = 0
 
-    def stop(signum: int, _frame: object) -> None:
+    def stop(_signum: int, _frame: object) -> None:
         nonlocal stopping
         stopping = True
         for pid in alive:

@@ -10,7 +10,7 @@ from shared.api.models import CacheBackend
 from shared.bindings import Binding, Protocol
 
 
-class InjectionRejected(Exception):
+class InjectionRejectedError(Exception):
     """The adapter refuses to wire this pod; the Pod webhook turns it into a fail-open admit."""
 
 
@@ -44,7 +44,7 @@ class RuntimeAdapter(ABC):
         binding: Binding | None,
         ctx: InjectContext,
     ) -> dict[str, Any]:
-        """Return a wired copy of ``pod`` (never mutate the input); raise InjectionRejected.
+        """Return a wired copy of ``pod`` (never mutate the input); raise InjectionRejectedError.
 
         SupportsBinding is part of the contract: a binding the adapter does not accept is
         rejected here, once for every adapter, before any adapter-specific wiring runs.
@@ -52,7 +52,7 @@ class RuntimeAdapter(ABC):
         if not self.supports_binding(binding):
             accepted = ", ".join(sorted(p or "host-only" for p in self.accepted_protocols))
             got = binding.protocol if binding else "host-only"
-            raise InjectionRejected(
+            raise InjectionRejectedError(
                 f"{self.name} does not accept a {got} binding (accepts {accepted})"
             )
         return self.wire(pod, backend, binding, ctx)

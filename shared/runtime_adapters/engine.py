@@ -8,7 +8,7 @@ The spec fixes the SGLang rule (one container: any name; several: the one named
 3. else the one container whose image, command or args mention ``vllm``
    (case-insensitive); none or several such containers is ambiguous.
 
-Ambiguity is an ``InjectionRejected`` (the pod webhook admits the pod unwired) rather
+Ambiguity is an ``InjectionRejectedError`` (the pod webhook admits the pod unwired) rather
 than a guess, because wiring the wrong container would put the connector into, e.g., a
 router sidecar. Containers the webhook itself appends (the kvevent-subscriber) never
 count, so a wired pod selects the same engine on re-admission.
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
-from shared.runtime_adapters.base import InjectionRejected
+from shared.runtime_adapters.base import InjectionRejectedError
 from shared.runtime_adapters.podspec import cli_tokens
 
 # Appended by the pod webhook, never an engine (see shared.runtime_adapters.subscriber).
@@ -58,12 +58,12 @@ def select_vllm_engine(pod: dict[str, Any]) -> int:
     if len(candidates) == 1:
         return candidates[0]
     if not candidates:
-        raise InjectionRejected("the pod has no container to wire")
+        raise InjectionRejectedError("the pod has no container to wire")
     mentioning = [i for i in candidates if _mentions_vllm(containers[i])]
     if len(mentioning) == 1:
         return mentioning[0]
     names = ", ".join(str(containers[i].get("name")) for i in candidates)
-    raise InjectionRejected(
+    raise InjectionRejectedError(
         f"cannot tell which container is the vLLM engine among [{names}]: name it "
         f"{VLLM_CONTAINER!r}"
     )
@@ -79,7 +79,7 @@ def select_sglang_engine(pod: dict[str, Any]) -> int:
         if containers[i].get("name") == SGLANG_CONTAINER:
             return i
     if not candidates:
-        raise InjectionRejected("the pod has no container to wire")
-    raise InjectionRejected(
+        raise InjectionRejectedError("the pod has no container to wire")
+    raise InjectionRejectedError(
         f"a multi-container SGLang pod must name its engine container {SGLANG_CONTAINER!r}"
     )

@@ -25,7 +25,7 @@ import copy
 from typing import Any
 
 from shared import constants as c
-from shared.runtime_adapters.base import InjectionRejected
+from shared.runtime_adapters.base import InjectionRejectedError
 from shared.runtime_adapters.podspec import find_named, merge_container
 from shared.runtime_adapters.security import engine_image_security_context
 from shared.runtime_adapters.sizing import requests_gpu
@@ -86,7 +86,7 @@ def requested_mode(backend_annotations: dict[str, str] | None) -> str:
         return c.KERNEL_CHECK_AUTO
     mode = raw.strip().lower()
     if mode not in c.KERNEL_CHECK_MODES:
-        raise InjectionRejected(
+        raise InjectionRejectedError(
             f"annotation {c.ANNOTATION_LMCACHE_KERNEL_CHECK}={raw!r} is not one of "
             f"{', '.join(c.KERNEL_CHECK_MODES)}"
         )
@@ -142,7 +142,7 @@ def converge(pod: dict[str, Any], mode: str | None, engine: dict[str, Any]) -> N
         inits[existing[0]] = merge_container(inits[existing[0]], desired)
     else:
         if find_named(spec.get("containers"), CONTAINER_NAME) is not None:
-            raise InjectionRejected(
+            raise InjectionRejectedError(
                 f"container name {CONTAINER_NAME!r} is used by a regular container of the pod"
             )
         inits.append(desired)

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from shared.runtime_adapters.base import InjectionRejected
+from shared.runtime_adapters.base import InjectionRejectedError
 
 ArgForm = Literal["pair", "eq", "bare"]
 
@@ -302,7 +302,7 @@ def adopt_container(
     for i, item in enumerate(items):
         if item.get("name") == name:
             if not ours:
-                raise InjectionRejected(
+                raise InjectionRejectedError(
                     f"the pod already has a container named {name!r} that inference-cache did "
                     "not render; rename it to let the pod be wired"
                 )
@@ -310,7 +310,7 @@ def adopt_container(
             spec[field] = items
             return
     if find_named(all_containers(pod), name) is not None:
-        raise InjectionRejected(
+        raise InjectionRejectedError(
             f"container name {name!r} is reserved by inference-cache and already used in the pod"
         )
     items.append(desired)
@@ -325,7 +325,7 @@ def adopt_volume(pod: dict[str, Any], desired: dict[str, Any], ours: bool) -> No
     for i, vol in enumerate(volumes):
         if vol.get("name") == desired["name"]:
             if not ours:
-                raise InjectionRejected(
+                raise InjectionRejectedError(
                     f"the pod already has a volume named {desired['name']!r} that "
                     "inference-cache did not render; rename it to let the pod be wired"
                 )
@@ -362,7 +362,7 @@ def upsert_mount_by_name(container: dict[str, Any], mount: dict[str, Any]) -> No
         if normalize_path(str(m.get("mountPath") or "")) != target:
             continue
         if m.get("name") != mount["name"]:
-            raise InjectionRejected(
+            raise InjectionRejectedError(
                 f"container {container.get('name')!r} already mounts volume {m.get('name')!r} "
                 f"at {mount['mountPath']}"
             )

@@ -35,7 +35,7 @@ from shared.api import effective
 from shared.api.models import CacheBackend, HiCache
 from shared.bindings import Binding, Protocol
 from shared.jsoncopy import json_copy
-from shared.runtime_adapters.base import InjectContext, InjectionRejected, RuntimeAdapter
+from shared.runtime_adapters.base import InjectContext, InjectionRejectedError, RuntimeAdapter
 from shared.runtime_adapters.engine import select_sglang_engine
 from shared.runtime_adapters.overrides import entry_groups
 from shared.runtime_adapters.podspec import cli_tokens, find_flag, flag_name, runs_shell_script
@@ -104,17 +104,17 @@ def _accepted(flag: str, existing: str, values: list[str]) -> bool:
 def validate_capacity(hi: HiCache) -> None:
     """Exactly one of ratio and sizeGB (admission enforces it; stored objects may predate it)."""
     if (hi.ratio is None) == (hi.size_gb is None):
-        raise InjectionRejected("spec.hiCache must set exactly one of ratio and sizeGB")
+        raise InjectionRejectedError("spec.hiCache must set exactly one of ratio and sizeGB")
     if hi.ratio is not None:
         ratio = _numeric(hi.ratio)
         if ratio is None or ratio <= 0:
-            raise InjectionRejected(f"spec.hiCache.ratio {hi.ratio!r} is not a number > 0")
+            raise InjectionRejectedError(f"spec.hiCache.ratio {hi.ratio!r} is not a number > 0")
 
 
 def reject_lmcache_flags(tokens: list[str]) -> None:
     for flag in LMCACHE_FLAGS:
         if find_flag(tokens, flag):
-            raise InjectionRejected(
+            raise InjectionRejectedError(
                 f"the engine already runs SGLang's LMCache integration ({flag}); HiCache and "
                 "LMCache are exclusive: roll the workload to switch"
             )
@@ -122,17 +122,17 @@ def reject_lmcache_flags(tokens: list[str]) -> None:
 
 def reject_malformed_or_duplicate(tokens: list[str]) -> None:
     if len(find_flag(tokens, ENABLE)) > 1:
-        raise InjectionRejected(f"{ENABLE} is given more than once")
+        raise InjectionRejectedError(f"{ENABLE} is given more than once")
     for occ in find_flag(tokens, ENABLE):
         if occ.form == "eq":
-            raise InjectionRejected(f"{ENABLE} is a boolean flag and takes no value")
+            raise InjectionRejectedError(f"{ENABLE} is a boolean flag and takes no value")
     for flag in VALUE_FLAGS:
         found = find_flag(tokens, flag)
         if len(found) > 1:
-            raise InjectionRejected(f"{flag} is given more than once")
+            raise InjectionRejectedError(f"{flag} is given more than once")
         for occ in found:
             if occ.form == "bare" or not (occ.value or "").strip():
-                raise InjectionRejected(f"{flag} is given without a value")
+                raise InjectionRejectedError(f"{flag} is given without a value")
 
 
 def reject_opposite_capacity_mode(
@@ -144,7 +144,7 @@ def reject_opposite_capacity_mode(
         not _accepted(opposite, occ.value or "", allowed) for occ in find_flag(tokens, opposite)
     ):
         mode = "ratio" if hi.ratio is not None else "sizeGB"
-        raise InjectionRejected(
+        raise InjectionRejectedError(
             f"the engine sets {opposite} but the CacheBackend selects capacity by {mode}"
         )
 
@@ -160,7 +160,7 @@ def reject_conflicting_values(
         accepted = [value, *(overridden or {}).get(flag, [])]
         for occ in find_flag(tokens, flag):
             if not _accepted(flag, occ.value or "", accepted):
-                raise InjectionRejected(
+                raise InjectionRejectedError(
                     f"the engine sets {flag} {occ.value!r} but the CacheBackend wants {value!r}"
                 )
 
@@ -185,12 +185,12 @@ class SGLangHiCacheAdapter(RuntimeAdapter):
     ) -> dict[str, Any]:
         hi = backend.spec.hi_cache
         if hi is None:
-            raise InjectionRejected("type SGLangHiCache requires spec.hiCache")
+            raise InjectionRejectedError("type SGLangHiCache requires spec.hiCache")
         role = effective.integration_role(backend.spec)
         if role != c.ROLE_READ_WRITE:
             # reject_unsupported_hicache_role, again, for a backend stored before the
             # rule: never silently treat ReadOnly/WriteOnly as ReadWrite.
-            raise InjectionRejected(f"SGLang HiCache supports only ReadWrite, not {role}")
+            raise InjectionRejectedError(f"SGLang HiCache supports only ReadWrite, not {role}")
         validate_capacity(hi)
         index = self.engine_container_index(pod)
         engine_in = pod["spec"]["containers"][index]
@@ -206,7 +206,7 @@ class SGLangHiCacheAdapter(RuntimeAdapter):
         if not missing:
             return json_copy(pod)
         if runs_shell_script(engine_in):
-            raise InjectionRejected(
+            raise InjectionRejectedError(
                 f"container {engine_in.get('name')!r} runs a shell script (sh -c); flags "
                 "appended to args would not reach SGLang: put the SGLang CLI in command/args"
             )

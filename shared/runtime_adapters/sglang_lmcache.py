@@ -24,7 +24,7 @@ LMCache MP server. This adapter renders, on the engine pod:
 
 Reserved names (``lmcache-mp-worker``, volumes ``lmcache-config``/``lmcache-dshm``, mount
 path ``/etc/lmcache``) found on a pod the adapter has not wired are an operator's
-objects: InjectionRejected, never overwritten. The adapter recognises its own worker by
+objects: InjectionRejectedError, never overwritten. The adapter recognises its own worker by
 the marker env ``INFERENCECACHE_RENDERED_BY=inference-cache`` and then converges on the
 current render. A read-only ``/dev/shm`` or one backed by a configMap, secret,
 downwardAPI or projected volume is rejected too: the MP data path writes there.
@@ -40,7 +40,7 @@ from shared.api import effective
 from shared.api.models import CacheBackend
 from shared.bindings import Binding, Protocol
 from shared.jsoncopy import json_copy
-from shared.runtime_adapters.base import InjectContext, InjectionRejected, RuntimeAdapter
+from shared.runtime_adapters.base import InjectContext, InjectionRejectedError, RuntimeAdapter
 from shared.runtime_adapters.engine import select_sglang_engine
 from shared.runtime_adapters.podspec import (
     adopt_container,
@@ -100,7 +100,7 @@ def split_host_port(endpoint: str) -> tuple[str, int]:
     """``host:port`` or ``[v6]:port`` -> (host without brackets, port)."""
     host, sep, port = endpoint.strip().rpartition(":")
     if not sep or not port.isdigit() or not host:
-        raise InjectionRejected(f"RESP endpoint {endpoint!r} is not host:port")
+        raise InjectionRejectedError(f"RESP endpoint {endpoint!r} is not host:port")
     return host.removeprefix("[").removesuffix("]"), int(port)
 
 
@@ -149,13 +149,13 @@ def reject_reserved_name_squatting(pod: dict[str, Any], ours: bool) -> None:
     spec = pod.get("spec") or {}
     if not ours:
         if find_named(all_containers(pod), WORKER_CONTAINER) is not None:
-            raise InjectionRejected(
+            raise InjectionRejectedError(
                 f"the pod already has a container named {WORKER_CONTAINER!r} that "
                 "inference-cache did not render; rename it to let the pod be wired"
             )
         for name in (CONFIG_VOLUME, DSHM_VOLUME):
             if find_named(spec.get("volumes"), name) is not None:
-                raise InjectionRejected(
+                raise InjectionRejectedError(
                     f"the pod already has a volume named {name!r} that inference-cache did "
                     "not render; rename it to let the pod be wired"
                 )
@@ -163,12 +163,12 @@ def reject_reserved_name_squatting(pod: dict[str, Any], ours: bool) -> None:
         for mount in container.get("volumeMounts") or []:
             path = normalize_path(str(mount.get("mountPath") or ""))
             if path == CONFIG_DIR and not (ours and mount.get("name") == CONFIG_VOLUME):
-                raise InjectionRejected(
+                raise InjectionRejectedError(
                     f"container {container.get('name')!r} mounts {mount.get('name')!r} at "
                     f"{CONFIG_DIR}, a path inference-cache reserves for the LMCache MP config"
                 )
             if not ours and mount.get("name") in (CONFIG_VOLUME, DSHM_VOLUME):
-                raise InjectionRejected(
+                raise InjectionRejectedError(
                     f"container {container.get('name')!r} mounts reserved volume name "
                     f"{mount.get('name')!r}"
                 )
@@ -181,21 +181,23 @@ def plan_dev_shm(pod: dict[str, Any], engine: dict[str, Any], ours: bool) -> dic
     if mount is None:
         return None
     if mount.get("readOnly"):
-        raise InjectionRejected(
+        raise InjectionRejectedError(
             f"container {engine.get('name')!r} mounts {SHM_PATH} read-only; the LMCache MP "
             "data path writes there"
         )
     name = mount.get("name")
     if name == DSHM_VOLUME:
         if not ours:
-            raise InjectionRejected(f"volume name {DSHM_VOLUME!r} is reserved by inference-cache")
+            raise InjectionRejectedError(
+                f"volume name {DSHM_VOLUME!r} is reserved by inference-cache"
+            )
         return None
     volume = find_named((pod.get("spec") or {}).get("volumes"), str(name))
     if volume is None:
-        raise InjectionRejected(f"{SHM_PATH} is mounted from undeclared volume {name!r}")
+        raise InjectionRejectedError(f"{SHM_PATH} is mounted from undeclared volume {name!r}")
     for source in READ_ONLY_SOURCES:
         if source in volume:
-            raise InjectionRejected(
+            raise InjectionRejectedError(
                 f"{SHM_PATH} is backed by a {source} volume ({name!r}); the LMCache MP data "
                 "path needs a writable volume such as emptyDir {medium: Memory}"
             )
@@ -279,11 +281,11 @@ class SGLangLMCacheAdapter(RuntimeAdapter):
         role = effective.integration_role(spec)
         if role != c.ROLE_READ_WRITE:
             # rejectUnsupportedSGLangRole, again: never silently treat it as ReadWrite.
-            raise InjectionRejected(f"SGLang with LMCache supports only ReadWrite, not {role}")
+            raise InjectionRejectedError(f"SGLang with LMCache supports only ReadWrite, not {role}")
         index = self.engine_container_index(pod)
         engine_in = pod["spec"]["containers"][index]
         if runs_shell_script(engine_in):
-            raise InjectionRejected(
+            raise InjectionRejectedError(
                 f"container {engine_in.get('name')!r} runs a shell script (sh -c); flags "
                 "appended to args would not reach SGLang: put the SGLang CLI in command/args"
             )
@@ -299,7 +301,7 @@ class SGLangLMCacheAdapter(RuntimeAdapter):
             "image"
         )
         if not worker_image:
-            raise InjectionRejected("no MP-worker image: set spec.lmCache.workerImage")
+            raise InjectionRejectedError("no MP-worker image: set spec.lmCache.workerImage")
         shm_mount = reused_shm or {"name": DSHM_VOLUME, "mountPath": SHM_PATH}
         worker = render_worker(
             image=str(worker_image),

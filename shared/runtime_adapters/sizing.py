@@ -8,7 +8,7 @@ from typing import Any
 from shared.api import effective
 from shared.api.models import CacheBackendSpec
 from shared.quantity import parse_quantity
-from shared.runtime_adapters.base import InjectionRejected
+from shared.runtime_adapters.base import InjectionRejectedError
 
 GIB = Decimal(1024**3)
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -20,11 +20,13 @@ def host_memory_bytes(spec: CacheBackendSpec) -> Decimal:
     try:
         value = parse_quantity(capacity)
     except (ValueError, ArithmeticError) as exc:
-        raise InjectionRejected(
+        raise InjectionRejectedError(
             f"spec.lmCache.hostMemory.capacity {capacity!r} is not a quantity: {exc}"
         ) from exc
     if value <= 0:
-        raise InjectionRejected(f"spec.lmCache.hostMemory.capacity {capacity!r} must be positive")
+        raise InjectionRejectedError(
+            f"spec.lmCache.hostMemory.capacity {capacity!r} must be positive"
+        )
     return value
 
 

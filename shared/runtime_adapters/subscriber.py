@@ -23,7 +23,7 @@ import re
 from typing import Any
 
 from shared import constants as c
-from shared.runtime_adapters.base import InjectionRejected
+from shared.runtime_adapters.base import InjectionRejectedError
 from shared.runtime_adapters.engine import SUBSCRIBER_CONTAINER
 from shared.runtime_adapters.podspec import cli_tokens, find_flag, find_named, merge_container
 from shared.runtime_adapters.security import SUBSCRIBER_RESOURCES, own_image_security_context
@@ -105,7 +105,7 @@ def converge(pod: dict[str, Any], desired: dict[str, Any]) -> None:
     desired = {**desired, "securityContext": own_image_security_context(pod)}
     spec = pod.setdefault("spec", {})
     if find_named(spec.get("initContainers"), SUBSCRIBER_CONTAINER) is not None:
-        raise InjectionRejected(
+        raise InjectionRejectedError(
             f"container name {SUBSCRIBER_CONTAINER!r} is reserved for the KV-event subscriber "
             "and used by an init container of the pod"
         )

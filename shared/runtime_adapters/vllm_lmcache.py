@@ -31,7 +31,7 @@ from shared.api.models import CacheBackend
 from shared.bindings import Binding, Protocol
 from shared.jsoncopy import json_copy
 from shared.runtime_adapters import kernel_check
-from shared.runtime_adapters.base import InjectContext, InjectionRejected, RuntimeAdapter
+from shared.runtime_adapters.base import InjectContext, InjectionRejectedError, RuntimeAdapter
 from shared.runtime_adapters.engine import select_vllm_engine
 from shared.runtime_adapters.podspec import (
     runs_shell_script,
@@ -121,7 +121,7 @@ class VLLMLMCacheAdapter(RuntimeAdapter):
         out = json_copy(pod)
         engine = out["spec"]["containers"][index]
         if runs_shell_script(engine):
-            raise InjectionRejected(
+            raise InjectionRejectedError(
                 f"container {engine.get('name')!r} runs a shell script (sh -c); "
                 f"{KV_TRANSFER_CONFIG} appended to args would not reach vLLM: put the vLLM "
                 "CLI in command/args"

@@ -18,7 +18,7 @@ from kubernetes import client
 from tests.freshness import GROUP, PLURAL, VERSION, fresh_backend_wires_next_pod
 from tests.harness.controlplane import ControlPlane, wait_until
 from tests.webhook_process import labelled_namespace, registered, run_webhook
-from webhook_svc.backend_source import ApiBackendSource, ListFailed
+from webhook_svc.backend_source import ApiBackendSource, ListFailedError
 
 # 1,000 rounds in a row (issue 12 item 3); ICACHE_FRESHNESS_ROUNDS changes it.
 ROUNDS = int(os.environ.get("ICACHE_FRESHNESS_ROUNDS", "1000"))
@@ -104,7 +104,7 @@ def test_live_source_reads_with_a_bearer_token_as_in_cluster(
         },
     )
     assert [b["metadata"]["name"] for b in source_with(allowed).list(namespace)] == ["only"]
-    with pytest.raises(ListFailed, match="HTTP 403"):
+    with pytest.raises(ListFailedError, match="HTTP 403"):
         source_with(denied).list(namespace)
 
 

@@ -48,8 +48,11 @@ def two_workers(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str, 
     log_path = tmp_path / "webhook.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            [ICACHE, "webhook", "--insecure", "--host", "127.0.0.1", "--port", str(port)]
-            + ["--backends-from", str(SAMPLES_DIR), "--workers", "2"],
+            [
+                ICACHE,
+                *("webhook", "--insecure", "--host", "127.0.0.1", "--port", str(port)),
+                *("--backends-from", str(SAMPLES_DIR), "--workers", "2"),
+            ],
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -153,4 +156,5 @@ def test_every_worker_reloads_the_tls_certificate() -> None:
 
         wait_until(all_rotated, timeout=20, description="rotated certificate on every worker")
         serials = {_served_serial(port, hook.ca_pem) for _ in range(40)}
-        assert first not in serials and len(serials) == 1, sorted(map(str, serials))
+        assert first not in serials, sorted(map(str, serials))
+        assert len(serials) == 1, sorted(map(str, serials))

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from webhook_svc.admission_gate import ByteBudget, Overloaded
+from webhook_svc.admission_gate import ByteBudget, OverloadedError
 
 
 def test_requests_that_fit_run_together_and_the_rest_wait() -> None:
@@ -78,7 +78,7 @@ def test_a_waiter_that_never_fits_in_time_is_overloaded_and_leaves_nothing_behin
 
         holder = asyncio.create_task(blocker())
         await asyncio.sleep(0)
-        with pytest.raises(Overloaded):
+        with pytest.raises(OverloadedError):
             async with budget.reserve(50, wait_seconds=0.01):
                 pass
         release.set()

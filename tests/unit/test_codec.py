@@ -2,7 +2,7 @@
 
 ``decode_body`` tries orjson first and falls back to the stdlib path for anything
 orjson refuses or would read differently; every body here must give the same value,
-or the same ``BadBody`` (reason and wording), on both paths. ``encode_json`` must give
+or the same ``BadBodyError`` (reason and wording), on both paths. ``encode_json`` must give
 bytes that decode to the same value and still refuse NaN/Infinity. ``json_copy`` is a
 deep copy; cached quantity parsing returns the same values and still rejects malformed
 strings every time.
@@ -19,7 +19,7 @@ import pytest
 from shared.jsoncopy import json_copy
 from shared.quantity import parse_quantity
 from webhook_svc import codec
-from webhook_svc.codec import BadBody, decode_body, encode_json
+from webhook_svc.codec import BadBodyError, decode_body, encode_json
 
 REVIEW: dict[str, Any] = {
     "apiVersion": "admission.k8s.io/v1",
@@ -57,7 +57,7 @@ BODIES = [
 def _outcome(raw: bytes) -> tuple[str, Any]:
     try:
         return "value", json.dumps(decode_body(raw), sort_keys=True)
-    except BadBody as exc:
+    except BadBodyError as exc:
         return "bad", (exc.reason, exc.detail)
 
 
@@ -72,9 +72,9 @@ def test_encode_json_round_trips_and_refuses_non_finite() -> None:
     assert json.loads(encode_json(REVIEW)) == REVIEW
     odd = {"n": 2**70, "k": {1: "int key"}}
     assert json.loads(encode_json(odd)) == {"n": 2**70, "k": {"1": "int key"}}
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="not JSON compliant"):
         encode_json({"x": [float("nan")]})
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="not JSON compliant"):
         encode_json({"x": float("inf")})
 
 
@@ -97,7 +97,7 @@ def test_parse_quantity_cache_is_transparent() -> None:
     for _ in range(3):
         assert parse_quantity("1Gi") == Decimal(2**30)
         assert parse_quantity("500m") == Decimal("0.5")
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match="regular expression"):
             parse_quantity("1 Gi")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="not a boolean"):
         parse_quantity(True)

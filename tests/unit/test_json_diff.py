@@ -55,7 +55,7 @@ def test_diff_applies_to_exactly_the_target(before: Any, after: Any) -> None:
 
 
 def test_apply_refuses_what_it_does_not_implement() -> None:
-    with pytest.raises(json_diff.UnsupportedOp):
+    with pytest.raises(json_diff.UnsupportedOpError):
         apply({"a": 1}, [{"op": "move", "from": "/a", "path": "/b"}])
     with pytest.raises(LookupError):
         apply({"a": []}, [{"op": "add", "path": "/a/3", "value": 1}])

@@ -20,7 +20,7 @@ import pytest
 from shared import constants as c
 from shared.api.models import CacheBackend
 from shared.runtime_adapters import kernel_check
-from shared.runtime_adapters.base import InjectContext, InjectionRejected
+from shared.runtime_adapters.base import InjectContext, InjectionRejectedError
 from shared.runtime_adapters.vllm_lmcache import VLLMLMCacheAdapter
 from tests.unit.test_pod_wiring import (
     CTX,
@@ -86,7 +86,7 @@ def test_mode_value_is_trimmed_and_case_insensitive() -> None:
 
 
 def test_unrecognised_mode_is_rejected_not_guessed() -> None:
-    with pytest.raises(InjectionRejected, match="strcit"):
+    with pytest.raises(InjectionRejectedError, match="strcit"):
         wire("strcit")
 
 
@@ -160,7 +160,7 @@ def test_check_name_used_by_a_regular_container_is_rejected() -> None:
     cb = CacheBackend.model_validate(
         make_backend(annotations={c.ANNOTATION_LMCACHE_KERNEL_CHECK: "strict"})
     )
-    with pytest.raises(InjectionRejected):
+    with pytest.raises(InjectionRejectedError):
         ADAPTER.inject(pod, cb, None, InjectContext())
 
 

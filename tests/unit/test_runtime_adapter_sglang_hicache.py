@@ -9,7 +9,7 @@ import pytest
 
 from shared.api.models import CacheBackend
 from shared.bindings import Binding
-from shared.runtime_adapters.base import InjectContext, InjectionRejected
+from shared.runtime_adapters.base import InjectContext, InjectionRejectedError
 from shared.runtime_adapters.registry import select
 from shared.runtime_adapters.sglang_hicache import SGLangHiCacheAdapter
 from tests.unit.test_pod_wiring import (
@@ -149,13 +149,13 @@ def test_conflicting_malformed_or_duplicate_arguments_reject_without_partial_wir
 ) -> None:
     pod = make_pod(engine(args=existing))
     before = copy.deepcopy(pod)
-    with pytest.raises(InjectionRejected, match=match):
+    with pytest.raises(InjectionRejectedError, match=match):
         inject(pod)
     assert pod == before
 
 
 def test_size_mode_rejects_existing_ratio() -> None:
-    with pytest.raises(InjectionRejected, match="capacity"):
+    with pytest.raises(InjectionRejectedError, match="capacity"):
         inject(make_pod(engine(args=["--hicache-ratio", "2"])), backend(sizeGB=10))
 
 
@@ -165,7 +165,7 @@ def test_size_compared_numerically() -> None:
 
 
 def test_different_enum_value_rejects() -> None:
-    with pytest.raises(InjectionRejected):
+    with pytest.raises(InjectionRejectedError):
         inject(
             make_pod(engine(args=["--hicache-io-backend", "direct"])),
             backend(ratio="2", ioBackend="kernel"),
@@ -177,13 +177,13 @@ def test_invalid_stored_capacity_is_rejected(hi: dict[str, Any]) -> None:
     cb = CacheBackend.model_validate(
         make_backend(runtime="SGLang", type_="SGLangHiCache", hiCache=hi)
     )
-    with pytest.raises(InjectionRejected):
+    with pytest.raises(InjectionRejectedError):
         inject(make_pod(engine()), cb)
 
 
 def test_missing_hicache_block_is_rejected() -> None:
     cb = CacheBackend.model_validate(make_backend(runtime="SGLang", type_="SGLangHiCache"))
-    with pytest.raises(InjectionRejected, match="hiCache"):
+    with pytest.raises(InjectionRejectedError, match="hiCache"):
         inject(make_pod(engine()), cb)
 
 
@@ -195,14 +195,14 @@ def test_one_container_pod_any_name() -> None:
 
 
 def test_multi_container_pod_must_name_engine_sglang() -> None:
-    with pytest.raises(InjectionRejected, match="sglang"):
+    with pytest.raises(InjectionRejectedError, match="sglang"):
         inject(make_pod(engine("server"), make_container("proxy", image="envoy")))
     out = inject(make_pod(make_container("proxy", image="envoy"), engine()))
     assert "args" not in containers_of(out)["proxy"]
 
 
 def test_shell_script_engine_needing_flags_is_rejected() -> None:
-    with pytest.raises(InjectionRejected, match="shell"):
+    with pytest.raises(InjectionRejectedError, match="shell"):
         inject(make_pod(engine(command=["sh", "-c", "python3 -m sglang.launch_server"])))
 
 
@@ -261,9 +261,9 @@ def test_an_engine_overrides_value_counts_as_matching(
 
 def test_a_value_neither_the_backend_nor_an_override_gives_still_rejects() -> None:
     cb = overridden(["--hicache-write-policy=write_back"], ratio="2.0", writePolicy="write_through")
-    with pytest.raises(InjectionRejected):
+    with pytest.raises(InjectionRejectedError):
         inject(make_pod(engine(args=["--hicache-write-policy", "write_through_selective"])), cb)
-    with pytest.raises(InjectionRejected):
+    with pytest.raises(InjectionRejectedError):
         inject(make_pod(engine(args=["--hicache-size", "8"])), cb)
 
 
@@ -279,5 +279,5 @@ def test_only_read_write_role_is_wired(role: str) -> None:
             integration={"role": role},
         )
     )
-    with pytest.raises(InjectionRejected, match="ReadWrite"):
+    with pytest.raises(InjectionRejectedError, match="ReadWrite"):
         inject(make_pod(engine()), cb)

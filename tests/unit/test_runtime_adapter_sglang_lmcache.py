@@ -15,7 +15,7 @@ import yaml
 from shared.api.models import CacheBackend
 from shared.bindings import Binding
 from shared.runtime_adapters import sglang_lmcache as mp
-from shared.runtime_adapters.base import InjectContext, InjectionRejected
+from shared.runtime_adapters.base import InjectContext, InjectionRejectedError
 from shared.runtime_adapters.registry import select
 from shared.runtime_adapters.sglang_lmcache import SGLangLMCacheAdapter
 from tests.unit.test_pod_wiring import (
@@ -122,7 +122,7 @@ def test_fail_open_mirror_false() -> None:
 
 @pytest.mark.parametrize("role", ["ReadOnly", "WriteOnly"])
 def test_only_read_write_role_is_supported(role: str) -> None:
-    with pytest.raises(InjectionRejected, match="ReadWrite"):
+    with pytest.raises(InjectionRejectedError, match="ReadWrite"):
         inject(make_pod(sglang()), backend(integration={"role": role}))
 
 
@@ -132,14 +132,14 @@ def test_engine_selection_one_container_any_name() -> None:
 
 
 def test_engine_selection_multi_container_requires_sglang_name() -> None:
-    with pytest.raises(InjectionRejected, match="sglang"):
+    with pytest.raises(InjectionRejectedError, match="sglang"):
         inject(make_pod(sglang("server"), make_container("proxy", image="envoy")))
     out = inject(make_pod(make_container("proxy", image="envoy"), sglang()))
     assert "args" not in containers_of(out)["proxy"]
 
 
 def test_shell_script_engine_is_rejected() -> None:
-    with pytest.raises(InjectionRejected, match="shell"):
+    with pytest.raises(InjectionRejectedError, match="shell"):
         inject(make_pod(sglang(command=["sh", "-c", "python3 -m sglang.launch_server"])))
 
 
@@ -294,20 +294,20 @@ def test_dev_shm_reuses_the_engines_own_volume() -> None:
 def test_dev_shm_from_read_only_source_is_rejected(source: str) -> None:
     engine = sglang(volumeMounts=[{"name": "shm", "mountPath": "/dev/shm"}])
     pod = make_pod(engine, volumes=[{"name": "shm", source: {}}])
-    with pytest.raises(InjectionRejected, match=source):
+    with pytest.raises(InjectionRejectedError, match=source):
         inject(pod)
 
 
 def test_dev_shm_mounted_read_only_is_rejected() -> None:
     engine = sglang(volumeMounts=[{"name": "dshm", "mountPath": "/dev/shm", "readOnly": True}])
     pod = make_pod(engine, volumes=[{"name": "dshm", "emptyDir": {"medium": "Memory"}}])
-    with pytest.raises(InjectionRejected, match="read-only"):
+    with pytest.raises(InjectionRejectedError, match="read-only"):
         inject(pod)
 
 
 def test_dev_shm_from_undeclared_volume_is_rejected() -> None:
     engine = sglang(volumeMounts=[{"name": "ghost", "mountPath": "/dev/shm"}])
-    with pytest.raises(InjectionRejected, match="undeclared"):
+    with pytest.raises(InjectionRejectedError, match="undeclared"):
         inject(make_pod(engine))
 
 
@@ -348,7 +348,7 @@ def test_dev_shm_from_undeclared_volume_is_rejected() -> None:
     ],
 )
 def test_reserved_name_squatting_is_rejected(pod: dict[str, Any]) -> None:
-    with pytest.raises(InjectionRejected):
+    with pytest.raises(InjectionRejectedError):
         inject(pod)
 
 
@@ -357,7 +357,7 @@ def test_squatting_worker_without_marker_is_rejected_even_with_reserved_volumes(
     forged = copy.deepcopy(wired)
     worker = worker_of(forged)
     worker["env"] = [e for e in worker["env"] if e["name"] != mp.MARKER_ENV]
-    with pytest.raises(InjectionRejected):
+    with pytest.raises(InjectionRejectedError):
         inject(forged)
 
 

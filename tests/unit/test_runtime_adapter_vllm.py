@@ -10,7 +10,7 @@ import pytest
 
 from shared.api.models import CacheBackend
 from shared.bindings import Binding
-from shared.runtime_adapters.base import InjectContext, InjectionRejected
+from shared.runtime_adapters.base import InjectContext, InjectionRejectedError
 from shared.runtime_adapters.registry import select
 from shared.runtime_adapters.sizing import gib_decimal_string
 from shared.runtime_adapters.vllm_lmcache import VLLMLMCacheAdapter
@@ -160,7 +160,7 @@ def test_max_local_cpu_size_is_gib_float_truncated(capacity: int, gb: str) -> No
 
 def test_malformed_host_memory_capacity_is_rejected() -> None:
     cb = backend(lmCache={"hostMemory": {"capacity": "lots"}})
-    with pytest.raises(InjectionRejected):
+    with pytest.raises(InjectionRejectedError):
         inject(make_pod(), cb)
 
 
@@ -206,7 +206,7 @@ def test_engine_selection_the_one_container_mentioning_vllm() -> None:
     ids=["none-mentions-vllm", "several-mention-vllm"],
 )
 def test_engine_selection_ambiguous_is_rejected(containers: list[dict[str, Any]]) -> None:
-    with pytest.raises(InjectionRejected, match="name it 'vllm'"):
+    with pytest.raises(InjectionRejectedError, match="name it 'vllm'"):
         inject(make_pod(*containers))
 
 
@@ -283,7 +283,7 @@ def test_flag_already_in_command_is_converged_there() -> None:
     ],
 )
 def test_shell_script_engine_is_rejected(engine: dict[str, Any]) -> None:
-    with pytest.raises(InjectionRejected, match="shell script"):
+    with pytest.raises(InjectionRejectedError, match="shell script"):
         inject(make_pod(engine))
 
 
@@ -301,7 +301,7 @@ def test_inject_never_mutates_its_input() -> None:
 
 
 def test_unsupported_binding_is_rejected() -> None:
-    with pytest.raises(InjectionRejected):
+    with pytest.raises(InjectionRejectedError):
         inject(make_pod(), binding=Binding("resp", "redis:6379"))
 
 

@@ -17,7 +17,7 @@ from tests.samples import SAMPLES_DIR
 from webhook_svc.app import PATH_MUTATE_CB, PATH_MUTATE_POD, PATH_VALIDATE_CB, create_app
 from webhook_svc.backend_files import load_backends
 from webhook_svc.backend_source import FileBackendSource
-from webhook_svc.codec import BadBody, decode_body, encode_json
+from webhook_svc.codec import BadBodyError, decode_body, encode_json
 
 ROUTES = [PATH_MUTATE_CB, PATH_VALIDATE_CB, PATH_MUTATE_POD]
 
@@ -169,7 +169,7 @@ def test_decode_body_names_each_failure() -> None:
         b"{": "not JSON",
     }
     for raw, words in cases.items():
-        with pytest.raises(BadBody) as err:
+        with pytest.raises(BadBodyError) as err:
             decode_body(raw)
         assert words in err.value.detail, (raw[:20], err.value.detail)
 
