@@ -33,7 +33,7 @@ from reconciler.diff import needs_apply
 from reconciler.engine_pods import observe_injected_pods, server_pods
 from reconciler.events import event_object, transition_events
 from reconciler.ownership import name_conflicts, owned_by
-from reconciler.server_client import ServerClient
+from reconciler.server_client import Prober
 from reconciler.status import (
     ENGINE_ADVISORY_MODES,
     EngineObservation,
@@ -113,7 +113,7 @@ class Reconciler:
         self,
         kube: k.KubeClient,
         *,
-        server: ServerClient | None = None,
+        server: Prober | None = None,
         probe_rate_limiter: ProbeRateLimiter | None = None,
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
         instance: str | None = None,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import httpx
 
@@ -15,6 +15,14 @@ log = logging.getLogger(__name__)
 DEFAULT_TOKEN_PATH: Final = "/var/run/secrets/inferencecache.io/controller-token/token"
 TIMEOUT_SECONDS: Final = 5.0
 STAGES: Final = ("ingest", "routing", "t2")
+
+
+class Prober(Protocol):
+    """What a reconcile needs of the cache-index server: one functional probe."""
+
+    def probe(
+        self, backend: str, model: str, hash_scheme: str, backend_type: str | None
+    ) -> ProbeObservation: ...
 
 
 class ServerClient:

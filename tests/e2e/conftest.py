@@ -17,11 +17,12 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+import pluggy
 import pytest
 import redis
 import yaml
@@ -513,7 +514,9 @@ def stack(
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pluggy.Result[pytest.TestReport], None]:
     outcome = yield
-    rep = outcome.get_result()  # type: ignore[attr-defined]
+    rep = outcome.get_result()
     setattr(item, f"rep_{rep.when}", rep)

@@ -163,18 +163,24 @@ def test_verdict_found_after_fallback_log_lines() -> None:
     assert parse_kernel_check_verdict("[1, 2]") is None
 
 
+def mode_of(pod: dict[str, Any]) -> str:
+    report = kernel_check_report(pod)
+    assert report is not None
+    return report.mode
+
+
 def test_mode_is_read_from_the_pod_annotation_then_the_check_env() -> None:
     st = {"state": {"terminated": terminated(verdict("failed", "x"))}}
     strict_env_only = engine_pod(mode=None, check_status=st)  # env defaults to strict here
-    assert kernel_check_report(strict_env_only).mode == "strict"  # type: ignore[union-attr]
+    assert mode_of(strict_env_only) == "strict"
     pod = engine_pod(mode="report-only", check_status=st)
     # The annotation wins over the env; an unknown value never means strict.
     pod["spec"]["initContainers"][0]["env"][0]["value"] = "strict"
-    assert kernel_check_report(pod).mode == "report-only"  # type: ignore[union-attr]
+    assert mode_of(pod) == "report-only"
     pod["metadata"]["annotations"]["inferencecache.io/lmcache-kernel-check-mode"] = "STRICT "
-    assert kernel_check_report(pod).mode == "strict"  # type: ignore[union-attr]
+    assert mode_of(pod) == "strict"
     pod["metadata"]["annotations"]["inferencecache.io/lmcache-kernel-check-mode"] = "strcit"
-    assert kernel_check_report(pod).mode == "report-only"  # type: ignore[union-attr]
+    assert mode_of(pod) == "report-only"
 
 
 def test_long_errors_are_clipped_to_one_line() -> None:

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
+from kubernetes.client import ApiClient, Configuration
 
 from reconciler import tasks
 from reconciler.redis_conn import RedisTimeouts, redis_client
@@ -34,9 +35,9 @@ def fence_holds() -> bool:
     return True
 
 
-def wait(predicate: object, timeout: float = 20.0) -> None:
+def wait(predicate: Callable[[], bool], timeout: float = 20.0) -> None:
     deadline = time.monotonic() + timeout
-    while not predicate():  # type: ignore[operator]
+    while not predicate():
         assert time.monotonic() < deadline, f"timed out waiting for {predicate}"
         time.sleep(0.02)
 
@@ -51,7 +52,7 @@ def test_a_worker_that_cannot_renew_its_lease_stops_writing_before_it_can_expire
     queue.add("ns/a")
     assert queue.pop_due() == ["ns/a"]
     # A Kube with no connection: a write that passed the fence would fail differently.
-    kube = tasks.FencedKube(None)  # type: ignore[arg-type]
+    kube = tasks.FencedKube(ApiClient(Configuration(host="http://127.0.0.1:9")))
     with queue.leased("ns/a") as token:
         assert token is not None
         tasks._running.lease = (queue, "ns/a", token)

@@ -35,15 +35,20 @@ def request(obj: Any, operation: str = "CREATE", namespace: str = NS) -> Admissi
     )
 
 
-def lister(*backends: dict[str, Any]) -> Any:
-    calls: list[str] = []
+class Lister:
+    """A CacheBackend source over fixed backends that records the namespaces asked."""
 
-    def list_backends(namespace: str) -> list[dict[str, Any]]:
-        calls.append(namespace)
-        return [copy.deepcopy(b) for b in backends]
+    def __init__(self, backends: tuple[dict[str, Any], ...]) -> None:
+        self.backends = backends
+        self.calls: list[str] = []
 
-    list_backends.calls = calls  # type: ignore[attr-defined]
-    return list_backends
+    def __call__(self, namespace: str) -> list[dict[str, Any]]:
+        self.calls.append(namespace)
+        return [copy.deepcopy(b) for b in self.backends]
+
+
+def lister(*backends: dict[str, Any]) -> Lister:
+    return Lister(backends)
 
 
 def patch_of(review: dict[str, Any]) -> list[dict[str, Any]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import Any
 
 import pytest
 
@@ -110,9 +111,9 @@ def test_parse_quantity_rejects_malformed_strings(bad: str) -> None:
 
 
 @pytest.mark.parametrize("bad", [True, False, float("nan"), float("inf"), None, [], {}])
-def test_parse_quantity_rejects_non_quantities(bad: object) -> None:
+def test_parse_quantity_rejects_non_quantities(bad: Any) -> None:
     with pytest.raises(ValueError, match="quantity must be"):
-        parse_quantity(bad)  # type: ignore[arg-type]
+        parse_quantity(bad)
 
 
 def test_is_integer() -> None:

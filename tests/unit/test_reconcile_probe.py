@@ -65,7 +65,7 @@ def make(
         },
     )
     server = FakeServer()
-    rec = Reconciler(kube, server=server, clock=lambda: NOW)  # type: ignore[arg-type]
+    rec = Reconciler(kube, server=server, clock=lambda: NOW)
     return kube, server, rec
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import kombu
@@ -30,13 +30,13 @@ def own_redis() -> Iterator[RedisServer]:
         yield server
 
 
-def call_in_thread(fn: object, limit: float) -> tuple[bool, BaseException | None]:
+def call_in_thread(fn: Callable[[], object], limit: float) -> tuple[bool, BaseException | None]:
     """(finished within ``limit``, exception raised)."""
     outcome: list[BaseException | None] = []
 
     def run() -> None:
         try:
-            fn()  # type: ignore[operator]
+            fn()
             outcome.append(None)
         except BaseException as exc:
             outcome.append(exc)

@@ -31,6 +31,13 @@ MANAGED_SPEC: dict[str, Any] = {
 ENDPOINT = "cb-lmcache-server.ns.svc:65432"
 
 
+def must_find(conditions: Any, type_: str) -> dict[str, Any]:
+    """The condition of ``type_``; the test fails when it is missing."""
+    found = find(conditions, type_)
+    assert found is not None, f"no {type_} condition in {conditions}"
+    return found
+
+
 def obj(
     spec: dict[str, Any] | None = None,
     status: dict[str, Any] | None = None,
@@ -450,7 +457,7 @@ def test_external_endpoint_missing() -> None:
 def test_external_endpoint_invalid_names_the_field() -> None:
     st = run(obj(external_spec("Redis", "lm://redis:6379")))
     assert cond(st, "Ready") == ("False", "ExternalEndpointInvalid")
-    assert "spec.remoteStorage.endpoint" in find(st["conditions"], "Ready")["message"]  # type: ignore[index]
+    assert "spec.remoteStorage.endpoint" in must_find(st["conditions"], "Ready")["message"]
 
 
 def test_external_publishes_ready_and_progressing_only_and_never_gates() -> None:
@@ -486,7 +493,7 @@ def test_observed_generation_and_fail_open_echo() -> None:
     st = run(obj(dict(MANAGED_SPEC, integration={"failOpen": False}), generation=7), managed_obs())
     assert st["observedGeneration"] == 7
     assert st["failOpen"] is False
-    assert find(st["conditions"], "Ready")["observedGeneration"] == 7  # type: ignore[index]
+    assert must_find(st["conditions"], "Ready")["observedGeneration"] == 7
     assert run(obj(), managed_obs())["failOpen"] is True
 
 
@@ -913,7 +920,7 @@ def test_engine_kernels_healthy_aggregates_every_reporting_pod(
 def test_kernel_load_failed_message_names_the_pods_and_the_error() -> None:
     obs = kernels(("b", "strict", "failed"), ("a", "report-only", "failed"), ("c", "x", "ok"))
     st = run(obj(annotations=NO_GATE), ready_managed(injected_pods=obs))
-    message = find(st["conditions"], "EngineKernelsHealthy")["message"]  # type: ignore[index]
+    message = must_find(st["conditions"], "EngineKernelsHealthy")["message"]
     assert "2/3 engine pod(s)" in message
     assert "b (strict): b boom" in message
     assert "a (report-only): a boom" in message
@@ -923,7 +930,7 @@ def test_strict_kernel_failure_downgrades_ready_report_only_does_not() -> None:
     strict = kernels(("a", "report-only", "ok"), ("b", "strict", "failed"))
     st = run(obj(annotations=NO_GATE), ready_managed(injected_pods=strict))
     assert cond(st, "Ready") == ("False", "EngineKernelDegraded")
-    assert "b" in find(st["conditions"], "Ready")["message"]  # type: ignore[index]
+    assert "b" in must_find(st["conditions"], "Ready")["message"]
     assert cond(st, "Degraded") == ("False", "NotDegraded")
     # Only Ready is downgraded: the workload itself has converged.
     assert cond(st, "Progressing") == ("False", "Synced")
@@ -987,7 +994,7 @@ def test_engine_compatibility_crash_loop_is_advisory_and_clears() -> None:
     loops = InjectedPodsObservation(crash_loops=(CrashLoop("b", ("vllm",)),))
     o = step(obj(annotations=NO_GATE), ready_managed(injected_pods=loops), T0)
     assert cond(o["status"], "EngineCompatibility") == ("False", "InjectedEngineCrashLooping")
-    message = find(o["status"]["conditions"], "EngineCompatibility")["message"]  # type: ignore[index]
+    message = must_find(o["status"]["conditions"], "EngineCompatibility")["message"]
     assert "b (container vllm)" in message
     assert "EventsOnly" in message
     assert cond(o["status"], "Ready") == ("True", "BackendReady")  # never gates Ready

@@ -10,7 +10,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import redis
@@ -55,11 +55,11 @@ def queue(redis_server: RedisServer, clock: Clock) -> Iterator[WorkQueue]:
     client.close()
 
 
-def run_once(q: WorkQueue, key: str, **done_kwargs: object) -> None:
+def run_once(q: WorkQueue, key: str, **done_kwargs: Any) -> None:
     assert q.pop_due() == [key]
     token = "t-" + uuid.uuid4().hex
     assert q.start(key, token) == STARTED
-    assert q.done(key, token, **done_kwargs)[0] == DONE  # type: ignore[arg-type]
+    assert q.done(key, token, **done_kwargs)[0] == DONE
 
 
 # ------------------------------------------------------------------ dedupe
