@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 from typing import Any, Final, Protocol
@@ -59,13 +60,21 @@ class ServerClient:
             resp = self._http.post(f"{self.base_url}/probe", json=body, headers=self._headers())
         except (httpx.HTTPError, OSError) as exc:
             return ProbeObservation("error", message=f"POST /probe: {exc}")
-        if resp.status_code >= 400:
+        if resp.status_code >= 500:
+            # "Could not reach": the gate stays Unknown (docs/server-contract.md).
             return ProbeObservation("error", message=f"POST /probe: HTTP {resp.status_code}")
         try:
             result = resp.json()
         except ValueError:
             result = None
-        return interpret_probe_result(result)
+        observation = interpret_probe_result(result)
+        if resp.status_code >= 400 and observation.outcome == "failed":
+            # The server answered and refused (a bad token, a bad request): a result
+            # that is not a pass fails closed, like any other, and says the status.
+            observation = dataclasses.replace(
+                observation, message=f"POST /probe: HTTP {resp.status_code}: {observation.message}"
+            )
+        return observation
 
     def snapshot(self) -> dict[str, Any]:
         resp = self._http.get(f"{self.base_url}/snapshot", headers=self._headers())
