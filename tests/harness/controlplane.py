@@ -88,6 +88,21 @@ class ControlPlaneError(RuntimeError):
 # --------------------------------------------------------------------------- #
 
 
+def child_pids(pid: int) -> list[int]:
+    """The pids whose parent is ``pid`` (read from /proc), sorted."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            # The field after the parenthesised command name is the state, then ppid.
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(entry.name))
+    return sorted(out)
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port that was free on ``host`` a moment ago (the OS picks it)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

@@ -35,6 +35,7 @@ from tests.harness.controlplane import (
     wait_until,
 )
 from tests.samples import ROOT
+from tests.webhook_process import spawn_webhook
 
 ICACHE = str(Path(sys.executable).parent / "icache")
 EXAMPLES = ROOT / "examples" / "admission"
@@ -186,14 +187,7 @@ def webhook_from_env(only_kubeconfig_env: Path, tmp_path: Path) -> Iterator[tupl
     """`icache webhook --insecure` in live mode, configured by KUBECONFIG alone."""
     port = free_port()
     log_path = tmp_path / "webhook.log"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            [ICACHE, "webhook", "--insecure", "--host", "127.0.0.1", "--port", str(port)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+    proc = spawn_webhook(["--insecure", "--host", "127.0.0.1", "--port", str(port)], log_path)
     url = f"http://127.0.0.1:{port}"
     try:
         wait_until(

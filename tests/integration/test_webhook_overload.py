@@ -21,7 +21,13 @@ import httpx
 
 from icache_install.manifests_cli import render
 from shared.quantity import parse_quantity
-from tests.harness.controlplane import free_port, tail, terminate_process_group, wait_until
+from tests.harness.controlplane import (
+    child_pids,
+    free_port,
+    tail,
+    terminate_process_group,
+    wait_until,
+)
 from tests.samples import SAMPLES_DIR
 from tests.webhook_process import spawn_webhook
 from webhook_svc import serve
@@ -65,7 +71,7 @@ def _default_max_body() -> int:
 def _rss(pid: int) -> int:
     """RSS of ``pid`` and its children (the workers): what the container holds."""
     total = 0
-    for proc in [pid, *_children(pid)]:
+    for proc in [pid, *child_pids(pid)]:
         try:
             status = Path(f"/proc/{proc}/status").read_text()
         except OSError:
@@ -74,19 +80,6 @@ def _rss(pid: int) -> int:
             if line.startswith("VmRSS:"):
                 total += int(line.split()[1]) * 1024
     return total
-
-
-def _children(pid: int) -> list[int]:
-    out = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                out.append(int(entry.name))
-    return out
 
 
 def _bodies(limit: int) -> dict[str, bytes]:

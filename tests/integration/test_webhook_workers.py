@@ -20,49 +20,37 @@ import httpx
 import pytest
 from cryptography import x509
 
-from tests.harness.controlplane import free_port, tail, terminate_process_group, wait_until
+from tests.harness.controlplane import (
+    child_pids,
+    free_port,
+    tail,
+    terminate_process_group,
+    wait_until,
+)
 from tests.samples import ROOT, SAMPLES_DIR
-from tests.webhook_process import run_webhook
+from tests.webhook_process import run_webhook, spawn_webhook
 
 ICACHE = str(Path(sys.executable).parent / "icache")
 REVIEW = (ROOT / "examples" / "admission" / "create-vllm-host-only.json").read_bytes()
 VALIDATE = "/validate-inferencecache-io-v1alpha1-cachebackend"
 
 
-def _children(pid: int) -> list[int]:
-    out = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                out.append(int(entry.name))
-    return sorted(out)
-
-
 @pytest.fixture
 def two_workers(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str, Path]]:
     port = free_port()
     log_path = tmp_path / "webhook.log"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            [
-                ICACHE,
-                *("webhook", "--insecure", "--host", "127.0.0.1", "--port", str(port)),
-                *("--backends-from", str(SAMPLES_DIR), "--workers", "2"),
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+    proc = spawn_webhook(
+        [
+            *("--insecure", "--host", "127.0.0.1", "--port", str(port)),
+            *("--backends-from", str(SAMPLES_DIR), "--workers", "2"),
+        ],
+        log_path,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         wait_until(
             lambda: (
-                len(_children(proc.pid)) == 2
+                len(child_pids(proc.pid)) == 2
                 and httpx.get(f"{url}/readyz", timeout=2).status_code == 200
             ),
             timeout=60,
@@ -91,7 +79,7 @@ def test_workers_answer_and_metrics_count_all_of_them(
     # Whichever worker answers /metrics, it reports what both answered.
     for _ in range(6):
         assert _admissions(url) - before == 40
-    assert len(_children(proc.pid)) == 2
+    assert len(child_pids(proc.pid)) == 2
 
 
 def _admissions(url: str) -> float:
@@ -107,7 +95,7 @@ def test_sigterm_to_the_supervisor_stops_every_worker(
     two_workers: tuple[subprocess.Popen[bytes], str, Path],
 ) -> None:
     proc, _, log_path = two_workers
-    workers = _children(proc.pid)
+    workers = child_pids(proc.pid)
     os.kill(proc.pid, signal.SIGTERM)
     assert proc.wait(timeout=30) == 0, tail(log_path)
     wait_until(
@@ -122,7 +110,7 @@ def test_a_dead_worker_takes_the_replica_down(
 ) -> None:
     """A supervisor that kept serving on half its workers would hide a crash loop."""
     proc, _, log_path = two_workers
-    first, second = _children(proc.pid)
+    first, second = child_pids(proc.pid)
     os.kill(first, signal.SIGKILL)
     assert proc.wait(timeout=30) != 0
     wait_until(lambda: not Path(f"/proc/{second}").exists(), timeout=10, description="exit")
@@ -143,7 +131,7 @@ def _served_serial(port: int, ca_pem: bytes) -> int:
 def test_every_worker_reloads_the_tls_certificate() -> None:
     with run_webhook(extra_args=["--backends-from", str(SAMPLES_DIR), "--workers", "2"]) as hook:
         assert hook.proc is not None
-        assert len(_children(hook.proc.pid)) == 2
+        assert len(child_pids(hook.proc.pid)) == 2
         port = int(hook.url.rsplit(":", 1)[1])
         first = _served_serial(port, hook.ca_pem)
         cert, key = hook.ca.issue_serving(["127.0.0.1"]).write(hook.cert_path.parent, "rotated")
