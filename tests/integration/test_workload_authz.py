@@ -252,6 +252,25 @@ def test_a_statefulset_backend_also_needs_create_statefulsets(env: Any) -> None:
     create(env, "carol", sts)
 
 
+def test_system_masters_is_allowed_by_every_review_so_the_webhook_asks_none(
+    env: Any, kube_api_client: client.ApiClient, control_plane: ControlPlane
+) -> None:
+    """Rule authorized_by_privileged_group: the webhook skips the SubjectAccessReview for a
+    member of system:masters because the API server answers every such review "allowed".
+    Checked here on the real API server for a user bound to nothing at all."""
+    ns, _ = env
+    kube = Kube(kube_api_client)
+    nobody = f"root-{_RUN}"
+    for resource in ("deployments", "statefulsets"):
+        assert may(kube, ns, nobody, ["system:masters"], "create", "apps", resource)
+        assert not may(kube, ns, nobody, ["system:authenticated"], "create", "apps", resource)
+    sts = backend("masters-sts", remoteStorage=MANAGED, deploymentKind="StatefulSet")
+    with control_plane.api_client_for(nobody, ["system:masters", "system:authenticated"]) as api:
+        objects = client.CustomObjectsApi(api)
+        created = objects.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, sts)
+    assert created["spec"]["deploymentKind"] == "StatefulSet"
+
+
 def test_updates_are_checked_only_when_they_reshape_the_workload(env: Any) -> None:
     ns, apis = env
     create(env, "bob", backend("shared", remoteStorage=MANAGED))

@@ -204,3 +204,22 @@ def test_a_review_past_its_budget_is_a_review_error_not_a_hang() -> None:
             Stalled(FakeKube(), budget=0.2).review({})
     finally:
         release.set()
+
+
+def test_authorized_by_privileged_group_asks_nothing_for_system_masters() -> None:
+    """Rule authorized_by_privileged_group: the API server's superuser authorizer allows
+    every review for system:masters, so the webhook makes none; any other group is asked."""
+    root = {"username": "kubernetes-admin", "groups": ["system:masters", "system:authenticated"]}
+    reviewer = Reviewer()
+    handler = authorizing(validate_cachebackend, reviewer)
+    sts = with_spec(MANAGED, deploymentKind="StatefulSet")
+    assert handler(review(sts, user=root))["response"]["allowed"] is True
+    assert reviewer.asked == []
+    lookalikes = [
+        {**root, "groups": ["system:masters-ish", "system:authenticated"]},
+        {**root, "groups": "system:masters"},
+        {"groups": ["system:masters"]},  # no username: unverifiable, as before
+    ]
+    for user in lookalikes:
+        assert handler(review(MANAGED, user=user))["response"]["allowed"] is False
+    assert len(reviewer.asked) == 2
