@@ -91,9 +91,21 @@ class ByteBudget:
     @asynccontextmanager
     async def reserve(self, size: int, wait_seconds: float) -> AsyncIterator[None]:
         """Hold ``size`` bytes of the budget (capped at the capacity) or raise OverloadedError."""
-        size = max(1, min(size, self.capacity))
-        await self._acquire(size, wait_seconds)
+        size = await self.acquire(size, wait_seconds)
         try:
             yield
         finally:
-            self._release(size)
+            self.release(size)
+
+    async def acquire(self, size: int, wait_seconds: float) -> int:
+        """``reserve`` without the context manager, for the admission hot path: the
+        bytes held (``size`` capped at the capacity), to be given back with ``release``."""
+        size = max(1, min(size, self.capacity))
+        if self._fits(size):  # the usual case: no coroutine, no wait
+            self.used += size
+        else:
+            await self._acquire(size, wait_seconds)
+        return size
+
+    def release(self, size: int) -> None:
+        self._release(size)

@@ -72,8 +72,18 @@ def decode_body(raw: bytes) -> Any:
 
 _SLOW_PATH: Final = object()
 # Digit runs this short always fit an int64, which orjson keeps exact; a longer one may
-# be an integer orjson would turn into a float, so ``json`` decodes it.
-_LONG_DIGITS: Final = re.compile(rb"[0-9]{19}")
+# be an integer orjson would turn into a float, so ``json`` decodes it. Found by mapping
+# every digit to "0" and every other byte to " " and searching for 19 zeros: bytes does
+# both in C, ten times faster than the regex [0-9]{19} (issue 12 profile: the regex
+# cost more than orjson's whole parse).
+LONG_DIGIT_RUN: Final = 19
+_DIGITS_AS_ZEROS: Final = bytes(0x30 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))
+_ZEROS: Final = b"0" * LONG_DIGIT_RUN
+
+
+def has_long_digit_run(raw: bytes) -> bool:
+    """``raw`` holds LONG_DIGIT_RUN or more ASCII digits in a row."""
+    return _ZEROS in raw.translate(_DIGITS_AS_ZEROS)
 
 
 def _decode_fast(raw: bytes) -> Any:
@@ -85,7 +95,7 @@ def _decode_fast(raw: bytes) -> Any:
     limit): anything it refuses takes the ``json`` path, so what is accepted, what is
     refused, and the 400's wording are exactly as before.
     """
-    if _LONG_DIGITS.search(raw):
+    if has_long_digit_run(raw):
         return _SLOW_PATH
     try:
         return orjson.loads(raw)

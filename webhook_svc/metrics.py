@@ -8,6 +8,7 @@ share counters.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.multiprocess import MultiProcessCollector
@@ -56,6 +57,7 @@ class WebhookMetrics:
             ["endpoint"],
             registry=self.registry,
         )
+        self._admitted: dict[tuple[str, str], tuple[Any, Any]] = {}
         self.inflight_bytes = Gauge(
             "inferencecache_webhook_inflight_body_bytes",
             "Body bytes reserved by admission requests being read, decoded or judged.",
@@ -63,6 +65,20 @@ class WebhookMetrics:
             # With several workers: the sum over the live ones (ignored with one process).
             multiprocess_mode="livesum",
         )
+
+    def admitted(self, endpoint: str, outcome: str, seconds: float) -> None:
+        """One answered AdmissionReview. The labelled children are looked up once per
+        (endpoint, outcome): ``labels()`` takes a lock and validates every call (issue 12)."""
+        key = (endpoint, outcome)
+        children = self._admitted.get(key)
+        if children is None:
+            children = (
+                self.admissions.labels(endpoint, outcome),
+                self.admission_latency.labels(endpoint),
+            )
+            self._admitted[key] = children
+        children[0].inc()
+        children[1].observe(seconds)
 
     def exposition_registry(self) -> CollectorRegistry:
         """What /metrics renders: this app's registry, or with several webhook workers

@@ -159,6 +159,7 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from webhook_svc.app import create_app
+    from webhook_svc.http_protocol import OneWritePerResponse
     from webhook_svc.lifecycle import DrainingServer
     from webhook_svc.tls import ReloadingTLS
 
@@ -213,6 +214,7 @@ def run(args: argparse.Namespace) -> int:
         limit_concurrency=args.limit_concurrency,
         timeout_graceful_shutdown=args.shutdown_timeout_seconds,
         ssl_context_factory=tls,
+        http=OneWritePerResponse,
     )
     mode = f"embedded ({args.backends_from})" if args.backends_from else "live API"
     log.info(

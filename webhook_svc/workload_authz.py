@@ -250,6 +250,14 @@ def authorize_workload(
     return allowed_response
 
 
+def review_possible(req: AdmissionRequest) -> bool:
+    """Whether judging ``req`` may ask the API server: a CREATE or UPDATE of the object
+    itself (not a subresource) by someone outside ``system:masters``."""
+    if req.operation not in ("CREATE", "UPDATE") or req.raw.get("subResource"):
+        return False
+    return not authorized_by_privileged_group(user_info(req))
+
+
 def authorizing(
     validate: Callable[[AdmissionRequest], dict[str, Any]], reviewer: AccessReviewer | None
 ) -> Callable[[AdmissionRequest], dict[str, Any]]:
@@ -259,10 +267,7 @@ def authorizing(
 
     def handler(req: AdmissionRequest) -> dict[str, Any]:
         response = validate(req)
-        resp = response["response"]
-        if not resp.get("allowed") or req.raw.get("subResource"):
-            return response
-        if req.operation not in ("CREATE", "UPDATE"):
+        if not response["response"].get("allowed") or not review_possible(req):
             return response
         return authorize_workload(req, reviewer, response)
 

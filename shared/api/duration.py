@@ -16,6 +16,7 @@ duration is grammatical; whether a field accepts one is a validation rule of its
 
 from __future__ import annotations
 
+import functools
 from typing import Final
 
 # The CRD pattern: Go's grammar (the overflow bound is checked by the webhook).
@@ -78,6 +79,9 @@ def _leading_fraction(s: str) -> tuple[int, float, str]:
     return x, scale, s[i:]
 
 
+# Pure, with an immutable answer: parsed once per distinct string per process (two
+# rules read the same field on every admission; issue 12). Errors are not cached.
+@functools.lru_cache(maxsize=1024)
 def parse_go_duration_ns(text: str) -> int:
     """Nanoseconds in ``text``, exactly as Go's ``time.ParseDuration``; DurationError if not."""
     orig, s = text, text

@@ -30,6 +30,7 @@ import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
+from functools import cached_property
 from typing import Any, Final, Literal
 
 from shared import constants as c
@@ -69,6 +70,16 @@ class RuleContext:
         if self.spec is None:
             raise RuntimeError("rule needs a parsed spec but none is available")
         return self.spec
+
+    # The resource rules all read the selected provider's entries: parsed once per
+    # object, not once per rule (issue 12 profile).
+    @cached_property
+    def resource_entries(self) -> tuple[_Entry, ...]:
+        return tuple(_entries(self.parsed))
+
+    @cached_property
+    def judged_resource_entries(self) -> tuple[tuple[_Entry, ResourceKind, Decimal], ...]:
+        return tuple(_judged_entries(self.resource_entries))
 
     @property
     def raw_spec(self) -> Mapping[str, Any]:
@@ -576,13 +587,15 @@ def resource_kind(name: str) -> ResourceKind | None:
     return "extended"
 
 
-def _judged_entries(spec: CacheBackendSpec) -> Iterator[tuple[_Entry, ResourceKind, Decimal]]:
+def _judged_entries(
+    entries: Sequence[_Entry],
+) -> Iterator[tuple[_Entry, ResourceKind, Decimal]]:
     """Entries with a valid name and a well-formed, non-negative quantity.
 
     Malformed names, malformed and negative quantities are each reported by their own
     rule; the relational rules below skip them rather than pile on.
     """
-    for entry in _entries(spec):
+    for entry in entries:
         kind = resource_kind(entry.name)
         if kind is not None and entry.value is not None and entry.value >= 0:
             yield entry, kind, entry.value
@@ -592,7 +605,7 @@ def reject_invalid_resource_names(ctx: RuleContext) -> list[FieldError]:
     """Spec rejectInvalidResourceNames: standard, hugepages-<positive size>, or a
     vendor-prefixed qualified name outside kubernetes.io/; names the offending key."""
     errors = []
-    for entry in _entries(ctx.parsed):
+    for entry in ctx.resource_entries:
         reason = resource_name_error(entry.name)
         if reason is not None:
             errors.append(invalid(entry.path, entry.name, reason))
@@ -604,7 +617,7 @@ def reject_malformed_resource_quantities(ctx: RuleContext) -> list[FieldError]:
     pattern check, repeated for replayed reviews that never went through it)."""
     return [
         invalid(entry.path, entry.raw, entry.error or "not a quantity")
-        for entry in _entries(ctx.parsed)
+        for entry in ctx.resource_entries
         if entry.value is None
     ]
 
@@ -613,7 +626,7 @@ def reject_negative_resource_quantities(ctx: RuleContext) -> list[FieldError]:
     """Spec rejectNegativeResourceQuantities: strictly negative entries; zero is admitted."""
     return [
         invalid(entry.path, entry.raw, "must be greater than or equal to 0")
-        for entry in _entries(ctx.parsed)
+        for entry in ctx.resource_entries
         if entry.value is not None and entry.value < 0
     ]
 
@@ -637,8 +650,7 @@ def reject_resource_claims(ctx: RuleContext) -> list[FieldError]:
 def reject_resource_limits_below_requests(ctx: RuleContext) -> list[FieldError]:
     """Spec rejectResourceLimitsBelowRequests: overcommittable limits >= requests;
     hugepages and extended resources limits == requests (when both are set)."""
-    spec = ctx.parsed
-    judged = list(_judged_entries(spec))
+    judged = ctx.judged_resource_entries
     limits = {e.name: (e, v) for e, _, v in judged if e.which == "limits"}
     errors = []
     for entry, kind, request in judged:
@@ -678,7 +690,7 @@ def reject_requests_only_for_non_overcommittable_resources(
     base, resources = selected
     limits = resources.limits or {}
     errors = []
-    for entry in _entries(ctx.parsed):
+    for entry in ctx.resource_entries:
         kind = resource_kind(entry.name)
         if (
             entry.which == "requests"
@@ -700,7 +712,7 @@ def reject_fractional_extended_resources(ctx: RuleContext) -> list[FieldError]:
     """Spec rejectFractionalExtendedResources: extended resources come in whole units."""
     return [
         invalid(entry.path, entry.raw, "must be an integer: extended resources are whole units")
-        for entry, kind, value in _judged_entries(ctx.parsed)
+        for entry, kind, value in ctx.judged_resource_entries
         if kind == "extended" and not is_integer(value)
     ]
 
@@ -709,7 +721,7 @@ def reject_misaligned_hugepage_quantities(ctx: RuleContext) -> list[FieldError]:
     """Spec rejectMisalignedHugepageQuantities: a positive quantity is a whole multiple of
     the page size parsed from the name (zero admits; negatives are reported upstream)."""
     errors = []
-    for entry, kind, value in _judged_entries(ctx.parsed):
+    for entry, kind, value in ctx.judged_resource_entries:
         if kind != "hugepages" or value == 0:
             continue
         size_text = entry.name[len(HUGEPAGES_PREFIX) :]

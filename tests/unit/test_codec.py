@@ -101,3 +101,26 @@ def test_parse_quantity_cache_is_transparent() -> None:
             parse_quantity("1 Gi")
     with pytest.raises(ValueError, match="not a boolean"):
         parse_quantity(True)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"",
+        b"1" * 18,
+        b"1" * 19,
+        b'{"n": 123456789012345678}',
+        b'{"n": 1234567890123456789}',
+        b'{"n": -9223372036854775808}',
+        b"x1234567890y1234567890",
+        b"\xff\xfe" + b"9" * 19 + b"\x00",
+        "٠١٢٣٤٥٦٧٨٩٠١٢٣٤٥٦٧٨٩".encode(),  # non-ASCII digits do not count
+        bytes(range(256)) * 3,
+    ],
+)
+def test_has_long_digit_run_agrees_with_the_regex(raw: bytes) -> None:
+    """The translate-and-search check finds exactly what [0-9]{19} finds."""
+    import re
+
+    expected = re.search(rb"[0-9]{19}", raw) is not None
+    assert codec.has_long_digit_run(raw) is expected
