@@ -161,14 +161,20 @@ class AdmissionDoor:
             detail = f"body not received within {BODY_READ_SECONDS:g} s"
             return bad_request(self._counters, route.path, "timeout", detail, 408)
         loop = asyncio.get_running_loop()
-        if len(raw) > INLINE_MAX_BYTES:
+        large = len(raw) > INLINE_MAX_BYTES
+        if large and route.prefetch is None:
             return await loop.run_in_executor(self._threads(), route.admit, raw, started)
-        parsed = route.parse(raw)
+        parsed = (
+            await loop.run_in_executor(self._threads(), route.parse, raw)
+            if large
+            else route.parse(raw)
+        )
         if isinstance(parsed, tuple):
             return parsed
-        if route.may_block(parsed):
-            return await loop.run_in_executor(self._threads(), route.judge, parsed, started)
-        return route.judge(parsed, started)
+        answer = await route.prefetch(parsed) if route.prefetch is not None else None
+        if large or route.may_block(parsed):
+            return await loop.run_in_executor(self._threads(), route.judge, parsed, started, answer)
+        return route.judge(parsed, started, answer)
 
     def _too_large(self, route: Route) -> tuple[int, bytes]:
         detail = f"body exceeds {self._max_body} bytes"

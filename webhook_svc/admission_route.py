@@ -5,14 +5,15 @@ raises: 200 with an AdmissionReview, or a 400 naming what is wrong with the body
 runs in two steps so the server can choose where each runs (webhook_svc/admission_asgi.py):
 ``parse`` (decode with webhook_svc/codec.py) and ``judge`` (answer, encode, count).
 ``may_block`` says whether judging a parsed request may wait on the network (the Pod
-route's CacheBackend LIST, the validating route's SubjectAccessReview).
+route's CacheBackend LIST through a threaded client, the validating route's
+SubjectAccessReview); ``prefetch``, when set, does that waiting on the event loop first.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +26,9 @@ from webhook_svc.pod_admission import REASON_INTERNAL_ERROR
 log = logging.getLogger("icache.webhook")
 
 Answer = Callable[[AdmissionRequest], tuple[dict[str, Any], str]]
+# Reads on the event loop what judging the request needs (the Pod route's live LIST) and
+# returns the answer to judge it with. Never raises: a failed read is part of the answer.
+Prefetch = Callable[[AdmissionRequest], Awaitable[Answer]]
 Fallback = Callable[[WebhookMetrics, AdmissionRequest, Exception], dict[str, Any]]
 
 
@@ -91,6 +95,7 @@ class Route:
     fallback: Fallback
     counters: WebhookMetrics
     may_block: Callable[[AdmissionRequest], bool] = never_blocks
+    prefetch: Prefetch | None = None
 
     def parse(self, raw: bytes) -> AdmissionRequest | tuple[int, bytes]:
         """The request, or the 400 answer for a body that is not an AdmissionReview."""
@@ -101,10 +106,13 @@ class Route:
         except BadReviewError as exc:
             return bad_request(self.counters, self.path, "malformed", str(exc))
 
-    def judge(self, req: AdmissionRequest, started: float) -> tuple[int, bytes]:
-        """200 and the AdmissionReview answering ``req``. Never raises."""
+    def judge(
+        self, req: AdmissionRequest, started: float, answer: Answer | None = None
+    ) -> tuple[int, bytes]:
+        """200 and the AdmissionReview answering ``req`` (with ``answer``, default the
+        route's own). Never raises."""
         try:
-            response, outcome = self.answer(req)
+            response, outcome = (answer or self.answer)(req)
             body = encode_json(response)
         except Exception as exc:  # never a 500: the route's own safe answer instead
             response, outcome = self.fallback(self.counters, req, exc), "error"

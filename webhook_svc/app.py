@@ -27,13 +27,14 @@ from webhook_svc.admission_gate import (
 )
 from webhook_svc.admission_review import AdmissionRequest
 from webhook_svc.admission_route import (
+    Answer,
     Route,
     internal_denial,
     is_create,
     never_blocks,
     pod_fail_open,
 )
-from webhook_svc.backend_source import BackendSource
+from webhook_svc.backend_source import AsyncBackendSource, BackendSource
 from webhook_svc.lifecycle import CloseWhenDraining, lifecycle_of, lifespan
 from webhook_svc.metrics import WebhookMetrics
 from webhook_svc.workload_authz import AccessReviewer, authorizing, review_possible
@@ -65,12 +66,15 @@ def create_app(
     max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES,
     access_reviewer: AccessReviewer | None = None,
     registry: CollectorRegistry | None = None,
+    live_backends: AsyncBackendSource | None = None,
 ) -> WebhookApp:
     """The webhook app. Its metrics live on ``registry`` (default: a new one of its
-    own), which its /metrics serves; ``app.state.metrics`` holds them."""
+    own), which its /metrics serves; ``app.state.metrics`` holds them. With
+    ``live_backends`` the Pod route lists through it, on the event loop, instead of
+    ``backends`` on a thread."""
     # Imported here so the app module loads even while a route's module is being built.
     from webhook_svc.cachebackend_admission import mutate_cachebackend, validate_cachebackend
-    from webhook_svc.pod_admission import mutate_pod
+    from webhook_svc.pod_admission import mutate_pod, namespace_to_list
 
     app = WebhookApp(
         title="inference-cache webhook", docs_url=None, redoc_url=None, lifespan=lifespan
@@ -94,10 +98,32 @@ def create_app(
 
         return answer
 
-    def pod_answer(req: AdmissionRequest) -> tuple[dict[str, Any], str]:
-        response, outcome, reason = mutate_pod(req, backends.list, inject_ctx)
-        counters.pod_wiring.labels(outcome, reason).inc()
-        return response, outcome
+    def pod_answer_with(list_backends: Callable[[str], list[dict[str, Any]]]) -> Answer:
+        def pod_answer(req: AdmissionRequest) -> tuple[dict[str, Any], str]:
+            response, outcome, reason = mutate_pod(req, list_backends, inject_ctx)
+            counters.pod_wiring.labels(outcome, reason).inc()
+            return response, outcome
+
+        return pod_answer
+
+    pod_answer = pod_answer_with(backends.list)
+
+    async def pod_prefetch(req: AdmissionRequest) -> Answer:
+        """The live LIST on the event loop, then wiring with what it returned (or
+        with its failure, which mutate_pod turns into list_error, failing open)."""
+        namespace = namespace_to_list(req)
+        if namespace is None or live_backends is None:
+            return pod_answer  # mutate_pod will not list
+        try:
+            items = await live_backends.list(namespace)
+        except Exception as exc:
+            failure = exc
+
+            def failed(_namespace: str) -> list[dict[str, Any]]:
+                raise failure
+
+            return pod_answer_with(failed)
+        return pod_answer_with(lambda _namespace: items)
 
     routes = [
         Route(PATH_MUTATE_CB, cachebackend_route(mutate_cachebackend), internal_denial, counters),
@@ -110,8 +136,16 @@ def create_app(
             counters,
             may_block=review_possible if access_reviewer is not None else never_blocks,
         ),
-        # Wiring a CREATE lists CacheBackends (API server or files): off the event loop.
-        Route(PATH_MUTATE_POD, pod_answer, pod_fail_open, counters, may_block=is_create),
+        # Wiring a CREATE lists CacheBackends: on the event loop when the source is
+        # asynchronous (the live API), else (files, a threaded client) off it.
+        Route(
+            PATH_MUTATE_POD,
+            pod_answer,
+            pod_fail_open,
+            counters,
+            may_block=never_blocks if live_backends is not None else is_create,
+            prefetch=pod_prefetch if live_backends is not None else None,
+        ),
     ]
     budget = ByteBudget(max(max_inflight_bytes, max_body_bytes))
     app.door = AdmissionDoor({r.path: r for r in routes}, counters, max_body_bytes, budget)

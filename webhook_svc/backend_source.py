@@ -11,6 +11,7 @@ namespace is seen there only.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -22,11 +23,34 @@ from urllib.parse import quote
 import orjson
 
 from shared import constants as c
+from webhook_svc.async_kube import AsyncKubeReader
 from webhook_svc.kube_raw import RawKube
 
 
 class BackendSource(Protocol):
     def list(self, namespace: str) -> list[dict[str, Any]]: ...
+
+
+class AsyncBackendSource(Protocol):
+    """A live source read on the event loop (webhook_svc/async_kube.py)."""
+
+    async def list(self, namespace: str) -> list[dict[str, Any]]: ...
+
+
+def backends_path(namespace: str) -> str:
+    return f"/apis/{c.GROUP}/{c.VERSION}/namespaces/{quote(namespace, safe='')}/{c.PLURAL}"
+
+
+def list_items(status: int, data: bytes) -> list[dict[str, Any]]:
+    """The items of a CacheBackend LIST answer, or ListFailedError."""
+    if status != 200:
+        raise ListFailedError(f"HTTP {status}: {data[:200]!r}")
+    items: list[dict[str, Any]] = orjson.loads(data).get("items") or []
+    return items
+
+
+def deadline_passed(seconds: float) -> TimeoutError:
+    return TimeoutError(f"no answer from the API server within {seconds:g} s")
 
 
 def _fingerprint(directory: Path) -> tuple[tuple[str, int, int], ...]:
@@ -91,12 +115,24 @@ class ApiBackendSource:
         self._timeout = timeout
 
     def list(self, namespace: str) -> list[dict[str, Any]]:
-        path = f"/apis/{c.GROUP}/{c.VERSION}/namespaces/{quote(namespace, safe='')}/{c.PLURAL}"
-        status, _, data = self._kube.request("GET", path, self._timeout)
-        if status != 200:
-            raise ListFailedError(f"HTTP {status}: {data[:200]!r}")
-        items: list[dict[str, Any]] = orjson.loads(data).get("items") or []
-        return items
+        status, _, data = self._kube.request("GET", backends_path(namespace), self._timeout)
+        return list_items(status, data)
+
+
+class AsyncApiBackendSource:
+    """The same live, uncached LIST, on the event loop (no thread), under a hard
+    wall-clock deadline of ``seconds`` (``TimeoutError``, the Pod webhook's list_error)."""
+
+    def __init__(self, reader: AsyncKubeReader, seconds: float) -> None:
+        self._reader, self._seconds = reader, seconds
+
+    async def list(self, namespace: str) -> list[dict[str, Any]]:
+        try:
+            async with asyncio.timeout(self._seconds):
+                status, data = await self._reader.get(backends_path(namespace))
+        except TimeoutError:
+            raise deadline_passed(self._seconds) from None
+        return list_items(status, data)
 
 
 class DeadlineSource:
@@ -127,6 +163,4 @@ class DeadlineSource:
             return future.result(timeout=self._seconds)
         except FutureTimeout:
             future.cancel()
-            raise TimeoutError(
-                f"no answer from the API server within {self._seconds:g} s"
-            ) from None
+            raise deadline_passed(self._seconds) from None

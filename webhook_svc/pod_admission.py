@@ -85,6 +85,28 @@ def _decode_pod(req: AdmissionRequest) -> dict[str, Any] | None:
     return obj
 
 
+def _namespace(req: AdmissionRequest, pod: dict[str, Any]) -> str:
+    """The request's namespace, else the pod's own, else "default" (where the API server
+    and kubectl put an object that names none)."""
+    return (
+        req.namespace
+        or str((pod.get("metadata") or {}).get("namespace") or "")
+        or DEFAULT_NAMESPACE
+    )
+
+
+def namespace_to_list(req: AdmissionRequest) -> str | None:
+    """The namespace whose CacheBackends wiring ``req`` reads, or None when its answer
+    needs no list: the same steps, in the same order, as ``mutate_pod`` takes before it
+    lists (not a CREATE, not a decodable Pod, the skip-inject opt-out)."""
+    if req.operation != "CREATE":
+        return None
+    pod = _decode_pod(req)
+    if pod is None or skip_inject_requested(pod):
+        return None
+    return _namespace(req, pod)
+
+
 def _log(
     req: AdmissionRequest,
     pod: dict[str, Any] | None,
@@ -231,13 +253,7 @@ def _decide(
             started,
         )
         return allow(req.uid), OUTCOME_FAIL_OPEN, REASON_DECODE_ERROR
-    # The request's namespace, else the pod's own, else "default" (where the API server
-    # and kubectl put an object that names none).
-    namespace = (
-        req.namespace
-        or str((pod.get("metadata") or {}).get("namespace") or "")
-        or DEFAULT_NAMESPACE
-    )
+    namespace = _namespace(req, pod)
     if skip_inject_requested(pod):
         # The explicit opt-out needs no backend: decided before (and despite) the list.
         return _answer(req, pod, wire_pod(pod, [], ctx, namespace=namespace), started)

@@ -25,6 +25,8 @@ from webhook_svc.admission_gate import (
 from webhook_svc.backend_source import (
     DEFAULT_LIST_TIMEOUT_SECONDS,
     ApiBackendSource,
+    AsyncApiBackendSource,
+    AsyncBackendSource,
     BackendSource,
     DeadlineSource,
     FileBackendSource,
@@ -152,6 +154,21 @@ def build_source(args: argparse.Namespace) -> BackendSource:
     return DeadlineSource(ApiBackendSource(load_kube_client(args.kubeconfig), timeout), timeout)
 
 
+def build_live_source(args: argparse.Namespace) -> AsyncBackendSource | None:
+    """The Pod route's LIST on the event loop (webhook_svc/async_kube.py); None (the
+    threaded client then lists) in embedded mode or for a configuration it cannot honour."""
+    if args.backends_from:
+        return None
+    from webhook_svc.async_kube import AsyncKubeReader, UnsupportedConfigError
+
+    try:
+        reader = AsyncKubeReader(load_kube_client(args.kubeconfig))
+    except UnsupportedConfigError as exc:
+        log.warning("CacheBackend lists go through the threaded client", extra={"why": str(exc)})
+        return None
+    return AsyncApiBackendSource(reader, args.backend_list_timeout)
+
+
 def run(args: argparse.Namespace) -> int:
     workers = args.workers if args.workers > 0 else available_cpus()
     # Before prometheus_client is imported: it picks its value store at import time.
@@ -198,6 +215,7 @@ def run(args: argparse.Namespace) -> int:
         max_body_bytes=args.max_body_bytes,
         max_inflight_bytes=args.max_inflight_bytes,
         access_reviewer=reviewer,
+        live_backends=build_live_source(args),
     )
     tls: ReloadingTLS | None = None
     if not args.insecure:
@@ -215,6 +233,10 @@ def run(args: argparse.Namespace) -> int:
         timeout_graceful_shutdown=args.shutdown_timeout_seconds,
         ssl_context_factory=tls,
         http=OneWritePerResponse,
+        # Nothing proxies the webhook: the API server calls it directly (issue 12: the
+        # proxy-headers middleware was a per-request cost for nothing).
+        proxy_headers=False,
+        server_header=False,
     )
     mode = f"embedded ({args.backends_from})" if args.backends_from else "live API"
     log.info(

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from functools import cached_property
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, NamedTuple
 
 from shared import constants as c
 from shared.api import effective
@@ -188,8 +188,9 @@ REMOVED_SPEC_FIELDS: Final[dict[tuple[str, ...], str]] = {
 def reject_removed_fields(ctx: RuleContext) -> list[FieldError]:
     """Spec "Breaking API cleanup": removed fields are not part of the served schema."""
     errors = []
+    spec = ctx.raw_spec
     for parts, detail in REMOVED_SPEC_FIELDS.items():
-        parent: Any = ctx.raw_spec
+        parent: Any = spec
         for part in parts[:-1]:
             parent = parent.get(part) if isinstance(parent, Mapping) else None
         if isinstance(parent, Mapping) and parent.get(parts[-1]) is not None:
@@ -481,16 +482,21 @@ def reject_unsupported_binding(ctx: RuleContext) -> list[FieldError]:
 # ---------------------------------------------------------- provider resources
 
 
-@dataclass(frozen=True)
-class _Entry:
-    """One requests/limits entry of the selected provider's resources."""
+class _Entry(NamedTuple):
+    """One requests/limits entry of the selected provider's resources (a tuple: built
+    for every entry of every review, and a frozen dataclass costs several times more)."""
 
-    path: FieldPath
+    block: FieldPath  # spec.remoteStorage.<provider>.resources
     which: str  # "requests" | "limits"
     name: str
     raw: int | str
     value: Decimal | None  # None: malformed, see error
     error: str | None
+
+    @property
+    def path(self) -> FieldPath:
+        """Only errors name it: built when one is reported."""
+        return self.block.child(self.which).key(self.name)
 
 
 def _selected_resources(spec: CacheBackendSpec) -> tuple[FieldPath, ResourceRequirements] | None:
@@ -526,7 +532,7 @@ def _entries(spec: CacheBackendSpec) -> Iterator[_Entry]:
         for name in sorted(values):
             raw = values[name]
             value, error = _parse_or_error(raw)
-            yield _Entry(base.child(which).key(name), which, name, raw, value, error)
+            yield _Entry(base, which, name, raw, value, error)
 
 
 def resource_name_error(name: str) -> str | None:
