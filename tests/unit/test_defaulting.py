@@ -150,3 +150,42 @@ def test_agrees_with_api_server_markers(name: str, doc: dict[str, Any]) -> None:
     stamped = with_schema_defaults(out)
     assert stamped["spec"]["integration"] == out["spec"]["integration"]
     assert stamped["spec"]["observation"] == out["spec"]["observation"]
+
+
+def test_every_schema_default_is_under_spec() -> None:
+    """with_spec_defaults defaults .spec only: right only while the CRD schema has no
+    default anywhere else (this fails the day one is added elsewhere)."""
+    from shared.api.crd import spec_openapi_schema
+
+    def defaults_outside_spec(node: Any, path: tuple[str, ...]) -> list[tuple[str, ...]]:
+        found: list[tuple[str, ...]] = []
+        if isinstance(node, dict):
+            if "default" in node and path[:2] != ("properties", "spec"):
+                found.append(path)
+            for key, child in node.items():
+                found += defaults_outside_spec(child, (*path, str(key)))
+        elif isinstance(node, list):
+            for i, child in enumerate(node):
+                found += defaults_outside_spec(child, (*path, str(i)))
+        return found
+
+    schema = spec_openapi_schema()
+    assert defaults_outside_spec(schema, ()) == []
+    assert "default" not in schema["properties"]["spec"]
+
+
+@pytest.mark.parametrize(("name", "obj"), sample_backends())
+def test_judged_form_is_pruned_then_schema_defaulted_and_leaves_obj_alone(
+    name: str, obj: dict[str, Any]
+) -> None:
+    """rules.judged_form (one spec copy) == with_schema_defaults of the null-pruned
+    object (two copies), and the caller's object is untouched."""
+    from shared.validation.rules import judged_form
+    from shared.validation.schema import drop_nulls
+
+    sparse = copy.deepcopy(obj)
+    sparse["spec"] = {**sparse["spec"], "replicas": None, "autoscaling": None}
+    before = copy.deepcopy(sparse)
+    expected = with_schema_defaults({**sparse, "spec": drop_nulls(sparse["spec"])})
+    assert judged_form(sparse) == expected, name
+    assert sparse == before
