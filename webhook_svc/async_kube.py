@@ -11,7 +11,8 @@ It takes everything from the kubernetes client's configuration, as the generated
 would: host, CA, client certificate, ``verify_ssl``, ``tls_server_name``, and the
 Authorization header from ``update_params_for_auth`` on every request (so a rotated
 ServiceAccount token or an exec plugin's refreshed token is picked up the same way).
-A configuration this client cannot honour (an HTTP proxy) is refused at construction
+A configuration this client cannot honour (an HTTP proxy, an ``assert_hostname`` naming
+a host) is refused at construction
 (``UnsupportedConfigError``) and the webhook keeps the threaded client.
 
 Connections are pooled (idle ones kept up to ``max_idle``); a request that fails on a
@@ -29,7 +30,7 @@ from urllib.parse import urlsplit
 
 import httptools
 
-USER_AGENT: Final = b"inference-cache-webhook"
+USER_AGENT: Final = "inference-cache-webhook"
 
 
 class UnsupportedConfigError(Exception):
@@ -54,7 +55,7 @@ def ssl_context_for(configuration: Any) -> ssl.SSLContext:
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
     elif configuration.assert_hostname is False:
-        context.check_hostname = False
+        context.check_hostname = False  # a name in assert_hostname: see AsyncKubeReader
     if configuration.cert_file:
         context.load_cert_chain(configuration.cert_file, configuration.key_file or None)
     return context
@@ -125,6 +126,9 @@ class AsyncKubeReader:
         configuration = api_client.configuration
         if configuration.proxy:
             raise UnsupportedConfigError("an HTTP proxy is configured")
+        if isinstance(configuration.assert_hostname, str):
+            # urllib3 checks the certificate against that name; left to the threaded client.
+            raise UnsupportedConfigError("assert_hostname names a host")
         url = urlsplit(str(configuration.host))
         if url.scheme not in ("http", "https") or not url.hostname:
             raise UnsupportedConfigError(f"API server URL {configuration.host!r}")
@@ -143,14 +147,18 @@ class AsyncKubeReader:
         self._max_idle = max_idle
 
     def _request_bytes(self, path: str) -> bytes:
-        headers: dict[str, str] = {"Accept": "application/json", **self._client.default_headers}
+        headers: dict[str, str] = {
+            "Accept": "application/json",
+            **self._client.default_headers,
+            # Ours replaces the client's default (one User-Agent field: RFC 9110 5.3).
+            "User-Agent": USER_AGENT,
+        }
         # The client's own hook: bearer token (refreshed from the mounted file or exec
         # plugin), exactly as the generated methods and webhook_svc/kube_raw.py send it.
         self._client.update_params_for_auth(headers, [], ["BearerToken"], path, "GET", None)
         lines = [
             b"GET " + (self._prefix + path).encode("ascii") + b" HTTP/1.1",
             b"Host: " + self._host_header,
-            b"User-Agent: " + USER_AGENT,
         ]
         lines += [f"{name}: {value}".encode("latin-1") for name, value in headers.items()]
         return b"\r\n".join(lines) + b"\r\n\r\n"

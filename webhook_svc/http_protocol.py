@@ -8,8 +8,11 @@ single cost after judging itself (issue 12 profile, docs/performance.md). Here t
 protocol's transport gathers every write made during one turn of the event loop and
 hands them to the real transport as one, at the end of that turn (``call_soon``):
 the admission routes send both messages in the same turn, so one record per answer.
-Nothing else changes: flow control, ``close`` (which writes what is pending first),
-and everything the protocol asks of the transport go to the real one.
+``close`` writes what is pending first; everything else the protocol asks of the
+transport goes to the real one. One difference: the real transport sees a write one
+turn later, so uvicorn's write back-pressure engages one turn late. Every answer here
+is a single body of at most a few hundred KiB, so nothing piles up; a streaming
+response that wrote many chunks without yielding would hold them until the turn ends.
 """
 
 from __future__ import annotations

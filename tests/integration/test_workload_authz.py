@@ -266,7 +266,7 @@ def test_system_masters_is_allowed_by_every_review_so_the_webhook_asks_none(
         assert not may(kube, ns, nobody, ["system:authenticated"], "create", "apps", resource)
     sts = backend("masters-sts", remoteStorage=MANAGED, deploymentKind="StatefulSet")
     with control_plane.api_client_for(nobody, ["system:masters", "system:authenticated"]) as api:
-        objects = client.CustomObjectsApi(api)
+        objects: Any = client.CustomObjectsApi(api)  # its methods return bare objects
         created = objects.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, sts)
     assert created["spec"]["deploymentKind"] == "StatefulSet"
 

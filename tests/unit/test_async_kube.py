@@ -1,0 +1,461 @@
+"""Issue 12: the Pod route's live LIST on the event loop (webhook_svc/async_kube.py).
+
+``AsyncKubeReader`` sends GETs with the kubernetes client's own configuration and auth
+over pooled HTTP/1.1 keep-alive connections: a request that fails on a reused
+connection before any answer arrived is retried once on a new one, a partial answer is
+an error and never retried, ``Connection: close`` and cancellation close the connection.
+``AsyncApiBackendSource`` lists CacheBackends through it under a hard deadline.
+Every server here is a real asyncio server on 127.0.0.1 that the test scripts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import ssl
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+import orjson
+import pytest
+import uvloop
+from kubernetes import client
+
+from icache_install import certs
+from webhook_svc.async_kube import AsyncKubeReader, UnsupportedConfigError
+from webhook_svc.backend_source import AsyncApiBackendSource, ListFailedError
+
+Run = Callable[[Coroutine[Any, Any, None]], None]
+
+
+@pytest.fixture(params=["asyncio", "uvloop"])
+def run(request: pytest.FixtureRequest) -> Run:
+    """Both event loops: the webhook reads on uvloop, asyncio's is the fallback."""
+    return asyncio.run if request.param == "asyncio" else uvloop.run
+
+
+@dataclass
+class Request:
+    connection: int  # 0 for the server's first connection, 1 for the next, ...
+    line: str
+    headers: list[tuple[str, str]]
+
+    def header(self, name: str) -> list[str]:
+        return [v for k, v in self.headers if k.lower() == name.lower()]
+
+
+# Answers one request: writes (some of) an answer and says whether to keep reading on
+# this connection (False: the server closes it).
+Respond = Callable[[Request, asyncio.StreamWriter], Awaitable[bool]]
+
+
+def answer(status: int, body: bytes, *extra: str) -> bytes:
+    head = [f"HTTP/1.1 {status} X", f"Content-Length: {len(body)}", *extra]
+    return ("\r\n".join(head) + "\r\n\r\n").encode() + body
+
+
+def ok(body: bytes = b'{"items": []}') -> Respond:
+    async def respond(_request: Request, writer: asyncio.StreamWriter) -> bool:
+        writer.write(answer(200, body))
+        return True
+
+    return respond
+
+
+async def never_answer(_request: Request, _writer: asyncio.StreamWriter) -> bool:
+    return True  # reads on: sees the client's EOF when it gives up
+
+
+class ApiServer:
+    """A scripted HTTP/1.1 server: ``respond`` answers each request."""
+
+    def __init__(self, respond: Respond, tls: ssl.SSLContext | None = None) -> None:
+        self.respond = respond
+        self.tls = tls
+        self.requests: list[Request] = []
+        self.connections = 0
+        self.client_closed: list[asyncio.Event] = []  # per connection: EOF from the client
+        self._writers: list[asyncio.StreamWriter] = []
+        self._handlers: list[asyncio.Task[Any]] = []
+
+    async def __aenter__(self) -> ApiServer:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=self.tls)
+        self.port = self.server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        self.server.close()
+        for writer in self._writers:
+            writer.close()  # each handler then sees EOF and ends
+        await asyncio.wait_for(asyncio.gather(*self._handlers), 5)
+        await self.server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connection = self.connections
+        self.connections += 1
+        self.client_closed.append(asyncio.Event())
+        self._writers.append(writer)
+        handler = asyncio.current_task()
+        assert handler is not None
+        self._handlers.append(handler)
+        try:
+            while True:
+                try:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    self.client_closed[connection].set()
+                    return
+                line, *fields = head.decode("latin-1").split("\r\n")[:-2]
+                headers = [(k.strip(), v.strip()) for k, _, v in (f.partition(":") for f in fields)]
+                request = Request(connection, line, headers)
+                self.requests.append(request)
+                if not await self.respond(request, writer):
+                    return
+                await writer.drain()
+        finally:
+            writer.close()
+
+    def configuration(self, scheme: str = "http", **settings: Any) -> client.Configuration:
+        """A real kubernetes client configuration for this server, bearer token t0k."""
+        configuration = client.Configuration()
+        configuration.host = f"{scheme}://127.0.0.1:{self.port}"
+        configuration.api_key = {"authorization": "t0k"}
+        configuration.api_key_prefix = {"authorization": "Bearer"}
+        for name, value in settings.items():
+            setattr(configuration, name, value)
+        return configuration
+
+    def reader(self, scheme: str = "http", **settings: Any) -> AsyncKubeReader:
+        return AsyncKubeReader(client.ApiClient(self.configuration(scheme, **settings)))
+
+
+def test_a_get_returns_status_and_body_and_sends_the_clients_auth(run: Run) -> None:
+    """Rule: one GET with the client's bearer token (update_params_for_auth), Host
+    and Accept: application/json; the answer is (status, body)."""
+
+    async def scenario() -> None:
+        async with ApiServer(ok(b'{"kind": "List"}')) as server:
+            reader = server.reader()
+            assert await reader.get("/api/v1/x") == (200, b'{"kind": "List"}')
+            reader.close()
+        (request,) = server.requests
+        assert request.line == "GET /api/v1/x HTTP/1.1"
+        assert request.header("authorization") == ["Bearer t0k"]
+        assert request.header("host") == [f"127.0.0.1:{server.port}"]
+        assert request.header("accept") == ["application/json"]
+
+    run(scenario())
+
+
+def test_a_rotated_token_is_sent_on_the_next_request(run: Run) -> None:
+    """Rule: auth is asked of the client on every request, not captured once."""
+
+    async def scenario() -> None:
+        async with ApiServer(ok()) as server:
+            configuration = server.configuration()
+            reader = AsyncKubeReader(client.ApiClient(configuration))
+            await reader.get("/a")
+            configuration.api_key = {"authorization": "rotated"}
+            await reader.get("/b")
+            reader.close()
+        assert [r.header("authorization") for r in server.requests] == [
+            ["Bearer t0k"],
+            ["Bearer rotated"],
+        ]
+
+    run(scenario())
+
+
+def test_the_request_carries_one_user_agent(run: Run) -> None:
+    """Rule (HTTP): a sender does not repeat a header field that is not a list."""
+
+    async def scenario() -> None:
+        async with ApiServer(ok()) as server:
+            reader = server.reader()
+            await reader.get("/a")
+            reader.close()
+        (request,) = server.requests
+        assert len(request.header("user-agent")) == 1, request.header("user-agent")
+
+    run(scenario())
+
+
+def test_sequential_gets_reuse_one_connection(run: Run) -> None:
+    """Rule: keep-alive pooling; a second GET goes over the first GET's connection."""
+
+    async def scenario() -> None:
+        async with ApiServer(ok()) as server:
+            reader = server.reader()
+            for _ in range(3):
+                assert (await reader.get("/a"))[0] == 200
+            reader.close()
+        assert server.connections == 1
+        assert [r.connection for r in server.requests] == [0, 0, 0]
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("when", ["after answering", "on the next request"])
+def test_an_idle_connection_the_server_closed_is_replaced_transparently(
+    run: Run, when: str
+) -> None:
+    """Rule: a request that fails on a reused connection before any of its answer
+    arrived is retried once on a new connection. "on the next request": the server
+    reads the request and closes without a byte of answer (the race with its idle
+    timeout), so the retry path itself is taken."""
+
+    async def scenario() -> None:
+        async def respond(request: Request, writer: asyncio.StreamWriter) -> bool:
+            if when == "on the next request" and len(server.requests) == 2:
+                return False  # read, then close unanswered
+            writer.write(answer(200, b'{"n": %d}' % len(server.requests)))
+            return when != "after answering"
+
+        async with ApiServer(respond) as server:
+            reader = server.reader()
+            assert await reader.get("/a") == (200, b'{"n": 1}')
+            assert await reader.get("/a") == (200, b'{"n": %d}' % len(server.requests))
+            reader.close()
+        if when == "on the next request":  # sent on the stale connection, then again
+            assert [r.connection for r in server.requests] == [0, 0, 1]
+        else:
+            assert [r.connection for r in server.requests] == [0, 1]
+
+    run(scenario())
+
+
+def test_a_partial_answer_then_close_raises_and_is_not_retried(run: Run) -> None:
+    """Rule: once some of the answer arrived, a dropped connection is an error (a
+    ConnectionError), never a retry: the request is not sent twice."""
+
+    async def scenario() -> None:
+        async def respond(request: Request, writer: asyncio.StreamWriter) -> bool:
+            if len(server.requests) == 1:
+                writer.write(answer(200, b"{}"))
+                return True
+            writer.write(b'HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{"items": [')
+            return False
+
+        async with ApiServer(respond) as server:
+            reader = server.reader()
+            await reader.get("/a")  # the connection is now pooled: a retry would be allowed
+            with pytest.raises(ConnectionError):
+                await reader.get("/a")
+            reader.close()
+        assert len(server.requests) == 2
+        assert server.connections == 1
+
+    run(scenario())
+
+
+def test_a_chunked_answer_is_reassembled(run: Run) -> None:
+    """Rule: Transfer-Encoding: chunked answers (the API server's for large LISTs)."""
+    body = b'{"items": [' + b",".join(b'{"i": %d}' % i for i in range(500)) + b"]}"
+
+    async def scenario() -> None:
+        async def respond(_request: Request, writer: asyncio.StreamWriter) -> bool:
+            writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+            for start in range(0, len(body), 1000):
+                chunk = body[start : start + 1000]
+                writer.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                await writer.drain()
+            writer.write(b"0\r\n\r\n")
+            return True
+
+        async with ApiServer(respond) as server:
+            reader = server.reader()
+            assert await reader.get("/a") == (200, body)
+            assert await reader.get("/a") == (200, body)  # and the connection is reusable
+            reader.close()
+        assert server.connections == 1
+
+    run(scenario())
+
+
+def test_connection_close_answer_is_not_reused(run: Run) -> None:
+    """Rule: an answer with ``Connection: close`` ends that connection on our side; the
+    server here keeps it open, so reusing it would be seen."""
+
+    async def scenario() -> None:
+        async def respond(_request: Request, writer: asyncio.StreamWriter) -> bool:
+            writer.write(answer(200, b"{}", "Connection: close"))
+            return True
+
+        async with ApiServer(respond) as server:
+            reader = server.reader()
+            await reader.get("/a")
+            await reader.get("/a")
+            await asyncio.wait_for(server.client_closed[0].wait(), 5)
+            reader.close()
+        assert [r.connection for r in server.requests] == [0, 1]
+
+    run(scenario())
+
+
+def test_a_cancelled_get_closes_its_connection(run: Run) -> None:
+    """Rule: the caller's deadline ends the GET promptly, closes the connection it was
+    using (the server sees EOF) and never returns it to the pool."""
+
+    async def scenario() -> None:
+        async def respond(request: Request, writer: asyncio.StreamWriter) -> bool:
+            if request.connection > 0:
+                writer.write(answer(200, b"{}"))
+            return True
+
+        async with ApiServer(respond) as server:
+            reader = server.reader()
+            started = time.monotonic()
+            with pytest.raises(TimeoutError):
+                async with asyncio.timeout(0.2):
+                    await reader.get("/a")
+            assert time.monotonic() - started < 2
+            await asyncio.wait_for(server.client_closed[0].wait(), 5)
+            assert await reader.get("/a") == (200, b"{}")
+            reader.close()
+        assert [r.connection for r in server.requests] == [0, 1]
+
+    run(scenario())
+
+
+def test_backend_source_lists_the_namespaces_cachebackends(run: Run) -> None:
+    """Rule: ``list(ns)`` GETs the namespaced CacheBackend collection, returns items."""
+    items = [{"metadata": {"name": "b1"}}, {"metadata": {"name": "b2"}}]
+
+    async def scenario() -> None:
+        async with ApiServer(ok(orjson.dumps({"items": items}))) as server:
+            source = AsyncApiBackendSource(server.reader(), 5)
+            assert await source.list("team-a") == items
+        (request,) = server.requests
+        path = "/apis/inferencecache.io/v1alpha1/namespaces/team-a/cachebackends"
+        assert request.line == f"GET {path} HTTP/1.1"
+
+    run(scenario())
+
+
+def test_backend_source_raises_list_failed_on_a_non_200(run: Run) -> None:
+    """Rule: any status but 200 is ``ListFailedError`` naming the status."""
+
+    async def scenario() -> None:
+        async def forbidden(_request: Request, writer: asyncio.StreamWriter) -> bool:
+            writer.write(answer(403, b'{"kind": "Status", "reason": "Forbidden"}'))
+            return True
+
+        async with ApiServer(forbidden) as server:
+            source = AsyncApiBackendSource(server.reader(), 5)
+            with pytest.raises(ListFailedError) as failed:
+                await source.list("team-a")
+        assert str(failed.value).startswith("HTTP 403")
+
+    run(scenario())
+
+
+def test_backend_source_gives_up_at_its_deadline(run: Run) -> None:
+    """Rule: no answer within ``seconds`` is ``TimeoutError`` with the Pod webhook's
+    wording (the list_error reason shows it)."""
+
+    async def scenario() -> None:
+        async with ApiServer(never_answer) as server:
+            source = AsyncApiBackendSource(server.reader(), 0.3)
+            started = time.monotonic()
+            with pytest.raises(TimeoutError) as late:
+                await source.list("team-a")
+            assert time.monotonic() - started < 2
+        assert str(late.value) == "no answer from the API server within 0.3 s"
+
+    run(scenario())
+
+
+@pytest.mark.parametrize(
+    ("host", "proxy", "assert_hostname"),
+    [
+        ("http://127.0.0.1:1", "http://proxy.example:3128", None),
+        ("unix:///run/api.sock", None, None),
+        ("https://127.0.0.1:1", None, "kubernetes.default.svc"),
+    ],
+)
+def test_a_configuration_it_cannot_honour_is_refused(
+    host: str, proxy: str | None, assert_hostname: str | None
+) -> None:
+    """Rule: an HTTP proxy, a URL that is not http/https, or an assert_hostname naming a
+    host is refused at construction, so the webhook keeps the threaded client."""
+    configuration = client.Configuration()
+    configuration.host = host
+    configuration.proxy = proxy
+    configuration.assert_hostname = cast(Any, assert_hostname)  # typed bool; urllib3 takes a name
+    with pytest.raises(UnsupportedConfigError):
+        AsyncKubeReader(client.ApiClient(configuration))
+
+
+# --------------------------------------------------------------------------- TLS
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A CA; serving certificates signed by it for 127.0.0.1 ("ip") and for
+    kubernetes.default.svc only ("named"); and an unrelated CA ("other.ca")."""
+    now = dt.datetime.now(dt.UTC)
+    ca = certs.new_ca(now)
+    directory = tmp_path_factory.mktemp("pki")
+    (directory / "ca").write_bytes(ca.cert_pem)
+    (directory / "other.ca").write_bytes(certs.new_ca(now).cert_pem)
+    for name, host in (("ip", "127.0.0.1"), ("named", "kubernetes.default.svc")):
+        serving = certs.issue_serving(ca, [host], now)
+        (directory / f"{name}.crt").write_bytes(serving.cert_pem)
+        (directory / f"{name}.key").write_bytes(serving.key_pem)
+    return directory
+
+
+def serving_context(pki: Path, name: str) -> ssl.SSLContext:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(pki / f"{name}.crt", pki / f"{name}.key")
+    return context
+
+
+@pytest.mark.parametrize(
+    ("serving", "settings"),
+    [
+        ("ip", {"ssl_ca_cert": "ca"}),
+        ("named", {"ssl_ca_cert": "ca", "tls_server_name": "kubernetes.default.svc"}),
+        ("ip", {"ssl_ca_cert": "other.ca", "verify_ssl": False}),
+    ],
+    ids=["ca", "tls_server_name", "verify_ssl-off"],
+)
+def test_https_as_the_client_configuration_says(
+    run: Run, pki: Path, serving: str, settings: dict[str, Any]
+) -> None:
+    """Rule: TLS as the kubernetes client would do it: ``ssl_ca_cert`` is the trust
+    anchor, ``tls_server_name`` the name verified, ``verify_ssl=False`` trusts anything."""
+    if "ssl_ca_cert" in settings:
+        settings = {**settings, "ssl_ca_cert": str(pki / settings["ssl_ca_cert"])}
+
+    async def scenario() -> None:
+        async with ApiServer(ok(b"{}"), tls=serving_context(pki, serving)) as server:
+            reader = server.reader("https", **settings)
+            assert await reader.get("/a") == (200, b"{}")
+            assert await reader.get("/a") == (200, b"{}")
+            reader.close()
+        assert server.connections == 1
+
+    run(scenario())
+
+
+@pytest.mark.parametrize(
+    ("serving", "ca"), [("ip", "other.ca"), ("named", "ca")], ids=["another-ca", "wrong-name"]
+)
+def test_https_refuses_a_certificate_it_cannot_verify(
+    run: Run, pki: Path, serving: str, ca: str
+) -> None:
+    """Rule: a server certificate not signed by the configured CA, or not naming the
+    host dialled, fails verification before any request is sent."""
+
+    async def scenario() -> None:
+        async with ApiServer(ok(b"{}"), tls=serving_context(pki, serving)) as server:
+            reader = server.reader("https", ssl_ca_cert=str(pki / ca))
+            with pytest.raises(ssl.SSLCertVerificationError):
+                await reader.get("/a")
+        assert server.requests == []
+
+    run(scenario())
