@@ -130,11 +130,18 @@ def build_floor(cache: Path) -> Path:
 # --------------------------------------------------------------------------- #
 
 
+# --validate-as: the validate payload's requesting user (None: the example's own, a
+# system:masters admin, for whom the webhook makes no SubjectAccessReview).
+VALIDATE_AS: dict[str, Any] | None = None
+
+
 def payload(name: str) -> bytes:
     """An example review, moved into the bench namespace."""
     review = json.loads((EXAMPLES / name).read_text())
     request = review["request"]
     request["namespace"] = NS
+    if VALIDATE_AS is not None and name.startswith("create-"):
+        request["userInfo"] = VALIDATE_AS
     for key in ("object", "oldObject"):
         meta = (request.get(key) or {}).get("metadata")
         if isinstance(meta, dict) and "namespace" in meta:
@@ -157,6 +164,37 @@ def store_backends(api: Any) -> int:
             )
             stored += 1
     return stored
+
+
+def grant_workloads(api: Any, user: str) -> None:
+    """Let ``user`` create Deployments and StatefulSets in the bench namespace, so the
+    webhook's SubjectAccessReview for a --validate-as user allows."""
+    rbac = client.RbacAuthorizationV1Api(api)
+    rbac.create_namespaced_role(
+        NS,
+        {
+            "metadata": {"name": "bench-workloads"},
+            "rules": [
+                {
+                    "apiGroups": ["apps"],
+                    "resources": ["deployments", "statefulsets"],
+                    "verbs": ["create"],
+                }
+            ],
+        },
+    )
+    rbac.create_namespaced_role_binding(
+        NS,
+        {
+            "metadata": {"name": "bench-workloads"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Role",
+                "name": "bench-workloads",
+            },
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+        },
+    )
 
 
 def post(url: str, body: bytes, ctx: ssl.SSLContext) -> dict[str, Any]:
@@ -409,9 +447,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--validate-example",
         default=ENDPOINTS[0][2],
-        help="examples/admission file for the validate route; the default (a managed "
-        "provider) makes the webhook ask a SubjectAccessReview per request (issue 10), "
-        "create-vllm-host-only.json does not",
+        help="examples/admission file for the validate route (default: a managed provider, "
+        "created by a system:masters admin, for whom no SubjectAccessReview is made)",
+    )
+    parser.add_argument(
+        "--validate-as",
+        metavar="USER",
+        help="send the validate payload as USER (groups: system:authenticated), granted "
+        "create deployments/statefulsets in the bench namespace: the webhook then asks a "
+        "SubjectAccessReview per request (issue 10)",
     )
     parser.add_argument("--no-floor", action="store_true", help="skip the Go floor")
     parser.add_argument(
@@ -435,6 +479,10 @@ def main(argv: list[str] | None = None) -> int:
         api = cp.api_client()
         install_crd(api)
         stored = store_backends(api)
+        if args.validate_as:
+            global VALIDATE_AS
+            VALIDATE_AS = {"username": args.validate_as, "groups": ["system:authenticated"]}
+            grant_workloads(api, args.validate_as)
         extra = []
         if args.webhook_workers is not None:
             extra = ["--workers", str(args.webhook_workers)]

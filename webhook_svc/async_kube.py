@@ -24,6 +24,7 @@ deadline, closes the connection it was using.
 from __future__ import annotations
 
 import asyncio
+import os
 import ssl
 from typing import Any, Final
 from urllib.parse import urlsplit
@@ -59,6 +60,17 @@ def ssl_context_for(configuration: Any) -> ssl.SSLContext:
     if configuration.cert_file:
         context.load_cert_chain(configuration.cert_file, configuration.key_file or None)
     return context
+
+
+def _stamp(paths: list[str]) -> tuple[tuple[str, int], ...]:
+    """(path, mtime) of each file; -1 for one that cannot be read right now."""
+    stamps = []
+    for path in paths:
+        try:
+            stamps.append((path, os.stat(path).st_mtime_ns))
+        except OSError:
+            stamps.append((path, -1))
+    return tuple(stamps)
 
 
 class _Answer(asyncio.Protocol):
@@ -135,6 +147,14 @@ class AsyncKubeReader:
         self._client = api_client
         self._address = (url.hostname, url.port or (443 if url.scheme == "https" else 80))
         self._prefix = url.path.rstrip("/")
+        # Like urllib3, which reads these files for every new connection, a rotated CA or
+        # client certificate is used from the next connection on (checked on connect).
+        self._tls_files = [
+            str(path)
+            for path in (configuration.ssl_ca_cert, configuration.cert_file, configuration.key_file)
+            if path
+        ]
+        self._tls_stamp = _stamp(self._tls_files)
         self._ssl = ssl_context_for(configuration) if url.scheme == "https" else None
         self._server_hostname = (
             (configuration.tls_server_name or url.hostname) if self._ssl else None
@@ -164,6 +184,15 @@ class AsyncKubeReader:
         return b"\r\n".join(lines) + b"\r\n\r\n"
 
     async def _connect(self) -> _Answer:
+        if self._ssl is not None:
+            stamp = _stamp(self._tls_files)
+            if stamp != self._tls_stamp:
+                try:
+                    self._ssl = ssl_context_for(self._client.configuration)
+                except (OSError, ValueError):  # ssl.SSLError is an OSError
+                    pass  # half-written: keep the current one, look again next connect
+                else:
+                    self._tls_stamp = stamp
         loop = asyncio.get_running_loop()
         _, protocol = await loop.create_connection(
             _Answer,

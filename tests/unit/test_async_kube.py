@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import os
 import ssl
 import time
 from collections.abc import Awaitable, Callable, Coroutine
@@ -457,5 +458,36 @@ def test_https_refuses_a_certificate_it_cannot_verify(
             with pytest.raises(ssl.SSLCertVerificationError):
                 await reader.get("/a")
         assert server.requests == []
+
+    run(scenario())
+
+
+def test_a_rotated_ca_file_is_used_from_the_next_connection(run: Run, tmp_path: Path) -> None:
+    """Rule: like urllib3 (which reads the files per connection), the reader trusts a
+    rotated CA file from its next connection on; without the reload the second GET
+    fails verification."""
+    now = dt.datetime.now(dt.UTC)
+    old_ca, new_ca = certs.new_ca(now), certs.new_ca(now)
+    old_cert, new_cert = (certs.issue_serving(ca, ["127.0.0.1"], now) for ca in (old_ca, new_ca))
+    for name, pair in (("old", old_cert), ("new", new_cert)):
+        (tmp_path / f"{name}.crt").write_bytes(pair.cert_pem)
+        (tmp_path / f"{name}.key").write_bytes(pair.key_pem)
+    ca_file = tmp_path / "ca.crt"
+    ca_file.write_bytes(old_ca.cert_pem)
+    serving = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    serving.load_cert_chain(tmp_path / "old.crt", tmp_path / "old.key")
+
+    async def scenario() -> None:
+        async with ApiServer(ok(b"{}"), tls=serving) as server:
+            reader = server.reader("https", ssl_ca_cert=str(ca_file))
+            assert await reader.get("/a") == (200, b"{}")
+            reader.close()  # the next GET dials anew
+            # The API server's certificate and the mounted CA rotate together.
+            serving.load_cert_chain(tmp_path / "new.crt", tmp_path / "new.key")
+            ca_file.write_bytes(new_ca.cert_pem)
+            os.utime(ca_file, ns=(time.time_ns(), time.time_ns() + 10**9))
+            assert await reader.get("/a") == (200, b"{}")
+            reader.close()
+        assert server.connections == 2
 
     run(scenario())
