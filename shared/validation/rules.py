@@ -30,7 +30,7 @@ import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Any, Final, Literal, NamedTuple
 
 from shared import constants as c
@@ -535,6 +535,9 @@ def _entries(spec: CacheBackendSpec) -> Iterator[_Entry]:
             yield _Entry(base, which, name, raw, value, error)
 
 
+# Pure functions of a resource name, asked by several rules about every entry of every
+# review: answered once per distinct name per process (bounded; issue 12).
+@lru_cache(maxsize=1024)
 def resource_name_error(name: str) -> str | None:
     """Why ``name`` is not a valid container resource name (the apiserver's rules)."""
     if name in STANDARD_RESOURCES:
@@ -582,6 +585,7 @@ def _is_qualified_name(name: str) -> bool:
     return 0 < len(local) <= 63 and _QUALIFIED_NAME_RE.fullmatch(local) is not None
 
 
+@lru_cache(maxsize=1024)
 def resource_kind(name: str) -> ResourceKind | None:
     """standard (overcommittable), hugepages, extended; None for an invalid name."""
     if resource_name_error(name) is not None:
