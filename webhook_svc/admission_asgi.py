@@ -171,8 +171,8 @@ class AdmissionDoor:
         )
         if isinstance(parsed, tuple):
             return parsed
-        answer = await route.prefetch(parsed) if route.prefetch is not None else None
-        if large or route.may_block(parsed):
+        answer = await route.prefetch(parsed, large) if route.prefetch is not None else None
+        if large or (answer is None and route.may_block(parsed)):
             return await loop.run_in_executor(self._threads(), route.judge, parsed, started, answer)
         return route.judge(parsed, started, answer)
 

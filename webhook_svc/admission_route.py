@@ -26,9 +26,12 @@ from webhook_svc.pod_admission import REASON_INTERNAL_ERROR
 log = logging.getLogger("icache.webhook")
 
 Answer = Callable[[AdmissionRequest], tuple[dict[str, Any], str]]
-# Reads on the event loop what judging the request needs (the Pod route's live LIST) and
-# returns the answer to judge it with. Never raises: a failed read is part of the answer.
-Prefetch = Callable[[AdmissionRequest], Awaitable[Answer]]
+# Waits on the event loop for what judging the request needs (the Pod route's live
+# LIST, the validating route's SubjectAccessReviews) and returns the answer to judge it
+# with, or None for the route's own ``answer`` (judged off the loop if ``may_block``).
+# Told whether the body is large (then it should not spend CPU on the loop). Never
+# raises: a failed read is part of the answer.
+Prefetch = Callable[[AdmissionRequest, bool], Awaitable[Answer | None]]
 Fallback = Callable[[WebhookMetrics, AdmissionRequest, Exception], dict[str, Any]]
 
 

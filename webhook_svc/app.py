@@ -37,7 +37,13 @@ from webhook_svc.admission_route import (
 from webhook_svc.backend_source import AsyncBackendSource, BackendSource
 from webhook_svc.lifecycle import CloseWhenDraining, lifecycle_of, lifespan
 from webhook_svc.metrics import WebhookMetrics
-from webhook_svc.workload_authz import AccessReviewer, authorizing, review_possible
+from webhook_svc.workload_authz import (
+    AccessReviewer,
+    AsyncAccessReviewer,
+    authorizing,
+    authorizing_async,
+    review_possible,
+)
 
 PATH_MUTATE_CB = "/mutate-inferencecache-io-v1alpha1-cachebackend"
 PATH_VALIDATE_CB = "/validate-inferencecache-io-v1alpha1-cachebackend"
@@ -67,11 +73,14 @@ def create_app(
     access_reviewer: AccessReviewer | None = None,
     registry: CollectorRegistry | None = None,
     live_backends: AsyncBackendSource | None = None,
+    async_access_reviewer: AsyncAccessReviewer | None = None,
 ) -> WebhookApp:
     """The webhook app. Its metrics live on ``registry`` (default: a new one of its
     own), which its /metrics serves; ``app.state.metrics`` holds them. With
     ``live_backends`` the Pod route lists through it, on the event loop, instead of
-    ``backends`` on a thread."""
+    ``backends`` on a thread; with ``async_access_reviewer`` the validating route's
+    SubjectAccessReviews are awaited on the loop (``access_reviewer`` then serves
+    bodies too large to judge on the loop)."""
     # Imported here so the app module loads even while a route's module is being built.
     from webhook_svc.cachebackend_admission import mutate_cachebackend, validate_cachebackend
     from webhook_svc.pod_admission import mutate_pod, namespace_to_list
@@ -108,7 +117,7 @@ def create_app(
 
     pod_answer = pod_answer_with(backends.list)
 
-    async def pod_prefetch(req: AdmissionRequest) -> Answer:
+    async def pod_prefetch(req: AdmissionRequest, _large: bool) -> Answer:
         """The live LIST on the event loop, then wiring with what it returned (or
         with its failure, which mutate_pod turns into list_error, failing open)."""
         namespace = namespace_to_list(req)
@@ -125,16 +134,36 @@ def create_app(
             return pod_answer_with(failed)
         return pod_answer_with(lambda _namespace: items)
 
+    validate_answer = cachebackend_route(authorizing(validate_cachebackend, access_reviewer))
+
+    async def validate_prefetch(req: AdmissionRequest, large: bool) -> Answer | None:
+        """Validation, then the SubjectAccessReviews awaited on the event loop, for a
+        request that may need them; None (the threaded path) otherwise or when large."""
+        if large or async_access_reviewer is None or not review_possible(req):
+            return None
+        authorize = authorizing_async(validate_cachebackend, async_access_reviewer)
+        try:
+            response = await authorize(req)
+        except Exception as exc:
+            failure = exc
+
+            def failed(_req: AdmissionRequest) -> dict[str, Any]:
+                raise failure
+
+            return cachebackend_route(failed)
+        return cachebackend_route(lambda _req: response)
+
     routes = [
         Route(PATH_MUTATE_CB, cachebackend_route(mutate_cachebackend), internal_denial, counters),
         # With an API server: the requesting user must also be allowed to create the
         # workload the backend shapes (webhook_svc/workload_authz.py).
         Route(
             PATH_VALIDATE_CB,
-            cachebackend_route(authorizing(validate_cachebackend, access_reviewer)),
+            validate_answer,
             internal_denial,
             counters,
             may_block=review_possible if access_reviewer is not None else never_blocks,
+            prefetch=validate_prefetch if async_access_reviewer is not None else None,
         ),
         # Wiring a CREATE lists CacheBackends: on the event loop when the source is
         # asynchronous (the live API), else (files, a threaded client) off it.

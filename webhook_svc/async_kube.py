@@ -1,4 +1,4 @@
-"""GETs to the API server on the webhook's event loop.
+"""GETs (and side-effect-free POSTs) to the API server on the webhook's event loop.
 
 The Pod route lists CacheBackends live on every pod CREATE. Through the kubernetes
 client (urllib3 and http.client on a worker thread) one LIST cost ~700 us of the
@@ -166,22 +166,25 @@ class AsyncKubeReader:
         self._idle: list[_Answer] = []
         self._max_idle = max_idle
 
-    def _request_bytes(self, path: str) -> bytes:
+    def _request_bytes(self, method: str, path: str, body: bytes | None = None) -> bytes:
         headers: dict[str, str] = {
             "Accept": "application/json",
             **self._client.default_headers,
             # Ours replaces the client's default (one User-Agent field: RFC 9110 5.3).
             "User-Agent": USER_AGENT,
         }
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+            headers["Content-Length"] = str(len(body))
         # The client's own hook: bearer token (refreshed from the mounted file or exec
         # plugin), exactly as the generated methods and webhook_svc/kube_raw.py send it.
-        self._client.update_params_for_auth(headers, [], ["BearerToken"], path, "GET", None)
+        self._client.update_params_for_auth(headers, [], ["BearerToken"], path, method, None)
         lines = [
-            b"GET " + (self._prefix + path).encode("ascii") + b" HTTP/1.1",
+            method.encode("ascii") + b" " + (self._prefix + path).encode("ascii") + b" HTTP/1.1",
             b"Host: " + self._host_header,
         ]
         lines += [f"{name}: {value}".encode("latin-1") for name, value in headers.items()]
-        return b"\r\n".join(lines) + b"\r\n\r\n"
+        return b"\r\n".join(lines) + b"\r\n\r\n" + (body or b"")
 
     async def _connect(self) -> _Answer:
         if self._ssl is not None:
@@ -204,7 +207,15 @@ class AsyncKubeReader:
 
     async def get(self, path: str) -> tuple[int, bytes]:
         """(HTTP status, body). Raises on connection errors; the caller bounds the wait."""
-        data = self._request_bytes(path)
+        return await self._send(self._request_bytes("GET", path))
+
+    async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        """``get`` for a POST of a JSON ``body``. Only for requests that change nothing
+        (a SubjectAccessReview): like a GET it is sent again on a new connection when a
+        reused one turns out closed before any answer arrived."""
+        return await self._send(self._request_bytes("POST", path, body))
+
+    async def _send(self, data: bytes) -> tuple[int, bytes]:
         while self._idle:
             conn = self._idle.pop()
             if conn.closed:

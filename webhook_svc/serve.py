@@ -26,13 +26,14 @@ from webhook_svc.backend_source import (
     DEFAULT_LIST_TIMEOUT_SECONDS,
     ApiBackendSource,
     AsyncApiBackendSource,
-    AsyncBackendSource,
     BackendSource,
     DeadlineSource,
     FileBackendSource,
 )
 
 if TYPE_CHECKING:
+    from webhook_svc.async_kube import AsyncKubeReader
+
     # Imported in run(): it imports prometheus_client, which must see the workers'
     # multiprocess directory first (webhook_svc.workers).
     from webhook_svc.tls import ReloadingTLS
@@ -154,19 +155,19 @@ def build_source(args: argparse.Namespace) -> BackendSource:
     return DeadlineSource(ApiBackendSource(load_kube_client(args.kubeconfig), timeout), timeout)
 
 
-def build_live_source(args: argparse.Namespace) -> AsyncBackendSource | None:
-    """The Pod route's LIST on the event loop (webhook_svc/async_kube.py); None (the
-    threaded client then lists) in embedded mode or for a configuration it cannot honour."""
+def build_reader(args: argparse.Namespace) -> AsyncKubeReader | None:
+    """The event-loop API client for the Pod route's LIST and the validating route's
+    SubjectAccessReviews (webhook_svc/async_kube.py); None (the threaded client then
+    does both) in embedded mode or for a configuration it cannot honour."""
     if args.backends_from:
         return None
     from webhook_svc.async_kube import AsyncKubeReader, UnsupportedConfigError
 
     try:
-        reader = AsyncKubeReader(load_kube_client(args.kubeconfig))
+        return AsyncKubeReader(load_kube_client(args.kubeconfig))
     except UnsupportedConfigError as exc:
-        log.warning("CacheBackend lists go through the threaded client", extra={"why": str(exc)})
+        log.warning("API reads go through the threaded client", extra={"why": str(exc)})
         return None
-    return AsyncApiBackendSource(reader, args.backend_list_timeout)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -209,13 +210,17 @@ def run(args: argparse.Namespace) -> int:
         reviewer = ApiAccessReviewer(
             Kube(load_kube_client(args.kubeconfig), timeout=DEFAULT_REVIEW_BUDGET_SECONDS)
         )
+    reader = build_reader(args)
+    from webhook_svc.workload_authz import AsyncApiAccessReviewer
+
     app = create_app(
         source,
         ctx,
         max_body_bytes=args.max_body_bytes,
         max_inflight_bytes=args.max_inflight_bytes,
         access_reviewer=reviewer,
-        live_backends=build_live_source(args),
+        live_backends=AsyncApiBackendSource(reader, args.backend_list_timeout) if reader else None,
+        async_access_reviewer=AsyncApiAccessReviewer(reader) if reader else None,
     )
     tls: ReloadingTLS | None = None
     if not args.insecure:

@@ -20,14 +20,18 @@ no API server and runs no check (``icache webhook`` logs that).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Generator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import TYPE_CHECKING, Any, Final, Protocol
+
+import orjson
 
 from shared import constants as c
 from shared.api.models import CacheBackend
@@ -37,6 +41,7 @@ from webhook_svc.admission_review import AdmissionRequest, deny
 
 if TYPE_CHECKING:
     from shared.kubeclient import KubeClient
+    from webhook_svc.async_kube import AsyncKubeReader
 
 log = logging.getLogger("icache.webhook.authz")
 
@@ -67,6 +72,10 @@ class ReviewError(Exception):
 
 class AccessReviewer(Protocol):
     def review(self, body: dict[str, Any]) -> dict[str, Any]: ...
+
+
+class AsyncAccessReviewer(Protocol):
+    async def review(self, body: dict[str, Any]) -> dict[str, Any]: ...
 
 
 # ----------------------------------------------------------------------- pure
@@ -207,9 +216,14 @@ def unverified_status(
 # ----------------------------------------------------------------------- shell
 
 
-def authorize_workload(
-    req: AdmissionRequest, reviewer: AccessReviewer, allowed_response: dict[str, Any]
-) -> dict[str, Any]:
+# The decision, once, as a generator: it yields each SubjectAccessReview to make and is
+# sent its answer (or thrown the ReviewError); its return value is the response. The
+# threaded reviewer (authorize_workload) and the event-loop one
+# (authorize_workload_async) only drive it.
+Steps = Generator[dict[str, Any], dict[str, Any], dict[str, Any]]
+
+
+def authorization_steps(req: AdmissionRequest, allowed_response: dict[str, Any]) -> Steps:
     """``allowed_response`` (the validator's allow, warnings included) unless the user
     lacks a permission the backend's workload needs; then a denial."""
     user = user_info(req)
@@ -228,7 +242,7 @@ def authorize_workload(
             status = unverified_status(name, req.namespace, access, field, "no userInfo")
             return deny(req.uid, status, warnings)
         try:
-            result = reviewer.review(access_review(user, req.namespace, access))
+            result = yield access_review(user, req.namespace, access)
         except ReviewError as exc:
             log.warning(
                 "SubjectAccessReview failed; denying",
@@ -250,12 +264,64 @@ def authorize_workload(
     return allowed_response
 
 
+def authorize_workload(
+    req: AdmissionRequest, reviewer: AccessReviewer, allowed_response: dict[str, Any]
+) -> dict[str, Any]:
+    """``authorization_steps`` with each review asked of ``reviewer`` (blocking)."""
+    steps = authorization_steps(req, allowed_response)
+    try:
+        body = next(steps)
+        while True:
+            try:
+                result = reviewer.review(body)
+            except ReviewError as exc:
+                body = steps.throw(exc)
+            else:
+                body = steps.send(result)
+    except StopIteration as done:
+        response: dict[str, Any] = done.value
+        return response
+
+
+async def authorize_workload_async(
+    req: AdmissionRequest, reviewer: AsyncAccessReviewer, allowed_response: dict[str, Any]
+) -> dict[str, Any]:
+    """``authorization_steps`` with each review awaited on the event loop."""
+    steps = authorization_steps(req, allowed_response)
+    try:
+        body = next(steps)
+        while True:
+            try:
+                result = await reviewer.review(body)
+            except ReviewError as exc:
+                body = steps.throw(exc)
+            else:
+                body = steps.send(result)
+    except StopIteration as done:
+        response: dict[str, Any] = done.value
+        return response
+
+
 def review_possible(req: AdmissionRequest) -> bool:
     """Whether judging ``req`` may ask the API server: a CREATE or UPDATE of the object
     itself (not a subresource) by someone outside ``system:masters``."""
     if req.operation not in ("CREATE", "UPDATE") or req.raw.get("subResource"):
         return False
     return not authorized_by_privileged_group(user_info(req))
+
+
+def authorizing_async(
+    validate: Callable[[AdmissionRequest], dict[str, Any]], reviewer: AsyncAccessReviewer
+) -> Callable[[AdmissionRequest], Awaitable[dict[str, Any]]]:
+    """``authorizing`` with the reviews awaited on the event loop."""
+
+    async def handler(req: AdmissionRequest) -> dict[str, Any]:
+        response = validate(req)
+        if not response["response"].get("allowed") or not review_possible(req):
+            return response
+        return await authorize_workload_async(req, reviewer, response)
+
+    return handler
 
 
 def authorizing(
@@ -291,6 +357,60 @@ def _reviews() -> ThreadPoolExecutor:
         return _review_pool
 
 
+def review_outcome(result: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of a SubjectAccessReview answer the decision reads, or ReviewError."""
+    status = result.get("status")
+    if not isinstance(status, dict):
+        raise ReviewError("SubjectAccessReview came back without a status")
+    return {
+        "status": {
+            "allowed": bool(status.get("allowed")),
+            "denied": bool(status.get("denied")),
+            "reason": str(status.get("reason") or ""),
+        }
+    }
+
+
+def api_server_said(status: int) -> str:
+    """The threaded reviewer's wording for an HTTP error ("API server said 403 Forbidden")."""
+    try:
+        return f"API server said {status} {HTTPStatus(status).phrase}"
+    except ValueError:
+        return f"API server said {status}"
+
+
+SUBJECT_ACCESS_REVIEWS_PATH: Final = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
+
+
+class AsyncApiAccessReviewer:
+    """SubjectAccessReviews on the event loop (webhook_svc/async_kube.py), each under
+    the same hard wall-clock budget as the threaded reviewer's."""
+
+    def __init__(self, reader: AsyncKubeReader, budget: float = DEFAULT_REVIEW_BUDGET_SECONDS):
+        self._reader = reader
+        self._budget = budget
+
+    async def review(self, body: dict[str, Any]) -> dict[str, Any]:
+        try:
+            async with asyncio.timeout(self._budget):
+                status, data = await self._reader.post(
+                    SUBJECT_ACCESS_REVIEWS_PATH, orjson.dumps(body)
+                )
+        except TimeoutError:
+            raise ReviewError(f"no answer from the API server within {self._budget:g} s") from None
+        except Exception as exc:  # connection errors
+            raise ReviewError(f"{type(exc).__name__}: {exc}") from exc
+        if status not in (200, 201):
+            raise ReviewError(api_server_said(status))
+        try:
+            result = orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            raise ReviewError(f"unreadable SubjectAccessReview answer: {exc}") from exc
+        if not isinstance(result, dict):
+            raise ReviewError("SubjectAccessReview came back without a status")
+        return review_outcome(result)
+
+
 class ApiAccessReviewer:
     """SubjectAccessReviews through the webhook's own connection (a
     :class:`shared.kubeclient.KubeClient`; its timeout bounds each review)."""
@@ -318,13 +438,4 @@ class ApiAccessReviewer:
             raise ReviewError(f"API server said {exc.status} {exc.reason}") from exc
         except Exception as exc:  # timeouts, connection errors
             raise ReviewError(f"{type(exc).__name__}: {exc}") from exc
-        status = result.get("status")
-        if not isinstance(status, dict):
-            raise ReviewError("SubjectAccessReview came back without a status")
-        return {
-            "status": {
-                "allowed": bool(status.get("allowed")),
-                "denied": bool(status.get("denied")),
-                "reason": str(status.get("reason") or ""),
-            }
-        }
+        return review_outcome(result)

@@ -32,7 +32,13 @@ from webhook_svc.admission_asgi import INLINE_MAX_BYTES, AdmissionDoor
 from webhook_svc.admission_gate import ByteBudget
 from webhook_svc.admission_review import AdmissionRequest, allow
 from webhook_svc.admission_route import Answer, Prefetch, Route, internal_denial
-from webhook_svc.app import PATH_MUTATE_CB, PATH_MUTATE_POD, WebhookApp, create_app
+from webhook_svc.app import (
+    PATH_MUTATE_CB,
+    PATH_MUTATE_POD,
+    PATH_VALIDATE_CB,
+    WebhookApp,
+    create_app,
+)
 from webhook_svc.backend_files import load_backends
 from webhook_svc.backend_source import FileBackendSource
 from webhook_svc.lifecycle import LIFECYCLE_KEY, Lifecycle
@@ -214,24 +220,47 @@ def test_prefetch_runs_on_the_loop_and_its_answer_is_used(pad: int) -> None:
         order.append("judge")
         return allow(req.uid, message="from prefetch"), "allowed"
 
-    async def prefetch(req: AdmissionRequest) -> Answer:
+    async def prefetch(req: AdmissionRequest, large: bool) -> Answer:
         assert threading.current_thread() is threading.main_thread()
         await asyncio.sleep(0)  # it may await (the live LIST)
-        order.append(f"prefetch {req.uid}")
+        order.append(f"prefetch {req.uid} large={large}")
         return prefetched
 
     route = recording_route(prefetch=prefetch)
     status, _, answer = run_door(door_for(route), route, Exchange([review_body(pad=pad)])).answer()
     assert status == 200
     assert orjson.loads(answer)["response"]["status"]["message"] == "from prefetch"
-    assert order == ["prefetch u-1", "judge"]
+    assert order == [f"prefetch u-1 large={pad > 0}", "judge"]
     assert [what for what, _ in route.seen] == ["parse"]  # the route's own answer unused
+
+
+@pytest.mark.parametrize(
+    ("pad", "blocks", "judged_on_loop"),
+    [(0, False, True), (0, True, False), (INLINE_MAX_BYTES, False, False)],
+    ids=["small", "small-may-block", "large"],
+)
+def test_a_prefetch_that_declines_leaves_the_routes_own_answer(
+    pad: int, blocks: bool, judged_on_loop: bool
+) -> None:
+    """Rule: a prefetch returning None hands the request to the route's own answer,
+    judged where it would have been without a prefetch (off the loop when it may block
+    or the body is large)."""
+
+    async def decline(_req: AdmissionRequest, _large: bool) -> Answer | None:
+        return None
+
+    route = recording_route(prefetch=decline, may_block=blocks)
+    status, _, _ = run_door(door_for(route), route, Exchange([review_body(pad=pad)])).answer()
+    assert status == 200
+    (_, _), (judge, judged_on) = route.seen
+    assert judge == "judge"
+    assert (judged_on is threading.main_thread()) == judged_on_loop
 
 
 def test_anything_unexpected_is_a_503_with_retry_after_never_a_500() -> None:
     """Rule: no answer is a 500; an unexpected error is 503 + Retry-After."""
 
-    async def prefetch(_req: AdmissionRequest) -> Answer:
+    async def prefetch(_req: AdmissionRequest, _large: bool) -> Answer:
         raise RuntimeError("a prefetch that broke its contract")
 
     route = recording_route(prefetch=prefetch)
@@ -456,3 +485,51 @@ def test_the_pod_route_fails_open_when_the_live_list_fails() -> None:
     assert response["auditAnnotations"] == {"outcome": "fail_open", "reason": "list_error"}
     assert "patch" not in response
     assert live.calls == ["default"]
+
+
+class Granting:
+    """A blocking reviewer that allows everything and records what it was asked."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    def review(self, body: dict[str, Any]) -> dict[str, Any]:
+        self.asked.append(body["spec"]["resourceAttributes"]["resource"])
+        return {"status": {"allowed": True}}
+
+
+class AwaitedGranting:
+    """The same, awaited on the event loop."""
+
+    def __init__(self) -> None:
+        self.granting = Granting()
+        self.asked = self.granting.asked
+
+    async def review(self, body: dict[str, Any]) -> dict[str, Any]:
+        assert threading.current_thread() is threading.main_thread()
+        await asyncio.sleep(0)
+        return self.granting.review(body)
+
+
+@pytest.mark.parametrize(("pad", "awaited"), [(0, True), (INLINE_MAX_BYTES, False)])
+def test_the_validating_route_awaits_reviews_unless_the_body_is_large(
+    pad: int, awaited: bool
+) -> None:
+    """Rule: with an event-loop reviewer, a writer outside system:masters is reviewed on
+    the loop; a body too large to judge on the loop goes to the threaded reviewer."""
+    review = json.loads((EXAMPLES / "create-vllm-lmcacheserver-managed.json").read_text())
+    review["request"]["userInfo"] = {"username": "alice", "groups": ["system:authenticated"]}
+    review["request"]["object"]["metadata"]["annotations"] = {"pad": "x" * pad}
+    body = json.dumps(review).encode()
+    threaded, on_loop = Granting(), AwaitedGranting()
+    app = create_app(
+        NoThreadedList(), InjectContext(), access_reviewer=threaded, async_access_reviewer=on_loop
+    )
+    status, _, answer = run_app(
+        app, http_scope(PATH_VALIDATE_CB, headers=sized(body)), body
+    ).answer()
+    assert status == 200
+    assert orjson.loads(answer)["response"]["allowed"] is True
+    assert (on_loop.asked, threaded.asked) == (
+        (["deployments"], []) if awaited else ([], ["deployments"])
+    )

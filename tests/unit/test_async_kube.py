@@ -43,6 +43,7 @@ class Request:
     connection: int  # 0 for the server's first connection, 1 for the next, ...
     line: str
     headers: list[tuple[str, str]]
+    body: bytes = b""
 
     def header(self, name: str) -> list[str]:
         return [v for k, v in self.headers if k.lower() == name.lower()]
@@ -112,6 +113,9 @@ class ApiServer:
                 line, *fields = head.decode("latin-1").split("\r\n")[:-2]
                 headers = [(k.strip(), v.strip()) for k, _, v in (f.partition(":") for f in fields)]
                 request = Request(connection, line, headers)
+                length = request.header("content-length")
+                if length:
+                    request.body = await reader.readexactly(int(length[0]))
                 self.requests.append(request)
                 if not await self.respond(request, writer):
                     return
@@ -489,5 +493,79 @@ def test_a_rotated_ca_file_is_used_from_the_next_connection(run: Run, tmp_path: 
             assert await reader.get("/a") == (200, b"{}")
             reader.close()
         assert server.connections == 2
+
+    run(scenario())
+
+
+# ------------------------------------------------------------ SubjectAccessReviews
+
+
+def answering(status: int, body: bytes) -> Respond:
+    async def respond(_request: Request, writer: asyncio.StreamWriter) -> bool:
+        writer.write(answer(status, body))
+        return True
+
+    return respond
+
+
+REVIEW = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": {}}
+
+
+def test_an_async_review_posts_the_review_and_reads_its_status(run: Run) -> None:
+    """Rule (issue 10 guard, on the event loop): the review is POSTed as JSON to the
+    subjectaccessreviews path with the client's auth, and the answer's status read as
+    the threaded reviewer reads it."""
+    from webhook_svc.workload_authz import AsyncApiAccessReviewer
+
+    granted = b'{"status": {"allowed": true, "reason": "RBAC: allowed"}}'
+
+    async def scenario() -> None:
+        async with ApiServer(answering(201, granted)) as server:
+            reviewer = AsyncApiAccessReviewer(server.reader())
+            outcome = await reviewer.review(REVIEW)
+        assert outcome == {"status": {"allowed": True, "denied": False, "reason": "RBAC: allowed"}}
+        (request,) = server.requests
+        assert request.line == "POST /apis/authorization.k8s.io/v1/subjectaccessreviews HTTP/1.1"
+        assert request.header("authorization") == ["Bearer t0k"]
+        assert request.header("content-type") == ["application/json"]
+        assert orjson.loads(request.body) == REVIEW
+
+    run(scenario())
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "message"),
+    [
+        (403, b"{}", "API server said 403 Forbidden"),
+        (599, b"{}", "API server said 599"),
+        (201, b"[]", "SubjectAccessReview came back without a status"),
+        (201, b"{", "unreadable SubjectAccessReview answer"),
+    ],
+)
+def test_an_async_review_that_cannot_be_read_is_a_review_error(
+    run: Run, status: int, body: bytes, message: str
+) -> None:
+    """Rule: an answer that is not a readable SubjectAccessReview is a ReviewError (the
+    webhook then denies with 503, failing closed), worded as the threaded reviewer's."""
+    from webhook_svc.workload_authz import AsyncApiAccessReviewer, ReviewError
+
+    async def scenario() -> None:
+        async with ApiServer(answering(status, body)) as server:
+            with pytest.raises(ReviewError, match=message):
+                await AsyncApiAccessReviewer(server.reader()).review(REVIEW)
+
+    run(scenario())
+
+
+def test_an_async_review_has_a_hard_budget(run: Run) -> None:
+    """Rule: each review gets a wall-clock budget; past it, ReviewError naming it."""
+    from webhook_svc.workload_authz import AsyncApiAccessReviewer, ReviewError
+
+    async def scenario() -> None:
+        async with ApiServer(never_answer) as server:
+            started = time.monotonic()
+            with pytest.raises(ReviewError, match=r"^no answer from the API server within 0\.2 s$"):
+                await AsyncApiAccessReviewer(server.reader(), budget=0.2).review(REVIEW)
+            assert time.monotonic() - started < 2
 
     run(scenario())

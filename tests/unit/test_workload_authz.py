@@ -5,6 +5,7 @@ tests/integration/test_workload_authz.py."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import threading
 from typing import Any
@@ -20,6 +21,8 @@ from webhook_svc.workload_authz import (
     ApiAccessReviewer,
     ReviewError,
     access_review,
+    authorize_workload,
+    authorize_workload_async,
     authorizing,
     required_access,
     shaping_field,
@@ -223,3 +226,55 @@ def test_authorized_by_privileged_group_asks_nothing_for_system_masters() -> Non
     for user in lookalikes:
         assert handler(review(MANAGED, user=user))["response"]["allowed"] is False
     assert len(reviewer.asked) == 2
+
+
+class AsyncReviewer:
+    """The same answers as ``Reviewer``, awaited."""
+
+    def __init__(self, sync: Reviewer) -> None:
+        self.sync = sync
+
+    async def review(self, body: dict[str, Any]) -> dict[str, Any]:
+        await asyncio.sleep(0)
+        return self.sync.review(body)
+
+
+@pytest.mark.parametrize(
+    ("obj", "allowed", "error", "user"),
+    [
+        (MANAGED, set(), False, USER),
+        (MANAGED, {"deployments"}, False, USER),
+        (with_spec(MANAGED, deploymentKind="StatefulSet"), {"deployments"}, False, USER),
+        (
+            with_spec(MANAGED, deploymentKind="StatefulSet"),
+            {"deployments", "statefulsets"},
+            False,
+            USER,
+        ),
+        (MANAGED, set(), True, USER),
+        (MANAGED, set(), False, {"groups": ["team-a"]}),
+        (HOST_ONLY, set(), False, USER),
+    ],
+    ids=[
+        "denied",
+        "allowed",
+        "sts-denied",
+        "sts-allowed",
+        "review-error",
+        "no-username",
+        "no-workload",
+    ],
+)
+def test_the_event_loop_reviewer_decides_exactly_as_the_threaded_one(
+    obj: dict[str, Any], allowed: set[str], error: bool, user: Any
+) -> None:
+    """authorization_steps is the one decision: driven by a blocking reviewer
+    (authorize_workload) or an awaited one (authorize_workload_async), same answer,
+    same reviews asked in the same order."""
+    req = review(obj, user=user)
+    allow_response = validate_cachebackend(req)
+    blocking, awaited = Reviewer(allowed, error), Reviewer(allowed, error)
+    expected = authorize_workload(req, blocking, allow_response)
+    got = asyncio.run(authorize_workload_async(req, AsyncReviewer(awaited), allow_response))
+    assert got == expected
+    assert awaited.asked == blocking.asked
