@@ -89,6 +89,38 @@ async def read_body(receive: Receive, limit: int) -> bytes:
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
+class _Expiry:
+    """Cancels ``task`` when called, and remembers that it did."""
+
+    __slots__ = ("fired", "task")
+
+    def __init__(self, task: asyncio.Task[object]) -> None:
+        self.task = task
+        self.fired = False
+
+    def __call__(self) -> None:
+        self.fired = True
+        self.task.cancel()
+
+
+async def read_body_within(receive: Receive, limit: int, seconds: float) -> bytes:
+    """``read_body``, or TimeoutError past ``seconds``. What ``asyncio.timeout`` does,
+    with one timer handle and no context-manager object: it ran on every admission and
+    cost ~6% of a small one (issue 12 profile)."""
+    task = asyncio.current_task()
+    assert task is not None
+    expiry = _Expiry(task)
+    handle = asyncio.get_running_loop().call_later(seconds, expiry)
+    try:
+        return await read_body(receive, limit)
+    except asyncio.CancelledError:
+        if expiry.fired and task.uncancel() == 0:  # our cancellation, and no one else's
+            raise TimeoutError from None
+        raise
+    finally:
+        handle.cancel()
+
+
 class AdmissionDoor:
     """Serves the admission routes of one process (one per worker: nothing shared)."""
 
@@ -153,8 +185,7 @@ class AdmissionDoor:
 
     async def _judge(self, route: Route, receive: Receive, started: float) -> tuple[int, bytes]:
         try:
-            async with asyncio.timeout(BODY_READ_SECONDS):
-                raw = await read_body(receive, self._max_body)
+            raw = await read_body_within(receive, self._max_body, BODY_READ_SECONDS)
         except BodyTooLargeError:
             return self._too_large(route)
         except TimeoutError:

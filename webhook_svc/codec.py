@@ -120,13 +120,26 @@ def encode_json(value: Any) -> bytes:
         return json.dumps(value, allow_nan=False, separators=(",", ":")).encode("ascii")
 
 
+# Nodes _finite looks at before it leaves the answer to ``json`` (which is exact, and
+# refuses a cycle): no answer of ours comes near it.
+_FINITE_WALK_LIMIT: Final = 100_000
+
+
 def _finite(value: Any) -> bool:
-    """No float in ``value`` is NaN or infinite (those must raise, as ``json`` does)."""
-    kind = type(value)
-    if kind is float:
-        return math.isfinite(value)
-    if kind is dict:
-        return all(_finite(v) for v in value.values())
-    if kind is list:
-        return all(_finite(v) for v in value)
+    """No float in ``value`` is NaN or infinite (those must raise, as ``json`` does).
+    A loop over a stack, not recursion: it runs on every answer (issue 12 profile)."""
+    stack = [value]
+    budget = _FINITE_WALK_LIMIT
+    while stack:
+        node = stack.pop()
+        kind = type(node)
+        if kind is dict:
+            stack.extend(node.values())
+        elif kind is list:
+            stack.extend(node)
+        elif kind is float and not math.isfinite(node):
+            return False
+        budget -= 1
+        if budget == 0:
+            return False
     return True

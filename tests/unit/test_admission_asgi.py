@@ -533,3 +533,27 @@ def test_the_validating_route_awaits_reviews_unless_the_body_is_large(
     assert (on_loop.asked, threaded.asked) == (
         (["deployments"], []) if awaited else ([], ["deployments"])
     )
+
+
+def test_a_cancellation_from_elsewhere_is_not_a_slow_body() -> None:
+    """read_body_within turns only its own deadline into TimeoutError (the 408); a
+    cancellation from outside (shutdown, client gone) stays a cancellation."""
+
+    async def scenario() -> None:
+        started = asyncio.Event()
+
+        async def receive() -> Message:
+            started.set()
+            await asyncio.Event().wait()
+            raise AssertionError("unreachable")
+
+        reading = asyncio.ensure_future(admission_asgi.read_body_within(receive, 10, 30.0))
+        await started.wait()
+        reading.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await reading
+
+        with pytest.raises(TimeoutError):
+            await admission_asgi.read_body_within(receive, 10, 0.05)
+
+    asyncio.run(scenario())

@@ -14,6 +14,7 @@ import json
 from decimal import Decimal
 from typing import Any
 
+import orjson
 import pytest
 
 from shared.jsoncopy import json_copy
@@ -124,3 +125,16 @@ def test_has_long_digit_run_agrees_with_the_regex(raw: bytes) -> None:
 
     expected = re.search(rb"[0-9]{19}", raw) is not None
     assert codec.has_long_digit_run(raw) is expected
+
+
+def test_encode_json_walks_big_answers_and_refuses_cycles_as_json_does() -> None:
+    """The non-finite check is a bounded loop: a very large answer still encodes
+    exactly (through json past the bound), and a cycle is refused as json refuses it."""
+    big = {"items": list(range(150_000)), "f": [0.5] * 10}
+    assert orjson.loads(encode_json(big)) == big
+    with pytest.raises(ValueError, match=r"Out of range|not JSON compliant"):
+        encode_json({"items": [1.0] * 150_000 + [float("nan")]})
+    cycle: dict[str, Any] = {}
+    cycle["self"] = cycle
+    with pytest.raises(ValueError, match="Circular reference"):
+        encode_json(cycle)
