@@ -81,6 +81,10 @@ def create_app(
     ``backends`` on a thread; with ``async_access_reviewer`` the validating route's
     SubjectAccessReviews are awaited on the loop (``access_reviewer`` then serves
     bodies too large to judge on the loop)."""
+    if async_access_reviewer is not None and access_reviewer is None:
+        # Bodies too large to judge on the loop are reviewed by the threaded reviewer:
+        # without one they would go unreviewed.
+        raise ValueError("async_access_reviewer needs an access_reviewer as well")
     # Imported here so the app module loads even while a route's module is being built.
     from webhook_svc.cachebackend_admission import mutate_cachebackend, validate_cachebackend
     from webhook_svc.pod_admission import mutate_pod, namespace_to_list
@@ -135,13 +139,17 @@ def create_app(
         return pod_answer_with(lambda _namespace: items)
 
     validate_answer = cachebackend_route(authorizing(validate_cachebackend, access_reviewer))
+    authorize = (
+        authorizing_async(validate_cachebackend, async_access_reviewer)
+        if async_access_reviewer is not None
+        else None
+    )
 
     async def validate_prefetch(req: AdmissionRequest, large: bool) -> Answer | None:
         """Validation, then the SubjectAccessReviews awaited on the event loop, for a
         request that may need them; None (the threaded path) otherwise or when large."""
-        if large or async_access_reviewer is None or not review_possible(req):
+        if large or authorize is None or not review_possible(req):
             return None
-        authorize = authorizing_async(validate_cachebackend, async_access_reviewer)
         try:
             response = await authorize(req)
         except Exception as exc:

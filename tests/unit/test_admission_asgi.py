@@ -557,3 +557,10 @@ def test_a_cancellation_from_elsewhere_is_not_a_slow_body() -> None:
             await admission_asgi.read_body_within(receive, 10, 0.05)
 
     asyncio.run(scenario())
+
+
+def test_an_event_loop_reviewer_alone_is_refused() -> None:
+    """Rule: bodies too large for the loop are reviewed by the threaded reviewer, so an
+    app with only the event-loop one (large bodies unreviewed) is not built."""
+    with pytest.raises(ValueError, match="needs an access_reviewer"):
+        create_app(NoThreadedList(), InjectContext(), async_access_reviewer=AwaitedGranting())
