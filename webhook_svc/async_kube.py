@@ -32,6 +32,9 @@ from urllib.parse import urlsplit
 import httptools
 
 USER_AGENT: Final = "inference-cache-webhook"
+# Answers worth waiting out when they say how long (Retry-After), and how many times.
+RETRY_AFTER_STATUSES: Final = frozenset({429, 503})
+MAX_RETRY_AFTER_ATTEMPTS: Final = 5
 
 
 class UnsupportedConfigError(Exception):
@@ -81,6 +84,7 @@ class _Answer(asyncio.Protocol):
         self.parser = httptools.HttpResponseParser(self)
         self.waiter: asyncio.Future[tuple[int, bytes, bool]] | None = None
         self.body: list[bytes] = []
+        self.retry_after: float | None = None
         self.started = False
         self.closed = False
 
@@ -100,6 +104,10 @@ class _Answer(asyncio.Protocol):
         self._fail(ConnectionDroppedError(self.started))
 
     # httptools callbacks
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if name.lower() == b"retry-after":
+            self.retry_after = float(value) if value.strip().isdigit() else None
+
     def on_body(self, body: bytes) -> None:
         self.body.append(body)
 
@@ -119,7 +127,7 @@ class _Answer(asyncio.Protocol):
 
     async def request(self, data: bytes) -> tuple[int, bytes, bool]:
         assert self.transport is not None
-        self.body, self.started = [], False
+        self.body, self.started, self.retry_after = [], False, None
         self.waiter = asyncio.get_running_loop().create_future()
         self.transport.write(data)
         return await self.waiter
@@ -205,17 +213,38 @@ class AsyncKubeReader:
         )
         return protocol
 
-    async def get(self, path: str) -> tuple[int, bytes]:
-        """(HTTP status, body). Raises on connection errors; the caller bounds the wait."""
-        return await self._send(self._request_bytes("GET", path))
+    async def get(self, path: str, deadline: float | None = None) -> tuple[int, bytes]:
+        """(HTTP status, body). Raises on connection errors; the caller bounds the wait.
 
-    async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        With ``deadline`` (event-loop time), an answer 429 or 503 with a Retry-After that
+        still fits before it is waited out and the request sent again, as client-go
+        does: a restarted API server answers "storage is (re)initializing" for a moment
+        after it reports ready, and a pod admitted then would stay unwired."""
+        return await self._retrying(self._request_bytes("GET", path), deadline)
+
+    async def post(
+        self, path: str, body: bytes, deadline: float | None = None
+    ) -> tuple[int, bytes]:
         """``get`` for a POST of a JSON ``body``. Only for requests that change nothing
         (a SubjectAccessReview): like a GET it is sent again on a new connection when a
-        reused one turns out closed before any answer arrived."""
-        return await self._send(self._request_bytes("POST", path, body))
+        reused one turns out closed before any answer arrived, or after a Retry-After."""
+        return await self._retrying(self._request_bytes("POST", path, body), deadline)
 
-    async def _send(self, data: bytes) -> tuple[int, bytes]:
+    async def _retrying(self, data: bytes, deadline: float | None) -> tuple[int, bytes]:
+        loop = asyncio.get_running_loop()
+        for _ in range(MAX_RETRY_AFTER_ATTEMPTS):
+            status, body, retry_after = await self._send(data)
+            if (
+                status not in RETRY_AFTER_STATUSES
+                or retry_after is None
+                or deadline is None
+                or loop.time() + retry_after >= deadline
+            ):
+                break
+            await asyncio.sleep(retry_after)
+        return status, body
+
+    async def _send(self, data: bytes) -> tuple[int, bytes, float | None]:
         while self._idle:
             conn = self._idle.pop()
             if conn.closed:
@@ -236,13 +265,16 @@ class AsyncKubeReader:
             conn.close()
             raise
 
-    def _keep(self, conn: _Answer, answer: tuple[int, bytes, bool]) -> tuple[int, bytes]:
+    def _keep(
+        self, conn: _Answer, answer: tuple[int, bytes, bool]
+    ) -> tuple[int, bytes, float | None]:
         status, body, keep_alive = answer
+        retry_after = conn.retry_after
         if keep_alive and not conn.closed and len(self._idle) < self._max_idle:
             self._idle.append(conn)
         else:
             conn.close()
-        return status, body
+        return status, body, retry_after
 
     def close(self) -> None:
         while self._idle:

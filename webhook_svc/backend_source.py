@@ -127,9 +127,10 @@ class AsyncApiBackendSource:
         self._reader, self._seconds = reader, seconds
 
     async def list(self, namespace: str) -> list[dict[str, Any]]:
+        deadline = asyncio.get_running_loop().time() + self._seconds
         try:
             async with asyncio.timeout(self._seconds):
-                status, data = await self._reader.get(backends_path(namespace))
+                status, data = await self._reader.get(backends_path(namespace), deadline)
         except TimeoutError:
             raise deadline_passed(self._seconds) from None
         return list_items(status, data)

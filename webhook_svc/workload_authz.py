@@ -391,10 +391,11 @@ class AsyncApiAccessReviewer:
         self._budget = budget
 
     async def review(self, body: dict[str, Any]) -> dict[str, Any]:
+        deadline = asyncio.get_running_loop().time() + self._budget
         try:
             async with asyncio.timeout(self._budget):
                 status, data = await self._reader.post(
-                    SUBJECT_ACCESS_REVIEWS_PATH, orjson.dumps(body)
+                    SUBJECT_ACCESS_REVIEWS_PATH, orjson.dumps(body), deadline
                 )
         except TimeoutError:
             raise ReviewError(f"no answer from the API server within {self._budget:g} s") from None

@@ -569,3 +569,72 @@ def test_an_async_review_has_a_hard_budget(run: Run) -> None:
             assert time.monotonic() - started < 2
 
     run(scenario())
+
+
+# ------------------------------------------------------------------ Retry-After
+
+
+def busy_then_ok(busy: int, status: int = 429, retry_after: str | None = "0") -> Respond:
+    """``busy`` answers ``status`` (with Retry-After when given), then 200."""
+    left = [busy]
+
+    async def respond(_request: Request, writer: asyncio.StreamWriter) -> bool:
+        if left[0] > 0:
+            left[0] -= 1
+            extra = [f"Retry-After: {retry_after}"] if retry_after is not None else []
+            writer.write(answer(status, b"{}", *extra))
+        else:
+            writer.write(answer(200, b'{"items": []}'))
+        return True
+
+    return respond
+
+
+@pytest.mark.parametrize(
+    ("status", "retry_after", "budget", "expected", "requests"),
+    [
+        (429, "0", 5.0, 200, 2),  # waited out and sent again
+        (503, "0", 5.0, 200, 2),
+        (429, "30", 5.0, 429, 1),  # does not fit the deadline: answered at once
+        (429, None, 5.0, 429, 1),  # no Retry-After: not retried
+        (500, "0", 5.0, 500, 1),  # not a status to wait out
+        (429, "0", None, 429, 1),  # no deadline given: not retried
+    ],
+    ids=["429", "503", "too-long", "no-header", "500", "no-deadline"],
+)
+def test_a_retry_after_that_fits_the_deadline_is_waited_out(
+    run: Run,
+    status: int,
+    retry_after: str | None,
+    budget: float | None,
+    expected: int,
+    requests: int,
+) -> None:
+    """Rule (client-go's behaviour): a 429/503 with a Retry-After that fits before the
+    caller's deadline is waited out and the request sent again; anything else is the
+    answer."""
+
+    async def scenario() -> None:
+        async with ApiServer(busy_then_ok(1, status, retry_after)) as server:
+            reader = server.reader()
+            loop = asyncio.get_running_loop()
+            deadline = None if budget is None else loop.time() + budget
+            got, _ = await reader.get("/a", deadline)
+            reader.close()
+        assert got == expected
+        assert len(server.requests) == requests
+
+    run(scenario())
+
+
+def test_the_backend_source_waits_out_a_restarting_api_server(run: Run) -> None:
+    """Rule: the Pod route's LIST rides out "storage is (re)initializing" (429,
+    Retry-After) within its budget instead of failing open."""
+
+    async def scenario() -> None:
+        async with ApiServer(busy_then_ok(2)) as server:
+            source = AsyncApiBackendSource(server.reader(), 2.0)
+            assert await source.list("ns") == []
+        assert len(server.requests) == 3
+
+    run(scenario())
