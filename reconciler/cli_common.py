@@ -37,6 +37,14 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--queue-prefix", default="icache:wq", help="Redis key prefix of the work queue"
     )
+    parser.add_argument(
+        "--lease-seconds",
+        type=float,
+        default=30.0,
+        help="work-queue lease per running key, renewed every third of it; after Redis "
+        "lost its data the dispatcher dispatches nothing for this long (give both the "
+        "dispatcher and the workers the same value)",
+    )
     parser.add_argument("--backoff-base", type=float, default=0.5, help="first error backoff (s)")
     parser.add_argument(
         "--backoff-max", type=float, default=300.0, help="maximum error backoff (s)"

@@ -38,7 +38,7 @@ from reconciler import metrics
 from reconciler.celery_app import QUEUE_NAME, RECONCILE_TASK
 from reconciler.leader import ElectionSettings, LeaderElector
 from reconciler.pod_events import EnginePodEvents
-from reconciler.workqueue import WorkQueue
+from reconciler.workqueue import QueueDataLostError, WorkQueue
 from shared import constants as c
 from shared.storage_providers.render import LABEL_CACHEBACKEND, LABEL_MANAGED_BY, MANAGED_BY
 
@@ -158,6 +158,20 @@ def t2_hit_rate(obj: dict[str, Any]) -> float | None:
         return None
 
 
+def dispatch_fence_after_data_loss(
+    detected_at: float, lease_seconds: float, reap_interval: float
+) -> float:
+    """Until when (monotonic) nothing is dispatched after Redis lost its data.
+
+    The loss took the ``processing`` hash with it, so a worker still running a key from
+    before it looks like no one to the queue. That worker keeps believing its lease
+    for at most ``lease_seconds`` after its last confirmed renewal (which came before
+    the loss) and stops writing before then (reconciler.tasks.check_lease); the loss
+    was seen at most one reap interval after it happened. Waiting that long means no
+    two workers ever run one key at once."""
+    return detected_at + lease_seconds + reap_interval
+
+
 def pump_stalled(last_beat: float, now: float, renew_deadline: float) -> bool:
     """A leader whose pump has not reached Redis for longer than the renew deadline
     gives its Lease up: holding it while dispatching nothing would keep a standby
@@ -185,6 +199,8 @@ class Dispatcher:
         self._leading: threading.Event | None = None
         self._threads: list[threading.Thread] = []
         self._redis_run_id: str | None = None
+        self._fence_until = 0.0  # monotonic: nothing is dispatched before it
+        self._epoch_marked = False  # this leader set the queue's data-loss marker
         self._resync_requested = threading.Event()
         self.pod_events = EnginePodEvents(kube, instance=election.identity)
         self.selectors = SelectorIndex()
@@ -447,13 +463,33 @@ class Dispatcher:
             self._enqueue_all(leading)
             self.pod_events.retry()
 
+    def _queue_data_lost(self, why: str) -> None:
+        """Redis lost the queue: re-add every key, and dispatch nothing until any lease
+        from before the loss has lapsed (dispatch_fence_after_data_loss)."""
+        self._fence_until = dispatch_fence_after_data_loss(
+            time.monotonic(), self.queue.settings.lease_seconds, self.settings.reap_interval
+        )
+        log.warning(
+            "the work queue lost its data: re-adding every known key, dispatching again "
+            "once any lease from before has lapsed",
+            extra={
+                "why": why,
+                "fence_s": self.queue.settings.lease_seconds + self.settings.reap_interval,
+            },
+        )
+        self.queue.mark_epoch()
+        self._resync_requested.set()
+
     def _check_redis_restart(self, leading: threading.Event) -> None:
         """A Redis that restarted without persistence lost the queue: re-add every key."""
         run_id = str(self.queue.redis.info("server").get("run_id"))
-        if self._redis_run_id is not None and run_id != self._redis_run_id:
-            log.warning("Redis restarted (run_id changed): re-adding every known key")
-            self._resync_requested.set()
+        restarted = self._redis_run_id is not None and run_id != self._redis_run_id
+        if restarted and time.monotonic() >= self._fence_until:  # not already handled
+            self._queue_data_lost("Redis restarted (run_id changed)")
         self._redis_run_id = run_id
+        if not self._epoch_marked:
+            self.queue.mark_epoch()
+            self._epoch_marked = True
         if self._resync_requested.is_set():
             self._resync_requested.clear()
             self._enqueue_all(leading)
@@ -462,7 +498,19 @@ class Dispatcher:
         last_reap = 0.0
         while leading.is_set() and not self._stop.is_set():
             try:
-                for key in self.queue.pop_due(self.settings.pump_batch):
+                fenced = time.monotonic() < self._fence_until
+                due: list[str] = []
+                if not fenced:
+                    try:
+                        due = self.queue.pop_due(
+                            self.settings.pump_batch, require_epoch=self._epoch_marked
+                        )
+                    except QueueDataLostError:
+                        # Seen before the next run_id check: keys added since the loss
+                        # (watch events) must not be dispatched either.
+                        self._queue_data_lost("the queue's marker is gone")
+                        fenced = True
+                for key in due:
                     # ignore_result: outcomes live in the work queue. Without it the
                     # worker writes a result key and this process subscribes to it,
                     # two more Redis waits per key (unbounded retries on a dead Redis).
@@ -482,6 +530,8 @@ class Dispatcher:
                     if due_in is None
                     else min(due_in, self.settings.reap_interval)
                 )
+                if fenced:  # due keys wait for the fence, not in a busy loop
+                    wait = max(wait, min(self._fence_until - now, self.settings.reap_interval))
                 if wait > 0:
                     self.queue.wait_for_work(wait)
                 self.pump_beat = time.monotonic()

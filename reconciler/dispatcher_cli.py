@@ -64,6 +64,7 @@ def run(args: argparse.Namespace) -> int:
             base_delay=args.backoff_base,
             max_delay=args.backoff_max,
             dispatch_timeout=args.dispatch_timeout,
+            lease_seconds=args.lease_seconds,
         ),
     )
     dispatcher = Dispatcher(

@@ -37,12 +37,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="Celery pool (reconciles are I/O bound: threads by default)",
     )
     parser.add_argument(
-        "--lease-seconds",
-        type=float,
-        default=30.0,
-        help="work-queue lease per running key, renewed every third of it",
-    )
-    parser.add_argument(
         "--probe-interval",
         type=float,
         default=30.0,

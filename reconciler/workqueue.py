@@ -25,7 +25,9 @@ Guarantees and how they are met:
   message lost on the way (worker killed holding a prefetched message, broker
   restart) leaves its key in ``queued``; ``reap`` re-dispatches keys queued longer
   than the dispatch timeout once the broker queue has drained. If Redis itself
-  loses its data, the dispatcher re-adds every key it knows (level-based resync).
+  loses its data, the dispatcher re-adds every key it knows (level-based resync) and
+  dispatches nothing until any lease from before the loss has lapsed
+  (``dispatch_fence_after_data_loss``): the loss also erased who was running what.
 * A worker whose lease was taken away (``done`` with a foreign token) changes
   nothing: the key was already handed on.
 """
@@ -46,6 +48,11 @@ import redis
 from reconciler import metrics
 
 log = logging.getLogger(__name__)
+
+
+class QueueDataLostError(Exception):
+    """Redis no longer holds the queue's marker: it restarted empty or was flushed."""
+
 
 STARTED: Final = "started"
 STALE: Final = "stale"  # no dispatch outstanding for this key: a duplicate message
@@ -76,8 +83,11 @@ return 1
 """
 
 _POP_DUE = """
-local pending, queued, processing, dirty = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local now, limit = ARGV[1], tonumber(ARGV[2])
+local pending, queued, processing, dirty, epoch = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local now, limit, require_epoch = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+if require_epoch == '1' and redis.call('EXISTS', epoch) == 0 then
+  return false
+end
 local due = redis.call('ZRANGEBYSCORE', pending, '-inf', now, 'LIMIT', 0, limit)
 local out = {}
 for _, key in ipairs(due) do
@@ -224,6 +234,7 @@ class WorkQueue:
         self.k_dirty = f"{p}:dirty"
         self.k_failures = f"{p}:failures"
         self.k_wake = f"{p}:wake"
+        self.k_epoch = f"{p}:epoch"
         self._add = client.register_script(_ADD)
         self._pop_due = client.register_script(_POP_DUE)
         self._start = client.register_script(_START)
@@ -256,13 +267,23 @@ class WorkQueue:
         )
         return int(rc) == 1
 
-    def pop_due(self, limit: int = 500) -> list[str]:
-        """Move due keys from pending to queued and return them, for dispatch."""
+    def pop_due(self, limit: int = 500, *, require_epoch: bool = False) -> list[str]:
+        """Move due keys from pending to queued and return them, for dispatch.
+
+        With ``require_epoch``, nothing moves unless the marker ``mark_epoch`` set is
+        still there (``QueueDataLostError`` otherwise): checked in the same script, so
+        not one key is dispatched from a Redis that lost its data since."""
         keys = self._pop_due(
-            keys=[self.k_pending, self.k_queued, self.k_processing, self.k_dirty],
-            args=[self._now_ms(), limit],
+            keys=[self.k_pending, self.k_queued, self.k_processing, self.k_dirty, self.k_epoch],
+            args=[self._now_ms(), limit, "1" if require_epoch else "0"],
         )
+        if keys is None:
+            raise QueueDataLostError("the work queue's Redis lost its data")
         return [_s(k) for k in keys]
+
+    def mark_epoch(self) -> None:
+        """Set the marker whose absence tells a Redis that lost its data (no TTL)."""
+        self.redis.set(self.k_epoch, "1")
 
     def next_due_in(self) -> float | None:
         """Seconds until the earliest pending key is due (0 if one is due now)."""
@@ -450,6 +471,7 @@ class WorkQueue:
             self.k_dirty,
             self.k_failures,
             self.k_wake,
+            self.k_epoch,
         )
 
 

@@ -418,6 +418,7 @@ class Stack:
                 "--retry-period", "0.5",
                 "--resync-period", str(self.resync_period),
                 "--dispatch-timeout", str(self.dispatch_timeout),
+                "--lease-seconds", str(self.lease_seconds),
                 "--backoff-base", "0.2",
                 "--backoff-max", "5",
                 *(extra or []),

@@ -449,3 +449,34 @@ def test_a_pod_matching_an_engine_selector_enqueues_its_backend(queue: WorkQueue
     assert drained() == []
     d._handle_pod("DELETED", _pod("ns", "vllm-0", {"app": "vllm"}), leading)
     assert drained() == ["ns/a"]
+
+
+def test_a_queue_that_lost_its_data_dispatches_nothing(queue: WorkQueue) -> None:
+    """Issue 10 item 2 after a Redis data loss: with the epoch marker required,
+    pop_due moves nothing once the marker is gone (flushed, restarted empty), so a key
+    added after the loss is not handed to a second worker while the first may still
+    run it; the dispatcher then fences (reconciler.dispatcher)."""
+    from reconciler.workqueue import QueueDataLostError
+
+    queue.add("ns/a")
+    with pytest.raises(QueueDataLostError):
+        queue.pop_due(require_epoch=True)
+    assert queue.pop_due() == ["ns/a"]  # not required: as before
+    queue.mark_epoch()
+    queue.add("ns/b")
+    assert queue.pop_due(require_epoch=True) == ["ns/b"]
+    queue.redis.delete(queue.k_epoch)  # what a restart without persistence does to it
+    queue.add("ns/c")
+    with pytest.raises(QueueDataLostError):
+        queue.pop_due(require_epoch=True)
+    assert queue.depth()["pending"] == 1  # nothing moved
+
+
+def test_dispatch_fence_after_data_loss_outlasts_any_lease_from_before() -> None:
+    """Rule dispatch_fence_after_data_loss: a worker's lease from before the loss lasts
+    at most lease_seconds past its last renewal, which preceded the loss by up to one
+    reap interval before it was seen."""
+    from reconciler.dispatcher import dispatch_fence_after_data_loss
+
+    assert dispatch_fence_after_data_loss(100.0, 30.0, 1.0) == 131.0
+    assert dispatch_fence_after_data_loss(5.0, 3.0, 0.5) == 8.5
