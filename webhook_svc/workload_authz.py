@@ -264,23 +264,36 @@ def authorization_steps(req: AdmissionRequest, allowed_response: dict[str, Any])
     return allowed_response
 
 
+Outcome = dict[str, Any] | ReviewError
+
+
+def _advance(steps: Steps, outcome: Outcome | None) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    """Feed ``outcome`` (None to start) to ``steps``: (the next review to make, {}) or
+    (None, the response). The one place the generator protocol is spoken."""
+    try:
+        if outcome is None:
+            return next(steps), {}
+        if isinstance(outcome, ReviewError):
+            return steps.throw(outcome), {}
+        return steps.send(outcome), {}
+    except StopIteration as done:
+        return None, done.value
+
+
 def authorize_workload(
     req: AdmissionRequest, reviewer: AccessReviewer, allowed_response: dict[str, Any]
 ) -> dict[str, Any]:
     """``authorization_steps`` with each review asked of ``reviewer`` (blocking)."""
     steps = authorization_steps(req, allowed_response)
-    try:
-        body = next(steps)
-        while True:
-            try:
-                result = reviewer.review(body)
-            except ReviewError as exc:
-                body = steps.throw(exc)
-            else:
-                body = steps.send(result)
-    except StopIteration as done:
-        response: dict[str, Any] = done.value
-        return response
+    body, response = _advance(steps, None)
+    while body is not None:
+        outcome: Outcome
+        try:
+            outcome = reviewer.review(body)
+        except ReviewError as exc:
+            outcome = exc
+        body, response = _advance(steps, outcome)
+    return response
 
 
 async def authorize_workload_async(
@@ -288,18 +301,15 @@ async def authorize_workload_async(
 ) -> dict[str, Any]:
     """``authorization_steps`` with each review awaited on the event loop."""
     steps = authorization_steps(req, allowed_response)
-    try:
-        body = next(steps)
-        while True:
-            try:
-                result = await reviewer.review(body)
-            except ReviewError as exc:
-                body = steps.throw(exc)
-            else:
-                body = steps.send(result)
-    except StopIteration as done:
-        response: dict[str, Any] = done.value
-        return response
+    body, response = _advance(steps, None)
+    while body is not None:
+        outcome: Outcome
+        try:
+            outcome = await reviewer.review(body)
+        except ReviewError as exc:
+            outcome = exc
+        body, response = _advance(steps, outcome)
+    return response
 
 
 def review_possible(req: AdmissionRequest) -> bool:
