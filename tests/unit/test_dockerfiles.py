@@ -37,6 +37,7 @@ from tests.harness.controlplane import (
     terminate_process_group,
     wait_until,
 )
+from tests.cli_helpers import paths_unchecked
 from tests.samples import ROOT
 
 DOCKERFILES = {
@@ -181,8 +182,9 @@ def test_runs_as_a_numeric_non_root_user_the_manifests_agree_with(
 
 
 def test_entrypoint_is_icache_and_the_default_command_parses(
-    image: str, final: list[Instruction]
+    image: str, final: list[Instruction], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    paths_unchecked(monkeypatch)  # the pod's mounted certificate is not here
     (entrypoint,) = [i.args for i in final if i.keyword == "ENTRYPOINT"]
     assert exec_form(entrypoint) == ["icache"]
     (cmd,) = [i.args for i in final if i.keyword == "CMD"]
