@@ -11,7 +11,6 @@ import argparse
 import functools
 import logging
 import shutil
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from shared import cli_types, jsonlog, kubeaccess
@@ -154,8 +153,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=cli_types.non_negative_int,
         default=0,
         metavar="N",
-        help="worker processes (default 0: the CPUs the container gets, its CPU limit "
-        "rounded up)",
+        help="worker processes (default 0: the CPUs the container gets, its CPU limit rounded up)",
     )
 
 
