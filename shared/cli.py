@@ -37,6 +37,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "webhook_svc.dry_run",
         "offline dry run: wire every Pod and workload of the input as the Pod webhook would",
     ),
+    "validate": (
+        "webhook_svc.validate_cli",
+        "offline: default and validate every CacheBackend of the input as admission would",
+    ),
     "dispatcher": ("reconciler.dispatcher_cli", "watch CacheBackends and enqueue reconciles"),
     "worker": ("reconciler.worker_cli", "run a Celery reconcile worker"),
     "certs": ("icache_install.certs_cli", "generate webhook certificates and patch caBundle"),

@@ -83,7 +83,7 @@ def test_zsh_and_fish_scripts_name_every_subcommand_and_flag(shell: str) -> None
     for command in commands:
         assert command.name in script
         for flag in command.flags:
-            long = [n for n in flag.names if n.startswith("--")][0]
+            long = next(n for n in flag.names if n.startswith("--"))
             token = long if shell == "zsh" else f"-l {long[2:]}"
             assert token in script, (command.name, long)
     assert "threads prefork solo" in script  # --pool's choices

@@ -31,13 +31,13 @@ import yaml
 from icache_install import certs
 from icache_install.manifests_cli import render, split_image
 from shared.cli import SUBCOMMANDS
+from tests.cli_helpers import paths_unchecked
 from tests.harness.controlplane import (
     free_port,
     spawn_in_own_group,
     terminate_process_group,
     wait_until,
 )
-from tests.cli_helpers import paths_unchecked
 from tests.samples import ROOT
 
 DOCKERFILES = {
