@@ -45,6 +45,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "worker": ("reconciler.worker_cli", "run a Celery reconcile worker"),
     "certs": ("icache_install.certs_cli", "generate webhook certificates and patch caBundle"),
     "manifests": ("icache_install.manifests_cli", "print the install manifests"),
+    "doctor": (
+        "icache_install.doctor.cli",
+        "read-only health check of the install, the CacheBackends and their engine pods",
+    ),
     "completion": ("shared.completion", "print a shell completion script (bash, zsh, fish)"),
 }
 

@@ -15,7 +15,7 @@ from shared import cli
 from shared.build_info import build_info
 from shared.cli import LONG_RUNNING, DefaultsHelpFormatter, build_parser, main, subparsers
 
-PARSER, _, _ = build_parser(load_all=True)
+PARSER = build_parser(load_all=True)[0]
 SUBPARSERS = subparsers(PARSER)
 
 
@@ -140,9 +140,7 @@ def test_version_names_version_commit_and_build_date(
         main(["--version"])
     assert info.value.code == 0
     out = capsys.readouterr().out.strip()
-    assert out == (
-        f"icache {build_info().version} (commit 0123abcd, built 2026-01-02T03:04:05Z)"
-    )
+    assert out == (f"icache {build_info().version} (commit 0123abcd, built 2026-01-02T03:04:05Z)")
     assert build_info().version != "unknown"
 
 
