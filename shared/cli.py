@@ -25,7 +25,7 @@ import argparse
 import importlib
 import os
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from types import ModuleType
 from typing import Any, Final, NoReturn
 
@@ -277,8 +277,28 @@ def describe_failure(exc: BaseException) -> tuple[int, str]:
     return EXIT_FAILURE, f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+def _webhook_preflight(args: argparse.Namespace) -> None:
+    """What every webhook worker would find wrong, found once by the parent before it
+    forks them: the TLS flags, and the Kubernetes configuration of live mode."""
+    if not args.insecure and not (args.tls_cert_file and args.tls_key_file):
+        raise UsageError("--tls-cert-file and --tls-key-file are required unless --insecure")
+    if not args.backends_from:
+        from shared.kubeaccess import load_configuration
+
+        load_configuration(args.kubeconfig)
+
+
+# Checks run in the parent before a subcommand's run(), for subcommands that fork.
+PREFLIGHT: Final[dict[str, Callable[[argparse.Namespace], None]]] = {
+    "webhook": _webhook_preflight,
+}
+
+
 def run_command(module: ModuleType, args: argparse.Namespace) -> int:
     try:
+        check = PREFLIGHT.get(args.command)
+        if check is not None:
+            check(args)
         rc: int = module.run(args)
     except KeyboardInterrupt:
         print(f"icache {args.command}: interrupted", file=sys.stderr)

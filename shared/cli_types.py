@@ -165,9 +165,7 @@ def pem_certificate_file(value: str) -> Path:
 
 def pem_key_file(value: str) -> Path:
     """A readable file holding a PEM private key (PKCS#8, PKCS#1 or SEC1)."""
-    return _pem_file(
-        value, ("PRIVATE KEY", "RSA PRIVATE KEY", "EC PRIVATE KEY"), "private key"
-    )
+    return _pem_file(value, ("PRIVATE KEY", "RSA PRIVATE KEY", "EC PRIVATE KEY"), "private key")
 
 
 def checked(parse: Callable[[str], T]) -> Callable[[str], T]:

@@ -55,8 +55,10 @@ def _flags(parser: argparse.ArgumentParser) -> tuple[Flag, ...]:
 
 def _positional_choices(parser: argparse.ArgumentParser) -> tuple[str, ...]:
     for action in parser._actions:
-        if not action.option_strings and action.choices and not isinstance(
-            action, argparse._SubParsersAction
+        if (
+            not action.option_strings
+            and action.choices
+            and not isinstance(action, argparse._SubParsersAction)
         ):
             return tuple(str(c) for c in action.choices)
     return ()
