@@ -233,9 +233,11 @@ def reconcile(
     url_base = certs.normalise_url_base(args.url_base) if args.url_base else None
     hosts = resolve_hosts(args)
 
+    log.info("reading Secrets %s/%s and %s/%s", namespace, args.secret, namespace, ca_secret_name)
     tls_secret = cluster.read_secret(namespace, args.secret)
     ca_secret = cluster.read_secret(namespace, ca_secret_name)
     ca_data = (ca_secret or {}).get("data")
+    log.info("checking the CA and the serving certificate for %s", ", ".join(hosts))
     the_plan = certs.plan(
         ca=certs.pair_from_secret_data(ca_data, certs.CA_CERT, certs.CA_KEY),
         serving=certs.pair_from_secret_data(
@@ -290,6 +292,7 @@ def reconcile(
     ):
         if not name:
             continue
+        log.info("checking caBundle of %s %s", kind, name)
         config = cluster.read_webhook_config(kind, name)
         if config is None:
             missing.append(f"{kind} {name}")
@@ -319,6 +322,7 @@ def run(args: argparse.Namespace) -> int:
         if args.days < 1 or args.ca_days < 1:
             raise CertsError("--days and --ca-days must be at least 1")
         kube = kubeaccess.connect(args.kubeconfig, context=args.context)
+        log.info("connected to %s", kube.api_client.configuration.host)
         try:
             reconcile(Cluster(kube), args, dt.datetime.now(dt.UTC))
         finally:
