@@ -78,9 +78,13 @@ run: install
 manifests:
 	bash tests/tools/render-manifests.sh
 
+# The commit and build date `icache --version` prints inside the images.
+BUILD_ARGS = --build-arg ICACHE_BUILD_COMMIT=$$(git rev-parse --short=12 HEAD 2>/dev/null) \
+	--build-arg ICACHE_BUILD_DATE=$$(date -u +%Y-%m-%dT%H:%M:%SZ)
+
 images:
-	docker build -f Dockerfile.webhook -t $(IMAGE_REPO)/webhook:$(VERSION) .
-	docker build -f Dockerfile.worker -t $(IMAGE_REPO)/worker:$(VERSION) .
+	docker build $(BUILD_ARGS) -f Dockerfile.webhook -t $(IMAGE_REPO)/webhook:$(VERSION) .
+	docker build $(BUILD_ARGS) -f Dockerfile.worker -t $(IMAGE_REPO)/worker:$(VERSION) .
 
 compose-up:
 	docker compose up --build

@@ -187,3 +187,16 @@ def test_python_m_shared_cli_has_no_traceback_on_a_bad_flag() -> None:
     assert "Traceback" not in done.stderr
     assert "invalid namespace 'Bad_NS'" in done.stderr
     assert done.stdout == ""
+
+
+def test_the_images_carry_the_build_stamp_version_reads() -> None:
+    """`make images` passes the commit and date; each runtime stage exports them."""
+    from tests.samples import ROOT
+
+    for name in ("Dockerfile.webhook", "Dockerfile.worker"):
+        runtime = (ROOT / name).read_text().rsplit("\nFROM ", 1)[1]
+        for variable in ("ICACHE_BUILD_COMMIT", "ICACHE_BUILD_DATE"):
+            assert f'ARG {variable}=""' in runtime, (name, variable)
+            assert f"{variable}=${variable}" in runtime, (name, variable)
+    makefile = (ROOT / "Makefile").read_text()
+    assert "--build-arg ICACHE_BUILD_COMMIT=" in makefile
