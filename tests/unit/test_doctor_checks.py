@@ -133,3 +133,31 @@ def test_json_output_is_stable() -> None:
         "details",
     }
     assert report["findings"][0]["object"] == {"kind": "Lease", "namespace": "ns", "name": "l"}
+
+
+class _FailingReader:
+    """Every read answers 500: the checks that need it are skipped, each with a finding."""
+
+    requests = 0
+    server = "https://k"
+
+    def now(self) -> Any:
+        import datetime as dt
+
+        return dt.datetime.now(dt.UTC)
+
+    def _fail(self, *_: Any, **__: Any) -> Any:
+        from icache_install.doctor.reader import ReadError
+
+        raise ReadError("something", 500, "Internal Server Error")
+
+    get = exists = list = _fail
+
+
+def test_a_failing_api_server_is_a_finding_not_a_crash() -> None:
+    from icache_install.doctor.diagnose import Scope, diagnose
+
+    result = diagnose(_FailingReader(), Scope("team-a"))  # type: ignore[arg-type]
+    assert result.findings
+    assert {f.code for f in result.findings} == {"doctor.ReadFailed"}
+    assert all(f.severity == Severity.ERROR for f in result.findings)
