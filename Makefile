@@ -16,7 +16,7 @@ define pytest
 	exit $$rc
 endef
 
-.PHONY: install controlplane kustomize test unit fuzz lint cluster-up cluster-down run e2e manifests images compose-up bench-webhook
+.PHONY: install controlplane kustomize kubectl test unit fuzz lint cluster-up cluster-down run e2e manifests images compose-up bench-webhook
 
 install: $(VENV)/.install-stamp
 
@@ -33,7 +33,12 @@ controlplane:
 kustomize:
 	bash tests/tools/kustomize.sh
 
-test: install controlplane kustomize
+# The pinned kubectl the README test runs the laptop steps with (Go module proxy,
+# cached outside the tree).
+kubectl:
+	bash tests/tools/kubectl.sh
+
+test: install controlplane kustomize kubectl
 	$(call pytest,tests)
 
 # The pure tests only: no Go, no control plane, no Redis; seconds, for the
@@ -73,9 +78,13 @@ run: install
 manifests:
 	bash tests/tools/render-manifests.sh
 
+# The commit and build date `icache --version` prints inside the images.
+BUILD_ARGS = --build-arg ICACHE_BUILD_COMMIT=$$(git rev-parse --short=12 HEAD 2>/dev/null) \
+	--build-arg ICACHE_BUILD_DATE=$$(date -u +%Y-%m-%dT%H:%M:%SZ)
+
 images:
-	docker build -f Dockerfile.webhook -t $(IMAGE_REPO)/webhook:$(VERSION) .
-	docker build -f Dockerfile.worker -t $(IMAGE_REPO)/worker:$(VERSION) .
+	docker build $(BUILD_ARGS) -f Dockerfile.webhook -t $(IMAGE_REPO)/webhook:$(VERSION) .
+	docker build $(BUILD_ARGS) -f Dockerfile.worker -t $(IMAGE_REPO)/worker:$(VERSION) .
 
 compose-up:
 	docker compose up --build

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from icache_install import certs
-from shared import kubeaccess, redis_auth
+from shared import cli_types, kubeaccess, redis_auth
 from shared import kubeclient as kc
 from shared.constants import INSTALL_NAMESPACE
 from shared.kubeclient import KubeClient
@@ -43,62 +43,88 @@ class CertsError(Exception):
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--namespace", default=DEFAULT_NAMESPACE, help="namespace of the webhook")
     parser.add_argument(
-        "--service", default=DEFAULT_SERVICE, help="webhook Service (its DNS names are the hosts)"
+        "--namespace",
+        type=cli_types.dns_label,
+        default=DEFAULT_NAMESPACE,
+        help="namespace of the webhook",
     )
     parser.add_argument(
-        "--secret", default=DEFAULT_SECRET, help="kubernetes.io/tls Secret the webhook mounts"
+        "--service",
+        type=cli_types.dns_label,
+        default=DEFAULT_SERVICE,
+        help="webhook Service (its DNS names are the hosts)",
     )
     parser.add_argument(
-        "--ca-secret", help="Secret holding the CA key (default: <--secret>-ca; no pod mounts it)"
+        "--secret",
+        type=cli_types.dns_subdomain,
+        default=DEFAULT_SECRET,
+        help="kubernetes.io/tls Secret the webhook mounts",
+    )
+    parser.add_argument(
+        "--ca-secret",
+        type=cli_types.dns_subdomain,
+        help="Secret holding the CA key (default: <--secret>-ca; no pod mounts it)",
     )
     kubeaccess.add_kubeconfig_argument(parser)
     parser.add_argument(
-        "--context", help="kubeconfig context (skips the in-cluster ServiceAccount)"
+        "--context",
+        help="kubeconfig context (default: the kubeconfig's current context; naming one skips "
+        "the in-cluster ServiceAccount)",
     )
     parser.add_argument(
         "--days",
-        type=int,
+        type=cli_types.positive_int,
         default=certs.DEFAULT_SERVING_DAYS,
         help="validity of a newly issued serving certificate (default %(default)s)",
     )
     parser.add_argument(
         "--ca-days",
-        type=int,
+        type=cli_types.positive_int,
         default=certs.DEFAULT_CA_DAYS,
         help="validity of a newly created CA (default %(default)s)",
     )
     parser.add_argument(
-        "--rotate-ca", action="store_true", help="create a new CA even if the stored one is good"
+        "--rotate-ca",
+        action="store_true",
+        help="create a new CA even if the stored one is good (default: off)",
     )
     parser.add_argument(
         "--drop-previous-ca",
         action="store_true",
-        help="stop trusting the CA replaced by the last rotation (after pods picked up the new one)",
+        help="stop trusting the CA replaced by the last rotation (after pods picked up the "
+        "new one; default: off)",
     )
     parser.add_argument(
-        "--renew", action="store_true", help="re-issue the serving certificate even if it is good"
+        "--renew",
+        action="store_true",
+        help="re-issue the serving certificate even if it is good (default: off)",
     )
     parser.add_argument(
         "--mutating-config",
+        type=cli_types.optional_dns_subdomain,
         default=DEFAULT_MUTATING_CONFIG,
         help="MutatingWebhookConfiguration to patch ('' to skip; default %(default)s)",
     )
     parser.add_argument(
         "--validating-config",
+        type=cli_types.optional_dns_subdomain,
         default=DEFAULT_VALIDATING_CONFIG,
         help="ValidatingWebhookConfiguration to patch ('' to skip; default %(default)s)",
     )
     parser.add_argument(
         "--redis-secret",
+        type=cli_types.optional_dns_subdomain,
         default=redis_auth.DEFAULT_SECRET,
         help="Secret with the bundled Redis's password: created with a random one when "
         "missing, never changed ('' to skip; default %(default)s)",
     )
     parser.add_argument(
         "--url-base",
-        help="point the webhook configurations at https://HOST:PORT instead of the Service",
+        type=cli_types.checked(certs.normalise_url_base),
+        metavar="URL",
+        help="point the webhook configurations at https://HOST:PORT instead of the Service "
+        "(default: unset, the Service)",
     )
     parser.add_argument(
         "--hosts",
@@ -107,12 +133,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: the Service DNS names, or the host of --url-base)",
     )
     parser.add_argument(
-        "--cluster-domain", default="cluster.local", help="cluster DNS domain (default %(default)s)"
+        "--cluster-domain",
+        type=cli_types.dns_subdomain,
+        default="cluster.local",
+        help="cluster DNS domain (default %(default)s)",
     )
     parser.add_argument(
         "--output-dir",
         type=Path,
-        help="also write tls.crt, tls.key and ca.crt here (for a local `icache webhook`)",
+        metavar="DIR",
+        help="also write tls.crt, tls.key and ca.crt here, for a local `icache webhook` "
+        "(default: unset, no files)",
     )
 
 
@@ -202,9 +233,11 @@ def reconcile(
     url_base = certs.normalise_url_base(args.url_base) if args.url_base else None
     hosts = resolve_hosts(args)
 
+    log.info("reading Secrets %s/%s and %s/%s", namespace, args.secret, namespace, ca_secret_name)
     tls_secret = cluster.read_secret(namespace, args.secret)
     ca_secret = cluster.read_secret(namespace, ca_secret_name)
     ca_data = (ca_secret or {}).get("data")
+    log.info("checking the CA and the serving certificate for %s", ", ".join(hosts))
     the_plan = certs.plan(
         ca=certs.pair_from_secret_data(ca_data, certs.CA_CERT, certs.CA_KEY),
         serving=certs.pair_from_secret_data(
@@ -259,6 +292,7 @@ def reconcile(
     ):
         if not name:
             continue
+        log.info("checking caBundle of %s %s", kind, name)
         config = cluster.read_webhook_config(kind, name)
         if config is None:
             missing.append(f"{kind} {name}")
@@ -288,11 +322,15 @@ def run(args: argparse.Namespace) -> int:
         if args.days < 1 or args.ca_days < 1:
             raise CertsError("--days and --ca-days must be at least 1")
         kube = kubeaccess.connect(args.kubeconfig, context=args.context)
+        log.info("connected to %s", kube.api_client.configuration.host)
         try:
             reconcile(Cluster(kube), args, dt.datetime.now(dt.UTC))
         finally:
             kube.close()
-    except (CertsError, redis_auth.RedisAuthError, kubeaccess.KubeConfigError, ValueError) as exc:
+    except kubeaccess.KubeConfigError as exc:
+        log.error("%s", exc)
+        return 2
+    except (CertsError, redis_auth.RedisAuthError, ValueError) as exc:
         log.error("%s", exc)
         return 1
     except kc.ApiError as exc:

@@ -35,6 +35,7 @@ from typing import Any, Final
 
 import yaml
 
+from shared import cli_types
 from shared.constants import INSTALL_NAMESPACE
 
 Doc = dict[str, Any]
@@ -160,6 +161,18 @@ def dump(docs: Iterable[Mapping[str, Any]]) -> str:
     return "".join("---\n" + yaml.safe_dump(dict(doc), sort_keys=False) for doc in docs)
 
 
+# An OCI tag: word characters, '.' and '-', not starting with either, 128 at most.
+_TAG_RE: Final = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+
+
+def image_tag(value: str) -> str:
+    if not _TAG_RE.match(value):
+        raise argparse.ArgumentTypeError(
+            f"invalid image tag {value!r} (letters, digits, '_', '.', '-'; at most 128)"
+        )
+    return value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--variant",
@@ -169,14 +182,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--manifests-dir",
-        type=Path,
+        type=cli_types.existing_dir,
+        metavar="DIR",
         help="the manifests/ directory holding rendered/ (default: ICACHE_MANIFESTS_DIR, else the "
         "checkout's)",
     )
     parser.add_argument(
-        "--namespace", help=f"install into this namespace (default: {INSTALL_NAMESPACE})"
+        "--namespace",
+        type=cli_types.dns_label,
+        help=f"install into this namespace (default: {INSTALL_NAMESPACE})",
     )
-    parser.add_argument("--image-tag", help="tag of the ghcr.io/inference-cache images")
+    parser.add_argument(
+        "--image-tag",
+        type=image_tag,
+        metavar="TAG",
+        help="tag of the ghcr.io/inference-cache images (default: the rendered manifests' tag)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:

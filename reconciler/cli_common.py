@@ -10,11 +10,11 @@ import argparse
 import logging
 import os
 
-from reconciler.celery_app import redis_url_from_env
+from reconciler.celery_app import DEFAULT_REDIS_URL
 from reconciler.health import DEFAULT_LIVENESS_TIMEOUT, Readiness
 from reconciler.redis_conn import DEFAULT_TIMEOUT, RedisTimeouts, redis_client
 from reconciler.redis_settings import redis_url
-from shared import jsonlog, kubeaccess
+from shared import cli_types, jsonlog, kubeaccess
 from shared.kubeaccess import add_kubeconfig_argument
 
 
@@ -22,46 +22,68 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     add_kubeconfig_argument(parser)
     parser.add_argument(
         "--redis-url",
-        default=redis_url_from_env(),
-        # The password (env ICACHE_REDIS_PASSWORD) and TLS defaults join any URL.
+        # A string default goes through `type` too: the password (env
+        # ICACHE_REDIS_PASSWORD) and the TLS defaults join any URL, and --help shows
+        # the URL without the password.
+        default=DEFAULT_REDIS_URL,
         type=redis_url,
-        help="Redis URL of the broker and work queue (env ICACHE_REDIS_URL; password "
-        "from env ICACHE_REDIS_PASSWORD unless the URL has one)",
+        metavar="URL",
+        help="Redis URL of the broker and work queue (password from env "
+        "ICACHE_REDIS_PASSWORD unless the URL has one)",
     )
     parser.add_argument(
         "--redis-timeout",
-        type=float,
+        type=cli_types.positive_float,
         default=DEFAULT_TIMEOUT,
-        help="connect and read timeout of every Redis connection, broker included (s)",
+        metavar="SECONDS",
+        help="connect and read timeout of every Redis connection, broker included",
     )
     parser.add_argument(
         "--queue-prefix", default="icache:wq", help="Redis key prefix of the work queue"
     )
     parser.add_argument(
         "--lease-seconds",
-        type=float,
+        type=cli_types.positive_float,
         default=30.0,
+        metavar="SECONDS",
         help="work-queue lease per running key, renewed every third of it; after Redis "
         "lost its data the dispatcher dispatches nothing for this long (give both the "
         "dispatcher and the workers the same value)",
     )
-    parser.add_argument("--backoff-base", type=float, default=0.5, help="first error backoff (s)")
     parser.add_argument(
-        "--backoff-max", type=float, default=300.0, help="maximum error backoff (s)"
+        "--backoff-base",
+        type=cli_types.positive_float,
+        default=0.5,
+        metavar="SECONDS",
+        help="first error backoff",
+    )
+    parser.add_argument(
+        "--backoff-max",
+        type=cli_types.positive_float,
+        default=300.0,
+        metavar="SECONDS",
+        help="maximum error backoff",
     )
     parser.add_argument(
         "--metrics-port",
-        type=int,
+        type=cli_types.port,
         default=0,
         help="port of /metrics, /healthz (liveness) and /readyz (readiness); 0: off",
     )
     parser.add_argument(
         "--liveness-timeout",
-        type=float,
+        type=cli_types.positive_float,
         default=DEFAULT_LIVENESS_TIMEOUT,
-        help="/healthz fails when the main loop made no progress for this long (s)",
+        metavar="SECONDS",
+        help="/healthz fails when the main loop made no progress for this long",
     )
-    parser.add_argument("--log-level", default="INFO")
+    parser.add_argument(
+        "--log-level",
+        type=cli_types.log_level,
+        default="info",
+        metavar="LEVEL",
+        help=f"log level ({', '.join(cli_types.LOG_LEVELS)})",
+    )
 
 
 def redis_timeouts(args: argparse.Namespace) -> RedisTimeouts:

@@ -15,7 +15,7 @@ from reconciler.dispatcher import Dispatcher, DispatcherSettings
 from reconciler.leader import ElectionSettings
 from reconciler.redis_conn import redis_client
 from reconciler.workqueue import QueueSettings, WorkQueue
-from shared import kubeaccess
+from shared import cli_types, kubeaccess
 from shared.constants import INSTALL_NAMESPACE
 
 
@@ -23,34 +23,64 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_common_arguments(parser)
     parser.add_argument(
         "--lease-namespace",
-        default=os.environ.get("POD_NAMESPACE", INSTALL_NAMESPACE),
-        help="namespace of the leader-election Lease",
+        type=cli_types.dns_label,
+        default=os.environ.get("POD_NAMESPACE") or INSTALL_NAMESPACE,
+        metavar="NAMESPACE",
+        help="namespace of the leader-election Lease (default: $POD_NAMESPACE, else "
+        f"{INSTALL_NAMESPACE})",
     )
-    parser.add_argument("--lease-name", default="inference-cache-dispatcher")
+    parser.add_argument(
+        "--lease-name",
+        type=cli_types.dns_subdomain,
+        default="inference-cache-dispatcher",
+        metavar="NAME",
+        help="name of the leader-election Lease",
+    )
     parser.add_argument(
         "--identity",
         default=f"{socket.gethostname()}_{os.getpid()}",
-        help="this candidate's identity in the Lease",
+        help="this candidate's identity in the Lease (default: <hostname>_<pid>)",
     )
-    parser.add_argument("--lease-duration", type=float, default=15.0)
-    parser.add_argument("--renew-deadline", type=float, default=10.0)
-    parser.add_argument("--retry-period", type=float, default=2.0)
+    parser.add_argument(
+        "--lease-duration",
+        type=cli_types.positive_float,
+        default=15.0,
+        metavar="SECONDS",
+        help="how long a leader's Lease holds without renewal; candidates take over after it",
+    )
+    parser.add_argument(
+        "--renew-deadline",
+        type=cli_types.positive_float,
+        default=10.0,
+        metavar="SECONDS",
+        help="the leader steps down when it could not renew the Lease for this long",
+    )
+    parser.add_argument(
+        "--retry-period",
+        type=cli_types.positive_float,
+        default=2.0,
+        metavar="SECONDS",
+        help="seconds between attempts to acquire or renew the Lease",
+    )
     parser.add_argument(
         "--resync-period",
-        type=float,
+        type=cli_types.positive_float,
         default=30.0,
+        metavar="SECONDS",
         help="seconds between re-enqueues of every CacheBackend",
     )
     parser.add_argument(
         "--watch-timeout",
-        type=int,
+        type=cli_types.positive_int,
         default=300,
-        help="server-side timeout of each watch request (s)",
+        metavar="SECONDS",
+        help="server-side timeout of each watch request",
     )
     parser.add_argument(
         "--dispatch-timeout",
-        type=float,
+        type=cli_types.positive_float,
         default=60.0,
+        metavar="SECONDS",
         help="re-dispatch a key whose Celery message has not started after this",
     )
 

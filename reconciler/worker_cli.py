@@ -14,22 +14,30 @@ from reconciler.server_client import ServerClient
 from reconciler.snapshot import SnapshotPoller
 from reconciler.worker_health import CONSUMER_LOOP, install_consumer_heartbeat
 from reconciler.workqueue import QueueSettings
-from shared import kubeaccess
+from shared import cli_types, kubeaccess
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_common_arguments(parser)
     parser.add_argument(
         "--server-url",
-        default=os.environ.get("ICACHE_SERVER_URL", ""),
+        default="",
+        metavar="URL",
         help="cache-index server base URL for /probe; empty turns the functional-probe gate off",
     )
     parser.add_argument(
         "--token-path",
         default=tasks.WorkerConfig.token_path,
+        metavar="PATH",
         help="projected ServiceAccount token sent to the server",
     )
-    parser.add_argument("--concurrency", type=int, default=4, help="reconciles in parallel")
+    parser.add_argument(
+        "--concurrency",
+        type=cli_types.positive_int,
+        default=4,
+        metavar="N",
+        help="reconciles in parallel",
+    )
     parser.add_argument(
         "--pool",
         default="threads",
@@ -38,14 +46,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--probe-interval",
-        type=float,
+        type=cli_types.positive_float,
         default=30.0,
+        metavar="SECONDS",
         help="at most one /probe per backend per this many seconds",
     )
     parser.add_argument(
         "--snapshot-interval",
-        type=float,
+        type=cli_types.positive_float,
         default=10.0,
+        metavar="SECONDS",
         help="seconds between /snapshot polls (with --server-url; one poller "
         "per interval across all workers)",
     )

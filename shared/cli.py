@@ -4,15 +4,30 @@ Each subcommand lives in its own module exposing ``add_arguments(parser)`` and
 ``run(args) -> int``; modules are imported only when their subcommand runs so that
 `icache crd` does not pay for Celery or uvicorn, and so that an image without a
 package (the webhook image has no ``icache_install``) still runs the rest.
+
+The habits every subcommand gets from here, so its module only declares flags:
+
+* no abbreviations (``--file`` is not ``--filename``), in every parser;
+* every flag's help shows its default (:class:`DefaultsHelpFormatter`);
+* the flags of a long-running process (``LONG_RUNNING``) can also be set by an
+  environment variable, ``ICACHE_`` + the flag in upper case with ``_`` for ``-``
+  (``--lease-seconds`` -> ``ICACHE_LEASE_SECONDS``; exceptions in ``ENV_NAMES``),
+  named in its help; the command line wins over the environment;
+* bad input — an unknown flag, a bad value, a missing or broken file, a bad
+  kubeconfig, in a flag or in the environment — is one line on stderr saying what
+  and where, exit code 2; a failure at run time is one line and exit code 1. No
+  traceback unless ``--debug``.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from types import ModuleType
+from typing import Any, Final, NoReturn
 
 # name -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -20,57 +35,299 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "webhook": ("webhook_svc.serve", "serve the CacheBackend and Pod admission webhooks"),
     "admit-pod": (
         "webhook_svc.dry_run",
-        "offline dry run: wire a Pod/Deployment/StatefulSet against backends in a directory",
+        "offline dry run: wire every Pod and workload of the input as the Pod webhook would",
+    ),
+    "validate": (
+        "webhook_svc.validate_cli",
+        "offline: default and validate every CacheBackend of the input as admission would",
     ),
     "dispatcher": ("reconciler.dispatcher_cli", "watch CacheBackends and enqueue reconciles"),
     "worker": ("reconciler.worker_cli", "run a Celery reconcile worker"),
     "certs": ("icache_install.certs_cli", "generate webhook certificates and patch caBundle"),
     "manifests": ("icache_install.manifests_cli", "print the install manifests"),
+    "doctor": (
+        "icache_install.doctor.cli",
+        "read-only health check of the install, the CacheBackends and their engine pods",
+    ),
+    "completion": ("shared.completion", "print a shell completion script (bash, zsh, fish)"),
 }
+
+# The processes a Deployment runs: each of their flags has an environment variable.
+LONG_RUNNING: Final = frozenset({"webhook", "dispatcher", "worker"})
+ENV_PREFIX: Final = "ICACHE_"
+# (subcommand, flag) -> variable, where the rule would be ambiguous or an older name
+# is already in use (``ICACHE_WORKERS`` would read like the reconcile workers).
+ENV_NAMES: Final[dict[tuple[str, str], str]] = {
+    ("webhook", "--workers"): "ICACHE_WEBHOOK_WORKERS",
+}
+_TRUE: Final = frozenset({"1", "true", "yes", "on"})
+_FALSE: Final = frozenset({"0", "false", "no", "off", ""})
+
+EXIT_FAILURE: Final = 1
+EXIT_USAGE: Final = 2
+EXIT_INTERRUPTED: Final = 130
+
+
+class UsageError(Exception):
+    """Bad input found after parsing (a file's content, a combination of flags):
+    one line on stderr and exit code 2."""
+
+
+# --------------------------------------------------------------------- parsers
+
+
+def _default_text(value: Any) -> str:
+    if value is None:
+        return "unset"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value if value else '""'
+    if isinstance(value, list | tuple):
+        return ", ".join(_default_text(v) for v in value) if value else "none"
+    return str(value)
+
+
+class DefaultsHelpFormatter(argparse.HelpFormatter):
+    """Every flag's help ends with its default and, for a long-running process, its
+    environment variable; a help that already says its default is left alone."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if not action.option_strings or action.default is argparse.SUPPRESS:
+            return text
+        notes = []
+        if "default" not in text.lower():
+            notes.append(f"default: {_default_text(action.default)}")
+        env = getattr(action, "env_var", None)
+        if env:
+            notes.append(f"env {env}")
+        if notes:
+            # Help strings are %-formatted by argparse: a literal % must be doubled.
+            text += f" ({'; '.join(notes)})".replace("%", "%%")
+        return text
+
+
+class IcacheParser(argparse.ArgumentParser):
+    """argparse with the habits of the module docstring."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["allow_abbrev"] = False
+        kwargs.setdefault("formatter_class", DefaultsHelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {one_line(message)} (see --help)\n")
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        namespace = namespace if namespace is not None else argparse.Namespace()
+        for action in self._actions:
+            env = getattr(action, "env_var", None)
+            if env and env in os.environ and not hasattr(namespace, action.dest):
+                setattr(namespace, action.dest, self._env_value(action, env, os.environ[env]))
+                action.required = False
+        return super().parse_known_args(args, namespace)
+
+    def _env_value(self, action: argparse.Action, env: str, raw: str) -> Any:
+        """The value ``raw`` (from the environment) gives the flag, converted and
+        checked as if typed on the command line."""
+        where = f"environment variable {env}={raw!r}"
+        if action.nargs == 0:  # store_true / store_false / store_const
+            word = raw.strip().lower()
+            if word in _TRUE:
+                return action.const
+            if word in _FALSE:
+                return action.default
+            self.error(f"{where}: not a boolean (true/false, 1/0, yes/no, on/off)")
+        try:
+            if isinstance(action, argparse._AppendAction):
+                return [self._converted(action, part.strip()) for part in raw.split(",")]
+            return self._converted(action, raw)
+        except argparse.ArgumentError as exc:
+            self.error(f"{where}: {exc.message}")
+
+    def _converted(self, action: argparse.Action, raw: str) -> Any:
+        value = self._get_value(action, raw)
+        self._check_value(action, value)
+        return value
+
+
+def env_name(command: str, action: argparse.Action) -> str | None:
+    """The environment variable of a long-running process's flag (None: a flag with
+    none, such as --help)."""
+    longs = [o for o in action.option_strings if o.startswith("--")]
+    if not longs or action.dest == "help" or action.default is argparse.SUPPRESS:
+        return None
+    flag = longs[0]
+    return ENV_NAMES.get((command, flag)) or ENV_PREFIX + flag[2:].upper().replace("-", "_")
+
+
+def bind_env(parser: argparse.ArgumentParser, command: str) -> None:
+    """Give each flag of ``parser`` its environment variable (see the module docstring)."""
+    for action in parser._actions:
+        name = env_name(command, action)
+        if name:
+            action.env_var = name  # type: ignore[attr-defined]
+
+
+class VersionAction(argparse.Action):
+    """``--version``: computed when asked (the commit may need a git call)."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        kwargs.setdefault("help", "print the version, git commit and build date, then exit")
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        from shared.build_info import build_info
+
+        print(build_info().line())
+        parser.exit(0)
+
+
+def _add_debug(parser: argparse.ArgumentParser, default: Any) -> None:
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        default=default,
+        help="on an unexpected failure, print the Python traceback instead of one line "
+        "(default: off)",
+    )
+
+
+def build_parser(
+    wanted: str | None = None, *, load_all: bool = False
+) -> tuple[IcacheParser, ModuleType | None, bool]:
+    """The ``icache`` parser with the flags of subcommand ``wanted`` (of every
+    subcommand with ``load_all``). Returns the parser, the wanted subcommand's module
+    and False when that module's package is not installed here."""
+    parser = IcacheParser(prog="icache", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action=VersionAction)
+    _add_debug(parser, False)
+    sub = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", parser_class=IcacheParser
+    )
+    module: ModuleType | None = None
+    installed = True
+    for name, (module_name, help_text) in SUBCOMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        # SUPPRESS: `icache --debug webhook` must not be undone by the subparser's default.
+        _add_debug(p, argparse.SUPPRESS)
+        if name != wanted and not load_all:
+            continue
+        loaded = _load(name, module_name, quiet=load_all)
+        if loaded is None:
+            if name == wanted:
+                installed = False
+            continue
+        loaded.add_arguments(p)
+        if name in LONG_RUNNING:
+            bind_env(p, name)
+        if name == wanted:
+            module = loaded
+    return parser, module, installed
+
+
+def subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """The subcommand parsers of ``parser`` by name."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def _first_positional(argv: Iterable[str]) -> str | None:
+    for arg in argv:
+        if arg == "--":
+            return None
+        if not arg.startswith("-"):
+            return arg
+    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="icache", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    wanted = (list(argv) if argv is not None else sys.argv[1:])[:1]
-    module = None
-    for name, (module_name, help_text) in SUBCOMMANDS.items():
-        p = sub.add_parser(name, help=help_text, description=help_text)
-        if wanted == [name]:
-            module = _load(name, module_name)
-            if module is None:
-                return 2
-            module.add_arguments(p)
-    args = parser.parse_args(argv)
-    if module is None:
-        module = _load(args.command, SUBCOMMANDS[args.command][0])
-        if module is None:
-            return 2
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    wanted = _first_positional(arguments)
+    parser, module, installed = build_parser(wanted)
+    if not installed:
+        return EXIT_USAGE
+    args = parser.parse_args(arguments)
+    if module is None:  # unreachable: parse_args rejects an unknown subcommand
+        return EXIT_USAGE
+    return run_command(module, args)
+
+
+# ------------------------------------------------------------------- failures
+
+
+def one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def describe_failure(exc: BaseException) -> tuple[int, str]:
+    """Exit code and one-line message of an exception a subcommand let through."""
     from shared.kubeaccess import KubeConfigError
 
+    if isinstance(exc, UsageError | KubeConfigError):
+        return EXIT_USAGE, one_line(str(exc))
+    if isinstance(exc, OSError) and exc.filename is not None:
+        return EXIT_USAGE, one_line(f"{exc.filename}: {exc.strerror or exc}")
+    text = one_line(str(exc))
+    return EXIT_FAILURE, f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _webhook_preflight(args: argparse.Namespace) -> None:
+    """What every webhook worker would find wrong, found once by the parent before it
+    forks them: the TLS flags, and the Kubernetes configuration of live mode."""
+    if not args.insecure and not (args.tls_cert_file and args.tls_key_file):
+        raise UsageError("--tls-cert-file and --tls-key-file are required unless --insecure")
+    if not args.backends_from:
+        from shared.kubeaccess import load_configuration
+
+        load_configuration(args.kubeconfig)
+
+
+# Checks run in the parent before a subcommand's run(), for subcommands that fork.
+PREFLIGHT: Final[dict[str, Callable[[argparse.Namespace], None]]] = {
+    "webhook": _webhook_preflight,
+}
+
+
+def run_command(module: ModuleType, args: argparse.Namespace) -> int:
     try:
+        check = PREFLIGHT.get(args.command)
+        if check is not None:
+            check(args)
         rc: int = module.run(args)
-    except KubeConfigError as exc:
-        # Every process connects through shared.kubeaccess: one line, not a traceback.
-        print(f"icache {args.command}: {exc}", file=sys.stderr)
-        return 1
+    except KeyboardInterrupt:
+        print(f"icache {args.command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as exc:
+        if getattr(args, "debug", False):
+            raise
+        code, text = describe_failure(exc)
+        hint = " (--debug shows the traceback)" if code == EXIT_FAILURE else ""
+        print(f"icache {args.command}: error: {text}{hint}", file=sys.stderr)
+        return code
     return rc
 
 
-def _load(name: str, module_name: str) -> ModuleType | None:
-    """The subcommand's module, or None (with one line on stderr) when its package
-    is not installed here (``icache certs`` in the webhook image)."""
+def _load(name: str, module_name: str, *, quiet: bool = False) -> ModuleType | None:
+    """The subcommand's module, or None (with one line on stderr unless ``quiet``)
+    when its package is not installed here (``icache certs`` in the webhook image)."""
     try:
         return importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         package = module_name.partition(".")[0]
         if exc.name not in (package, module_name):
             raise
-        print(
-            f"icache {name}: not installed here (no {package} package); "
-            "the install tooling ships in the worker image",
-            file=sys.stderr,
-        )
+        if not quiet:
+            print(
+                f"icache {name}: not installed here (no {package} package); "
+                "the install tooling ships in the worker image",
+                file=sys.stderr,
+            )
         return None
 
 

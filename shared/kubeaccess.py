@@ -158,6 +158,7 @@ def _new_configuration() -> Configuration:
 
 
 def _from_kubeconfig(paths: str, context: str | None, source: str, tried: list[str]) -> Loaded:
+    import yaml
     from kubernetes.config import ConfigException, load_kube_config
 
     missing = [p for p in paths.split(os.pathsep) if p and not Path(p).expanduser().is_file()]
@@ -166,8 +167,9 @@ def _from_kubeconfig(paths: str, context: str | None, source: str, tried: list[s
     configuration = _new_configuration()
     try:
         load_kube_config(config_file=paths, context=context, client_configuration=configuration)
-    except (ConfigException, OSError, ValueError, KeyError, TypeError) as exc:
-        # The client raises bare KeyError/TypeError on malformed files, too.
+    except (ConfigException, OSError, ValueError, KeyError, TypeError, yaml.YAMLError) as exc:
+        # The client raises bare KeyError/TypeError on malformed files, and PyYAML's
+        # errors on a file that is not YAML.
         raise KubeConfigError(tried, f"{source}: {_describe(exc)}") from exc
     return Loaded(configuration, source)
 
@@ -200,5 +202,5 @@ def _from_incluster(serviceaccount_dir: Path, tried: list[str]) -> Loaded:
 
 
 def _describe(exc: BaseException) -> str:
-    text = str(exc).strip()
+    text = " ".join(str(exc).split())  # one line: YAML errors span several
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -1,15 +1,26 @@
-"""`icache admit-pod`: wire a Pod or a workload's pod template offline, as the Pod webhook would.
+"""`icache admit-pod`: wire Pods and workloads' pod templates offline, as the Pod webhook would.
 
-    icache admit-pod -f deploy.yaml --backends-from backends/ [--namespace team-a]
+    icache admit-pod -f FILE|DIR|- [-f ...] --backends-from DIR [--namespace team-a]
         [--kvevent-subscriber-image IMG] [--server-address HOST:PORT]
-        [--output pod|patch|workload]
+        [--output pod|patch|workload|json] [--fail-on-unwired]
 
-The manifest may be a Pod, or a Deployment, StatefulSet, ReplicaSet, DaemonSet or Job
-(its ``spec.template``; a CronJob's ``spec.jobTemplate.spec.template``). The namespace is
-the manifest's, else ``--namespace``, else ``default``. Output: the wired Pod (YAML), the
-RFC 6902 patch the webhook would return (JSON), or the workload with the wired template
-(YAML). The outcome, reason and message go to stderr. Exit 0 for any wiring outcome
-(fail-open included), 2 when the input cannot be read.
+Every Pod, Deployment, StatefulSet, ReplicaSet, DaemonSet, Job and CronJob of the
+input (multi-document files, ``kind: List``, directories read recursively, ``-`` for
+stdin) is admitted: a workload's ``spec.template`` (a CronJob's
+``spec.jobTemplate.spec.template``) becomes the Pod the API server would admit. The
+namespace is the manifest's, else ``--namespace``, else ``default``; backends whose
+file names no namespace join the workload's, as ``kubectl apply -n`` would put them.
+Other kinds are skipped with a note.
+
+Output (stdout): the wired Pods, or the workloads with the wired template (YAML,
+one document each), or the RFC 6902 patch the webhook would return (the patch alone
+for one workload, else a JSON list with each workload's), or a JSON report. One line
+per workload goes to stderr: its outcome, reason, backend and message.
+
+Exit code: 0 for any wiring outcome (fail-open included) unless
+``--fail-on-unwired``: then 1 when any workload would be admitted unwired (every
+fail-open outcome; an explicit ``skip-inject`` opt-out is not a failure). 2 when the
+input cannot be read or holds no workload.
 """
 
 from __future__ import annotations
@@ -18,15 +29,17 @@ import argparse
 import copy
 import json
 import sys
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
 
-from shared.pod_wiring import WiringResult, wire_pod
+from shared import cli_types
+from shared.pod_wiring import OUTCOME_FAIL_OPEN, OUTCOME_SKIPPED, WiringResult, wire_pod
 from shared.runtime_adapters.base import InjectContext
 from webhook_svc.admission_review import json_patch
 from webhook_svc.backend_files import BackendFileError, load_backends
+from webhook_svc.manifest_input import Document, InputError, read_inputs
 
 TEMPLATE_PATHS: dict[str, tuple[str, ...]] = {
     "Deployment": ("spec", "template"),
@@ -39,44 +52,102 @@ TEMPLATE_PATHS: dict[str, tuple[str, ...]] = {
 DEFAULT_NAMESPACE = "default"
 
 
-class InputError(Exception):
-    pass
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "-f", "--filename", required=True, help="Pod or workload manifest (YAML/JSON), - for stdin"
+        "-f",
+        "--filename",
+        action="append",
+        required=True,
+        type=cli_types.input_path,
+        metavar="FILE|DIR|-",
+        help="Pod or workload manifests (YAML/JSON): a file, a directory (recursive) or - for "
+        "stdin; repeatable (default: none, required)",
     )
     parser.add_argument(
-        "--backends-from", required=True, type=Path, help="directory of CacheBackend YAML files"
+        "--backends-from",
+        required=True,
+        type=cli_types.existing_dir,
+        metavar="DIR",
+        help="directory of CacheBackend YAML files, status.endpoint included "
+        "(default: none, required)",
     )
     parser.add_argument(
-        "-n", "--namespace", default=None, help="namespace when the manifest has none"
+        "-n",
+        "--namespace",
+        type=cli_types.dns_label,
+        default=None,
+        help=f"namespace of manifests that name none (default: {DEFAULT_NAMESPACE})",
     )
-    parser.add_argument("--kvevent-subscriber-image", default=None, help="subscriber sidecar image")
+    parser.add_argument(
+        "--kvevent-subscriber-image",
+        type=cli_types.optional_text,
+        default=None,
+        metavar="IMAGE",
+        help="subscriber sidecar image, as the webhook's flag (default: unset, no sidecar)",
+    )
     parser.add_argument(
         "--server-address",
         default=InjectContext().server_address,
+        metavar="HOST:PORT",
         help="cache-index server gRPC address the subscriber reports to",
     )
     parser.add_argument(
-        "-o", "--output", choices=("pod", "patch", "workload"), default="pod", help="what to print"
+        "-o",
+        "--output",
+        choices=("pod", "patch", "workload", "json"),
+        default="pod",
+        help="what to print on stdout",
+    )
+    parser.add_argument(
+        "--fail-on-unwired",
+        action="store_true",
+        help="exit 1 when any workload would be admitted unwired (default: off, exit 0)",
     )
 
 
-def read_manifest(filename: str) -> dict[str, Any]:
-    """The first Pod or supported workload document of the file."""
-    try:
-        text = sys.stdin.read() if filename == "-" else Path(filename).read_text(encoding="utf-8")
-        docs = list(yaml.safe_load_all(text))
-    except (OSError, yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read {filename}: {exc}") from exc
-    for doc in docs:
-        if isinstance(doc, dict) and (
-            doc.get("kind") == "Pod" or doc.get("kind") in TEMPLATE_PATHS
-        ):
-            return doc
-    raise InputError(f"{filename} holds no Pod or {'/'.join(TEMPLATE_PATHS)} document")
+@dataclass(frozen=True)
+class Admission:
+    """One workload of the input and what the Pod webhook makes of its pod."""
+
+    doc: Document
+    namespace: str
+    pod: dict[str, Any]
+    result: WiringResult
+
+    @property
+    def label(self) -> str:
+        return f"{self.doc.kind} {self.namespace}/{self.doc.name or '(no name)'}"
+
+    @property
+    def unwired(self) -> bool:
+        return self.result.outcome == OUTCOME_FAIL_OPEN
+
+    def line(self) -> str:
+        backend = f" backend={self.result.backend}" if self.result.backend else ""
+        return (
+            f"{self.label} ({self.doc.where}): outcome={self.result.outcome} "
+            f"reason={self.result.reason}{backend}: {self.result.message}"
+        )
+
+    def report(self) -> dict[str, Any]:
+        """The stable JSON form (docs/cli.md)."""
+        return {
+            "source": self.doc.source,
+            "document": self.doc.index,
+            "kind": self.doc.kind,
+            "namespace": self.namespace,
+            "name": self.doc.name,
+            "outcome": self.result.outcome,
+            "reason": self.result.reason,
+            "backend": self.result.backend,
+            "message": self.result.message,
+            "wired": self.result.outcome not in (OUTCOME_FAIL_OPEN, OUTCOME_SKIPPED),
+            "patch": json_patch(self.pod, self.result.pod),
+        }
+
+
+def is_workload(doc: Document) -> bool:
+    return isinstance(doc.body, dict) and (doc.kind == "Pod" or doc.kind in TEMPLATE_PATHS)
 
 
 def _template(manifest: dict[str, Any]) -> dict[str, Any]:
@@ -124,37 +195,96 @@ def workload_with(manifest: dict[str, Any], wired: dict[str, Any]) -> dict[str, 
     return out
 
 
+def _with_namespace(backends: list[dict[str, Any]], namespace: str) -> list[dict[str, Any]]:
+    """Backends whose file names no namespace, placed in ``namespace``."""
+    out = []
+    for backend in backends:
+        meta = backend.get("metadata") or {}
+        if meta.get("namespace"):
+            out.append(backend)
+        else:
+            out.append({**backend, "metadata": {**meta, "namespace": namespace}})
+    return out
+
+
 def admit(
     manifest: dict[str, Any], backends: list[dict[str, Any]], ctx: InjectContext, namespace: str
 ) -> tuple[dict[str, Any], WiringResult]:
     pod = pod_of(manifest, namespace)
-    return pod, wire_pod(pod, backends, ctx, namespace=namespace)
+    return pod, wire_pod(pod, _with_namespace(backends, namespace), ctx, namespace=namespace)
+
+
+def admit_all(
+    docs: list[Document], backends: list[dict[str, Any]], ctx: InjectContext, namespace: str | None
+) -> list[Admission]:
+    out = []
+    for doc in docs:
+        if not is_workload(doc):
+            continue
+        ns = str(doc.metadata.get("namespace") or namespace or DEFAULT_NAMESPACE)
+        try:
+            pod, result = admit(doc.body, backends, ctx, ns)
+        except InputError as exc:
+            raise InputError(f"{doc.where}: {exc}") from exc
+        out.append(Admission(doc, ns, pod, result))
+    return out
+
+
+def _yaml_docs(objects: list[dict[str, Any]]) -> str:
+    if len(objects) == 1:
+        return str(yaml.safe_dump(objects[0], sort_keys=False))
+    return "".join("---\n" + yaml.safe_dump(o, sort_keys=False) for o in objects)
+
+
+def render(admissions: list[Admission], output: str) -> str:
+    if output == "json":
+        return json.dumps([a.report() for a in admissions], indent=2) + "\n"
+    if output == "patch":
+        reports = [a.report() for a in admissions]
+        if len(reports) == 1:
+            return json.dumps(reports[0]["patch"], indent=2) + "\n"
+        keep = ("source", "document", "kind", "namespace", "name", "patch")
+        return json.dumps([{k: r[k] for k in keep} for r in reports], indent=2) + "\n"
+    if output == "workload":
+        return _yaml_docs([workload_with(a.doc.body, a.result.pod) for a in admissions])
+    return _yaml_docs([a.result.pod for a in admissions])
 
 
 def run(args: argparse.Namespace) -> int:
     try:
-        manifest = read_manifest(args.filename)
-        namespace = (
-            (manifest.get("metadata") or {}).get("namespace") or args.namespace or DEFAULT_NAMESPACE
+        docs = read_inputs(args.filename)
+        # Backends without a namespace stay unscoped here and join each workload's.
+        backends = load_backends(args.backends_from, default_namespace="")
+        ctx = InjectContext(
+            kvevent_subscriber_image=args.kvevent_subscriber_image,
+            server_address=args.server_address,
         )
-        # Like `kubectl apply -n <ns> -f DIR`: backends without a namespace join the pod's.
-        backends = load_backends(args.backends_from, default_namespace=namespace)
+        admissions = admit_all(docs, backends, ctx, args.namespace)
     except (InputError, BackendFileError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"icache admit-pod: error: {exc}", file=sys.stderr)
         return 2
-    ctx = InjectContext(
-        kvevent_subscriber_image=args.kvevent_subscriber_image, server_address=args.server_address
-    )
-    pod, result = admit(manifest, backends, ctx, namespace)
-    if args.output == "patch":
-        print(json.dumps(json_patch(pod, result.pod), indent=2))
-    elif args.output == "workload":
-        print(yaml.safe_dump(workload_with(manifest, result.pod), sort_keys=False), end="")
-    else:
-        print(yaml.safe_dump(result.pod, sort_keys=False), end="")
-    backend = f" backend={result.backend}" if result.backend else ""
-    print(
-        f"outcome={result.outcome} reason={result.reason}{backend}: {result.message}",
-        file=sys.stderr,
-    )
+    if not admissions:
+        print(
+            f"icache admit-pod: error: no Pod or {'/'.join(TEMPLATE_PATHS)} in "
+            f"{', '.join(args.filename)}",
+            file=sys.stderr,
+        )
+        return 2
+    sys.stdout.write(render(admissions, args.output))
+    for doc in docs:
+        if not is_workload(doc):
+            print(
+                f"skipped {doc.kind or 'a document'} ({doc.where}): not a workload", file=sys.stderr
+            )
+    for admission in admissions:
+        print(admission.line(), file=sys.stderr)
+    unwired = [a for a in admissions if a.unwired]
+    if args.fail_on_unwired and unwired:
+        why = "; ".join(f"{a.label}: {a.result.message}" for a in unwired)
+        print(
+            f"icache admit-pod: {len(unwired)} of {len(admissions)} workload(s) would be "
+            f"admitted unwired: {why}",
+            file=sys.stderr,
+        )
+        return 1
     return 0

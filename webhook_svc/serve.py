@@ -10,12 +10,10 @@ from __future__ import annotations
 import argparse
 import functools
 import logging
-import os
 import shutil
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from shared import jsonlog, kubeaccess
+from shared import cli_types, jsonlog, kubeaccess
 from shared.runtime_adapters.base import InjectContext
 from webhook_svc.admission_gate import (
     DEFAULT_LIMIT_CONCURRENCY,
@@ -54,78 +52,108 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="address to listen on (default: 0.0.0.0 with TLS, 127.0.0.1 with --insecure; "
         "'::' for IPv6)",
     )
-    parser.add_argument("--port", type=int, default=8443, help="port to listen on")
-    parser.add_argument("--insecure", action="store_true", help="serve plain HTTP (local replay)")
-    parser.add_argument("--tls-cert-file", type=Path, help="serving certificate (PEM)")
-    parser.add_argument("--tls-key-file", type=Path, help="serving key (PEM)")
+    parser.add_argument("--port", type=cli_types.port, default=8443, help="port to listen on")
+    parser.add_argument(
+        "--insecure", action="store_true", help="serve plain HTTP (local replay, no TLS)"
+    )
+    parser.add_argument(
+        "--tls-cert-file",
+        type=cli_types.pem_certificate_file,
+        metavar="PATH",
+        help="serving certificate (PEM); required unless --insecure",
+    )
+    parser.add_argument(
+        "--tls-key-file",
+        type=cli_types.pem_key_file,
+        metavar="PATH",
+        help="serving key (PEM); required unless --insecure",
+    )
     parser.add_argument(
         "--backends-from",
-        type=Path,
-        help="embedded mode: read CacheBackends from YAML files in this directory",
+        type=cli_types.existing_dir,
+        metavar="DIR",
+        help="embedded mode: read CacheBackends from YAML files in this directory "
+        "(default: unset, the live API)",
     )
     kubeaccess.add_kubeconfig_argument(parser)
     parser.add_argument(
         "--kvevent-subscriber-image",
-        default=os.environ.get("ICACHE_KVEVENT_SUBSCRIBER_IMAGE") or None,
-        help="image of the kvevent-subscriber sidecar (unset: no sidecar)",
+        type=cli_types.optional_text,
+        default=None,
+        metavar="IMAGE",
+        help="image of the kvevent-subscriber sidecar (default: unset, no sidecar)",
     )
     parser.add_argument(
         "--server-address",
-        default=os.environ.get("ICACHE_SERVER_ADDRESS", "inference-cache-server:50051"),
+        default="inference-cache-server:50051",
+        metavar="HOST:PORT",
         help="gRPC address of the cache-index server the kvevent-subscriber reports to",
     )
     parser.add_argument(
         "--backend-list-timeout",
-        type=float,
+        type=cli_types.positive_float,
         default=DEFAULT_LIST_TIMEOUT_SECONDS,
+        metavar="SECONDS",
         help="live mode: seconds the Pod webhook waits for the CacheBackend list before "
         "admitting the pod unwired (list_error); keep it well inside the webhook's "
         "timeoutSeconds (5)",
     )
     parser.add_argument(
         "--max-body-bytes",
-        type=int,
+        type=cli_types.positive_int,
         default=DEFAULT_MAX_BODY_BYTES,
+        metavar="BYTES",
         help="request body size limit (larger: 413)",
     )
     parser.add_argument(
         "--max-inflight-bytes",
-        type=int,
+        type=cli_types.positive_int,
         default=DEFAULT_MAX_INFLIGHT_BYTES,
+        metavar="BYTES",
         help="body bytes this process reads, decodes and judges at once; the rest wait, "
         "then get 503 (size it with the memory limit: docs/install.md)",
     )
     parser.add_argument(
         "--limit-concurrency",
-        type=int,
+        type=cli_types.positive_int,
         default=DEFAULT_LIMIT_CONCURRENCY,
+        metavar="N",
         help="connections plus requests this process holds at once before answering 503",
     )
     parser.add_argument(
         "--tls-reload-interval",
-        type=float,
+        type=cli_types.positive_float,
         default=2.0,
+        metavar="SECONDS",
         help="seconds between certificate checks (two stat calls: cheap)",
     )
     parser.add_argument(
         "--shutdown-drain-seconds",
-        type=float,
+        type=cli_types.non_negative_float,
         default=5.0,
+        metavar="SECONDS",
         help="after SIGTERM: /readyz answers 503 while requests are still served this long",
     )
     parser.add_argument(
         "--shutdown-timeout-seconds",
-        type=int,
+        type=cli_types.non_negative_int,
         default=10,
+        metavar="SECONDS",
         help="after the drain: the longest wait for in-flight requests before exiting",
     )
-    parser.add_argument("--log-level", default="info")
+    parser.add_argument(
+        "--log-level",
+        type=cli_types.log_level,
+        default="info",
+        metavar="LEVEL",
+        help=f"log level ({', '.join(cli_types.LOG_LEVELS)})",
+    )
     parser.add_argument(
         "--workers",
-        type=int,
-        default=int(os.environ.get("ICACHE_WEBHOOK_WORKERS") or 0),
-        help="worker processes (default 0: the CPUs the container gets, its CPU limit "
-        "rounded up; env ICACHE_WEBHOOK_WORKERS)",
+        type=cli_types.non_negative_int,
+        default=0,
+        metavar="N",
+        help="worker processes (default 0: the CPUs the container gets, its CPU limit rounded up)",
     )
 
 

@@ -28,7 +28,6 @@ from kubernetes import client
 
 from icache_install.manifests_cli import render
 from reconciler.celery_app import make_app
-from reconciler.cli_common import add_common_arguments
 from reconciler.kube import ApiError, Kube
 from reconciler.redis_settings import redis_url
 from reconciler.workqueue import QueueSettings, WorkQueue
@@ -144,13 +143,15 @@ def password_redis() -> Iterator[RedisServer]:
 
 
 def process_args(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> argparse.Namespace:
-    """The dispatcher's/worker's Redis flags, parsed with the pod's environment."""
+    """The dispatcher's Redis flags, parsed as `icache dispatcher` parses them (the
+    ICACHE_* variables are bound by shared/cli.py) with the pod's environment."""
+    from shared.cli import build_parser
+
     monkeypatch.delenv("ICACHE_REDIS_PASSWORD", raising=False)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    parser = argparse.ArgumentParser()
-    add_common_arguments(parser)
-    return parser.parse_args([])
+    parser, _, _ = build_parser("dispatcher")
+    return parser.parse_args(["dispatcher"])
 
 
 def test_dispatcher_and_worker_settings_connect_with_the_password_from_the_secret(

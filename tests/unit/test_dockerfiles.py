@@ -31,6 +31,7 @@ import yaml
 from icache_install import certs
 from icache_install.manifests_cli import render, split_image
 from shared.cli import SUBCOMMANDS
+from tests.cli_helpers import paths_unchecked
 from tests.harness.controlplane import (
     free_port,
     spawn_in_own_group,
@@ -181,8 +182,9 @@ def test_runs_as_a_numeric_non_root_user_the_manifests_agree_with(
 
 
 def test_entrypoint_is_icache_and_the_default_command_parses(
-    image: str, final: list[Instruction]
+    image: str, final: list[Instruction], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    paths_unchecked(monkeypatch)  # the pod's mounted certificate is not here
     (entrypoint,) = [i.args for i in final if i.keyword == "ENTRYPOINT"]
     assert exec_form(entrypoint) == ["icache"]
     (cmd,) = [i.args for i in final if i.keyword == "CMD"]

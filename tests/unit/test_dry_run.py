@@ -256,14 +256,103 @@ def test_admit_fail_open_prints_the_unwired_pod(
     assert "env" not in yaml.safe_load(out)["spec"]["containers"][0]
 
 
-def test_admit_multi_document_file_uses_the_first_workload(
+def test_admit_reports_every_workload_of_a_multi_document_file(
     tmp_path: Path, backends_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """Every workload is admitted and reported, not only the first."""
     svc = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "llm"}, "spec": {}}
-    manifest = write(tmp_path / "all.yaml", svc, deployment())
-    code, _, err = run(capsys, "-f", str(manifest), "--backends-from", str(backends_dir))
+    web = deployment(labels={"app": "web"})
+    web["metadata"]["name"] = "web"
+    cron = {
+        "apiVersion": "batch/v1",
+        "kind": "CronJob",
+        "metadata": {"name": "batch", "namespace": "team-a"},
+        "spec": {"jobTemplate": {"spec": {"template": deployment()["spec"]["template"]}}},
+    }
+    daemon = {**deployment(), "kind": "DaemonSet"}
+    daemon["metadata"] = {"name": "ds", "namespace": "team-a"}
+    manifest = write(tmp_path / "all.yaml", svc, deployment(), web, cron, daemon)
+    code, out, err = run(capsys, "-f", str(manifest), "--backends-from", str(backends_dir))
     assert code == 0
-    assert "outcome=injected" in err
+    pods = list(yaml.safe_load_all(out))
+    assert [p["metadata"]["generateName"] for p in pods] == ["llm-", "web-", "batch-", "ds-"]
+    lines = err.splitlines()
+    assert f"skipped Service ({manifest}, document 1): not a workload" in lines
+    for prefix, outcome in (
+        ("Deployment team-a/llm (", "outcome=injected"),
+        ("Deployment team-a/web (", "reason=no_match"),
+        ("CronJob team-a/batch (", "outcome=injected"),
+        ("DaemonSet team-a/ds (", "outcome=injected"),
+    ):
+        assert any(line.startswith(prefix) and outcome in line for line in lines), prefix
+
+
+def test_admit_reads_a_directory_and_repeated_files(
+    tmp_path: Path, backends_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write(tmp_path / "in" / "a" / "one.yaml", deployment())
+    other = deployment()
+    other["metadata"]["name"] = "two"
+    second = write(tmp_path / "two.json", other)
+    code, out, _ = run(
+        capsys,
+        "-f",
+        str(tmp_path / "in"),
+        "-f",
+        str(second),
+        "--backends-from",
+        str(backends_dir),
+        "-o",
+        "json",
+    )
+    assert code == 0
+    report = json.loads(out)
+    assert [(r["name"], r["wired"]) for r in report] == [("llm", True), ("two", True)]
+    assert report[0]["backend"] == "team-a/cache"
+
+
+def test_fail_on_unwired_exits_1_and_says_why(
+    tmp_path: Path, backends_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    web = deployment(labels={"app": "web"})
+    manifest = write(tmp_path / "d.yaml", deployment(), web)
+    args = ["-f", str(manifest), "--backends-from", str(backends_dir)]
+    code, _, _ = run(capsys, *args)
+    assert code == 0  # fail-open is still an admission
+    code, _, err = run(capsys, *args, "--fail-on-unwired")
+    assert code == 1
+    assert (
+        "icache admit-pod: 1 of 2 workload(s) would be admitted unwired: Deployment team-a/llm: "
+        "no CacheBackend in 'team-a' selects this pod"
+    ) in err
+
+
+def test_fail_on_unwired_accepts_an_explicit_opt_out(
+    tmp_path: Path, backends_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """skip-inject is the operator's choice, not a wiring failure."""
+    doc = deployment()
+    doc["spec"]["template"]["metadata"]["annotations"] = {c.ANNOTATION_SKIP_INJECT: "true"}
+    manifest = write(tmp_path / "d.yaml", doc)
+    code, _, err = run(
+        capsys, "-f", str(manifest), "--backends-from", str(backends_dir), "--fail-on-unwired"
+    )
+    assert code == 0
+    assert "outcome=skipped reason=skip_inject_annotation" in err
+
+
+def test_patch_output_of_several_workloads_names_each(
+    tmp_path: Path, backends_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    other = deployment()
+    other["metadata"]["name"] = "two"
+    manifest = write(tmp_path / "d.yaml", deployment(), other)
+    _, out, _ = run(
+        capsys, "-f", str(manifest), "--backends-from", str(backends_dir), "-o", "patch"
+    )
+    patches = json.loads(out)
+    assert [p["name"] for p in patches] == ["llm", "two"]
+    assert all(p["patch"] for p in patches)
 
 
 @pytest.mark.parametrize(
@@ -277,13 +366,15 @@ def test_admit_unreadable_input_exits_2(
     code, out, err = run(capsys, "-f", str(manifest), "--backends-from", str(backends_dir))
     assert code == 2
     assert out == ""
-    assert err.startswith("error:")
+    assert err.startswith("icache admit-pod: error:")
+    assert len(err.strip().splitlines()) == 1
 
 
 def test_admit_missing_backends_dir_exits_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     manifest = write(tmp_path / "d.yaml", deployment())
-    code, _, err = run(capsys, "-f", str(manifest), "--backends-from", str(tmp_path / "none"))
-    assert code == 2
-    assert "not a directory" in err
+    with pytest.raises(SystemExit) as info:
+        run(capsys, "-f", str(manifest), "--backends-from", str(tmp_path / "none"))
+    assert info.value.code == 2
+    assert "no such directory" in capsys.readouterr().err

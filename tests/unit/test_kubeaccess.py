@@ -210,7 +210,8 @@ def test_every_connection_gets_the_same_retries(env: Path) -> None:
 
 @pytest.mark.parametrize("command", ["dispatcher", "worker", "webhook", "certs"])
 def test_each_process_says_what_it_tried_instead_of_a_traceback(env: Path, command: str) -> None:
-    """Every process connects through shared.kubeaccess and fails the same way."""
+    """Every process connects through shared.kubeaccess and fails the same way: one
+    line, exit code 2 (a configuration problem, like any other bad input)."""
     clean = {
         k: v
         for k, v in os.environ.items()
@@ -226,6 +227,6 @@ def test_each_process_says_what_it_tried_instead_of_a_traceback(env: Path, comma
         text=True,
         timeout=120,
     )
-    assert result.returncode == 1, result.stderr
+    assert result.returncode == 2, result.stderr
     assert "no Kubernetes configuration found (tried: --kubeconfig: not given" in result.stderr
     assert "Traceback" not in result.stderr

@@ -21,8 +21,9 @@ from icache_install import certs, manifests_cli
 from icache_install.manifests_cli import render, split_image
 from reconciler.server_client import DEFAULT_TOKEN_PATH
 from shared import redis_auth
-from shared.cli import SUBCOMMANDS
+from shared.cli import SUBCOMMANDS, IcacheParser
 from shared.quantity import parse_quantity
+from tests.cli_helpers import paths_unchecked
 from tests.samples import ROOT
 from webhook_svc.app import PATH_MUTATE_CB, PATH_MUTATE_POD, PATH_VALIDATE_CB
 
@@ -150,14 +151,18 @@ def test_processes_run_the_right_image(docs: list[dict[str, Any]]) -> None:
     assert args["inference-cache-worker"] == "worker"
 
 
-def test_every_command_line_parses_with_the_real_cli(docs: list[dict[str, Any]]) -> None:
-    """A misspelt or removed flag in a Deployment would crash-loop the pod."""
+def test_every_command_line_parses_with_the_real_cli(
+    docs: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A misspelt or removed flag in a Deployment would crash-loop the pod. The files
+    the pod mounts (certificates, tokens) do not exist here: their checks are off."""
+    paths_unchecked(monkeypatch)
     for deployment in deployments(docs):
         container = containers(deployment)[0]
         if not container["image"].startswith(manifests_cli.OUR_IMAGES):
             continue
         subcommand, *rest = container["args"]
-        parser = argparse.ArgumentParser(prog=f"icache {subcommand}", allow_abbrev=False)
+        parser = IcacheParser(prog=f"icache {subcommand}")
         importlib.import_module(SUBCOMMANDS[subcommand][0]).add_arguments(parser)
         parsed = parser.parse_args(rest)
         assert parsed is not None
@@ -517,8 +522,10 @@ def test_webhook_memory_limit_covers_its_workers_at_their_worst(
 
     deployment = one(docs, "Deployment", "inference-cache-webhook")
     (container,) = containers(deployment)
-    parser = argparse.ArgumentParser()
-    serve.add_arguments(parser)
+    with pytest.MonkeyPatch.context() as patch:
+        paths_unchecked(patch)  # the pod's mounted certificate is not here
+        parser = argparse.ArgumentParser()
+        serve.add_arguments(parser)
     args = parser.parse_args(container["args"][1:])  # after the subcommand
     assert args.workers >= 1
     budget = max(args.max_inflight_bytes, args.max_body_bytes) / 2**20

@@ -47,14 +47,22 @@ def test_redis_url_joins_both_and_is_idempotent() -> None:
 def test_the_process_flag_takes_the_password_from_the_environment(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """argparse applies the type to the env default and to an explicit --redis-url."""
+    """The type applies to the URL from the environment (ICACHE_REDIS_URL, through
+    `icache`'s environment binding) and to an explicit --redis-url."""
+    from shared.cli import build_parser
+
     monkeypatch.setenv("ICACHE_REDIS_URL", "redis://inference-cache-redis:6379/0")
     monkeypatch.setenv("ICACHE_REDIS_PASSWORD", "from-secret")
-    parser = argparse.ArgumentParser()
-    add_common_arguments(parser)
-    assert parser.parse_args([]).redis_url == "redis://:from-secret@inference-cache-redis:6379/0"
-    explicit = parser.parse_args(["--redis-url", "redis://127.0.0.1:1/2"]).redis_url
-    assert explicit == "redis://:from-secret@127.0.0.1:1/2"
+    for command in ("dispatcher", "worker"):
+        parser, _, _ = build_parser(command)
+        from_env = parser.parse_args([command]).redis_url
+        assert from_env == "redis://:from-secret@inference-cache-redis:6379/0"
+        explicit = parser.parse_args([command, "--redis-url", "redis://127.0.0.1:1/2"])
+        assert explicit.redis_url == "redis://:from-secret@127.0.0.1:1/2"
+    # The help shows the default URL, never a password from the environment.
+    plain = argparse.ArgumentParser()
+    add_common_arguments(plain)
+    assert "from-secret" not in plain.format_help()
 
 
 def test_celery_gets_verified_tls_from_a_bare_rediss_url() -> None:

@@ -10,7 +10,10 @@ import argparse
 import re
 from typing import Any
 
+import pytest
+
 from icache_install.manifests_cli import render
+from tests.cli_helpers import paths_unchecked
 from tests.samples import ROOT
 from webhook_svc import serve
 
@@ -26,8 +29,10 @@ def _webhook_pod_spec() -> dict[str, Any]:
 
 
 def _args(container: dict[str, Any]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    serve.add_arguments(parser)
+    with pytest.MonkeyPatch.context() as patch:
+        paths_unchecked(patch)  # the pod's mounted certificate is not here
+        parser = argparse.ArgumentParser()
+        serve.add_arguments(parser)
     return parser.parse_args(container["args"][1:])
 
 

@@ -1,0 +1,157 @@
+"""`icache doctor`: read-only checks of the install, the CacheBackends and their engine pods.
+
+    icache doctor [--namespace NS | -A] [-o text|json] [--kubeconfig F] [--context C]
+
+It only ever GETs (icache_install/doctor/reader.py has no other verb). Every finding
+has a stable code, a severity, the object and a next step (docs/doctor.md). Exit code
+1 when any finding is an error, 0 otherwise; 2 for bad input (a bad kubeconfig).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from icache_install.doctor.diagnose import Scope, diagnose
+from icache_install.doctor.findings import Severity
+from icache_install.doctor.install import InstallNames
+from icache_install.doctor.reader import ClusterReader
+from icache_install.doctor.render import json_report, text_report
+from shared import cli_types, kubeaccess
+from shared.constants import INSTALL_NAMESPACE
+
+DEFAULTS = InstallNames()
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
+        "-n",
+        "--namespace",
+        type=cli_types.dns_label,
+        help="check the CacheBackends and engine pods of this namespace (default: the "
+        "kubeconfig context's namespace, else default)",
+    )
+    where.add_argument(
+        "-A",
+        "--all-namespaces",
+        action="store_true",
+        help="check every namespace (default: off)",
+    )
+    parser.add_argument(
+        "-o", "--output", choices=("text", "json"), default="text", help="output format"
+    )
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="text output: show info findings too (wired pods, healthy conditions; default: off)",
+    )
+    parser.add_argument(
+        "--color",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="colour the text output: auto colours on a terminal unless NO_COLOR is set",
+    )
+    kubeaccess.add_kubeconfig_argument(parser)
+    parser.add_argument(
+        "--context",
+        help="kubeconfig context (default: the kubeconfig's current context)",
+    )
+    parser.add_argument(
+        "--install-namespace",
+        type=cli_types.dns_label,
+        default=INSTALL_NAMESPACE,
+        metavar="NAMESPACE",
+        help="namespace of the webhook, dispatcher, worker and Redis",
+    )
+    parser.add_argument(
+        "--mutating-config",
+        type=cli_types.dns_subdomain,
+        default=DEFAULTS.mutating_config,
+        metavar="NAME",
+        help="MutatingWebhookConfiguration of the install",
+    )
+    parser.add_argument(
+        "--validating-config",
+        type=cli_types.dns_subdomain,
+        default=DEFAULTS.validating_config,
+        metavar="NAME",
+        help="ValidatingWebhookConfiguration of the install",
+    )
+    parser.add_argument(
+        "--redis-secret",
+        type=cli_types.optional_dns_subdomain,
+        default=DEFAULTS.redis_secret,
+        metavar="NAME",
+        help="Secret with the bundled Redis's password ('' for an external Redis without one)",
+    )
+
+
+def _context_namespace(kubeconfig: str | None, context: str | None) -> str:
+    """The namespace of the kubeconfig context, as kubectl would use it."""
+    try:
+        from kubernetes.config import kube_config
+
+        files = (
+            kubeconfig or os.environ.get("KUBECONFIG") or kube_config.KUBE_CONFIG_DEFAULT_LOCATION
+        )
+        contexts, current = kube_config.list_kube_config_contexts(
+            config_file=files.split(os.pathsep)[0]
+        )
+        chosen = next((x for x in contexts if x["name"] == context), None) if context else current
+        return str(((chosen or {}).get("context") or {}).get("namespace") or "default")
+    except Exception:  # no kubeconfig (in-cluster) or an unreadable one: kubectl's default
+        return "default"
+
+
+def use_colour(choice: str) -> bool:
+    if choice != "auto":
+        return choice == "always"
+    return sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+
+
+def run(args: argparse.Namespace) -> int:
+    namespace = (
+        None
+        if args.all_namespaces
+        else (args.namespace or _context_namespace(args.kubeconfig, args.context))
+    )
+    names = InstallNames(
+        namespace=args.install_namespace,
+        mutating_config=args.mutating_config,
+        validating_config=args.validating_config,
+        redis_secret=args.redis_secret,
+    )
+    kube = kubeaccess.connect(args.kubeconfig, context=args.context, timeout=15.0)
+    try:
+        reader = ClusterReader(kube)
+        result = diagnose(reader, Scope(namespace, names))
+    finally:
+        kube.close()
+    if args.output == "json":
+        sys.stdout.write(
+            json_report(
+                result.findings,
+                server=reader.server,
+                namespace=namespace,
+                install_namespace=names.namespace,
+                pods_checked=result.pods_checked,
+                backends=len(result.backends),
+            )
+        )
+    else:
+        sys.stdout.write(
+            text_report(
+                result.findings,
+                server=reader.server,
+                scope=f"namespace {namespace}" if namespace else "all namespaces",
+                install_namespace=names.namespace,
+                pods_checked=result.pods_checked,
+                backends=len(result.backends),
+                colour=use_colour(args.color),
+                verbose=args.verbose,
+            )
+        )
+    return 1 if any(f.severity == Severity.ERROR for f in result.findings) else 0

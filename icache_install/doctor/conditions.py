@@ -1,0 +1,215 @@
+"""Every CacheBackend condition reason the spec defines, as a sentence and a next step.
+
+The spec's "Conditions" section (and the reconciler's reasons it implies: a stuck
+Progressing is ``Degraded``, an unsupported pair ``UnsupportedRuntimePair``, a name
+taken by an object we do not own ``NameConflict``). A finding's code is
+``backend.<Type>.<Reason>``; a reason not in this table is ``backend.UnknownCondition``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from icache_install.doctor.findings import Severity
+from shared import constants as c
+
+E, W, OK = Severity.ERROR, Severity.WARNING, Severity.INFO
+
+REASON_DEGRADED: Final = "Degraded"
+REASON_UNSUPPORTED_RUNTIME_PAIR: Final = "UnsupportedRuntimePair"
+REASON_NAME_CONFLICT: Final = "NameConflict"
+
+_CHECK_WORKLOAD = (
+    "kubectl -n {ns} describe deployment,statefulset -l inferencecache.io/cachebackend={name}; "
+    "read the provider pods' events and logs"
+)
+_CHECK_ENGINES = (
+    "check that engine pods are wired to it (icache doctor lists them), then the engines' "
+    "--kv-events-config and that their ZMQ publisher bound"
+)
+_READ_MESSAGE = "read the condition's message: kubectl -n {ns} describe cb {name}"
+
+
+@dataclass(frozen=True)
+class Explanation:
+    severity: Severity
+    sentence: str
+    next_step: str
+
+
+TABLE: Final[dict[tuple[str, str], Explanation]] = {
+    # Ready
+    (c.COND_READY, c.REASON_BACKEND_READY): Explanation(
+        OK, "the managed workload is available; the KV-event and probe gates are off", ""
+    ),
+    (c.COND_READY, c.REASON_ROLLOUT_IN_PROGRESS): Explanation(
+        W, "the managed workload is rolling out its current generation", _CHECK_WORKLOAD
+    ),
+    (c.COND_READY, c.REASON_SCALED_TO_ZERO): Explanation(
+        W,
+        "the managed workload is scaled to zero: engine pods get no remote tier",
+        "set spec.replicas (or the HPA's minReplicas) above 0 to serve",
+    ),
+    (c.COND_READY, c.REASON_REPLICAS_UNAVAILABLE): Explanation(
+        E, "the managed workload rolled out but its replicas are unavailable", _CHECK_WORKLOAD
+    ),
+    (c.COND_READY, c.REASON_HOST_ONLY_ACTIVE): Explanation(
+        OK, "host-only: engine pods use node-local LMCache host memory, no remote tier", ""
+    ),
+    (c.COND_READY, c.REASON_EVENTS_ONLY_ACTIVE): Explanation(
+        OK, "events-only: engines are wired for cache-aware routing, no offload", ""
+    ),
+    (c.COND_READY, c.REASON_EXTERNAL_ENDPOINT_ACCEPTED): Explanation(
+        OK, "the externally owned endpoint is valid for its provider (it is not probed)", ""
+    ),
+    (c.COND_READY, c.REASON_EXTERNAL_ENDPOINT_MISSING): Explanation(
+        E,
+        "External ownership without spec.remoteStorage.endpoint: engine pods are admitted unwired",
+        "set spec.remoteStorage.endpoint to the provider's host:port",
+    ),
+    (c.COND_READY, c.REASON_EXTERNAL_ENDPOINT_INVALID): Explanation(
+        E,
+        "spec.remoteStorage.endpoint is not valid for the provider: engine pods are admitted "
+        "unwired",
+        "fix spec.remoteStorage.endpoint (icache validate shows the rule), then roll the engines",
+    ),
+    (c.COND_READY, c.REASON_AWAITING_FIRST_KV_EVENT): Explanation(
+        W, "the backend is up and waiting for its first KV event from an engine", _CHECK_ENGINES
+    ),
+    (c.COND_READY, c.REASON_KV_EVENTS_OBSERVED): Explanation(
+        OK, "KV events from the engines have reached the index", ""
+    ),
+    (c.COND_READY, c.REASON_NO_KV_EVENTS_OBSERVED): Explanation(
+        E, "no KV event arrived within spec.observation.firstEventTimeout", _CHECK_ENGINES
+    ),
+    (c.COND_READY, c.REASON_ENGINE_KERNEL_DEGRADED): Explanation(
+        E,
+        "a strict-mode engine pod failed the LMCache native-kernel check",
+        "align the engine image's lmcache wheel with its CUDA runtime, or set the "
+        "inferencecache.io/lmcache-kernel-check annotation to report-only",
+    ),
+    (c.COND_READY, c.REASON_PROBE_INGEST_FAILED): Explanation(
+        E,
+        "the functional probe failed at ingest: the server's ingest path is broken",
+        _READ_MESSAGE,
+    ),
+    (c.COND_READY, c.REASON_PROBE_ROUTING_FAILED): Explanation(
+        E,
+        "the functional probe failed at routing: index routing or key derivation is broken",
+        _READ_MESSAGE,
+    ),
+    (c.COND_READY, c.REASON_PROBE_T2_FAILED): Explanation(
+        E,
+        "the functional probe failed at tier 2: the remote store rejected put or get",
+        _READ_MESSAGE,
+    ),
+    (c.COND_READY, REASON_UNSUPPORTED_RUNTIME_PAIR): Explanation(
+        E,
+        "no runtime adapter for this runtime/type pair: engine pods are admitted unwired",
+        "use a supported pair (icache validate lists them)",
+    ),
+    (c.COND_READY, REASON_NAME_CONFLICT): Explanation(
+        E,
+        "an object the backend would create already exists and is not ours",
+        "rename or delete the conflicting object named in the message",
+    ),
+    # Degraded
+    (c.COND_DEGRADED, c.REASON_NOT_DEGRADED): Explanation(OK, "not degraded", ""),
+    (c.COND_DEGRADED, c.REASON_REPLICAS_UNAVAILABLE): Explanation(
+        E, "degraded: the managed workload's replicas are unavailable", _CHECK_WORKLOAD
+    ),
+    (c.COND_DEGRADED, c.REASON_NO_KV_EVENTS_OBSERVED): Explanation(
+        E, "degraded: no KV event within firstEventTimeout", _CHECK_ENGINES
+    ),
+    (c.COND_DEGRADED, REASON_NAME_CONFLICT): Explanation(
+        E, "degraded: a name the backend needs is taken", "see the Ready condition's message"
+    ),
+    # Progressing
+    (c.COND_PROGRESSING, c.REASON_SYNCED): Explanation(
+        OK, "the controller has converged on this generation", ""
+    ),
+    (c.COND_PROGRESSING, c.REASON_ROLLOUT_IN_PROGRESS): Explanation(
+        OK, "the controller is rolling the managed workload out", ""
+    ),
+    (c.COND_PROGRESSING, c.REASON_AWAITING_FIRST_KV_EVENT): Explanation(
+        OK, "the controller is waiting for the first KV event", ""
+    ),
+    (c.COND_PROGRESSING, c.REASON_SCALED_TO_ZERO): Explanation(
+        OK, "nothing to drive: the managed workload is scaled to zero", ""
+    ),
+    (c.COND_PROGRESSING, REASON_DEGRADED): Explanation(
+        W, "stuck: the controller cannot converge (see Degraded)", "see the Degraded condition"
+    ),
+    (c.COND_PROGRESSING, c.REASON_EXTERNAL_ENDPOINT_ACCEPTED): Explanation(
+        OK, "External ownership: no rollout to drive", ""
+    ),
+    (c.COND_PROGRESSING, c.REASON_EXTERNAL_ENDPOINT_MISSING): Explanation(
+        OK, "External ownership: no rollout to drive (see Ready)", ""
+    ),
+    (c.COND_PROGRESSING, c.REASON_EXTERNAL_ENDPOINT_INVALID): Explanation(
+        OK, "External ownership: no rollout to drive (see Ready)", ""
+    ),
+    (c.COND_PROGRESSING, REASON_UNSUPPORTED_RUNTIME_PAIR): Explanation(
+        OK, "nothing to drive for an unsupported pair (see Ready)", ""
+    ),
+    # FunctionalProbeOK
+    (c.COND_FUNCTIONAL_PROBE_OK, c.REASON_PROBE_OK): Explanation(
+        OK, "the functional probe round-tripped every stage", ""
+    ),
+    (c.COND_FUNCTIONAL_PROBE_OK, c.REASON_PROBE_BYPASSED): Explanation(
+        W,
+        "the functional probe is skipped (inferencecache.io/skip-functional-probe)",
+        "remove the annotation once the probe is trusted",
+    ),
+    (c.COND_FUNCTIONAL_PROBE_OK, c.REASON_PROBE_ERROR): Explanation(
+        W,
+        "the worker could not reach the server's /probe",
+        "check the worker's --server-url, its projected token and the server's TokenReview",
+    ),
+    (c.COND_FUNCTIONAL_PROBE_OK, c.REASON_PROBE_INGEST_FAILED): Explanation(
+        E, "the probe's ingest stage failed", _READ_MESSAGE
+    ),
+    (c.COND_FUNCTIONAL_PROBE_OK, c.REASON_PROBE_ROUTING_FAILED): Explanation(
+        E, "the probe's routing stage failed", _READ_MESSAGE
+    ),
+    (c.COND_FUNCTIONAL_PROBE_OK, c.REASON_PROBE_T2_FAILED): Explanation(
+        E, "the probe's tier-2 stage failed", _READ_MESSAGE
+    ),
+    # EngineKernelsHealthy
+    (c.COND_ENGINE_KERNELS_HEALTHY, c.REASON_KERNELS_HEALTHY): Explanation(
+        OK, "the LMCache native kernels loaded on every reporting engine pod", ""
+    ),
+    (c.COND_ENGINE_KERNELS_HEALTHY, c.REASON_KERNEL_LOAD_FAILED): Explanation(
+        E,
+        "LMCache's native kernels failed to load on an engine pod: tier-2 reload serialises "
+        "(~10x slower)",
+        "match the engine image's lmcache wheel to its CUDA runtime (the message names the cause)",
+    ),
+    (c.COND_ENGINE_KERNELS_HEALTHY, c.REASON_KERNEL_CHECK_ERROR): Explanation(
+        W, "a kernel check ended without a result", "read the lmcache-kernel-check container log"
+    ),
+    (c.COND_ENGINE_KERNELS_HEALTHY, c.REASON_KERNEL_CHECK_PENDING): Explanation(
+        OK, "a kernel check is still running", ""
+    ),
+    # T2Degraded
+    (c.COND_T2_DEGRADED, c.REASON_T2_ZERO_HIT_RATE): Explanation(
+        E,
+        "tier 2 was queried but served no reload: a store/connection failure, an undersized "
+        "server or a hash mismatch",
+        "check the LMCache server/client versions and the server's memory (spec: version "
+        "alignment)",
+    ),
+    (c.COND_T2_DEGRADED, c.REASON_T2_SERVING): Explanation(OK, "tier 2 is serving reloads", ""),
+    # EngineCompatibility
+    (c.COND_ENGINE_COMPATIBILITY, c.REASON_INJECTED_ENGINE_CRASH_LOOPING): Explanation(
+        E,
+        "an injected engine container is crash-looping after connector injection",
+        "read the engine logs; for a hybrid-attention model set spec.integration.mode: "
+        "EventsOnly (not skip-inject, which drops routing too)",
+    ),
+}
+
+
+def explain(type_: str, reason: str) -> Explanation | None:
+    return TABLE.get((type_, reason))

@@ -1,0 +1,142 @@
+"""Every subcommand, fed bad input the way a new user would: one line on stderr saying
+what and where, exit code 2, nothing on stdout, and never a traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from shared.cli import SUBCOMMANDS
+
+NOPE = "/nonexistent/icache-test"
+BROKEN_YAML = "a: [\n b: c\n"
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    d = tmp_path_factory.mktemp("bad-input")
+    broken = d / "broken.yaml"
+    broken.write_text(BROKEN_YAML)
+    junk = d / "junk.pem"
+    junk.write_text("not a certificate\n")
+    return {"broken": str(broken), "junk": str(junk), "dir": str(d)}
+
+
+# What a subcommand requires before it can get as far as an unknown flag.
+REQUIRED = {
+    "admit-pod": ["-f", "{dir}", "--backends-from", "{dir}"],
+    "validate": ["-f", "{dir}"],
+    "completion": ["bash"],
+}
+CASES: list[tuple[str, list[str], str]] = [
+    # (name, argv after `icache`, words the one line must contain)
+    *[
+        (
+            f"{name}-unknown-flag",
+            [name, *REQUIRED.get(name, []), "--no-such-flag"],
+            "unrecognized arguments: --no-such-flag",
+        )
+        for name in SUBCOMMANDS
+    ],
+    ("webhook-no-tls", ["webhook"], "--tls-cert-file and --tls-key-file are required"),
+    ("no-subcommand", [], "required: COMMAND"),
+    ("unknown-subcommand", ["frobnicate"], "invalid choice: 'frobnicate'"),
+    (
+        "webhook-missing-cert",
+        ["webhook", "--tls-cert-file", NOPE, "--tls-key-file", NOPE, "--workers", "2"],
+        f"{NOPE}: no such file",
+    ),
+    ("webhook-junk-cert", ["webhook", "--tls-cert-file", "{junk}"], "no PEM certificate"),
+    ("webhook-junk-key", ["webhook", "--tls-key-file", "{junk}"], "no PEM private key"),
+    ("webhook-log-level", ["webhook", "--insecure", "--log-level", "LOUD"], "invalid log level"),
+    ("webhook-port", ["webhook", "--port", "99999"], "not a port"),
+    ("webhook-workers", ["webhook", "--workers", "-1"], "must not be negative"),
+    (
+        "webhook-backends-dir",
+        ["webhook", "--insecure", "--backends-from", NOPE],
+        "no such directory",
+    ),
+    ("webhook-kubeconfig", ["webhook", "--insecure", "--kubeconfig", NOPE], "does not exist"),
+    (
+        "webhook-broken-kubeconfig",
+        ["webhook", "--insecure", "--kubeconfig", "{broken}"],
+        "ParserError",
+    ),
+    ("dispatcher-log-level", ["dispatcher", "--log-level", "LOUD"], "invalid log level"),
+    ("dispatcher-number", ["dispatcher", "--lease-duration", "abc"], "is not a number"),
+    ("dispatcher-kubeconfig", ["dispatcher", "--kubeconfig", "{broken}"], "ParserError"),
+    (
+        "dispatcher-lease-namespace",
+        ["dispatcher", "--lease-namespace", "Bad_NS"],
+        "invalid namespace",
+    ),
+    ("worker-concurrency", ["worker", "--concurrency", "0"], "must be at least 1"),
+    ("worker-pool", ["worker", "--pool", "gevent"], "invalid choice: 'gevent'"),
+    ("worker-kubeconfig", ["worker", "--kubeconfig", NOPE], "does not exist"),
+    ("certs-broken-kubeconfig", ["certs", "--kubeconfig", "{broken}"], "ParserError"),
+    ("certs-days", ["certs", "--days", "0"], "must be at least 1"),
+    ("certs-url-base", ["certs", "--url-base", "http://127.0.0.1:1"], "must use https"),
+    ("certs-namespace", ["certs", "--namespace", "Bad_NS"], "invalid namespace"),
+    ("manifests-namespace", ["manifests", "--namespace", "Bad_NS"], "invalid namespace"),
+    ("manifests-tag", ["manifests", "--image-tag", "bad tag"], "invalid image tag"),
+    ("manifests-dir", ["manifests", "--manifests-dir", NOPE], "no such directory"),
+    ("manifests-variant", ["manifests", "--variant", "helm"], "invalid choice"),
+    (
+        "admit-pod-missing",
+        ["admit-pod", "-f", NOPE, "--backends-from", "{dir}"],
+        "no such file or directory",
+    ),
+    ("admit-pod-broken", ["admit-pod", "-f", "{broken}", "--backends-from", "{dir}"], "not YAML"),
+    (
+        "admit-pod-backends",
+        ["admit-pod", "-f", "{broken}", "--backends-from", NOPE],
+        "no such directory",
+    ),
+    (
+        "admit-pod-broken-backends",
+        ["admit-pod", "-f", "{dir}", "--backends-from", "{dir}"],
+        "not YAML",
+    ),
+    ("validate-missing", ["validate", "-f", NOPE], "no such file or directory"),
+    ("validate-broken", ["validate", "-f", "{broken}"], "not YAML"),
+    ("validate-old", ["validate", "-f", "{dir}", "--old", NOPE], "no such file or directory"),
+    ("validate-output", ["validate", "-f", "{dir}", "-o", "xml"], "invalid choice: 'xml'"),
+    ("doctor-kubeconfig", ["doctor", "--kubeconfig", NOPE], "does not exist"),
+    ("doctor-broken-kubeconfig", ["doctor", "--kubeconfig", "{broken}"], "ParserError"),
+    ("doctor-namespace", ["doctor", "-n", "Bad_NS"], "invalid namespace"),
+    ("doctor-both-scopes", ["doctor", "-n", "a", "-A"], "not allowed with argument"),
+    ("completion-shell", ["completion", "tcsh"], "invalid choice: 'tcsh'"),
+    ("crd-positional", ["crd", "extra"], "unrecognized arguments: extra"),
+]
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"), [(a, w) for _, a, w in CASES], ids=[n for n, _, _ in CASES]
+)
+def test_bad_input_is_one_line_and_exit_2(
+    files: dict[str, str], tmp_path: Path, argv: list[str], words: str
+) -> None:
+    args = [a.format(**files) for a in argv]
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "NO_COLOR": "1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "shared.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=False,
+    )
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == 2, (done.returncode, done.stderr)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert words in lines[0], lines[0]
+    assert done.stdout == ""
+
+
+def test_every_subcommand_has_an_unknown_flag_case() -> None:
+    named = {n.removesuffix("-unknown-flag") for n, _, _ in CASES if n.endswith("-unknown-flag")}
+    assert named == set(SUBCOMMANDS)
