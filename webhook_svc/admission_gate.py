@@ -1,14 +1,18 @@
 """Admission control by body bytes: bounds the memory the admission routes can hold.
 
 Decoding and judging a body costs memory in proportion to its size, up to ~130x for
-the most object-dense JSON (see docs/install.md, "Webhook memory"). A request reserves
-its declared Content-Length from a per-process byte budget before its body is read,
-and returns it when answered; so at any moment the bodies being read, decoded or
-judged add up to at most the budget. A request that does not fit waits; when budget
-frees up the smallest waiter goes first, so a flood of maximum-size bodies cannot
-starve the small AdmissionReviews a real API server sends. A request that waited
-``wait_seconds`` in vain is answered 503 with Retry-After (the caller decides: the
-Pod webhook fails open, a CacheBackend apply is refused and can be retried).
+the most object-dense JSON (see docs/install.md, "Webhook memory"). A request takes a
+small fixed reservation from a per-process byte budget when it starts, and each body
+chunk's size as that chunk arrives; it gives all of it back when answered. So at any
+moment the bodies being read, decoded or judged add up to at most the budget, while a
+connection that declares a large body and sends nothing holds only the fixed part: it
+cannot make a small request wait. A declared Content-Length over the body limit is a
+413 before anything is read. A chunk that does not fit waits; when budget frees up the
+smallest waiter goes first, so a flood of maximum-size bodies cannot starve the small
+AdmissionReviews a real API server sends. A request that waited ``wait_seconds`` in
+vain is answered 503 with Retry-After (the caller decides: the Pod webhook fails open,
+a CacheBackend apply is refused and can be retried). The whole body must arrive within
+``BODY_READ_SECONDS`` (else 408).
 """
 
 from __future__ import annotations
@@ -16,9 +20,9 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from typing import Final
+from typing import Any, Final
 
 # The API server sends AdmissionReviews of Kubernetes objects (etcd keeps at most
 # 1.5 MiB each); the arithmetic behind these defaults is in docs/install.md
@@ -36,6 +40,18 @@ BODY_READ_SECONDS: Final = 10.0
 
 class OverloadedError(Exception):
     """No budget freed up in time: answer 503."""
+
+
+class BodyTooLargeError(Exception):
+    """The body is (or says it is) over the limit: answer 413."""
+
+
+class BodyTimeoutError(Exception):
+    """The body did not arrive within ``BODY_READ_SECONDS``: answer 408."""
+
+
+class ClientGoneError(Exception):
+    """The client disconnected before its body arrived: nobody to answer."""
 
 
 class ByteBudget:
@@ -109,3 +125,52 @@ class ByteBudget:
 
     def release(self, size: int) -> None:
         self._release(size)
+
+
+def declared_length(headers: Mapping[str, str]) -> int | None:
+    value = headers.get("content-length")
+    return int(value) if value is not None and value.isdigit() else None
+
+
+class BodyReader:
+    """Reads one admission request's body under the budget (module docstring)."""
+
+    def __init__(self, budget: ByteBudget, max_body_bytes: int, gauge: Any = None) -> None:
+        self.budget = budget
+        self.max_body_bytes = max_body_bytes
+        self._gauge = gauge  # set to the bytes held after every change, when given
+
+    def _show(self) -> None:
+        if self._gauge is not None:
+            self._gauge.set(self.budget.used)
+
+    @asynccontextmanager
+    async def body(
+        self, headers: Mapping[str, str], chunks: AsyncIterator[bytes]
+    ) -> AsyncIterator[bytes]:
+        """The whole body, its bytes held from the budget until the block ends."""
+        declared = declared_length(headers)
+        if declared is not None and declared > self.max_body_bytes:
+            raise BodyTooLargeError
+        budget = self.budget
+        held = await budget.acquire(MIN_RESERVATION_BYTES, BUDGET_WAIT_SECONDS)
+        try:
+            parts: list[bytes] = []
+            size = 0
+            try:
+                async with asyncio.timeout(BODY_READ_SECONDS):
+                    async for chunk in chunks:
+                        if not chunk:
+                            continue
+                        size += len(chunk)
+                        if size > self.max_body_bytes:
+                            raise BodyTooLargeError
+                        held += await budget.acquire(len(chunk), BUDGET_WAIT_SECONDS)
+                        parts.append(chunk)
+            except TimeoutError:
+                raise BodyTimeoutError from None
+            self._show()
+            yield parts[0] if len(parts) == 1 else b"".join(parts)
+        finally:
+            budget.release(held)
+            self._show()

@@ -8,8 +8,9 @@ On the first SIGTERM the server
    removal takes a while to reach the API server; with every replica terminating it
    may have no one else to call), answering each with ``Connection: close`` so that
    pooled keep-alive connections re-dial a ready replica,
-3. then stops listening, lets in-flight requests finish (at most
-   ``timeout_graceful_shutdown``) and exits 0.
+3. then stops listening, lets connections accepted before that deliver the request
+   they are sending (a handshake or a head on its way: webhook_svc/serving.py), lets
+   in-flight requests finish (at most ``timeout_graceful_shutdown``) and exits 0.
 
 A second SIGTERM, or SIGINT (Ctrl+C), skips the rest of the drain.
 
@@ -21,14 +22,18 @@ from __future__ import annotations
 
 import logging
 import signal
+import socket
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Scope
+
+if TYPE_CHECKING:
+    from webhook_svc.serving import Connections
 
 log = logging.getLogger("icache.webhook")
 
@@ -43,8 +48,11 @@ class Lifecycle:
 
 
 @asynccontextmanager
-async def lifespan(_app: Any) -> AsyncIterator[dict[str, Any]]:
+async def lifespan(app: Any) -> AsyncIterator[dict[str, Any]]:
     yield {LIFECYCLE_KEY: Lifecycle()}
+    # What the app holds open (the API client's connection pool), closed last.
+    for close in getattr(app.state, "on_shutdown", ()):
+        await close()
 
 
 def lifecycle_of(scope: Scope) -> Lifecycle | None:
@@ -53,34 +61,22 @@ def lifecycle_of(scope: Scope) -> Lifecycle | None:
     return found if isinstance(found, Lifecycle) else None
 
 
-class CloseWhenDraining:
-    """ASGI middleware: while draining, every response says ``Connection: close``."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        lifecycle = lifecycle_of(scope) if scope["type"] == "http" else None
-        if lifecycle is None:
-            await self.app(scope, receive, send)
-            return
-
-        async def send_closing(message: Message) -> None:
-            if message["type"] == "http.response.start" and lifecycle.draining:
-                headers = [(k, v) for k, v in message.get("headers", []) if k != b"connection"]
-                message = {**message, "headers": [*headers, (b"connection", b"close")]}
-            await send(message)
-
-        await self.app(scope, receive, send_closing)
+def is_draining(scope: Scope) -> bool:
+    lifecycle = lifecycle_of(scope)
+    return lifecycle is not None and lifecycle.draining
 
 
 class DrainingServer(uvicorn.Server):
-    """uvicorn's server with the SIGTERM drain described in the module docstring."""
+    """uvicorn's server with the SIGTERM drain described in the module docstring.
+    ``connections`` (webhook_svc/serving.py) are the ones its protocol tracks."""
 
-    def __init__(self, config: uvicorn.Config, drain_seconds: float) -> None:
+    def __init__(
+        self, config: uvicorn.Config, drain_seconds: float, connections: Connections | None = None
+    ) -> None:
         super().__init__(config)
         self.drain_seconds = drain_seconds
         self.drain_deadline: float | None = None
+        self.connections = connections
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         # Runs in the main thread between two steps of the event loop.
@@ -102,3 +98,21 @@ class DrainingServer(uvicorn.Server):
                 log.info("drain period over: finishing in-flight requests, then exiting")
             self.should_exit = True
         return await super().on_tick(counter)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        """Stop listening, let connections accepted before that deliver the request
+        they are sending (at most ``SETTLE_SECONDS``), then uvicorn's shutdown:
+        close idle connections, finish in-flight requests, run the lifespan's end."""
+        for server in getattr(self, "servers", []):
+            server.close()
+        for sock in sockets or []:
+            sock.close()
+        if self.connections is not None and not self.force_exit:
+            waiting = self.connections.unsettled()
+            if waiting:
+                log.info(
+                    "listener closed: waiting for requests on their way",
+                    extra={"connections": waiting},
+                )
+            await self.connections.settle()
+        await super().shutdown(sockets)

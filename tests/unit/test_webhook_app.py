@@ -176,7 +176,7 @@ def test_pod_route_admits_when_listing_backends_fails(tmp_path: Path) -> None:
     """Spec "Fail-open": a list error admits the pod unchanged."""
 
     class Broken:
-        def list(self, namespace: str) -> list[dict[str, Any]]:
+        async def list(self, namespace: str) -> list[dict[str, Any]]:
             raise RuntimeError("apiserver unreachable")
 
     client = TestClient(create_app(Broken(), InjectContext()))
