@@ -1,12 +1,12 @@
 """Admission control by body bytes: bounds the memory the admission routes can hold.
 
 Decoding and judging a body costs memory in proportion to its size, up to ~130x for
-the most object-dense JSON (see docs/install.md, "Webhook memory"). A request takes a
-small fixed reservation from a per-process byte budget when it starts, and each body
-chunk's size as that chunk arrives; it gives all of it back when answered. So at any
-moment the bodies being read, decoded or judged add up to at most the budget, while a
-connection that declares a large body and sends nothing holds only the fixed part: it
-cannot make a small request wait. A declared Content-Length over the body limit is a
+the most object-dense JSON (see docs/install.md, "Webhook memory"). A request takes
+each body chunk's size from a per-process byte budget as that chunk arrives (the first
+with a small fixed part for what does not scale with the body), and gives all of it
+back when answered. So at any moment the bodies being read, decoded or judged add up
+to at most the budget, while a connection that declares a large body and sends
+nothing holds nothing: it cannot make a small request wait. A declared Content-Length over the body limit is a
 413 before anything is read. A chunk that does not fit waits; when budget frees up the
 smallest waiter goes first, so a flood of maximum-size bodies cannot starve the small
 AdmissionReviews a real API server sends. A request that waited ``wait_seconds`` in
@@ -24,11 +24,14 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, Final
 
+from starlette.types import Receive
+
 # The API server sends AdmissionReviews of Kubernetes objects (etcd keeps at most
 # 1.5 MiB each); the arithmetic behind these defaults is in docs/install.md
 # ("Webhook memory").
 DEFAULT_MAX_BODY_BYTES: Final = 1024 * 1024
 DEFAULT_MAX_INFLIGHT_BYTES: Final = 2 * 1024 * 1024
+# Admission requests one process judges at once (bodies read, answers not yet sent).
 DEFAULT_LIMIT_CONCURRENCY: Final = 256
 # Per-request cost that does not scale with the body (the answer, the objects around it).
 MIN_RESERVATION_BYTES: Final = 4096
@@ -52,6 +55,26 @@ class BodyTimeoutError(Exception):
 
 class ClientGoneError(Exception):
     """The client disconnected before its body arrived: nobody to answer."""
+
+
+class RequestLimit:
+    """How many admission requests this process is judging: a request whose body has
+    arrived takes a slot until answered; with none free it is answered 503 +
+    Retry-After. Requests still sending their body hold no slot (their bound is
+    ``BODY_READ_SECONDS``), nor do idle connections."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.in_use = 0
+
+    def take(self) -> bool:
+        if self.in_use >= self.limit:
+            return False
+        self.in_use += 1
+        return True
+
+    def give_back(self) -> None:
+        self.in_use -= 1
 
 
 class ByteBudget:
@@ -132,6 +155,21 @@ def declared_length(headers: Mapping[str, str]) -> int | None:
     return int(value) if value is not None and value.isdigit() else None
 
 
+class _Expiry:
+    """Cancels ``task`` when called, and remembers that it did: ``asyncio.timeout``
+    without its context-manager object, for a bound set on every request."""
+
+    __slots__ = ("fired", "task")
+
+    def __init__(self, task: asyncio.Task[Any]) -> None:
+        self.task = task
+        self.fired = False
+
+    def __call__(self) -> None:
+        self.fired = True
+        self.task.cancel()
+
+
 class BodyReader:
     """Reads one admission request's body under the budget (module docstring)."""
 
@@ -144,33 +182,53 @@ class BodyReader:
         if self._gauge is not None:
             self._gauge.set(self.budget.used)
 
-    @asynccontextmanager
-    async def body(
-        self, headers: Mapping[str, str], chunks: AsyncIterator[bytes]
-    ) -> AsyncIterator[bytes]:
-        """The whole body, its bytes held from the budget until the block ends."""
+    async def read(self, headers: Mapping[str, str], receive: Receive) -> tuple[bytes, int]:
+        """The whole body, and the budget bytes it holds: give them back with
+        ``release`` once the request is answered. Raises BodyTooLargeError,
+        BodyTimeoutError, OverloadedError or ClientGoneError, holding nothing."""
         declared = declared_length(headers)
         if declared is not None and declared > self.max_body_bytes:
             raise BodyTooLargeError
+        task = asyncio.current_task()
+        assert task is not None
+        expiry = _Expiry(task)
+        timer = asyncio.get_running_loop().call_later(BODY_READ_SECONDS, expiry)
         budget = self.budget
-        held = await budget.acquire(MIN_RESERVATION_BYTES, BUDGET_WAIT_SECONDS)
+        held = 0
+        parts: list[bytes] = []
         try:
-            parts: list[bytes] = []
             size = 0
-            try:
-                async with asyncio.timeout(BODY_READ_SECONDS):
-                    async for chunk in chunks:
-                        if not chunk:
-                            continue
-                        size += len(chunk)
-                        if size > self.max_body_bytes:
-                            raise BodyTooLargeError
-                        held += await budget.acquire(len(chunk), BUDGET_WAIT_SECONDS)
-                        parts.append(chunk)
-            except TimeoutError:
+            more = True
+            while more:
+                message = await receive()
+                if message["type"] != "http.request":
+                    raise ClientGoneError
+                chunk: bytes = message.get("body", b"")
+                more = message.get("more_body", False)
+                if not chunk:
+                    continue
+                size += len(chunk)
+                if size > self.max_body_bytes:
+                    raise BodyTooLargeError
+                charge = len(chunk) + (0 if held else MIN_RESERVATION_BYTES)
+                held += await budget.acquire(charge, BUDGET_WAIT_SECONDS)
+                parts.append(chunk)
+            if not held:  # an empty body still costs its fixed part
+                held = await budget.acquire(MIN_RESERVATION_BYTES, BUDGET_WAIT_SECONDS)
+        except asyncio.CancelledError:
+            self.release(held)
+            if expiry.fired and task.uncancel() == 0:  # our bound, no one else's cancel
                 raise BodyTimeoutError from None
-            self._show()
-            yield parts[0] if len(parts) == 1 else b"".join(parts)
+            raise
+        except BaseException:
+            self.release(held)
+            raise
         finally:
-            budget.release(held)
+            timer.cancel()
+        self._show()
+        return (parts[0] if len(parts) == 1 else b"".join(parts)), held
+
+    def release(self, held: int) -> None:
+        if held:
+            self.budget.release(held)
             self._show()

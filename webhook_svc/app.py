@@ -25,12 +25,12 @@ from typing import Any, Final
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from starlette.requests import ClientDisconnect
 
 from shared.pod_wiring import OUTCOME_FAIL_OPEN
 from shared.runtime_adapters.base import InjectContext
 from webhook_svc.admission_gate import (
     BODY_READ_SECONDS,
+    DEFAULT_LIMIT_CONCURRENCY,
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_INFLIGHT_BYTES,
     MIN_RESERVATION_BYTES,
@@ -38,7 +38,9 @@ from webhook_svc.admission_gate import (
     BodyTimeoutError,
     BodyTooLargeError,
     ByteBudget,
+    ClientGoneError,
     OverloadedError,
+    RequestLimit,
 )
 from webhook_svc.admission_review import AdmissionRequest, BadReviewError, allow, deny, parse_review
 from webhook_svc.backend_source import BackendSource
@@ -52,7 +54,7 @@ from webhook_svc.pod_admission import (
     mutate_pod,
     namespace_to_list,
 )
-from webhook_svc.serving import DEFAULT_LIMIT_CONCURRENCY, ServingMiddleware
+from webhook_svc.serving import ServingMiddleware
 from webhook_svc.workload_authz import AccessReviewer, authorize
 
 log = logging.getLogger("icache.webhook")
@@ -79,6 +81,7 @@ class Admission:
     """What every admission route shares: the body reader and the counters."""
 
     reader: BodyReader
+    limit: RequestLimit
     counters: WebhookMetrics
 
     def bad_request(self, path: str, reason: str, detail: str, code: int = 400) -> Response:
@@ -93,8 +96,12 @@ class Admission:
     ) -> Response:
         """Read the body (413, 408, 503), parse it (400), judge it (200). Never raises."""
         started = time.perf_counter()
+        held = 0
         try:
-            async with self.reader.body(request.headers, request.stream()) as raw:
+            raw, held = await self.reader.read(request.headers, request.receive)
+            if not self.limit.take():
+                raise OverloadedError
+            try:
                 try:
                     req = parse_review(decode_body(raw))
                 except BadBodyError as exc:
@@ -107,21 +114,25 @@ class Admission:
                 except Exception as exc:  # never a 500: the route's own safe answer
                     response, outcome = fallback(req, exc), "error"
                     body = encode_json(response)
+            finally:
+                self.limit.give_back()
         except BodyTooLargeError:
             detail = f"body exceeds {self.reader.max_body_bytes} bytes"
             return self.bad_request(path, "too_large", detail, 413)
         except BodyTimeoutError:
             detail = f"body not received within {BODY_READ_SECONDS:g} s"
             return self.bad_request(path, "timeout", detail, 408)
-        except OverloadedError:
+        except OverloadedError:  # the byte budget stayed full, or no request slot
             self.counters.overloaded.labels(path).inc()
-            log.warning("admission budget full: 503", extra={"endpoint": path})
+            log.warning("admission overloaded: 503", extra={"endpoint": path})
             return answer(503, OVERLOADED_BODY, RETRY_AFTER)
-        except ClientDisconnect:
+        except ClientGoneError:
             return Response(status_code=400)  # nobody is left to read it
         except Exception:  # never a 500
             log.exception("admission request failed: 503", extra={"endpoint": path})
             return answer(503, UNEXPECTED_BODY, RETRY_AFTER)
+        finally:
+            self.reader.release(held)
         self.counters.admitted(path, outcome, time.perf_counter() - started)
         return answer(200, body)
 
@@ -207,17 +218,23 @@ def admission_router(
     def pod_fallback(req: AdmissionRequest, exc: Exception) -> dict[str, Any]:
         return pod_fail_open(counters, req, exc)
 
-    @router.post(PATH_MUTATE_CB)
     async def default_cachebackend(request: Request) -> Response:
         return await admission.serve(request, PATH_MUTATE_CB, default_judge, internal_denial)
 
-    @router.post(PATH_VALIDATE_CB)
     async def validate_cachebackend_route(request: Request) -> Response:
         return await admission.serve(request, PATH_VALIDATE_CB, validate_judge, internal_denial)
 
-    @router.post(PATH_MUTATE_POD)
     async def wire_pod_route(request: Request) -> Response:
         return await admission.serve(request, PATH_MUTATE_POD, pod_judge, pod_fallback)
+
+    # Request in, Response out: routes without FastAPI's parameter solving and response
+    # model, which have nothing to do for raw bytes (a tenth of a small admission's CPU).
+    for path, endpoint in (
+        (PATH_MUTATE_CB, default_cachebackend),
+        (PATH_VALIDATE_CB, validate_cachebackend_route),
+        (PATH_MUTATE_POD, wire_pod_route),
+    ):
+        router.add_route(path, endpoint, methods=["POST"], include_in_schema=False)
 
     return router
 
@@ -235,16 +252,24 @@ def create_app(
     """The webhook app. Its metrics live on ``registry`` (default: a new one of its
     own), which its /metrics serves; ``app.state.metrics`` holds them. Without an
     ``access_reviewer`` (embedded mode) no SubjectAccessReview is made. At most
-    ``limit_concurrency`` admission requests are answered at once (webhook_svc/serving.py);
-    ``on_shutdown`` runs when the server stops."""
-    app = FastAPI(title="inference-cache webhook", docs_url=None, redoc_url=None, lifespan=lifespan)
+    ``limit_concurrency`` admission requests are judged at once (more: 503 +
+    Retry-After); ``on_shutdown`` runs when the server stops."""
+    app = FastAPI(
+        title="inference-cache webhook",
+        docs_url=None,
+        redoc_url=None,
+        lifespan=lifespan,
+        # The webhook's metrics are Prometheus's (/metrics); no OpenTelemetry.
+        telemetry={"tracing": False, "metrics": False, "logs": False},
+    )
     counters = WebhookMetrics(registry)
     app.state.metrics = counters
     app.state.on_shutdown = list(on_shutdown)
-    app.add_middleware(ServingMiddleware, limit=limit_concurrency, overloaded=counters.overloaded)
+    app.add_middleware(ServingMiddleware)
     # One body at the limit fits however the budget is sized.
     budget = ByteBudget(max(max_inflight_bytes, max_body_bytes + MIN_RESERVATION_BYTES))
-    admission = Admission(BodyReader(budget, max_body_bytes, counters.inflight_bytes), counters)
+    reader = BodyReader(budget, max_body_bytes, counters.inflight_bytes)
+    admission = Admission(reader, RequestLimit(limit_concurrency), counters)
     app.state.budget = budget
     app.include_router(admission_router(admission, backends, inject_ctx, access_reviewer))
 

@@ -17,7 +17,11 @@ from typing import TYPE_CHECKING
 
 from shared import jsonlog, kubeaccess
 from shared.runtime_adapters.base import InjectContext
-from webhook_svc.admission_gate import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_INFLIGHT_BYTES
+from webhook_svc.admission_gate import (
+    DEFAULT_LIMIT_CONCURRENCY,
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_INFLIGHT_BYTES,
+)
 from webhook_svc.backend_source import (
     DEFAULT_LIST_TIMEOUT_SECONDS,
     ApiBackendSource,
@@ -27,7 +31,6 @@ from webhook_svc.backend_source import (
 from webhook_svc.serving import (
     DEFAULT_HEAD_TIMEOUT_SECONDS,
     DEFAULT_KEEP_ALIVE_SECONDS,
-    DEFAULT_LIMIT_CONCURRENCY,
 )
 
 if TYPE_CHECKING:
@@ -95,8 +98,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--limit-concurrency",
         type=int,
         default=DEFAULT_LIMIT_CONCURRENCY,
-        help="admission requests this process answers at once; more get 503 + Retry-After "
-        "(idle connections do not count) (default: %(default)s)",
+        help="admission requests (body received) this process judges at once; more get "
+        "503 + Retry-After; idle connections and bodies on their way do not count "
+        "(default: %(default)s)",
     )
     parser.add_argument(
         "--request-head-timeout",

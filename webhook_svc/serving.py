@@ -12,8 +12,9 @@ closes a connection idle after an answer. What it lacks, and this module adds:
 - **A request limit that idle connections do not count against.** uvicorn's
   ``limit_concurrency`` counts open connections, so idle keep-alive connections
   crowd out requests, and its refusal is a text/plain 503 without Retry-After. It
-  is left unset; :class:`ServingMiddleware` counts admission requests in flight and
-  answers the JSON 503 + Retry-After every other overload answer uses.
+  is left unset; the admission routes count the requests they are judging
+  (``RequestLimit``, webhook_svc/admission_gate.py) and answer the JSON 503 +
+  Retry-After every other overload answer uses.
 - **Connection states for the drain** (webhook_svc/lifecycle.py). uvicorn's shutdown
   closes every connection with no request being answered, including one whose
   request is on its way (accepted, handshake done, head not yet parsed); the API
@@ -39,13 +40,11 @@ import asyncio
 import enum
 import logging
 import time
-from collections.abc import Collection
 from typing import Any, ClassVar, Final
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from webhook_svc.codec import encode_json
 from webhook_svc.lifecycle import lifecycle_of
 
 log = logging.getLogger("icache.webhook")
@@ -53,15 +52,10 @@ log = logging.getLogger("icache.webhook")
 CONNECTION_KEY: Final = "icache_connection"
 DEFAULT_HEAD_TIMEOUT_SECONDS: Final = 10.0
 DEFAULT_KEEP_ALIVE_SECONDS: Final = 5
-DEFAULT_LIMIT_CONCURRENCY: Final = 256
 # How long a draining server waits for connections that were accepted but have not
 # delivered a request yet (handshake, head on its way) before it closes them. A real
 # caller sends its request within a round trip of the handshake.
 SETTLE_SECONDS: Final = 2.0
-# Paths outside the request limit: the kubelet's probes must answer under load.
-UNLIMITED_PATHS: Final = frozenset({"/healthz", "/readyz", "/metrics"})
-
-_OVERLOADED: Final = encode_json({"error": "webhook overloaded: retry shortly"})
 
 
 class State(enum.Enum):
@@ -104,6 +98,49 @@ class Connections:
             await asyncio.sleep(0.01)
 
 
+class OneWritePerTurn:
+    """The transport uvicorn's protocol writes to: every write of one event-loop turn
+    reaches the real transport as one (the status line and headers, then the body,
+    are two writes; over TLS, two records and two sends). Everything else goes to the
+    real transport."""
+
+    def __init__(self, transport: Any, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._pending: list[bytes] | None = None
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if self._pending is None:
+            self._pending = [bytes(data)]
+            self._loop.call_soon(self.flush)
+        else:
+            self._pending.append(bytes(data))
+
+    def writelines(self, chunks: Any) -> None:
+        for chunk in chunks:
+            self.write(chunk)
+
+    def flush(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending and not self._transport.is_closing():
+            self._transport.write(pending[0] if len(pending) == 1 else b"".join(pending))
+
+    def get_write_buffer_size(self) -> int:
+        waiting = sum(len(chunk) for chunk in self._pending or ())
+        return int(self._transport.get_write_buffer_size()) + waiting
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def abort(self) -> None:
+        self._pending = None
+        self._transport.abort()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
 class GuardedConnection(asyncio.Protocol):
     """One connection: uvicorn's HTTP protocol, plus the head bound and the state
     the drain reads (module docstring)."""
@@ -141,7 +178,7 @@ class GuardedConnection(asyncio.Protocol):
             return
         if self.state is State.HANDSHAKE:
             self.state = State.NEW
-        self.inner.connection_made(transport)  # type: ignore[arg-type]
+        self.inner.connection_made(OneWritePerTurn(transport, self.loop))  # type: ignore[arg-type]
 
     def data_received(self, data: bytes) -> None:
         state = self.state
@@ -211,42 +248,23 @@ class GuardedConnection(asyncio.Protocol):
 
 class ServingMiddleware:
     """ASGI middleware, outermost: tells each request's connection when its head was
-    parsed and when its answer went out, holds admission requests in flight to
-    ``limit`` per process (over it: 503 + Retry-After, JSON), and while draining adds
-    ``Connection: close`` to every answer so pooled connections re-dial a ready
-    replica."""
+    parsed and when its answer went out, and while draining adds ``Connection:
+    close`` to every answer so pooled connections re-dial a ready replica."""
 
-    def __init__(
-        self,
-        app: ASGIApp,
-        limit: int = DEFAULT_LIMIT_CONCURRENCY,
-        overloaded: Any = None,
-        unlimited: Collection[str] = UNLIMITED_PATHS,
-    ) -> None:
+    def __init__(self, app: ASGIApp) -> None:
         self.app = app
-        self.limit = limit
-        self.overloaded = overloaded  # counter labelled by endpoint, when given
-        self.unlimited = unlimited
-        self.in_flight = 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        state = scope.get("state") or {}
-        conn = state.get(CONNECTION_KEY)
+        conn = (scope.get("state") or {}).get(CONNECTION_KEY)
         if conn is not None:
             conn.request_started()
-        lifecycle = lifecycle_of(scope)
-        limited = scope["path"] not in self.unlimited
         try:
-            if limited and self.in_flight >= self.limit:
-                if self.overloaded is not None:
-                    self.overloaded.labels(scope["path"]).inc()
-                await self._refuse(send, lifecycle is not None and lifecycle.draining)
-                return
+            lifecycle = lifecycle_of(scope)
             if lifecycle is None:
-                await self._run(scope, receive, send, limited)
+                await self.app(scope, receive, send)
                 return
 
             async def closing_when_draining(message: Message) -> None:
@@ -255,29 +273,7 @@ class ServingMiddleware:
                     message = {**message, "headers": [*headers, (b"connection", b"close")]}
                 await send(message)
 
-            await self._run(scope, receive, closing_when_draining, limited)
+            await self.app(scope, receive, closing_when_draining)
         finally:
             if conn is not None:
                 conn.request_finished()
-
-    async def _run(self, scope: Scope, receive: Receive, send: Send, limited: bool) -> None:
-        if not limited:
-            await self.app(scope, receive, send)
-            return
-        self.in_flight += 1
-        try:
-            await self.app(scope, receive, send)
-        finally:
-            self.in_flight -= 1
-
-    async def _refuse(self, send: Send, draining: bool) -> None:
-        log.warning("request limit reached: 503", extra={"limit": self.limit})
-        headers = [
-            (b"content-type", b"application/json"),
-            (b"content-length", b"%d" % len(_OVERLOADED)),
-            (b"retry-after", b"1"),
-        ]
-        if draining:
-            headers.append((b"connection", b"close"))
-        await send({"type": "http.response.start", "status": 503, "headers": headers})
-        await send({"type": "http.response.body", "body": _OVERLOADED})
