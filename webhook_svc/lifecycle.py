@@ -8,9 +8,12 @@ On the first SIGTERM the server
    removal takes a while to reach the API server; with every replica terminating it
    may have no one else to call), answering each with ``Connection: close`` so that
    pooled keep-alive connections re-dial a ready replica,
-3. then stops listening, lets connections accepted before that deliver the request
-   they are sending (a handshake or a head on its way: webhook_svc/serving.py), lets
-   in-flight requests finish (at most ``timeout_graceful_shutdown``) and exits 0.
+3. then stops listening: new connections are refused rather than reset (a socket
+   filter makes the kernel drop new SYNs while the connections it already queued are
+   accepted, then the listener closes: ``stop_listening``); lets connections
+   accepted before that deliver the request they are sending (a handshake or a head
+   on its way: webhook_svc/serving.py); lets in-flight requests finish (at most
+   ``timeout_graceful_shutdown``) and exits 0.
 
 A second SIGTERM, or SIGINT (Ctrl+C), skips the rest of the drain.
 
@@ -20,14 +23,17 @@ state: one per process, so every worker of a multi-process server drains on its 
 
 from __future__ import annotations
 
+import asyncio
+import ctypes
 import logging
 import signal
 import socket
+import struct
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import uvicorn
 from starlette.types import Scope
@@ -66,6 +72,47 @@ def is_draining(scope: Scope) -> bool:
     return lifecycle is not None and lifecycle.draining
 
 
+# Linux: a classic BPF socket filter of one instruction, "return 0" (drop the packet).
+_SO_ATTACH_FILTER: Final = 26
+_DROP_ALL: Final = struct.pack("HBBI", 0x06, 0, 0, 0)  # BPF_RET | BPF_K, k = 0
+# struct tcp_info: on a listening socket, tcpi_unacked is the accept queue's length.
+_TCPI_UNACKED_OFFSET: Final = 24
+ACCEPT_QUEUE_WAIT_SECONDS: Final = 1.0
+
+
+def refuse_new_connections(sock: Any) -> bool:
+    """Drop every packet a listening socket receives from now on (Linux): a client
+    dialling it sees its SYN go unanswered, then, once the socket is closed, a clean
+    "connection refused" on the retry, where closing a listener that is still
+    receiving resets whatever the kernel had just queued. False where not supported."""
+    program = ctypes.create_string_buffer(_DROP_ALL)
+    fprog = struct.pack("HL", 1, ctypes.addressof(program))
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, _SO_ATTACH_FILTER, fprog)
+    except (OSError, AttributeError):
+        return False
+    return True
+
+
+def accept_queue_length(sock: Any) -> int:
+    try:
+        info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)
+    except (OSError, AttributeError):
+        return 0
+    return int(struct.unpack_from("I", info, _TCPI_UNACKED_OFFSET)[0])
+
+
+async def stop_listening(listeners: list[Any]) -> None:
+    """Take no new connections, and accept (the event loop still does) those the
+    kernel has queued, for at most ``ACCEPT_QUEUE_WAIT_SECONDS``; the caller then
+    closes the listeners. With several workers on one socket, each does it: the
+    filter is the socket's, so the first stops new connections for all."""
+    filtered = [sock for sock in listeners if refuse_new_connections(sock)]
+    deadline = time.monotonic() + ACCEPT_QUEUE_WAIT_SECONDS
+    while any(accept_queue_length(s) for s in filtered) and time.monotonic() < deadline:
+        await asyncio.sleep(0.005)
+
+
 class DrainingServer(uvicorn.Server):
     """uvicorn's server with the SIGTERM drain described in the module docstring.
     ``connections`` (webhook_svc/serving.py) are the ones its protocol tracks."""
@@ -100,10 +147,14 @@ class DrainingServer(uvicorn.Server):
         return await super().on_tick(counter)
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-        """Stop listening, let connections accepted before that deliver the request
-        they are sending (at most ``SETTLE_SECONDS``), then uvicorn's shutdown:
-        close idle connections, finish in-flight requests, run the lifespan's end."""
-        for server in getattr(self, "servers", []):
+        """Stop listening without resetting connections the kernel already queued
+        (``stop_listening``), let connections accepted before that deliver the request
+        they are sending (at most ``SETTLE_SECONDS``), then uvicorn's shutdown: close
+        idle connections, finish in-flight requests, run the lifespan's end."""
+        servers = getattr(self, "servers", [])
+        listeners = [sock for server in servers for sock in server.sockets or ()]
+        await stop_listening([*listeners, *(sockets or [])])
+        for server in servers:
             server.close()
         for sock in sockets or []:
             sock.close()
