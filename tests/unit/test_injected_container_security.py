@@ -105,8 +105,9 @@ def test_every_added_vllm_container_is_restricted_and_has_requests() -> None:
     assert added["kvevent-subscriber"]["resources"] == security.SUBSCRIBER_RESOURCES
 
 
-def test_kernel_check_keeps_the_specs_requests_without_limits() -> None:
-    """Spec "Boundaries": the check declares small CPU/memory requests and no limits."""
+def test_kernel_check_of_an_engine_without_resources_has_small_requests() -> None:
+    """Rule check_resources: where the engine declares no cpu or memory, the check
+    keeps small requests (a quota or LimitRange that demands requests is satisfied)."""
     check = _added(_vllm_pod(), _wire(_vllm_pod()))["lmcache-kernel-check"]
     assert check["resources"] == {"requests": {"cpu": "10m", "memory": "64Mi"}}
 
