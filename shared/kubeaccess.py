@@ -179,8 +179,8 @@ def async_client_for(loaded: Loaded, pool_size: int = 16) -> AsyncApiClient:
 
         target.refresh_api_key_hook = refresh_token
     log.info(
-        "kubernetes configuration loaded (asyncio client)",
-        extra={"source": loaded.source, "server": source.host},
+        "kubernetes configuration loaded",
+        extra={"source": loaded.source, "server": source.host, "client": "asyncio"},
     )
     return AsyncApiClient(target)
 

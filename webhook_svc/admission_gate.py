@@ -81,9 +81,12 @@ class ByteBudget:
     """An asyncio weighted semaphore, smallest request first. One per process (each
     worker of a multi-process server has its own, so size it per process)."""
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, max_waiters: int = DEFAULT_LIMIT_CONCURRENCY) -> None:
         self.capacity = capacity
         self.used = 0
+        # Each waiter is a connection whose unread body uvicorn buffers (up to ~64 KiB
+        # and one socket read): past this many, a request that would wait gets 503 now.
+        self.max_waiters = max_waiters
         self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
         self._order = itertools.count()
 
@@ -106,6 +109,8 @@ class ByteBudget:
         if self._fits(size):  # anything waiting is larger than the room left
             self.used += size
             return
+        if sum(1 for *_, waiting in self._waiters if not waiting.done()) >= self.max_waiters:
+            raise OverloadedError
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         heapq.heappush(self._waiters, (size, next(self._order), future))
         try:

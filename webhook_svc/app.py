@@ -267,7 +267,9 @@ def create_app(
     app.state.on_shutdown = list(on_shutdown)
     app.add_middleware(ServingMiddleware)
     # One body at the limit fits however the budget is sized.
-    budget = ByteBudget(max(max_inflight_bytes, max_body_bytes + MIN_RESERVATION_BYTES))
+    budget = ByteBudget(
+        max(max_inflight_bytes, max_body_bytes + MIN_RESERVATION_BYTES), limit_concurrency
+    )
     reader = BodyReader(budget, max_body_bytes, counters.inflight_bytes)
     admission = Admission(reader, RequestLimit(limit_concurrency), counters)
     app.state.budget = budget

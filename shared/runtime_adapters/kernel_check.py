@@ -115,7 +115,9 @@ def check_resources(engine: dict[str, Any]) -> dict[str, Any]:
     request and limit a quota on the engine's namespace demands (the engine declares
     them), fits every per-container LimitRange bound the engine fits, and gives
     ``import torch`` the engine's memory rather than a limit of our choosing."""
-    declared = engine.get("resources") if isinstance(engine.get("resources"), dict) else {}
+    declared = engine.get("resources")
+    if not isinstance(declared, dict):
+        declared = {}
     out: dict[str, dict[str, Any]] = {"requests": {}, "limits": {}}
     for section in ("requests", "limits"):
         values = declared.get(section)
