@@ -42,7 +42,7 @@ def _listed(source: ApiBackendSource, namespace: str) -> list[dict[str, Any]]:
     return asyncio.run(once())
 
 
-# 1,000 rounds in a row (issue 12 item 3); ICACHE_FRESHNESS_ROUNDS changes it.
+# 1,000 rounds in a row; ICACHE_FRESHNESS_ROUNDS changes it.
 ROUNDS = int(os.environ.get("ICACHE_FRESHNESS_ROUNDS", "1000"))
 SUFFIX = "fresh"
 
@@ -151,6 +151,6 @@ def fresh_ns(
 def test_a_backend_wires_the_pod_created_right_after_it_1000_times_in_a_row(
     kube_api_client: client.ApiClient, fresh_ns: str
 ) -> None:
-    """Issue 12 item 3: no stale view; every round's pod is wired by its backend."""
+    """No stale view; every round's pod is wired by its backend."""
     seconds = fresh_backend_wires_next_pod(kube_api_client, fresh_ns, ROUNDS)
     print(f"{ROUNDS} rounds in {seconds:.1f} s")

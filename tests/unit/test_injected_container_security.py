@@ -1,4 +1,4 @@
-"""Issue 9.6: every container the Pod webhook adds passes Pod Security "restricted" and
+"""Every container the Pod webhook adds passes Pod Security "restricted" and
 carries requests for a namespace ResourceQuota; the engine's own containers are untouched.
 
 The real API server (PodSecurity + ResourceQuota admission) checks the same pods in
@@ -153,7 +153,7 @@ def test_root_engine_image_containers_are_not_forced_non_root() -> None:
 
 
 def test_pod_level_identity_is_inherited_not_copied() -> None:
-    """runAsNonRoot at pod level applies to every container, the added ones included."""
+    """RunAsNonRoot at pod level applies to every container, the added ones included."""
     pod = _sglang_pod(engine_sc=None, securityContext={"runAsNonRoot": True, "runAsUser": 1000})
     worker = _added(pod, _wire(pod, runtime="SGLang"))["lmcache-mp-worker"]
     assert worker["securityContext"] == RESTRICTED

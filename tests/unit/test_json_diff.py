@@ -1,4 +1,4 @@
-"""Issue 12 item 2: the fast JSON diff is a correct RFC 6902 patch, whatever changed.
+"""The fast JSON diff is a correct RFC 6902 patch, whatever changed.
 
 Every patch is applied with jsonpatch (an independent RFC 6902 implementation) and
 must give exactly the target document; the webhooks' own patches must give the same

@@ -1,4 +1,4 @@
-"""mutate_pod: AdmissionReview handling of the Pod webhook; always allowed, fail-open.
+"""Mutate_pod: AdmissionReview handling of the Pod webhook; always allowed, fail-open.
 
 Driven as the Pod route drives it: the namespace ``namespace_to_list`` names is listed
 (here through a scripted lister, which may raise), then the pure ``mutate_pod`` judges
@@ -328,7 +328,7 @@ def test_field_level_patch_round_trips() -> None:
 def test_the_decision_is_in_the_response_audit_annotations(
     obj: Any, operation: str, backends: list[dict[str, Any]], expected: tuple[str, str]
 ) -> None:
-    """Issue 13 item 5: the response says why, so a fail-open for one reason cannot
+    """The response says why, so a fail-open for one reason cannot
     pass as another over HTTP. auditAnnotations (the API server records them in the
     audit log, prefixed with the webhook name) carry the outcome and reason the
     metric counts and the log line states."""
