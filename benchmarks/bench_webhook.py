@@ -457,6 +457,13 @@ def main(argv: list[str] | None = None) -> int:
         "create deployments/statefulsets in the bench namespace: the webhook then asks a "
         "SubjectAccessReview per request",
     )
+    parser.add_argument(
+        "--webhook-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="an extra icache webhook argument, e.g. --webhook-arg=--access-review-allowed-ttl=10",
+    )
     parser.add_argument("--no-floor", action="store_true", help="skip the Go floor")
     parser.add_argument(
         "--only", choices=["validate", "default", "pod"], action="append", help="endpoints to run"
@@ -483,9 +490,9 @@ def main(argv: list[str] | None = None) -> int:
             global VALIDATE_AS
             VALIDATE_AS = {"username": args.validate_as, "groups": ["system:authenticated"]}
             grant_workloads(api, args.validate_as)
-        extra = []
+        extra = list(args.webhook_arg)
         if args.webhook_workers is not None:
-            extra = ["--workers", str(args.webhook_workers)]
+            extra += ["--workers", str(args.webhook_workers)]
         with run_webhook(cp.kubeconfig_path, extra) as hook, contextlib.ExitStack() as stack:
             ca_file = work / "ca.crt"
             ca_file.write_bytes(hook.ca_pem)

@@ -103,6 +103,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: %(default)s)",
     )
     parser.add_argument(
+        "--access-review-allowed-ttl",
+        type=float,
+        default=0.0,
+        help="live mode: seconds an allowed SubjectAccessReview answer is reused for the "
+        "same user and permission, as kube-apiserver's webhook authorizer caches them; "
+        "0 asks the API server on every workload-shaping write (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--access-review-denied-ttl",
+        type=float,
+        default=0.0,
+        help="live mode: seconds a denied SubjectAccessReview answer is reused "
+        "(default: %(default)s)",
+    )
+    parser.add_argument(
         "--request-head-timeout",
         type=float,
         default=DEFAULT_HEAD_TIMEOUT_SECONDS,
@@ -210,9 +225,11 @@ def run(args: argparse.Namespace) -> int:
             "embedded mode: no API server, so no SubjectAccessReview of CacheBackend writers"
         )
     else:
-        from webhook_svc.workload_authz import ApiAccessReviewer
+        from webhook_svc.workload_authz import ApiAccessReviewer, ReviewCache
 
-        reviewer = ApiAccessReviewer(api)
+        allowed_ttl, denied_ttl = args.access_review_allowed_ttl, args.access_review_denied_ttl
+        cache = ReviewCache(allowed_ttl, denied_ttl) if allowed_ttl or denied_ttl else None
+        reviewer = ApiAccessReviewer(api, cache=cache)
     app = create_app(
         source,
         ctx,

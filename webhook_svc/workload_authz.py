@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -332,14 +333,72 @@ class AccessReviewer(Protocol):
         ...
 
 
-class ApiAccessReviewer:
-    """SubjectAccessReviews through the webhook's API client, each within ``budget``."""
+class ReviewCache:
+    """SubjectAccessReview answers kept for a while, as kube-apiserver's webhook
+    authorizer keeps them (--authorization-webhook-cache-authorized-ttl and
+    -unauthorized-ttl): an allowed answer for ``allowed_ttl`` seconds, a denied one for
+    ``denied_ttl``; 0 keeps none. A review that could not be made is never kept. The
+    key is the whole review (user, groups, uid, extra, namespace, verb, resource), so
+    two requests share an answer only when the API server would be asked the same
+    question. At most ``max_entries`` answers, the oldest dropped first."""
 
-    def __init__(self, api: ApiServer, budget: float = DEFAULT_REVIEW_BUDGET_SECONDS) -> None:
+    def __init__(self, allowed_ttl: float, denied_ttl: float, max_entries: int = 4096) -> None:
+        self.allowed_ttl = allowed_ttl
+        self.denied_ttl = denied_ttl
+        self.max_entries = max_entries
+        self._answers: dict[bytes, tuple[float, dict[str, Any]]] = {}
+
+    @staticmethod
+    def key(body: Mapping[str, Any]) -> bytes:
+        return orjson.dumps(body.get("spec"), option=orjson.OPT_SORT_KEYS)
+
+    def get(self, key: bytes, now: float) -> dict[str, Any] | None:
+        found = self._answers.get(key)
+        if found is None:
+            return None
+        expires, outcome = found
+        if now >= expires:
+            del self._answers[key]
+            return None
+        return outcome
+
+    def put(self, key: bytes, outcome: dict[str, Any], now: float) -> None:
+        ttl = self.allowed_ttl if review_allows(outcome) else self.denied_ttl
+        if ttl <= 0:
+            return
+        self._answers.pop(key, None)
+        self._answers[key] = (now + ttl, outcome)
+        while len(self._answers) > self.max_entries:
+            del self._answers[next(iter(self._answers))]
+
+
+class ApiAccessReviewer:
+    """SubjectAccessReviews through the webhook's API client, each within ``budget``;
+    answers kept in ``cache`` when one is given."""
+
+    def __init__(
+        self,
+        api: ApiServer,
+        budget: float = DEFAULT_REVIEW_BUDGET_SECONDS,
+        cache: ReviewCache | None = None,
+    ) -> None:
         self._api = api
         self._budget = budget
+        self._cache = cache
 
     async def review(self, body: dict[str, Any]) -> dict[str, Any]:
+        cache = self._cache
+        if cache is None:
+            return await self._ask(body)
+        key, now = cache.key(body), time.monotonic()
+        kept = cache.get(key, now)
+        if kept is not None:
+            return kept
+        outcome = await self._ask(body)
+        cache.put(key, outcome, time.monotonic())
+        return outcome
+
+    async def _ask(self, body: dict[str, Any]) -> dict[str, Any]:
         try:
             status, data = await self._api.post(SUBJECT_ACCESS_REVIEWS_PATH, body, self._budget)
         except TimeoutError as exc:

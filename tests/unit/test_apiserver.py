@@ -21,7 +21,7 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 import orjson
@@ -34,7 +34,7 @@ from shared import kubeaccess
 from webhook_svc import apiserver
 from webhook_svc.apiserver import ApiServer
 from webhook_svc.backend_source import ApiBackendSource, ListFailedError
-from webhook_svc.workload_authz import ApiAccessReviewer, ReviewError
+from webhook_svc.workload_authz import ApiAccessReviewer, ReviewCache, ReviewError
 
 Run = Callable[[Coroutine[Any, Any, None]], None]
 
@@ -179,7 +179,7 @@ def test_a_rotated_token_is_sent_on_the_next_request(run: Run) -> None:
             def refresh(conf: client.Configuration) -> None:  # the mounted file, re-read
                 conf.api_key = {"authorization": token[0]}
 
-            configuration.refresh_api_key_hook = refresh
+            cast(Any, configuration).refresh_api_key_hook = refresh
             api = api_for(configuration)
             await api.get("/a", 5)
             token[0] = "rotated"
@@ -646,6 +646,57 @@ def test_the_backend_source_waits_out_a_restarting_api_server(run: Run) -> None:
         async with ScriptedServer(busy_then_ok(2)) as server:
             source = ApiBackendSource(server.api(), 2.0)
             assert await source.list("ns") == []
+        assert len(server.requests) == 3
+
+    run(scenario())
+
+
+def _review_for(user: str) -> dict[str, Any]:
+    return {**REVIEW, "spec": {"user": user, "resourceAttributes": {"verb": "create"}}}
+
+
+def test_review_answers_are_kept_for_their_ttl_allowed_and_denied_apart() -> None:
+    """Rule (--access-review-allowed-ttl/-denied-ttl): an allowed answer is reused for
+    the allowed TTL, a denied one for the denied TTL (0: never), per exact review."""
+    cache = ReviewCache(allowed_ttl=10, denied_ttl=0)
+    allowed = {"status": {"allowed": True, "denied": False, "reason": ""}}
+    denied = {"status": {"allowed": False, "denied": False, "reason": ""}}
+    alice, bob = cache.key(_review_for("alice")), cache.key(_review_for("bob"))
+    cache.put(alice, allowed, now=100)
+    cache.put(bob, denied, now=100)
+    assert cache.get(alice, now=109.9) == allowed
+    assert cache.get(alice, now=110) is None  # expired
+    assert cache.get(bob, now=100) is None  # denied answers not kept with a 0 TTL
+    small = ReviewCache(allowed_ttl=10, denied_ttl=5, max_entries=1)
+    small.put(alice, allowed, now=0)
+    small.put(bob, denied, now=0)
+    assert small.get(alice, now=1) is None  # the oldest made room
+    assert small.get(bob, now=4) == denied
+    assert small.get(bob, now=5) is None
+
+
+def test_the_reviewer_asks_once_per_review_while_its_answer_is_kept(run: Run) -> None:
+    """Rule: with a cache, the same review within the TTL is answered without asking;
+    another user's review, and every review after a failure, is asked."""
+    granted = b'{"status": {"allowed": true}}'
+    calls = [0]
+
+    async def respond(_request: Request, writer: asyncio.StreamWriter) -> bool:
+        calls[0] += 1
+        if calls[0] == 2:
+            writer.write(answer(500, b"{}"))
+        else:
+            writer.write(answer(201, granted))
+        return True
+
+    async def scenario() -> None:
+        async with ScriptedServer(respond) as server:
+            reviewer = ApiAccessReviewer(server.api(), cache=ReviewCache(60, 0))
+            for _ in range(3):
+                assert (await reviewer.review(_review_for("alice")))["status"]["allowed"]
+            with pytest.raises(ReviewError):
+                await reviewer.review(_review_for("bob"))  # the second answer: 500
+            assert (await reviewer.review(_review_for("bob")))["status"]["allowed"]
         assert len(server.requests) == 3
 
     run(scenario())
