@@ -73,9 +73,8 @@ UNSETTLED: Final = frozenset({State.HANDSHAKE, State.NEW, State.HEAD})
 class Connections:
     """This process's open connections and how they are served (one per worker)."""
 
-    def __init__(self, head_timeout: float = DEFAULT_HEAD_TIMEOUT_SECONDS, tls: Any = None) -> None:
+    def __init__(self, head_timeout: float = DEFAULT_HEAD_TIMEOUT_SECONDS) -> None:
         self.head_timeout = head_timeout
-        self.tls = tls  # webhook_svc.tls.ReloadingTLS, or None for plain HTTP
         self.open: set[GuardedConnection] = set()
         self.closed_for_head_timeout = 0
 
@@ -247,7 +246,7 @@ class GuardedConnection(asyncio.Protocol):
 
 
 class ServingMiddleware:
-    """ASGI middleware, outermost: tells each request's connection when its head was
+    """ASGI middleware, the app's first: tells each request's connection when its head was
     parsed and when its answer went out, and while draining adds ``Connection:
     close`` to every answer so pooled connections re-dial a ready replica."""
 

@@ -417,11 +417,14 @@ class ApiAccessReviewer:
 
 
 async def authorize(
-    req: AdmissionRequest, allowed_response: dict[str, Any], reviewer: AccessReviewer
+    req: AdmissionRequest,
+    allowed_response: dict[str, Any],
+    reviewer: AccessReviewer,
+    plan: ReviewPlan | None,
 ) -> dict[str, Any]:
-    """The validator's ``allowed_response``, or the denial the reviews call for: each
-    review awaited in turn, stopping at the first that does not allow."""
-    plan = review_plan(req)
+    """The validator's ``allowed_response``, or the denial the reviews of ``plan``
+    (``review_plan(req)``) call for: each review awaited in turn, stopping at the
+    first that does not allow."""
     if plan is None:
         return allowed_response
     outcomes: list[Outcome] = []

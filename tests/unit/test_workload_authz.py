@@ -149,7 +149,7 @@ def authorizing(reviewer: Reviewer) -> Callable[[AdmissionRequest], dict[str, An
         response = validate_cachebackend(req)
         if not response["response"]["allowed"]:
             return response
-        return asyncio.run(authorize(req, response, reviewer))
+        return asyncio.run(authorize(req, response, reviewer, review_plan(req)))
 
     return handler
 
