@@ -17,6 +17,7 @@ admission, as cluster mode does.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import copy
 import io
 import logging
@@ -140,8 +141,10 @@ def live_source(
     """Store the backends in a real API server; return its live list and a stop function."""
     from kubernetes import client
 
+    from shared import kubeaccess
     from tests.harness.controlplane import ControlPlane
     from tests.kube_helpers import install_crd
+    from webhook_svc.apiserver import ApiServer
     from webhook_svc.backend_source import ApiBackendSource
 
     cp = ControlPlane(audit=False)
@@ -168,9 +171,15 @@ def live_source(
                 body["metadata"]["name"],
                 {"status": status},
             )
-    source = ApiBackendSource(cp.api_client())
+    loaded = kubeaccess.Loaded(cp.configuration(), "bench")
+    source = ApiBackendSource(ApiServer(lambda: kubeaccess.async_client_for(loaded)))
+    loop = asyncio.new_event_loop()
     print(f"live mode: {len(listed)} backends stored in kube-apiserver at {cp.server_url}")
-    return source.list, cp.stop
+
+    def list_now(namespace: str) -> list[dict[str, Any]]:
+        return loop.run_until_complete(source.list(namespace))
+
+    return list_now, cp.stop
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -213,11 +222,11 @@ def main(argv: list[str] | None = None) -> int:
     worst = 0.0
     for name, obj in scenarios.items():
         body = review(obj)
-        _, outcome, reason = mutate_pod(parse_review(copy.deepcopy(body)), list_backends, CTX)
+        _, outcome, reason = mutate_pod(parse_review(copy.deepcopy(body)), list_backends(NS), CTX)
 
         def once(body: dict[str, Any] = body) -> object:
             # Parsing is part of the admission; the deep copy stands in for JSON decoding.
-            return mutate_pod(parse_review(copy.deepcopy(body)), list_backends, CTX)
+            return mutate_pod(parse_review(copy.deepcopy(body)), list_backends(NS), CTX)
 
         samples = measure(once, args.iterations)
         p50, p99 = statistics.median(samples), percentile(samples, 0.99)

@@ -1,4 +1,4 @@
-"""Admission throughput over TLS, `icache webhook` against a compiled floor (issue 12).
+"""Admission throughput over TLS, `icache webhook` against a compiled floor.
 
 One run, on one machine:
 
@@ -233,7 +233,7 @@ class Figures:
 
 
 def cpu_seconds(root: int) -> float:
-    """user+sys CPU time of ``root`` and its descendants, from /proc."""
+    """User+sys CPU time of ``root`` and its descendants, from /proc."""
     total = 0
     for pid in process_tree(root):
         with contextlib.suppress(OSError, IndexError, ValueError):
@@ -245,7 +245,7 @@ def cpu_seconds(root: int) -> float:
 def measured(
     root: int, vegeta: Path, url: str, body: bytes, ca: Path, seconds: float, n: int, work: Path
 ) -> Figures:
-    """attack() plus the server's CPU per request: a figure a busy machine blurs less
+    """Attack() plus the server's CPU per request: a figure a busy machine blurs less
     than req/s, since it does not depend on how much CPU the server was given."""
     before = cpu_seconds(root)
     figures = attack(vegeta, url, body, ca, seconds, n, work)
@@ -455,7 +455,14 @@ def main(argv: list[str] | None = None) -> int:
         metavar="USER",
         help="send the validate payload as USER (groups: system:authenticated), granted "
         "create deployments/statefulsets in the bench namespace: the webhook then asks a "
-        "SubjectAccessReview per request (issue 10)",
+        "SubjectAccessReview per request",
+    )
+    parser.add_argument(
+        "--webhook-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="an extra icache webhook argument, e.g. --webhook-arg=--access-review-allowed-ttl=10",
     )
     parser.add_argument("--no-floor", action="store_true", help="skip the Go floor")
     parser.add_argument(
@@ -483,9 +490,9 @@ def main(argv: list[str] | None = None) -> int:
             global VALIDATE_AS
             VALIDATE_AS = {"username": args.validate_as, "groups": ["system:authenticated"]}
             grant_workloads(api, args.validate_as)
-        extra = []
+        extra = list(args.webhook_arg)
         if args.webhook_workers is not None:
-            extra = ["--workers", str(args.webhook_workers)]
+            extra += ["--workers", str(args.webhook_workers)]
         with run_webhook(cp.kubeconfig_path, extra) as hook, contextlib.ExitStack() as stack:
             ca_file = work / "ca.crt"
             ca_file.write_bytes(hook.ca_pem)

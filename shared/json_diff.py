@@ -2,7 +2,7 @@
 
 The admission webhooks answer with a patch from the object they were sent to the one
 they want. ``jsonpatch.make_patch`` finds moves and minimal list edits, and that
-search was half the Pod webhook's time (issue 12 profile). What the webhooks change
+search was half the Pod webhook's time (measured: docs/performance.md). What the webhooks change
 is simpler: keys added to objects, items appended to lists, values replaced. ``diff``
 emits exactly that: ``add``/``remove`` per object key, ``add`` per appended list
 item, element-wise recursion for lists of equal length, ``replace`` for anything

@@ -2,7 +2,7 @@
 
 ``copy.deepcopy`` keeps a memo of every node to preserve aliasing and cycles, which a
 decoded AdmissionReview never has; on the admission hot path that bookkeeping was a
-quarter of the validating webhook's time (issue 12 profile). Anything that is not a
+quarter of the validating webhook's time (measured: docs/performance.md). Anything that is not a
 JSON container or scalar falls back to ``copy.deepcopy``, so the result is always a
 deep copy.
 """

@@ -1,4 +1,4 @@
-"""How every process and tool reaches the Kubernetes API (issue 13 item 2).
+"""How every process and tool reaches the Kubernetes API.
 
 The dispatcher, the workers, the webhook and ``icache certs`` all connect here, so
 they find their configuration the same way, first match wins:
@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
+    from kubernetes.aio.client import ApiClient as AsyncApiClient
     from kubernetes.client import ApiClient, Configuration
 
     from shared.kubeclient import Kube
@@ -131,6 +132,57 @@ def api_client(kubeconfig: str | None = None, *, context: str | None = None) -> 
         extra={"source": loaded.source, "server": loaded.configuration.host},
     )
     return ApiClient(loaded.configuration)
+
+
+def async_api_client(
+    kubeconfig: str | None = None, *, context: str | None = None, pool_size: int = 16
+) -> AsyncApiClient:
+    """The official client's asyncio ApiClient (``kubernetes.aio``, on aiohttp) for
+    the loaded configuration: the same source, server, TLS files, proxy and token as
+    :func:`api_client`. The bearer token is refreshed through the synchronous
+    configuration's own hook (the mounted ServiceAccount token re-read, a kubeconfig
+    exec plugin re-run), so both clients follow one rule. No retries of its own and no
+    proxy taken from the environment (the synchronous client takes neither): the
+    caller owns its time budget. Create and use it on one event loop."""
+    return async_client_for(load_configuration(kubeconfig, context=context), pool_size)
+
+
+def async_client_for(loaded: Loaded, pool_size: int = 16) -> AsyncApiClient:
+    """:func:`async_api_client` for a configuration already loaded."""
+    from kubernetes.aio.client import ApiClient as AsyncApiClient
+    from kubernetes.aio.client import Configuration as AsyncConfiguration
+
+    source = loaded.configuration
+    target = AsyncConfiguration(host=source.host)
+    for name in (
+        "ssl_ca_cert",
+        "cert_file",
+        "key_file",
+        "verify_ssl",
+        "tls_server_name",
+        "proxy",
+        "proxy_headers",
+    ):
+        setattr(target, name, getattr(source, name))
+    target.api_key = dict(source.api_key)
+    target.api_key_prefix = dict(source.api_key_prefix)
+    target.retries = None
+    target.connection_pool_maxsize = pool_size
+    target.client_session_kwargs = {"trust_env": False}
+    refresh = source.refresh_api_key_hook
+    if refresh is not None:
+
+        def refresh_token(configuration: AsyncConfiguration) -> None:
+            refresh(source)
+            configuration.api_key = dict(source.api_key)
+            configuration.api_key_prefix = dict(source.api_key_prefix)
+
+        target.refresh_api_key_hook = refresh_token
+    log.info(
+        "kubernetes configuration loaded",
+        extra={"source": loaded.source, "server": source.host, "client": "asyncio"},
+    )
+    return AsyncApiClient(target)
 
 
 def connect(

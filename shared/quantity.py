@@ -80,7 +80,7 @@ def parse_quantity(value: str | int | float) -> Decimal:
 
 
 # A pure function of an immutable string: a webhook sees the same few quantities on
-# every request, and parsing each one again was a fifth of a validation (issue 12).
+# every request, and parsing each one again was a fifth of a validation.
 # A malformed string raises, and exceptions are not cached.
 @functools.lru_cache(maxsize=4096)
 def _parse_string(value: str) -> Decimal:

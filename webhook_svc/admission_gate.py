@@ -1,14 +1,18 @@
 """Admission control by body bytes: bounds the memory the admission routes can hold.
 
 Decoding and judging a body costs memory in proportion to its size, up to ~130x for
-the most object-dense JSON (see docs/install.md, "Webhook memory"). A request reserves
-its declared Content-Length from a per-process byte budget before its body is read,
-and returns it when answered; so at any moment the bodies being read, decoded or
-judged add up to at most the budget. A request that does not fit waits; when budget
-frees up the smallest waiter goes first, so a flood of maximum-size bodies cannot
-starve the small AdmissionReviews a real API server sends. A request that waited
-``wait_seconds`` in vain is answered 503 with Retry-After (the caller decides: the
-Pod webhook fails open, a CacheBackend apply is refused and can be retried).
+the most object-dense JSON (see docs/install.md, "Webhook memory"). A request takes
+each body chunk's size from a per-process byte budget as that chunk arrives (the first
+with a small fixed part for what does not scale with the body), and gives all of it
+back when answered. So at any moment the bodies being read, decoded or judged add up
+to at most the budget, while a connection that declares a large body and sends
+nothing holds nothing: it cannot make a small request wait. A declared Content-Length over the body limit is a
+413 before anything is read. A chunk that does not fit waits; when budget frees up the
+smallest waiter goes first, so a flood of maximum-size bodies cannot starve the small
+AdmissionReviews a real API server sends. A request that waited ``wait_seconds`` in
+vain is answered 503 with Retry-After (the caller decides: the Pod webhook fails open,
+a CacheBackend apply is refused and can be retried). The whole body must arrive within
+``BODY_READ_SECONDS`` (else 408).
 """
 
 from __future__ import annotations
@@ -16,15 +20,18 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from typing import Final
+from typing import Any, Final
+
+from starlette.types import Receive
 
 # The API server sends AdmissionReviews of Kubernetes objects (etcd keeps at most
 # 1.5 MiB each); the arithmetic behind these defaults is in docs/install.md
 # ("Webhook memory").
 DEFAULT_MAX_BODY_BYTES: Final = 1024 * 1024
 DEFAULT_MAX_INFLIGHT_BYTES: Final = 2 * 1024 * 1024
+# Admission requests one process judges at once (bodies read, answers not yet sent).
 DEFAULT_LIMIT_CONCURRENCY: Final = 256
 # Per-request cost that does not scale with the body (the answer, the objects around it).
 MIN_RESERVATION_BYTES: Final = 4096
@@ -38,13 +45,48 @@ class OverloadedError(Exception):
     """No budget freed up in time: answer 503."""
 
 
+class BodyTooLargeError(Exception):
+    """The body is (or says it is) over the limit: answer 413."""
+
+
+class BodyTimeoutError(Exception):
+    """The body did not arrive within ``BODY_READ_SECONDS``: answer 408."""
+
+
+class ClientGoneError(Exception):
+    """The client disconnected before its body arrived: nobody to answer."""
+
+
+class RequestLimit:
+    """How many admission requests this process is judging: a request whose body has
+    arrived takes a slot until answered; with none free it is answered 503 +
+    Retry-After. Requests still sending their body hold no slot (their bound is
+    ``BODY_READ_SECONDS``), nor do idle connections."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.in_use = 0
+
+    def take(self) -> bool:
+        if self.in_use >= self.limit:
+            return False
+        self.in_use += 1
+        return True
+
+    def give_back(self) -> None:
+        self.in_use -= 1
+
+
 class ByteBudget:
     """An asyncio weighted semaphore, smallest request first. One per process (each
     worker of a multi-process server has its own, so size it per process)."""
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, max_waiters: int = DEFAULT_LIMIT_CONCURRENCY) -> None:
         self.capacity = capacity
         self.used = 0
+        # Each waiter is a connection whose unread body uvicorn buffers (up to ~64 KiB
+        # and one socket read): past this many, a request that would wait gets 503 now.
+        self.max_waiters = max_waiters
         self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
         self._order = itertools.count()
 
@@ -67,6 +109,8 @@ class ByteBudget:
         if self._fits(size):  # anything waiting is larger than the room left
             self.used += size
             return
+        if sum(1 for *_, waiting in self._waiters if not waiting.done()) >= self.max_waiters:
+            raise OverloadedError
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         heapq.heappush(self._waiters, (size, next(self._order), future))
         try:
@@ -109,3 +153,87 @@ class ByteBudget:
 
     def release(self, size: int) -> None:
         self._release(size)
+
+
+def declared_length(headers: Mapping[str, str]) -> int | None:
+    value = headers.get("content-length")
+    return int(value) if value is not None and value.isdigit() else None
+
+
+class _Expiry:
+    """Cancels ``task`` when called, and remembers that it did: ``asyncio.timeout``
+    without its context-manager object, for a bound set on every request."""
+
+    __slots__ = ("fired", "task")
+
+    def __init__(self, task: asyncio.Task[Any]) -> None:
+        self.task = task
+        self.fired = False
+
+    def __call__(self) -> None:
+        self.fired = True
+        self.task.cancel()
+
+
+class BodyReader:
+    """Reads one admission request's body under the budget (module docstring)."""
+
+    def __init__(self, budget: ByteBudget, max_body_bytes: int, gauge: Any = None) -> None:
+        self.budget = budget
+        self.max_body_bytes = max_body_bytes
+        self._gauge = gauge  # set to the bytes held after every change, when given
+
+    def _show(self) -> None:
+        if self._gauge is not None:
+            self._gauge.set(self.budget.used)
+
+    async def read(self, headers: Mapping[str, str], receive: Receive) -> tuple[bytes, int]:
+        """The whole body, and the budget bytes it holds: give them back with
+        ``release`` once the request is answered. Raises BodyTooLargeError,
+        BodyTimeoutError, OverloadedError or ClientGoneError, holding nothing."""
+        declared = declared_length(headers)
+        if declared is not None and declared > self.max_body_bytes:
+            raise BodyTooLargeError
+        task = asyncio.current_task()
+        assert task is not None
+        expiry = _Expiry(task)
+        timer = asyncio.get_running_loop().call_later(BODY_READ_SECONDS, expiry)
+        budget = self.budget
+        held = 0
+        parts: list[bytes] = []
+        try:
+            size = 0
+            more = True
+            while more:
+                message = await receive()
+                if message["type"] != "http.request":
+                    raise ClientGoneError
+                chunk: bytes = message.get("body", b"")
+                more = message.get("more_body", False)
+                if not chunk:
+                    continue
+                size += len(chunk)
+                if size > self.max_body_bytes:
+                    raise BodyTooLargeError
+                charge = len(chunk) + (0 if held else MIN_RESERVATION_BYTES)
+                held += await budget.acquire(charge, BUDGET_WAIT_SECONDS)
+                parts.append(chunk)
+            if not held:  # an empty body still costs its fixed part
+                held = await budget.acquire(MIN_RESERVATION_BYTES, BUDGET_WAIT_SECONDS)
+        except asyncio.CancelledError:
+            self.release(held)
+            if expiry.fired and task.uncancel() == 0:  # our bound, no one else's cancel
+                raise BodyTimeoutError from None
+            raise
+        except BaseException:
+            self.release(held)
+            raise
+        finally:
+            timer.cancel()
+        self._show()
+        return (parts[0] if len(parts) == 1 else b"".join(parts)), held
+
+    def release(self, held: int) -> None:
+        if held:
+            self.budget.release(held)
+            self._show()

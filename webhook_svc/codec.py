@@ -2,7 +2,7 @@
 
 Every route goes through ``decode_body`` and ``encode_json``, so a faster JSON library
 is a change to this module only: orjson where it gives exactly ``json``'s answer, and
-``json`` for everything else (issue 12). ``decode_body`` turns every way a body can fail to be
+``json`` for everything else. ``decode_body`` turns every way a body can fail to be
 JSON into ``BadBodyError`` (an HTTP 400 naming the problem): bytes that are not UTF-8, nesting
 deeper than the parser's recursion limit (``RecursionError`` is not a ``ValueError``),
 the non-JSON constants ``NaN``/``Infinity`` and numbers that overflow to them (``1e400``),
@@ -74,7 +74,7 @@ _SLOW_PATH: Final = object()
 # Digit runs this short always fit an int64, which orjson keeps exact; a longer one may
 # be an integer orjson would turn into a float, so ``json`` decodes it. Found by mapping
 # every digit to "0" and every other byte to " " and searching for 19 zeros: bytes does
-# both in C, ten times faster than the regex [0-9]{19} (issue 12 profile: the regex
+# both in C, ten times faster than the regex [0-9]{19} (the regex
 # cost more than orjson's whole parse).
 LONG_DIGIT_RUN: Final = 19
 _DIGITS_AS_ZEROS: Final = bytes(0x30 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))
@@ -87,7 +87,7 @@ def has_long_digit_run(raw: bytes) -> bool:
 
 
 def _decode_fast(raw: bytes) -> Any:
-    """orjson's parse (issue 12: several times faster than ``json``), or ``_SLOW_PATH``.
+    """orjson's parse (several times faster than ``json``), or ``_SLOW_PATH``.
 
     orjson refuses everything ``decode_body`` turns into ``BadBodyError`` (non-UTF-8 bytes,
     NaN/Infinity, numbers that overflow, lone surrogate escapes, nesting past 1024) and
@@ -127,7 +127,7 @@ _FINITE_WALK_LIMIT: Final = 100_000
 
 def _finite(value: Any) -> bool:
     """No float in ``value`` is NaN or infinite (those must raise, as ``json`` does).
-    A loop over a stack, not recursion: it runs on every answer (issue 12 profile)."""
+    A loop over a stack, not recursion: it runs on every answer."""
     stack = [value]
     budget = _FINITE_WALK_LIMIT
     while stack:

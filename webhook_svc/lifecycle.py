@@ -8,7 +8,11 @@ On the first SIGTERM the server
    removal takes a while to reach the API server; with every replica terminating it
    may have no one else to call), answering each with ``Connection: close`` so that
    pooled keep-alive connections re-dial a ready replica,
-3. then stops listening, lets in-flight requests finish (at most
+3. then stops listening: new connections are refused rather than reset (a socket
+   filter makes the kernel drop new SYNs while the connections it already queued are
+   accepted, then the listener closes: ``stop_listening``); lets connections
+   accepted before that deliver the request they are sending (a handshake or a head
+   on its way: webhook_svc/serving.py); lets in-flight requests finish (at most
    ``timeout_graceful_shutdown``) and exits 0.
 
 A second SIGTERM, or SIGINT (Ctrl+C), skips the rest of the drain.
@@ -19,16 +23,23 @@ state: one per process, so every worker of a multi-process server drains on its 
 
 from __future__ import annotations
 
+import asyncio
+import ctypes
 import logging
 import signal
+import socket
+import struct
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any, Final
 
 import uvicorn
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Scope
+
+if TYPE_CHECKING:
+    from webhook_svc.serving import Connections
 
 log = logging.getLogger("icache.webhook")
 
@@ -43,8 +54,11 @@ class Lifecycle:
 
 
 @asynccontextmanager
-async def lifespan(_app: Any) -> AsyncIterator[dict[str, Any]]:
+async def lifespan(app: Any) -> AsyncIterator[dict[str, Any]]:
     yield {LIFECYCLE_KEY: Lifecycle()}
+    # What the app holds open (the API client's connection pool), closed last.
+    for close in getattr(app.state, "on_shutdown", ()):
+        await close()
 
 
 def lifecycle_of(scope: Scope) -> Lifecycle | None:
@@ -53,34 +67,63 @@ def lifecycle_of(scope: Scope) -> Lifecycle | None:
     return found if isinstance(found, Lifecycle) else None
 
 
-class CloseWhenDraining:
-    """ASGI middleware: while draining, every response says ``Connection: close``."""
+def is_draining(scope: Scope) -> bool:
+    lifecycle = lifecycle_of(scope)
+    return lifecycle is not None and lifecycle.draining
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        lifecycle = lifecycle_of(scope) if scope["type"] == "http" else None
-        if lifecycle is None:
-            await self.app(scope, receive, send)
-            return
+# Linux: a classic BPF socket filter of one instruction, "return 0" (drop the packet).
+_SO_ATTACH_FILTER: Final = 26
+_DROP_ALL: Final = struct.pack("HBBI", 0x06, 0, 0, 0)  # BPF_RET | BPF_K, k = 0
+# struct tcp_info: on a listening socket, tcpi_unacked is the accept queue's length.
+_TCPI_UNACKED_OFFSET: Final = 24
+ACCEPT_QUEUE_WAIT_SECONDS: Final = 1.0
 
-        async def send_closing(message: Message) -> None:
-            if message["type"] == "http.response.start" and lifecycle.draining:
-                headers = [(k, v) for k, v in message.get("headers", []) if k != b"connection"]
-                message = {**message, "headers": [*headers, (b"connection", b"close")]}
-            await send(message)
 
-        await self.app(scope, receive, send_closing)
+def refuse_new_connections(sock: Any) -> bool:
+    """Drop every packet a listening socket receives from now on (Linux): a client
+    dialling it sees its SYN go unanswered, then, once the socket is closed, a clean
+    "connection refused" on the retry, where closing a listener that is still
+    receiving resets whatever the kernel had just queued. False where not supported."""
+    program = ctypes.create_string_buffer(_DROP_ALL)
+    fprog = struct.pack("HL", 1, ctypes.addressof(program))
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, _SO_ATTACH_FILTER, fprog)
+    except (OSError, AttributeError):
+        return False
+    return True
+
+
+def accept_queue_length(sock: Any) -> int:
+    try:
+        info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)
+    except (OSError, AttributeError):
+        return 0
+    return int(struct.unpack_from("I", info, _TCPI_UNACKED_OFFSET)[0])
+
+
+async def stop_listening(listeners: list[Any]) -> None:
+    """Take no new connections, and accept (the event loop still does) those the
+    kernel has queued, for at most ``ACCEPT_QUEUE_WAIT_SECONDS``; the caller then
+    closes the listeners. With several workers on one socket, each does it: the
+    filter is the socket's, so the first stops new connections for all."""
+    filtered = [sock for sock in listeners if refuse_new_connections(sock)]
+    deadline = time.monotonic() + ACCEPT_QUEUE_WAIT_SECONDS
+    while any(accept_queue_length(s) for s in filtered) and time.monotonic() < deadline:
+        await asyncio.sleep(0.005)
 
 
 class DrainingServer(uvicorn.Server):
-    """uvicorn's server with the SIGTERM drain described in the module docstring."""
+    """uvicorn's server with the SIGTERM drain described in the module docstring.
+    ``connections`` (webhook_svc/serving.py) are the ones its protocol tracks."""
 
-    def __init__(self, config: uvicorn.Config, drain_seconds: float) -> None:
+    def __init__(
+        self, config: uvicorn.Config, drain_seconds: float, connections: Connections | None = None
+    ) -> None:
         super().__init__(config)
         self.drain_seconds = drain_seconds
         self.drain_deadline: float | None = None
+        self.connections = connections
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         # Runs in the main thread between two steps of the event loop.
@@ -102,3 +145,25 @@ class DrainingServer(uvicorn.Server):
                 log.info("drain period over: finishing in-flight requests, then exiting")
             self.should_exit = True
         return await super().on_tick(counter)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        """Stop listening without resetting connections the kernel already queued
+        (``stop_listening``), let connections accepted before that deliver the request
+        they are sending (at most ``SETTLE_SECONDS``), then uvicorn's shutdown: close
+        idle connections, finish in-flight requests, run the lifespan's end."""
+        servers = getattr(self, "servers", [])
+        listeners = [sock for server in servers for sock in server.sockets or ()]
+        await stop_listening([*listeners, *(sockets or [])])
+        for server in servers:
+            server.close()
+        for sock in sockets or []:
+            sock.close()
+        if self.connections is not None and not self.force_exit:
+            waiting = self.connections.unsettled()
+            if waiting:
+                log.info(
+                    "listener closed: waiting for requests on their way",
+                    extra={"connections": waiting},
+                )
+            await self.connections.settle()
+        await super().shutdown(sockets)

@@ -68,7 +68,7 @@ class WebhookMetrics:
 
     def admitted(self, endpoint: str, outcome: str, seconds: float) -> None:
         """One answered AdmissionReview. The labelled children are looked up once per
-        (endpoint, outcome): ``labels()`` takes a lock and validates every call (issue 12)."""
+        (endpoint, outcome): ``labels()`` takes a lock and validates every call."""
         key = (endpoint, outcome)
         children = self._admitted.get(key)
         if children is None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Sequence
 from typing import Any, Final
 
 import jsonpatch
@@ -206,26 +206,34 @@ def _answer(
     return response, result.outcome, result.reason
 
 
+# The CacheBackends of the namespace ``namespace_to_list`` named, or why listing them
+# failed (the pod is then admitted unwired: list_error).
+Backends = Sequence[dict[str, Any]] | Exception
+
+
 def mutate_pod(
     req: AdmissionRequest,
-    list_backends: Callable[[str], list[dict[str, Any]]],
+    backends: Backends,
     ctx: InjectContext,
 ) -> tuple[dict[str, Any], str, str]:
     """(AdmissionReview response, outcome, reason); the response always allows.
+
+    ``backends`` are the CacheBackends of the namespace ``namespace_to_list(req)``
+    names (ignored when it names none), or the exception listing them raised.
 
     The response carries the decision as ``auditAnnotations`` (``outcome``,
     ``reason``): the API server records them in its audit log under
     ``mpod.inferencecache.io/``, so why a pod was (not) wired is visible there as well
     as in our log line and metric, and a client replaying a review reads it directly.
     """
-    response, outcome, reason = _decide(req, list_backends, ctx)
+    response, outcome, reason = _decide(req, backends, ctx)
     response["response"]["auditAnnotations"] = {"outcome": outcome, "reason": reason}
     return response, outcome, reason
 
 
 def _decide(
     req: AdmissionRequest,
-    list_backends: Callable[[str], list[dict[str, Any]]],
+    backends: Backends,
     ctx: InjectContext,
 ) -> tuple[dict[str, Any], str, str]:
     started = time.perf_counter()
@@ -257,16 +265,14 @@ def _decide(
     if skip_inject_requested(pod):
         # The explicit opt-out needs no backend: decided before (and despite) the list.
         return _answer(req, pod, wire_pod(pod, [], ctx, namespace=namespace), started)
-    try:
-        backends = list(list_backends(namespace))
-    except Exception as exc:  # any list failure (API, network, file) fails open
+    if isinstance(backends, Exception):  # any list failure (API, network, file) fails open
         stripped = copy.deepcopy(pod)
         strip_decision_annotations(stripped)
-        message = f"listing CacheBackends failed: {type(exc).__name__}: {exc}"
+        message = f"listing CacheBackends failed: {type(backends).__name__}: {backends}"
         result = WiringResult(stripped, OUTCOME_FAIL_OPEN, REASON_LIST_ERROR, message)
         return _answer(req, pod, result, started)
     try:
-        result = wire_pod(pod, backends, ctx, namespace=namespace)
+        result = wire_pod(pod, list(backends), ctx, namespace=namespace)
     except Exception as exc:  # wire_pod is total; this is a last line of defence
         _log(
             req,

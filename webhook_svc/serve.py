@@ -11,7 +11,7 @@ import argparse
 import functools
 import logging
 import shutil
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from shared import cli_types, jsonlog, kubeaccess
 from shared.runtime_adapters.base import InjectContext
@@ -23,18 +23,17 @@ from webhook_svc.admission_gate import (
 from webhook_svc.backend_source import (
     DEFAULT_LIST_TIMEOUT_SECONDS,
     ApiBackendSource,
-    AsyncApiBackendSource,
     BackendSource,
-    DeadlineSource,
     FileBackendSource,
+)
+from webhook_svc.serving import (
+    DEFAULT_HEAD_TIMEOUT_SECONDS,
+    DEFAULT_KEEP_ALIVE_SECONDS,
 )
 
 if TYPE_CHECKING:
-    from webhook_svc.async_kube import AsyncKubeReader
-
-    # Imported in run(): it imports prometheus_client, which must see the workers'
-    # multiprocess directory first (webhook_svc.workers).
-    from webhook_svc.tls import ReloadingTLS
+    from webhook_svc.apiserver import ApiServer
+    from webhook_svc.workload_authz import AccessReviewer
 from webhook_svc.workers import (
     available_cpus,
     bind,
@@ -118,7 +117,39 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=cli_types.positive_int,
         default=DEFAULT_LIMIT_CONCURRENCY,
         metavar="N",
-        help="connections plus requests this process holds at once before answering 503",
+        help="admission requests (body received) this process judges at once; more get "
+        "503 + Retry-After; idle connections and bodies on their way do not count",
+    )
+    parser.add_argument(
+        "--access-review-allowed-ttl",
+        type=cli_types.non_negative_float,
+        default=0.0,
+        metavar="SECONDS",
+        help="live mode: seconds an allowed SubjectAccessReview answer is reused for the "
+        "same user and permission, as kube-apiserver's webhook authorizer caches them; "
+        "0 asks the API server on every workload-shaping write",
+    )
+    parser.add_argument(
+        "--access-review-denied-ttl",
+        type=cli_types.non_negative_float,
+        default=0.0,
+        metavar="SECONDS",
+        help="live mode: seconds a denied SubjectAccessReview answer is reused",
+    )
+    parser.add_argument(
+        "--request-head-timeout",
+        type=cli_types.positive_float,
+        default=DEFAULT_HEAD_TIMEOUT_SECONDS,
+        metavar="SECONDS",
+        help="seconds a connection has to deliver a complete request head (TLS handshake "
+        "included; after an idle spell, from its first byte) before it is closed",
+    )
+    parser.add_argument(
+        "--keep-alive-timeout",
+        type=cli_types.positive_int,
+        default=DEFAULT_KEEP_ALIVE_SECONDS,
+        metavar="SECONDS",
+        help="seconds an idle keep-alive connection stays open after an answer",
     )
     parser.add_argument(
         "--tls-reload-interval",
@@ -165,37 +196,26 @@ def listen_host(args: argparse.Namespace) -> str:
     return "127.0.0.1" if args.insecure else "0.0.0.0"
 
 
-def load_kube_client(kubeconfig: str | None) -> Any:
-    """The official ApiClient, connected as every process connects (shared.kubeaccess:
-    flag, in-cluster, KUBECONFIG, ~/.kube/config)."""
-    return kubeaccess.api_client(kubeconfig)
-
-
-def build_source(args: argparse.Namespace) -> BackendSource:
-    if args.backends_from:
+def build_source(args: argparse.Namespace, api: ApiServer | None) -> BackendSource:
+    if api is None:
         from webhook_svc.backend_files import load_backends
 
         # Namespace-less files stay unscoped ("") and join the asking pod's namespace.
         return FileBackendSource(
             args.backends_from, functools.partial(load_backends, default_namespace="")
         )
-    timeout = args.backend_list_timeout
-    return DeadlineSource(ApiBackendSource(load_kube_client(args.kubeconfig), timeout), timeout)
+    return ApiBackendSource(api, args.backend_list_timeout)
 
 
-def build_reader(args: argparse.Namespace) -> AsyncKubeReader | None:
-    """The event-loop API client for the Pod route's LIST and the validating route's
-    SubjectAccessReviews (webhook_svc/async_kube.py); None (the threaded client then
-    does both) in embedded mode or for a configuration it cannot honour."""
+def build_api(args: argparse.Namespace) -> ApiServer | None:
+    """The API client of this process (shared.kubeaccess: flag, in-cluster,
+    KUBECONFIG, ~/.kube/config); None in embedded mode."""
     if args.backends_from:
         return None
-    from webhook_svc.async_kube import AsyncKubeReader, UnsupportedConfigError
+    from webhook_svc.apiserver import ApiServer
 
-    try:
-        return AsyncKubeReader(load_kube_client(args.kubeconfig))
-    except UnsupportedConfigError as exc:
-        log.warning("API reads go through the threaded client", extra={"why": str(exc)})
-        return None
+    loaded = kubeaccess.load_configuration(args.kubeconfig)
+    return ApiServer(functools.partial(kubeaccess.async_client_for, loaded))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -205,8 +225,8 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from webhook_svc.app import create_app
-    from webhook_svc.http_protocol import OneWritePerResponse
     from webhook_svc.lifecycle import DrainingServer
+    from webhook_svc.serving import Connections
     from webhook_svc.tls import ReloadingTLS
 
     jsonlog.setup(args.log_level)
@@ -221,40 +241,38 @@ def run(args: argparse.Namespace) -> int:
         if code is not None:  # the supervisor, once every worker is gone
             shutil.rmtree(metrics_dir, ignore_errors=True)
             return code
-    source = build_source(args)
+    api = build_api(args)
+    source = build_source(args, api)
     ctx = InjectContext(
         kvevent_subscriber_image=args.kvevent_subscriber_image,
         server_address=args.server_address,
     )
-    reviewer = None
-    if args.backends_from:
+    reviewer: AccessReviewer | None = None
+    if api is None:
         log.warning(
             "embedded mode: no API server, so no SubjectAccessReview of CacheBackend writers"
         )
     else:
-        from shared.kubeclient import Kube
-        from webhook_svc.workload_authz import DEFAULT_REVIEW_BUDGET_SECONDS, ApiAccessReviewer
+        from webhook_svc.workload_authz import ApiAccessReviewer, ReviewCache
 
-        reviewer = ApiAccessReviewer(
-            Kube(load_kube_client(args.kubeconfig), timeout=DEFAULT_REVIEW_BUDGET_SECONDS)
-        )
-    reader = build_reader(args)
-    from webhook_svc.workload_authz import AsyncApiAccessReviewer
-
+        allowed_ttl, denied_ttl = args.access_review_allowed_ttl, args.access_review_denied_ttl
+        cache = ReviewCache(allowed_ttl, denied_ttl) if allowed_ttl or denied_ttl else None
+        reviewer = ApiAccessReviewer(api, cache=cache)
     app = create_app(
         source,
         ctx,
         max_body_bytes=args.max_body_bytes,
         max_inflight_bytes=args.max_inflight_bytes,
         access_reviewer=reviewer,
-        live_backends=AsyncApiBackendSource(reader, args.backend_list_timeout) if reader else None,
-        async_access_reviewer=AsyncApiAccessReviewer(reader) if reader else None,
+        limit_concurrency=args.limit_concurrency,
+        on_shutdown=[api.close] if api is not None else [],
     )
     tls: ReloadingTLS | None = None
     if not args.insecure:
         tls = ReloadingTLS(args.tls_cert_file, args.tls_key_file, args.tls_reload_interval)
         tls.load()  # unusable files at startup: fail now, with the error
         tls.reloads = app.state.metrics.tls_reloads
+    connections = Connections(args.request_head_timeout)
     config = uvicorn.Config(
         app,
         host=listen_host(args),
@@ -262,12 +280,14 @@ def run(args: argparse.Namespace) -> int:
         log_config=None,
         access_log=False,
         lifespan="on",
-        limit_concurrency=args.limit_concurrency,
+        # The request limit is the serving layer's (webhook_svc/serving.py): uvicorn's
+        # counts idle connections against it.
+        limit_concurrency=None,
+        timeout_keep_alive=args.keep_alive_timeout,
         timeout_graceful_shutdown=args.shutdown_timeout_seconds,
         ssl_context_factory=tls,
-        http=OneWritePerResponse,
-        # Nothing proxies the webhook: the API server calls it directly (issue 12: the
-        # proxy-headers middleware was a per-request cost for nothing).
+        http=connections.protocol_class(),
+        # Nothing proxies the webhook: the API server calls it directly.
         proxy_headers=False,
         server_header=False,
     )
@@ -281,6 +301,6 @@ def run(args: argparse.Namespace) -> int:
             "backends": mode,
         },
     )
-    server = DrainingServer(config, drain_seconds=args.shutdown_drain_seconds)
+    server = DrainingServer(config, args.shutdown_drain_seconds, connections)
     server.run(sockets=[listener] if listener else None)
     return 0

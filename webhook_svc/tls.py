@@ -29,6 +29,7 @@ from prometheus_client import Counter
 log = logging.getLogger("icache.webhook.tls")
 
 Stamp = tuple[tuple[int, int, int], ...]
+_NEVER = object()
 
 
 def _serving_context(cert: Path, key: Path) -> ssl.SSLContext:
@@ -48,7 +49,8 @@ class ReloadingTLS:
         self.cert, self.key, self.interval = cert, key, interval
         self._current: ssl.SSLContext | None = None
         self._stamp: Stamp | None = None
-        self._failed_stamp: Stamp | None = None
+        # The file state of the last failed reload, logged once; _NEVER before any.
+        self._failed_stamp: Stamp | object | None = _NEVER
         self._dispatch: ssl.SSLContext | None = None
         self._stop = threading.Event()
         self._started = False
@@ -105,7 +107,7 @@ class ReloadingTLS:
             fresh = _serving_context(self.cert, self.key)
         except (OSError, ssl.SSLError, ValueError) as exc:
             self._count("failed")
-            stamp_now = self._safe_stamp()
+            stamp_now = self._safe_stamp()  # None: the files are gone
             if stamp_now != self._failed_stamp:  # once per file state, not every interval
                 self._failed_stamp = stamp_now
                 log.warning(
@@ -115,7 +117,7 @@ class ReloadingTLS:
             return False
         self._current = fresh
         self._stamp = stamp
-        self._failed_stamp = None
+        self._failed_stamp = _NEVER
         self._count("reloaded")
         log.info("reloaded serving certificate", extra={"cert": str(self.cert)})
         return True

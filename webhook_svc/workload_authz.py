@@ -20,13 +20,10 @@ no API server and runs no check (``icache webhook`` logs that).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-import threading
-from collections.abc import Awaitable, Callable, Generator, Mapping
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
+import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any, Final, Protocol
@@ -40,8 +37,7 @@ from shared.storage_providers.render import managed_provider, render_workload
 from webhook_svc.admission_review import AdmissionRequest, deny
 
 if TYPE_CHECKING:
-    from shared.kubeclient import KubeClient
-    from webhook_svc.async_kube import AsyncKubeReader
+    from webhook_svc.apiserver import ApiServer
 
 log = logging.getLogger("icache.webhook.authz")
 
@@ -68,14 +64,6 @@ STATEFULSETS: Final = Access("apps", "statefulsets")
 
 class ReviewError(Exception):
     """The SubjectAccessReview could not be made."""
-
-
-class AccessReviewer(Protocol):
-    def review(self, body: dict[str, Any]) -> dict[str, Any]: ...
-
-
-class AsyncAccessReviewer(Protocol):
-    async def review(self, body: dict[str, Any]) -> dict[str, Any]: ...
 
 
 # ----------------------------------------------------------------------- pure
@@ -144,7 +132,7 @@ PRIVILEGED_GROUP: Final = "system:masters"
 
 def authorized_by_privileged_group(user: Mapping[str, Any]) -> bool:
     """The user is in ``system:masters``: the API server would answer every review
-    "allowed", so none is made (issue 12; proved against the real API server in
+    "allowed", so none is made (proved against the real API server in
     tests/integration/test_workload_authz.py)."""
     groups = user.get("groups")
     return isinstance(groups, list) and PRIVILEGED_GROUP in groups and bool(user.get("username"))
@@ -213,103 +201,19 @@ def unverified_status(
     return _status(503, "ServiceUnavailable", message, name, field)
 
 
-# ----------------------------------------------------------------------- shell
+# ----------------------------------------------------------------------- decision
 
 
-# The decision, once, as a generator: it yields each SubjectAccessReview to make and is
-# sent its answer (or thrown the ReviewError); its return value is the response. The
-# threaded reviewer (authorize_workload) and the event-loop one
-# (authorize_workload_async) only drive it.
-Steps = Generator[dict[str, Any], dict[str, Any], dict[str, Any]]
+@dataclass(frozen=True)
+class ReviewPlan:
+    """What the decision needs asked: one SubjectAccessReview per permission in
+    ``needed``, for ``user``, judged against the defaulted objects."""
 
-
-def authorization_steps(req: AdmissionRequest, allowed_response: dict[str, Any]) -> Steps:
-    """``allowed_response`` (the validator's allow, warnings included) unless the user
-    lacks a permission the backend's workload needs; then a denial."""
-    user = user_info(req)
-    if authorized_by_privileged_group(user):
-        return allowed_response
-    obj = default_cachebackend(req.obj, req.operation, req.old_obj) if req.obj else None
-    old = default_cachebackend(req.old_obj, "UPDATE", None) if req.old_obj else None
-    needed = required_access(req.operation, obj, old)
-    if not needed:
-        return allowed_response
-    name = str(((obj or {}).get("metadata") or {}).get("name") or req.name)
-    warnings = allowed_response["response"].get("warnings")
-    for access in needed:
-        field = shaping_field(obj, old, access)
-        if not user.get("username"):
-            status = unverified_status(name, req.namespace, access, field, "no userInfo")
-            return deny(req.uid, status, warnings)
-        try:
-            result = yield access_review(user, req.namespace, access)
-        except ReviewError as exc:
-            log.warning(
-                "SubjectAccessReview failed; denying",
-                extra={"uid": req.uid, "error": str(exc), "user": user.get("username")},
-            )
-            status = unverified_status(name, req.namespace, access, field, str(exc))
-            return deny(req.uid, status, warnings)
-        st = result.get("status") or {}
-        if not st.get("allowed") or st.get("denied"):
-            status = forbidden_status(
-                name,
-                req.namespace,
-                str(user["username"]),
-                access,
-                field,
-                str(st.get("reason") or ""),
-            )
-            return deny(req.uid, status, warnings)
-    return allowed_response
-
-
-Outcome = dict[str, Any] | ReviewError
-
-
-def _advance(steps: Steps, outcome: Outcome | None) -> tuple[dict[str, Any] | None, dict[str, Any]]:
-    """Feed ``outcome`` (None to start) to ``steps``: (the next review to make, {}) or
-    (None, the response). The one place the generator protocol is spoken."""
-    try:
-        if outcome is None:
-            return next(steps), {}
-        if isinstance(outcome, ReviewError):
-            return steps.throw(outcome), {}
-        return steps.send(outcome), {}
-    except StopIteration as done:
-        return None, done.value
-
-
-def authorize_workload(
-    req: AdmissionRequest, reviewer: AccessReviewer, allowed_response: dict[str, Any]
-) -> dict[str, Any]:
-    """``authorization_steps`` with each review asked of ``reviewer`` (blocking)."""
-    steps = authorization_steps(req, allowed_response)
-    body, response = _advance(steps, None)
-    while body is not None:
-        outcome: Outcome
-        try:
-            outcome = reviewer.review(body)
-        except ReviewError as exc:
-            outcome = exc
-        body, response = _advance(steps, outcome)
-    return response
-
-
-async def authorize_workload_async(
-    req: AdmissionRequest, reviewer: AsyncAccessReviewer, allowed_response: dict[str, Any]
-) -> dict[str, Any]:
-    """``authorization_steps`` with each review awaited on the event loop."""
-    steps = authorization_steps(req, allowed_response)
-    body, response = _advance(steps, None)
-    while body is not None:
-        outcome: Outcome
-        try:
-            outcome = await reviewer.review(body)
-        except ReviewError as exc:
-            outcome = exc
-        body, response = _advance(steps, outcome)
-    return response
+    user: Mapping[str, Any]
+    name: str
+    obj: dict[str, Any] | None
+    old: dict[str, Any] | None
+    needed: tuple[Access, ...]
 
 
 def review_possible(req: AdmissionRequest) -> bool:
@@ -320,51 +224,85 @@ def review_possible(req: AdmissionRequest) -> bool:
     return not authorized_by_privileged_group(user_info(req))
 
 
-def authorizing_async(
-    validate: Callable[[AdmissionRequest], dict[str, Any]], reviewer: AsyncAccessReviewer
-) -> Callable[[AdmissionRequest], Awaitable[dict[str, Any]]]:
-    """``authorizing`` with the reviews awaited on the event loop."""
+def review_plan(req: AdmissionRequest) -> ReviewPlan | None:
+    """The reviews a write the validator allowed still needs; None when it needs none
+    (a member of ``system:masters``, a subresource, a backend that renders no managed
+    workload or an update that leaves its pod template alone)."""
+    if not review_possible(req):
+        return None
+    obj = default_cachebackend(req.obj, req.operation, req.old_obj) if req.obj else None
+    old = default_cachebackend(req.old_obj, "UPDATE", None) if req.old_obj else None
+    needed = required_access(req.operation, obj, old)
+    if not needed:
+        return None
+    name = str(((obj or {}).get("metadata") or {}).get("name") or req.name)
+    return ReviewPlan(user_info(req), name, obj, old, tuple(needed))
 
-    async def handler(req: AdmissionRequest) -> dict[str, Any]:
-        response = validate(req)
-        if not response["response"].get("allowed") or not review_possible(req):
-            return response
-        return await authorize_workload_async(req, reviewer, response)
 
-    return handler
+# What one review came to: the answer's status, or why it could not be made.
+Outcome = dict[str, Any] | ReviewError
 
 
-def authorizing(
-    validate: Callable[[AdmissionRequest], dict[str, Any]], reviewer: AccessReviewer | None
-) -> Callable[[AdmissionRequest], dict[str, Any]]:
-    """``validate`` followed, for what it allows, by the workload-permission check."""
-    if reviewer is None:
-        return validate
+def review_allows(outcome: Outcome) -> bool:
+    if isinstance(outcome, ReviewError):
+        return False
+    st = outcome.get("status") or {}
+    return bool(st.get("allowed")) and not st.get("denied")
 
-    def handler(req: AdmissionRequest) -> dict[str, Any]:
-        response = validate(req)
-        if not response["response"].get("allowed") or not review_possible(req):
-            return response
-        return authorize_workload(req, reviewer, response)
 
-    return handler
+def authorization_answer(
+    req: AdmissionRequest,
+    allowed_response: dict[str, Any],
+    plan: ReviewPlan,
+    outcomes: Sequence[Outcome],
+) -> dict[str, Any]:
+    """``allowed_response`` (the validator's allow, warnings included) when every
+    review in ``plan`` allowed; else the denial for the first one that did not (403
+    Forbidden, or 503 when it could not be made: fail closed). ``outcomes`` are the
+    reviews' results in ``plan.needed`` order, up to the first that did not allow."""
+    warnings = allowed_response["response"].get("warnings")
+    username = plan.user.get("username")
+    for index, access in enumerate(plan.needed):
+        field = shaping_field(plan.obj, plan.old, access)
+        if not username:
+            status = unverified_status(plan.name, req.namespace, access, field, "no userInfo")
+            return deny(req.uid, status, warnings)
+        if index >= len(outcomes):
+            why = "the review was not made"
+            return deny(
+                req.uid, unverified_status(plan.name, req.namespace, access, field, why), warnings
+            )
+        outcome = outcomes[index]
+        if isinstance(outcome, ReviewError):
+            log.warning(
+                "SubjectAccessReview failed; denying",
+                extra={"uid": req.uid, "error": str(outcome), "user": username},
+            )
+            status = unverified_status(plan.name, req.namespace, access, field, str(outcome))
+            return deny(req.uid, status, warnings)
+        if not review_allows(outcome):
+            reason = str((outcome.get("status") or {}).get("reason") or "")
+            status = forbidden_status(
+                plan.name, req.namespace, str(username), access, field, reason
+            )
+            return deny(req.uid, status, warnings)
+    return allowed_response
+
+
+def access_reviews(req: AdmissionRequest, plan: ReviewPlan) -> list[dict[str, Any]]:
+    """The SubjectAccessReview bodies of ``plan``, in order; none without a user."""
+    if not plan.user.get("username"):
+        return []
+    return [access_review(plan.user, req.namespace, access) for access in plan.needed]
+
+
+# ----------------------------------------------------------------------- shell
 
 
 # The validating webhook's timeoutSeconds is 10 and a backend may need two reviews
-# (Deployments and StatefulSets): each gets a hard wall-clock budget well inside it. A
-# socket timeout alone is no budget: the client library retries reads.
+# (Deployments and StatefulSets): each gets a hard wall-clock budget well inside it.
 DEFAULT_REVIEW_BUDGET_SECONDS: Final = 3.0
-
-_review_pool: ThreadPoolExecutor | None = None
-_review_pool_lock = threading.Lock()
-
-
-def _reviews() -> ThreadPoolExecutor:
-    global _review_pool
-    with _review_pool_lock:  # created in the serving process, on first use
-        if _review_pool is None:
-            _review_pool = ThreadPoolExecutor(8, thread_name_prefix="access-review")
-        return _review_pool
+SUBJECT_ACCESS_REVIEWS_PATH: Final = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
 
 
 def review_outcome(result: Mapping[str, Any]) -> dict[str, Any]:
@@ -382,33 +320,89 @@ def review_outcome(result: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def api_server_said(status: int) -> str:
-    """The threaded reviewer's wording for an HTTP error ("API server said 403 Forbidden")."""
+    """The wording for an HTTP error ("API server said 403 Forbidden")."""
     try:
         return f"API server said {status} {HTTPStatus(status).phrase}"
     except ValueError:
         return f"API server said {status}"
 
 
-SUBJECT_ACCESS_REVIEWS_PATH: Final = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
+class AccessReviewer(Protocol):
+    async def review(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The review's outcome (``review_outcome``), or ReviewError."""
+        ...
 
 
-class AsyncApiAccessReviewer:
-    """SubjectAccessReviews on the event loop (webhook_svc/async_kube.py), each under
-    the same hard wall-clock budget as the threaded reviewer's."""
+class ReviewCache:
+    """SubjectAccessReview answers kept for a while, as kube-apiserver's webhook
+    authorizer keeps them (--authorization-webhook-cache-authorized-ttl and
+    -unauthorized-ttl): an allowed answer for ``allowed_ttl`` seconds, a denied one for
+    ``denied_ttl``; 0 keeps none. A review that could not be made is never kept. The
+    key is the whole review (user, groups, uid, extra, namespace, verb, resource), so
+    two requests share an answer only when the API server would be asked the same
+    question. At most ``max_entries`` answers, the oldest dropped first."""
 
-    def __init__(self, reader: AsyncKubeReader, budget: float = DEFAULT_REVIEW_BUDGET_SECONDS):
-        self._reader = reader
+    def __init__(self, allowed_ttl: float, denied_ttl: float, max_entries: int = 4096) -> None:
+        self.allowed_ttl = allowed_ttl
+        self.denied_ttl = denied_ttl
+        self.max_entries = max_entries
+        self._answers: dict[bytes, tuple[float, dict[str, Any]]] = {}
+
+    @staticmethod
+    def key(body: Mapping[str, Any]) -> bytes:
+        return orjson.dumps(body.get("spec"), option=orjson.OPT_SORT_KEYS)
+
+    def get(self, key: bytes, now: float) -> dict[str, Any] | None:
+        found = self._answers.get(key)
+        if found is None:
+            return None
+        expires, outcome = found
+        if now >= expires:
+            del self._answers[key]
+            return None
+        return outcome
+
+    def put(self, key: bytes, outcome: dict[str, Any], now: float) -> None:
+        ttl = self.allowed_ttl if review_allows(outcome) else self.denied_ttl
+        if ttl <= 0:
+            return
+        self._answers.pop(key, None)
+        self._answers[key] = (now + ttl, outcome)
+        while len(self._answers) > self.max_entries:
+            del self._answers[next(iter(self._answers))]
+
+
+class ApiAccessReviewer:
+    """SubjectAccessReviews through the webhook's API client, each within ``budget``;
+    answers kept in ``cache`` when one is given."""
+
+    def __init__(
+        self,
+        api: ApiServer,
+        budget: float = DEFAULT_REVIEW_BUDGET_SECONDS,
+        cache: ReviewCache | None = None,
+    ) -> None:
+        self._api = api
         self._budget = budget
+        self._cache = cache
 
     async def review(self, body: dict[str, Any]) -> dict[str, Any]:
-        deadline = asyncio.get_running_loop().time() + self._budget
+        cache = self._cache
+        if cache is None:
+            return await self._ask(body)
+        key, now = cache.key(body), time.monotonic()
+        kept = cache.get(key, now)
+        if kept is not None:
+            return kept
+        outcome = await self._ask(body)
+        cache.put(key, outcome, time.monotonic())
+        return outcome
+
+    async def _ask(self, body: dict[str, Any]) -> dict[str, Any]:
         try:
-            async with asyncio.timeout(self._budget):
-                status, data = await self._reader.post(
-                    SUBJECT_ACCESS_REVIEWS_PATH, orjson.dumps(body), deadline
-                )
-        except TimeoutError:
-            raise ReviewError(f"no answer from the API server within {self._budget:g} s") from None
+            status, data = await self._api.post(SUBJECT_ACCESS_REVIEWS_PATH, body, self._budget)
+        except TimeoutError as exc:
+            raise ReviewError(str(exc)) from None
         except Exception as exc:  # connection errors
             raise ReviewError(f"{type(exc).__name__}: {exc}") from exc
         if status not in (200, 201):
@@ -422,31 +416,25 @@ class AsyncApiAccessReviewer:
         return review_outcome(result)
 
 
-class ApiAccessReviewer:
-    """SubjectAccessReviews through the webhook's own connection (a
-    :class:`shared.kubeclient.KubeClient`; its timeout bounds each review)."""
-
-    def __init__(self, kube: KubeClient, budget: float = DEFAULT_REVIEW_BUDGET_SECONDS) -> None:
-        self._kube = kube
-        self._budget = budget
-
-    def review(self, body: dict[str, Any]) -> dict[str, Any]:
-        future = _reviews().submit(self._review_now, body)
+async def authorize(
+    req: AdmissionRequest,
+    allowed_response: dict[str, Any],
+    reviewer: AccessReviewer,
+    plan: ReviewPlan | None,
+) -> dict[str, Any]:
+    """The validator's ``allowed_response``, or the denial the reviews of ``plan``
+    (``review_plan(req)``) call for: each review awaited in turn, stopping at the
+    first that does not allow."""
+    if plan is None:
+        return allowed_response
+    outcomes: list[Outcome] = []
+    for body in access_reviews(req, plan):
+        outcome: Outcome
         try:
-            return future.result(timeout=self._budget)
-        except FutureTimeout:
-            future.cancel()  # the abandoned call ends on its own socket timeout
-            raise ReviewError(f"no answer from the API server within {self._budget:g} s") from None
-
-    def _review_now(self, body: dict[str, Any]) -> dict[str, Any]:
-        # Imported here: the pure admission path (and `icache admit-pod`) never pays
-        # for the kubernetes client.
-        from shared.kubeclient import SUBJECT_ACCESS_REVIEWS, ApiError
-
-        try:
-            result = self._kube.create(SUBJECT_ACCESS_REVIEWS, None, body)
-        except ApiError as exc:
-            raise ReviewError(f"API server said {exc.status} {exc.reason}") from exc
-        except Exception as exc:  # timeouts, connection errors
-            raise ReviewError(f"{type(exc).__name__}: {exc}") from exc
-        return review_outcome(result)
+            outcome = await reviewer.review(body)
+        except ReviewError as exc:
+            outcome = exc
+        outcomes.append(outcome)
+        if not review_allows(outcome):
+            break
+    return authorization_answer(req, allowed_response, plan, outcomes)

@@ -21,7 +21,7 @@ class _Plan:
     """Where a schema node's defaults are: its own properties' defaults, the properties
     with defaults somewhere below, and the same for map values and list items. Nodes
     with no default below them are left out, so applying walks only what can change
-    (the CRD schema is large and most of it has no defaults: issue 12 profile)."""
+    (the CRD schema is large and most of it has no defaults)."""
 
     defaults: tuple[tuple[str, Any], ...]
     children: tuple[tuple[str, _Plan], ...]

@@ -80,7 +80,7 @@ def _leading_fraction(s: str) -> tuple[int, float, str]:
 
 
 # Pure, with an immutable answer: parsed once per distinct string per process (two
-# rules read the same field on every admission; issue 12). Errors are not cached.
+# rules read the same field on every admission). Errors are not cached.
 @functools.lru_cache(maxsize=1024)
 def parse_go_duration_ns(text: str) -> int:
     """Nanoseconds in ``text``, exactly as Go's ``time.ParseDuration``; DurationError if not."""

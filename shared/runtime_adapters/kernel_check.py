@@ -22,7 +22,7 @@ would then itself block the pod.
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, Final
 
 from shared import constants as c
 from shared.runtime_adapters.base import InjectionRejectedError
@@ -33,11 +33,12 @@ from shared.runtime_adapters.sizing import requests_gpu
 CONTAINER_NAME = "lmcache-kernel-check"
 MODE_ENV = "INFERENCECACHE_KERNEL_CHECK_MODE"
 TERMINATION_MESSAGE_PATH = "/dev/termination-log"
-# Small requests (subsumed by the engine's in the pod's effective request, and satisfying
-# a LimitRange/ResourceQuota that demands requests) and no limits (no max-limit trip,
-# no OOM of `import torch` by a limit we chose): the spec's shape for this container, so
-# a quota on limits.cpu/limits.memory rejects it (the spec's documented boundary).
-RESOURCES: dict[str, Any] = {"requests": {"cpu": "10m", "memory": "64Mi"}}
+# What the check copies from the engine container it checks (never an extended resource
+# such as nvidia.com/gpu, nor hugepages: loading the extension needs no device).
+COPIED_RESOURCES: Final = ("cpu", "memory", "ephemeral-storage")
+# For cpu or memory the engine declares neither a request nor a limit for: a small
+# request, so a ResourceQuota or LimitRange that demands requests is still satisfied.
+SMALL_REQUESTS: Final[dict[str, str]] = {"cpu": "10m", "memory": "64Mi"}
 
 # The verdict is one JSON object on the termination message: {"mode", "result", "error"}.
 # A c_ops*.so is loaded with ExtensionFileLoader after `import torch` (the extension
@@ -102,6 +103,35 @@ def admitted_mode(requested: str, engine: dict[str, Any]) -> str | None:
     return requested
 
 
+def check_resources(engine: dict[str, Any]) -> dict[str, Any]:
+    """The check's resources: the engine's own cpu, memory and ephemeral-storage
+    requests and limits, and none of its extended resources; a small request for cpu
+    or memory where the engine declares neither.
+
+    An init container runs before the app containers, so a pod's effective request
+    and limit of a resource is the larger of its largest init container's and the sum
+    of its app containers' (native sidecars count in that sum). A check no larger than
+    the engine therefore adds nothing to what a ResourceQuota charges, declares every
+    request and limit a quota on the engine's namespace demands (the engine declares
+    them), fits every per-container LimitRange bound the engine fits, and gives
+    ``import torch`` the engine's memory rather than a limit of our choosing."""
+    declared = engine.get("resources")
+    if not isinstance(declared, dict):
+        declared = {}
+    out: dict[str, dict[str, Any]] = {"requests": {}, "limits": {}}
+    for section in ("requests", "limits"):
+        values = declared.get(section)
+        if not isinstance(values, dict):
+            continue
+        for name in COPIED_RESOURCES:
+            if name in values:
+                out[section][name] = copy.deepcopy(values[name])
+    for name, small in SMALL_REQUESTS.items():
+        if name not in out["requests"] and name not in out["limits"]:
+            out["requests"][name] = small
+    return {section: values for section, values in out.items() if values}
+
+
 def render(mode: str, engine: dict[str, Any]) -> dict[str, Any]:
     """The init container, in the engine's image and pull policy."""
     container: dict[str, Any] = {
@@ -109,9 +139,9 @@ def render(mode: str, engine: dict[str, Any]) -> dict[str, Any]:
         "image": engine.get("image"),
         "command": ["python3", "-c", SCRIPT],
         "env": [{"name": MODE_ENV, "value": mode}],
-        "resources": copy.deepcopy(RESOURCES),
-        # Issue 9.6: restricted Pod Security, with the engine's own run-as identity
-        # (the check runs from the engine's image).
+        "resources": check_resources(engine),
+        # Restricted Pod Security, with the engine's own run-as identity (the check
+        # runs from the engine's image).
         "securityContext": engine_image_security_context(engine),
         "terminationMessagePath": TERMINATION_MESSAGE_PATH,
         "terminationMessagePolicy": "FallbackToLogsOnError",

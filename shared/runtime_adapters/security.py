@@ -1,4 +1,4 @@
-"""securityContext and resources of the containers the Pod webhook adds (issue 9.6).
+"""securityContext and resources of the containers the Pod webhook adds.
 
 Mutating webhooks run before Pod Security admission and ResourceQuota, so whatever the
 webhook adds is judged with the pod. Every added container (the kvevent-subscriber

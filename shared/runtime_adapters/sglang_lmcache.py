@@ -247,7 +247,7 @@ def render_worker(
             {"name": CONFIG_VOLUME, "mountPath": CONFIG_DIR},
             shm_mount,
         ],
-        # Issue 9.6: requests for a namespace ResourceQuota, restricted Pod Security.
+        # Requests and limits for a namespace ResourceQuota; restricted Pod Security.
         "resources": worker_resources(l1_gib),
         "securityContext": security_context,
     }

@@ -90,7 +90,7 @@ def render(
             _field_env("POD_NAME", "metadata.name"),
             _field_env("POD_NAMESPACE", "metadata.namespace"),
         ],
-        # Issue 9.6: requests for a namespace ResourceQuota, restricted Pod Security.
+        # Requests and limits for a namespace ResourceQuota; restricted Pod Security.
         "resources": copy.deepcopy(SUBSCRIBER_RESOURCES),
         "securityContext": own_image_security_context({}),
     }

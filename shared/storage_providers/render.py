@@ -313,7 +313,7 @@ LiveObjects = Mapping[tuple[str, str], Mapping[str, Any]]
 
 
 def hpa_owned_replicas(cb: CacheBackend, live_workload: Mapping[str, Any] | None) -> int:
-    """spec.replicas of an autoscaled workload (issue 11.6).
+    """spec.replicas of an autoscaled workload.
 
     Created at the HPA floor (minReplicas), not at the API server's default of 1 that
     an HPA controller would only correct later. Once the workload exists its live

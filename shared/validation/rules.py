@@ -72,7 +72,7 @@ class RuleContext:
         return self.spec
 
     # The resource rules all read the selected provider's entries: parsed once per
-    # object, not once per rule (issue 12 profile).
+    # object, not once per rule.
     @cached_property
     def resource_entries(self) -> tuple[_Entry, ...]:
         return tuple(_entries(self.parsed))
@@ -154,7 +154,7 @@ def _mooncake(spec: CacheBackendSpec) -> bool:
 
 
 def _managed_redis(spec: CacheBackendSpec) -> bool:
-    """Issue 11.1: the managed Redis rules apply with provider Redis and ownership Managed."""
+    """the managed Redis rules apply with provider Redis and ownership Managed."""
     return _provider(spec) == c.PROVIDER_REDIS and _ownership(spec) == c.OWNERSHIP_MANAGED
 
 
@@ -536,7 +536,7 @@ def _entries(spec: CacheBackendSpec) -> Iterator[_Entry]:
 
 
 # Pure functions of a resource name, asked by several rules about every entry of every
-# review: answered once per distinct name per process (bounded; issue 12).
+# review: answered once per distinct name per process (bounded).
 @lru_cache(maxsize=1024)
 def resource_name_error(name: str) -> str | None:
     """Why ``name`` is not a valid container resource name (the apiserver's rules)."""
@@ -946,7 +946,7 @@ MANAGED_REDIS_SINGLETON: Final = (
 
 
 def reject_managed_redis_multiple_replicas(ctx: RuleContext) -> list[FieldError]:
-    """Issue 11.1: remoteStorage Redis + Managed provisions one non-clustered instance,
+    """remoteStorage Redis + Managed provisions one non-clustered instance,
     so spec.replicas is 0 or 1 (0 disables it)."""
     spec = ctx.parsed
     replicas = effective.replicas(spec)
@@ -962,7 +962,7 @@ def reject_managed_redis_multiple_replicas(ctx: RuleContext) -> list[FieldError]
 
 
 def reject_managed_redis_autoscaling(ctx: RuleContext) -> list[FieldError]:
-    """Issue 11.1: spec.autoscaling with remoteStorage Redis + Managed (scaling out would
+    """spec.autoscaling with remoteStorage Redis + Managed (scaling out would
     shard the keyspace as it goes)."""
     spec = ctx.parsed
     if spec.autoscaling is None or not _managed_redis(spec) or _events_only(spec):
@@ -1011,7 +1011,7 @@ def _hicache(spec: CacheBackendSpec) -> bool:
 
 
 def reject_unsupported_hicache_role(ctx: RuleContext) -> list[FieldError]:
-    """Issue 11.2: SGLang HiCache has no producer/consumer split (exactly as for
+    """SGLang HiCache has no producer/consumer split (exactly as for
     SGLang+LMCache), so only ReadWrite is supported."""
     spec = ctx.parsed
     role = effective.integration_role(spec)
@@ -1028,7 +1028,7 @@ def reject_unsupported_hicache_role(ctx: RuleContext) -> list[FieldError]:
 
 
 def reject_hicache_fail_closed(ctx: RuleContext) -> list[FieldError]:
-    """Issue 11.2: failOpen false on HiCache would be a silent no-op (no remote tier
+    """failOpen false on HiCache would be a silent no-op (no remote tier
     whose loss could close serving); the supported value is named."""
     spec = ctx.parsed
     if not _hicache(spec) or effective.fail_open(spec):
@@ -1045,7 +1045,7 @@ def reject_hicache_fail_closed(ctx: RuleContext) -> list[FieldError]:
 
 
 def reject_hicache_without_engine_selector(ctx: RuleContext) -> list[FieldError]:
-    """Issue 11.2: a HiCache backend does nothing unless it selects engine pods, so it
+    """a HiCache backend does nothing unless it selects engine pods, so it
     needs a non-empty spec.engineSelector.matchLabels."""
     spec = ctx.parsed
     if not _hicache(spec):
@@ -1148,7 +1148,7 @@ def _first_event_timeout(spec: CacheBackendSpec) -> str | None:
 
 
 def reject_negative_first_event_timeout(ctx: RuleContext) -> list[FieldError]:
-    """Issue 11.3: firstEventTimeout takes Go's duration grammar, whose leading sign
+    """firstEventTimeout takes Go's duration grammar, whose leading sign
     makes "-1s" grammatical; a negative window for the first KV event means nothing."""
     value = _first_event_timeout(ctx.parsed)
     if value is None:
@@ -1170,7 +1170,7 @@ def reject_negative_first_event_timeout(ctx: RuleContext) -> list[FieldError]:
 
 
 def reject_out_of_range_first_event_timeout(ctx: RuleContext) -> list[FieldError]:
-    """Issue 11.3: exactly Go's time.ParseDuration, which also rejects a duration that
+    """exactly Go's time.ParseDuration, which also rejects a duration that
     does not fit int64 nanoseconds (the CRD pattern cannot express that bound)."""
     value = _first_event_timeout(ctx.parsed)
     if value is None:
@@ -1334,7 +1334,7 @@ def _without_null_spec_fields(obj: Mapping[str, Any]) -> dict[str, Any]:
 def judged_form(obj: Mapping[str, Any]) -> dict[str, Any]:
     """What the rules judge: null spec properties pruned, then the schema's defaults
     applied (to the pruned copy, so ``obj`` is never changed, and with one copy of the
-    spec instead of two: issue 12 profile)."""
+    spec instead of two)."""
     return with_spec_defaults(_without_null_spec_fields(obj))
 
 

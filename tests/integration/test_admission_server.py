@@ -262,7 +262,7 @@ def _installed_webhooks_pointing_nowhere(api: client.ApiClient, suffix: str) -> 
 def test_delete_succeeds_while_the_installed_webhook_is_down(
     kube_api_client: client.ApiClient, cachebackend_crd: dict[str, Any]
 ) -> None:
-    """Issue 13 item 5 (was test_delete_is_allowed, which could not fail): the
+    """The
     installed CacheBackend webhooks are failurePolicy Fail but not registered for
     DELETE, so a backend can still be deleted while the webhook is down (an
     uninstall, a broken rollout). A create in the same namespace is refused first,
@@ -301,7 +301,7 @@ def test_delete_succeeds_while_the_installed_webhook_is_down(
 def test_issue_11_rules_through_the_real_api_server(
     kube_api_client: client.ApiClient, admission_ns: str
 ) -> None:
-    """Issue 11 via kube-apiserver -> webhook: firstEventTimeout "0" is admitted, "-1s"
+    """Via kube-apiserver -> webhook: firstEventTimeout "0" is admitted, "-1s"
     (grammatical for the CRD pattern) is denied by the webhook on its field, and a
     managed Redis with replicas 2 or autoscaling is denied on those fields."""
     custom = _custom(kube_api_client)

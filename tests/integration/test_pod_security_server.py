@@ -1,19 +1,23 @@
-"""Issue 9.6 against a real kube-apiserver: wired engine pods pass Pod Security
-"restricted" and a namespace ResourceQuota.
+"""Against a real kube-apiserver: wired engine pods pass Pod Security "restricted" and
+a namespace ResourceQuota.
 
 Mutating webhooks run before the PodSecurity and ResourceQuota admission plugins (both
 on by default in kube-apiserver), so every container the Pod webhook adds is judged
-with the pod: a compliant engine pod must stay compliant once it is wired.
+with the pod: a compliant engine pod must stay compliant once it is wired. In
+restricted namespaces whose quota covers requests only, and requests plus limits,
+every GPU and CPU engine pod shape the API server admits unwired is admitted wired.
 """
 
 from __future__ import annotations
 
+import copy
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from kubernetes import client
+from kubernetes.client.rest import ApiException
 
 from shared import constants as c
 from shared.kubeclient import PODS, ApiError, Kube
@@ -76,9 +80,9 @@ def _backends(api: client.ApiClient, ns: str) -> None:
         )
 
 
-def _quota(api: client.ApiClient, ns: str) -> None:
-    """A cpu/memory ResourceQuota, with the status kube-controller-manager would write
-    (the admission plugin refuses pods while a quota's usage is unknown)."""
+def _quota(api: client.ApiClient, ns: str, hard: dict[str, str] = QUOTA_HARD) -> None:
+    """A ResourceQuota, with the status kube-controller-manager would write (the
+    admission plugin refuses pods while a quota's usage is unknown)."""
     core: Any = client.CoreV1Api(api)
     core.create_namespaced_resource_quota(
         ns,
@@ -86,12 +90,28 @@ def _quota(api: client.ApiClient, ns: str) -> None:
             "apiVersion": "v1",
             "kind": "ResourceQuota",
             "metadata": {"name": "compute"},
-            "spec": {"hard": QUOTA_HARD},
+            "spec": {"hard": hard},
         },
     )
     quota = core.read_namespaced_resource_quota("compute", ns)
-    quota.status = client.V1ResourceQuotaStatus(hard=QUOTA_HARD, used={"cpu": "0", "memory": "0"})
+    quota.status = client.V1ResourceQuotaStatus(hard=hard, used={key: "0" for key in hard})
     core.replace_namespaced_resource_quota_status("compute", ns, quota)
+
+
+RESTRICTED_LABELS = {
+    "pod-security.kubernetes.io/enforce": "restricted",
+    "pod-security.kubernetes.io/enforce-version": "latest",
+}
+# Restricted namespaces with a quota on requests, and on requests and limits.
+QUOTA_SHAPES = {
+    "quota-requests": {"requests.cpu": "64", "requests.memory": "256Gi"},
+    "quota-limits": {
+        "requests.cpu": "64",
+        "requests.memory": "256Gi",
+        "limits.cpu": "64",
+        "limits.memory": "256Gi",
+    },
+}
 
 
 @pytest.fixture(scope="module")
@@ -104,17 +124,14 @@ def namespaces(
         run_webhook(control_plane.kubeconfig_path, extra) as hook,
         registered(kube_api_client, hook, SUFFIX),
     ):
-        restricted = _namespace(
-            kube_api_client,
-            "restricted",
-            {
-                "pod-security.kubernetes.io/enforce": "restricted",
-                "pod-security.kubernetes.io/enforce-version": "latest",
-            },
-        )
+        restricted = _namespace(kube_api_client, "restricted", RESTRICTED_LABELS)
         quota = _namespace(kube_api_client, "quota", {})
         _quota(kube_api_client, quota)
-        for ns in (restricted, quota):
+        shaped = {}
+        for name, hard in QUOTA_SHAPES.items():
+            shaped[name] = _namespace(kube_api_client, name, RESTRICTED_LABELS)
+            _quota(kube_api_client, shaped[name], hard)
+        for ns in (restricted, quota, *shaped.values()):
             _backends(kube_api_client, ns)
         core: Any = client.CoreV1Api(kube_api_client)
 
@@ -124,7 +141,7 @@ def namespaces(
             return c.ANNOTATION_INJECTED_BY in (got.metadata.annotations or {})
 
         wait_until(webhook_wires, timeout=60, description="API server calling the Pod webhook")
-        yield {"restricted": restricted, "quota": quota}
+        yield {"restricted": restricted, "quota": quota, **shaped}
 
 
 RESOURCES = {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "4Gi"}}
@@ -258,3 +275,79 @@ def test_the_api_server_enforces_both_policies_on_unwired_pods(
         _create(kube_api_client, namespaces["quota"], no_requests)
     assert info.value.status == 403
     assert "must specify" in info.value.body
+
+
+# Engine resource shapes: GPU and CPU, requests and limits, limits only, requests only.
+ENGINE_SHAPES: dict[str, dict[str, Any]] = {
+    "gpu-requests-limits": {
+        "requests": {"cpu": "2", "memory": "8Gi", "ephemeral-storage": "1Gi"},
+        "limits": {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "1"},
+    },
+    "gpu-limits": {"limits": {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "1"}},
+    "gpu-requests": {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {"nvidia.com/gpu": "1"}},
+    "cpu-requests-limits": {
+        "requests": {"cpu": "1", "memory": "2Gi"},
+        "limits": {"cpu": "2", "memory": "4Gi"},
+    },
+    "cpu-limits": {"limits": {"cpu": "2", "memory": "4Gi"}},
+    "cpu-requests": {"requests": {"cpu": "1", "memory": "2Gi"}},
+}
+
+
+def _admitted_unwired(api: client.ApiClient, ns: str, pod: dict[str, Any]) -> bool:
+    """Whether the API server admits ``pod`` with no backend selecting it (dry run)."""
+    control = copy.deepcopy(pod)
+    control["metadata"]["labels"] = {"app": "unselected"}
+    core: Any = client.CoreV1Api(api)
+    status = 201
+    try:
+        core.create_namespaced_pod(ns, control, dry_run="All")
+    except ApiException as exc:
+        status = exc.status
+    assert status in (201, 403), status
+    return status == 201
+
+
+@pytest.mark.parametrize("shape", sorted(ENGINE_SHAPES))
+@pytest.mark.parametrize("quota", sorted(QUOTA_SHAPES))
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_an_admissible_engine_pod_is_admitted_wired_under_every_quota_shape(
+    kube_api_client: client.ApiClient,
+    namespaces: dict[str, str],
+    quota: str,
+    shape: str,
+    engine: str,
+) -> None:
+    """Rule (the Pod webhook never turns an admissible pod into a refused one): in a
+    restricted namespace whose quota covers requests, or requests and limits, every
+    engine pod the API server admits on its own is admitted once wired, with the
+    kernel check (vLLM) or the MP worker (SGLang) and the subscriber added; the
+    kernel check carries the engine's cpu/memory/ephemeral-storage and no GPU."""
+    ns = namespaces[quota]
+    name = f"{engine}-{uuid.uuid4().hex[:5]}"
+    pod = _vllm_pod(name) if engine == "vllm" else _sglang_pod(name)
+    pod["spec"]["containers"][0]["resources"] = copy.deepcopy(ENGINE_SHAPES[shape])
+    if not _admitted_unwired(kube_api_client, ns, pod):
+        # Control: only a quota on limits refuses an engine pod on its own, one that
+        # declares no cpu and memory limits; wired, it is refused for the same reason.
+        limits = ENGINE_SHAPES[shape].get("limits", {})
+        assert quota == "quota-limits", shape
+        assert not {"cpu", "memory"} <= set(limits), shape
+        with pytest.raises(ApiError) as refused:
+            _create(kube_api_client, ns, pod)
+        assert "must specify limits.cpu" in refused.value.body
+        assert engine in refused.value.body.split("must specify", 1)[1]
+        return
+    created = _create(kube_api_client, ns, pod)
+    assert c.ANNOTATION_INJECTED_BY in created["metadata"]["annotations"]
+    inits = {ct["name"]: ct for ct in created["spec"].get("initContainers") or []}
+    if engine == "vllm":
+        check = inits["lmcache-kernel-check"]
+        declared = ENGINE_SHAPES[shape]
+        for section in ("requests", "limits"):
+            for key in ("cpu", "memory", "ephemeral-storage"):
+                if key in declared.get(section, {}):
+                    assert check["resources"][section][key] == declared[section][key]
+        assert "nvidia.com/gpu" not in str(check["resources"])
+    else:
+        assert "lmcache-mp-worker" in inits

@@ -1,4 +1,4 @@
-"""Issue 9 item 4: overload degrades, it does not fall over.
+"""Overload degrades, it does not fall over.
 
 A real `icache webhook` (the worker count, body limit and in-flight budget it ships with)
 is flooded with maximum-size bodies of the most expensive shape (``[{},{},...]``: the
@@ -54,7 +54,7 @@ def _container_memory_limit() -> int:
 
 
 # The shipped Deployment's sizing flags (worker count, per-worker budget and connection
-# cap, issue 12): the flood runs the configuration the memory limit was sized for.
+# cap): the flood runs the configuration the memory limit was sized for.
 _SIZING = ("--workers=", "--max-inflight-bytes=", "--limit-concurrency=", "--max-body-bytes=")
 
 

@@ -17,13 +17,20 @@ import ssl
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
-from tests.harness.controlplane import wait_until
+from tests.harness.controlplane import (
+    CertificateAuthority,
+    free_port,
+    terminate_process_group,
+    wait_until,
+)
 from tests.samples import ROOT, SAMPLES_DIR
-from tests.webhook_process import WebhookProcess, run_webhook
+from tests.webhook_process import WebhookProcess, run_webhook, spawn_webhook, wait_healthy
 
 POD_PATH = "/mutate--v1-pod"
 DRAIN_SECONDS = 6
@@ -177,3 +184,153 @@ def test_a_second_sigterm_skips_the_drain() -> None:
         wait_until(lambda: _readyz(hook) == 503, timeout=10, description="/readyz says 503")
         os.kill(hook.proc.pid, signal.SIGTERM)
         hook.proc.wait(timeout=20)
+
+
+@dataclass
+class Tally:
+    """What became of every attempt of the raw clients in the SIGTERM test."""
+
+    answered: int = 0
+    refused: int = 0  # no listener: connection refused (clean)
+    handshake_reset: int = 0  # TCP accepted, TLS handshake then reset or cut
+    reset_before_answer: int = 0  # plain HTTP: request sent, connection reset, no answer
+    unanswered: list[str] = field(default_factory=list)  # request sent, no answer
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, kind: str, detail: str = "") -> None:
+        with self.lock:
+            if kind == "unanswered":
+                self.unanswered.append(detail)
+            else:
+                setattr(self, kind, getattr(self, kind) + 1)
+
+
+def _read_answer(sock: socket.socket) -> tuple[bytes, bool]:
+    """(status line, whether the server said Connection: close); ConnectionError if the
+    connection ended before a whole answer."""
+    reply = b""
+    while b"\r\n\r\n" not in reply:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionResetError("closed before an answer")
+        reply += chunk
+    head, _, rest = reply.partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    length = next(
+        int(v.split(b":", 1)[1]) for v in lines if v.lower().startswith(b"content-length:")
+    )
+    while len(rest) < length:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionResetError("closed mid-answer")
+        rest += chunk
+    return lines[0], any(v.lower() == b"connection: close" for v in lines)
+
+
+def _raw_client(port: int, ctx: ssl.SSLContext | None, tally: Tally, stop: threading.Event) -> None:
+    """Pod admissions over fresh and kept-alive connections until the webhook is gone:
+    every request whose bytes were sent on an accepted connection must be answered."""
+    body = _pod_review("raw")
+    request = (
+        f"POST {POD_PATH} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+    sock: socket.socket | None = None
+    n = 0
+    while not stop.is_set():
+        if sock is None:
+            try:
+                raw = socket.create_connection(("127.0.0.1", port), timeout=10)
+            except ConnectionRefusedError:
+                tally.add("refused")
+                time.sleep(0.02)
+                continue
+            except OSError:
+                tally.add("refused")
+                time.sleep(0.02)
+                continue
+            if ctx is not None:
+                try:
+                    sock = ctx.wrap_socket(raw, server_hostname="127.0.0.1")
+                except (OSError, ssl.SSLError):
+                    tally.add("handshake_reset")
+                    raw.close()
+                    continue
+            else:
+                sock = raw
+        n += 1
+        try:
+            sock.sendall(request)
+        except OSError:  # the server closed this kept-alive connection before our bytes
+            sock.close()
+            sock = None
+            continue
+        try:
+            status, close = _read_answer(sock)
+        except (OSError, ssl.SSLError) as exc:
+            if ctx is None and isinstance(exc, ConnectionResetError) and n == 1:
+                tally.add("reset_before_answer")
+            else:
+                tally.add("unanswered", f"{type(exc).__name__}: {exc}")
+            sock.close()
+            sock = None
+            n = 0
+            continue
+        assert status.startswith(b"HTTP/1.1 200"), status
+        tally.add("answered")
+        if close:
+            sock.close()
+            sock, n = None, 0
+    if sock is not None:
+        sock.close()
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("tls", [True, False], ids=["tls", "plain"])
+def test_sigterm_under_16_clients_leaves_no_request_unanswered(
+    tmp_path: Path, workers: int, tls: bool
+) -> None:
+    """Rule (drain): on SIGTERM under 16 clients, every request whose bytes reached an
+    accepted connection is answered, including those on connections accepted during
+    the drain and in its last moments; once the listener is closed, new connections
+    are refused cleanly, never reset mid-handshake (the kernel's queue is accepted
+    before the listener closes, new SYNs dropped: webhook_svc/lifecycle.py
+    stop_listening). The counts are printed."""
+    port = free_port()
+    argv = ["--host", "127.0.0.1", "--port", str(port), "--backends-from", str(SAMPLES_DIR)]
+    argv += ["--workers", str(workers), "--shutdown-drain-seconds", "2"]
+    ctx = None
+    if tls:
+        ca = CertificateAuthority("icache-sigterm-test")
+        cert, key = ca.issue_serving(["127.0.0.1"]).write(tmp_path, "tls")
+        argv += ["--tls-cert-file", str(cert), "--tls-key-file", str(key)]
+        ctx = ssl.create_default_context(cadata=ca.cert_pem.decode())
+    else:
+        argv += ["--insecure"]
+    log = tmp_path / "webhook.log"
+    proc = spawn_webhook(argv, log)
+    tally, stop = Tally(), threading.Event()
+    try:
+        wait_healthy(f"{'https' if tls else 'http'}://127.0.0.1:{port}", proc, log, ctx)
+        threads = [
+            threading.Thread(target=_raw_client, args=(port, ctx, tally, stop)) for _ in range(16)
+        ]
+        for thread in threads:
+            thread.start()
+        wait_until(lambda: tally.answered >= 50, timeout=30, description="traffic flowing")
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=30)
+    finally:
+        stop.set()
+        terminate_process_group(proc)
+    print(
+        f"\nworkers={workers} tls={tls}: answered {tally.answered}, refused {tally.refused}, "
+        f"handshakes reset {tally.handshake_reset}, plain resets before an answer "
+        f"{tally.reset_before_answer}, unanswered {len(tally.unanswered)}"
+    )
+    assert tally.unanswered == [], tally.unanswered[:5]
+    assert tally.refused > 0, "the clients never saw the listener closed"
+    assert (tally.handshake_reset, tally.reset_before_answer) == (0, 0)

@@ -1,12 +1,18 @@
-"""Issue 9 item 4: the in-flight byte budget of the admission routes (pure asyncio)."""
+"""The in-flight byte budget of the admission routes (pure asyncio)."""
 
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
-from webhook_svc.admission_gate import ByteBudget, OverloadedError
+from webhook_svc.admission_gate import (
+    MIN_RESERVATION_BYTES,
+    BodyReader,
+    ByteBudget,
+    OverloadedError,
+)
 
 
 def test_requests_that_fit_run_together_and_the_rest_wait() -> None:
@@ -97,3 +103,35 @@ def test_a_request_larger_than_the_budget_runs_alone() -> None:
             return budget.used
 
     assert asyncio.run(scenario()) == 100
+
+
+def test_a_body_is_charged_as_its_bytes_arrive() -> None:
+    """Rule (byte budget): a request that declared 1 MiB and sent nothing holds no
+    budget, so a small request gets through at once; what a body holds is its bytes
+    received plus the fixed part, given back on release."""
+
+    async def scenario() -> None:
+        budget = ByteBudget(1024 * 1024)
+        reader = BodyReader(budget, 1024 * 1024)
+        never = asyncio.Event()
+
+        async def stalled() -> dict[str, Any]:
+            await never.wait()
+            return {}
+
+        waiting = asyncio.create_task(reader.read({"content-length": "1048576"}, stalled))
+        await asyncio.sleep(0.05)
+        assert budget.used == 0
+        messages = [{"type": "http.request", "body": b"x" * 100, "more_body": False}]
+
+        async def small() -> dict[str, Any]:
+            return messages.pop()
+
+        body, held = await asyncio.wait_for(reader.read({"content-length": "100"}, small), 1)
+        assert body == b"x" * 100
+        assert held == budget.used == 100 + MIN_RESERVATION_BYTES
+        reader.release(held)
+        assert budget.used == 0
+        waiting.cancel()
+
+    asyncio.run(scenario())

@@ -1,4 +1,4 @@
-"""Issue 9.6: every container the Pod webhook adds passes Pod Security "restricted" and
+"""Every container the Pod webhook adds passes Pod Security "restricted" and
 carries requests for a namespace ResourceQuota; the engine's own containers are untouched.
 
 The real API server (PodSecurity + ResourceQuota admission) checks the same pods in
@@ -105,8 +105,9 @@ def test_every_added_vllm_container_is_restricted_and_has_requests() -> None:
     assert added["kvevent-subscriber"]["resources"] == security.SUBSCRIBER_RESOURCES
 
 
-def test_kernel_check_keeps_the_specs_requests_without_limits() -> None:
-    """Spec "Boundaries": the check declares small CPU/memory requests and no limits."""
+def test_kernel_check_of_an_engine_without_resources_has_small_requests() -> None:
+    """Rule check_resources: where the engine declares no cpu or memory, the check
+    keeps small requests (a quota or LimitRange that demands requests is satisfied)."""
     check = _added(_vllm_pod(), _wire(_vllm_pod()))["lmcache-kernel-check"]
     assert check["resources"] == {"requests": {"cpu": "10m", "memory": "64Mi"}}
 
@@ -152,7 +153,7 @@ def test_root_engine_image_containers_are_not_forced_non_root() -> None:
 
 
 def test_pod_level_identity_is_inherited_not_copied() -> None:
-    """runAsNonRoot at pod level applies to every container, the added ones included."""
+    """RunAsNonRoot at pod level applies to every container, the added ones included."""
     pod = _sglang_pod(engine_sc=None, securityContext={"runAsNonRoot": True, "runAsUser": 1000})
     worker = _added(pod, _wire(pod, runtime="SGLang"))["lmcache-mp-worker"]
     assert worker["securityContext"] == RESTRICTED

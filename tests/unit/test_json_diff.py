@@ -1,4 +1,4 @@
-"""Issue 12 item 2: the fast JSON diff is a correct RFC 6902 patch, whatever changed.
+"""The fast JSON diff is a correct RFC 6902 patch, whatever changed.
 
 Every patch is applied with jsonpatch (an independent RFC 6902 implementation) and
 must give exactly the target document; the webhooks' own patches must give the same
@@ -22,10 +22,10 @@ from shared.json_diff import apply, diff, same
 from shared.pod_wiring import wire_pod
 from shared.runtime_adapters.base import InjectContext
 from tests.samples import ROOT
+from tests.unit.test_pod_admission import mutate_pod
 from webhook_svc.admission_review import parse_review
 from webhook_svc.backend_files import load_backends
 from webhook_svc.cachebackend_admission import mutate_cachebackend
-from webhook_svc.pod_admission import mutate_pod
 
 PAIRS: list[tuple[Any, Any]] = [
     ({}, {}),

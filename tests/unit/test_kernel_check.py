@@ -267,3 +267,55 @@ def test_detector_torch_missing_is_a_failure(tmp_path: Path) -> None:
     code, _, verdict = _run(tmp_path, image, "strict")
     assert code == 1
     assert "torch" in verdict["error"]
+
+
+GPU_ENGINE_RESOURCES = {
+    "requests": {"cpu": "4", "memory": "16Gi", "ephemeral-storage": "10Gi", "nvidia.com/gpu": "1"},
+    "limits": {
+        "cpu": "8",
+        "memory": "32Gi",
+        "ephemeral-storage": "20Gi",
+        "nvidia.com/gpu": "1",
+        "hugepages-2Mi": "1Gi",
+    },
+}
+
+
+@pytest.mark.parametrize(
+    ("engine_resources", "expected"),
+    [
+        (None, {"requests": {"cpu": "10m", "memory": "64Mi"}}),
+        (
+            GPU_ENGINE_RESOURCES,
+            {
+                "requests": {"cpu": "4", "memory": "16Gi", "ephemeral-storage": "10Gi"},
+                "limits": {"cpu": "8", "memory": "32Gi", "ephemeral-storage": "20Gi"},
+            },
+        ),
+        (
+            {"limits": {"cpu": "2", "memory": "8Gi", "nvidia.com/gpu": "1"}},
+            {"limits": {"cpu": "2", "memory": "8Gi"}},
+        ),
+        (
+            {"requests": {"memory": "2Gi"}},
+            {"requests": {"memory": "2Gi", "cpu": "10m"}},
+        ),
+        ({"limits": {"nvidia.com/gpu": "1"}}, {"requests": {"cpu": "10m", "memory": "64Mi"}}),
+    ],
+    ids=["none", "gpu-requests-and-limits", "limits-only", "memory-request-only", "gpu-only"],
+)
+def test_check_resources_are_the_engines_cpu_memory_and_ephemeral_storage(
+    engine_resources: Any, expected: dict[str, Any]
+) -> None:
+    """Rule check_resources: the check gets the cpu, memory and ephemeral-storage
+    requests and limits of the engine container it checks and none of its extended
+    resources (nor hugepages); a small request for cpu or memory the engine declares
+    neither request nor limit for. The pod's effective resources (the larger of the
+    largest init container and the sum of the app containers) are then unchanged."""
+    engine = make_container(image="vllm/vllm-openai:v0.11.0")
+    if engine_resources is not None:
+        engine["resources"] = engine_resources
+    check = check_of(wire("strict", engine))
+    assert check is not None
+    assert check["resources"] == expected
+    assert check["resources"] is not engine.get("resources")

@@ -1,4 +1,4 @@
-"""Issue 13 item 2: one Kubernetes access layer, one fallback order.
+"""One Kubernetes access layer, one fallback order.
 
 ``shared.kubeaccess.load_configuration`` with real kubeconfig files, a real
 ServiceAccount directory and the real environment (no network: loading a
@@ -117,7 +117,7 @@ def test_home_kubeconfig_is_the_last_resort(env: Path) -> None:
 def test_a_pod_without_a_mounted_token_falls_through_to_kubeconfig(
     env: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """automountServiceAccountToken: false plus a mounted kubeconfig."""
+    """AutomountServiceAccountToken: false plus a mounted kubeconfig."""
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
     monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
     monkeypatch.setenv("KUBECONFIG", write_kubeconfig(env / "env.yaml", "https://env.example"))

@@ -1,4 +1,8 @@
-"""mutate_pod: AdmissionReview handling of the Pod webhook; always allowed, fail-open."""
+"""Mutate_pod: AdmissionReview handling of the Pod webhook; always allowed, fail-open.
+
+Driven as the Pod route drives it: the namespace ``namespace_to_list`` names is listed
+(here through a scripted lister, which may raise), then the pure ``mutate_pod`` judges
+the request with what the list returned, or with the exception it raised."""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ import base64
 import copy
 import json
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import jsonpatch
@@ -15,7 +20,23 @@ from shared import constants as c
 from tests.unit.test_pod_wiring import CTX, NS, make_backend, make_pod, stale_annotations
 from webhook_svc import pod_admission
 from webhook_svc.admission_review import AdmissionRequest, parse_review
-from webhook_svc.pod_admission import mutate_pod
+from webhook_svc.pod_admission import Backends, namespace_to_list
+
+
+def mutate_pod(
+    req: AdmissionRequest,
+    list_backends: Callable[[str], list[dict[str, Any]]],
+    ctx: Any,
+) -> tuple[dict[str, Any], str, str]:
+    """The Pod route's steps (webhook_svc/app.py), with ``list_backends`` for the LIST."""
+    namespace = namespace_to_list(req)
+    backends: Backends = []
+    if namespace is not None:
+        try:
+            backends = list_backends(namespace)
+        except Exception as exc:
+            backends = exc
+    return pod_admission.mutate_pod(req, backends, ctx)
 
 
 def request(obj: Any, operation: str = "CREATE", namespace: str = NS) -> AdmissionRequest:
@@ -307,7 +328,7 @@ def test_field_level_patch_round_trips() -> None:
 def test_the_decision_is_in_the_response_audit_annotations(
     obj: Any, operation: str, backends: list[dict[str, Any]], expected: tuple[str, str]
 ) -> None:
-    """Issue 13 item 5: the response says why, so a fail-open for one reason cannot
+    """The response says why, so a fail-open for one reason cannot
     pass as another over HTTP. auditAnnotations (the API server records them in the
     audit log, prefixed with the webhook name) carry the outcome and reason the
     metric counts and the log line states."""

@@ -269,7 +269,7 @@ def test_a_value_neither_the_backend_nor_an_override_gives_still_rejects() -> No
 
 @pytest.mark.parametrize("role", ["ReadOnly", "WriteOnly"])
 def test_only_read_write_role_is_wired(role: str) -> None:
-    """Issue 11.2 at the Pod webhook: a backend stored before reject_unsupported_hicache_role
+    """At the Pod webhook: a backend stored before reject_unsupported_hicache_role
     is not silently wired as ReadWrite (the rejection fails the pod open, unwired)."""
     cb = CacheBackend.model_validate(
         make_backend(

@@ -1,4 +1,4 @@
-"""vLLM + LMCache adapter: the engine wire of the spec, per rule."""
+"""VLLM + LMCache adapter: the engine wire of the spec, per rule."""
 
 from __future__ import annotations
 
@@ -117,7 +117,7 @@ def test_chunk_size_default_and_configured() -> None:
 
 @pytest.mark.parametrize("binding", [LM, MOONCAKE], ids=["lm", "mooncake"])
 def test_remote_serde_always_injected_with_a_remote_binding(binding: Binding) -> None:
-    """Issue 11.5: with a remote binding the engine env names the serializer, from
+    """With a remote binding the engine env names the serializer, from
     spec.lmCache.remoteSerde or the documented default naive (LMCache's own default
     changed between releases)."""
     assert env_of(engine_of(inject(make_pod(), binding=binding)))["LMCACHE_REMOTE_SERDE"] == (

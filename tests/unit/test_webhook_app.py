@@ -123,7 +123,7 @@ def sample(client: TestClient, name: str, labels: dict[str, str]) -> float | Non
 
 
 def test_pod_route_fails_open_and_counts_the_reason(app_client: TestClient) -> None:
-    """Issue 13 item 5: the counter of this app, for this reason, goes 0 -> 1 (a
+    """The counter of this app, for this reason, goes 0 -> 1 (a
     substring match on a process-global registry passed on other tests' leftovers)."""
     labels = {"outcome": "fail_open", "reason": "no_match"}
     name = "inferencecache_pod_webhook_decisions_total"
@@ -138,7 +138,7 @@ def test_pod_route_fails_open_and_counts_the_reason(app_client: TestClient) -> N
 
 
 def test_each_app_has_its_own_metrics_registry() -> None:
-    """Issue 13 item 5: two apps in one process do not share counters, so a test's
+    """Two apps in one process do not share counters, so a test's
     metrics are its own app's (and /metrics shows one app's traffic)."""
     source = FileBackendSource(SAMPLES_DIR, load_backends)
     first = TestClient(create_app(source, InjectContext()))
@@ -176,7 +176,7 @@ def test_pod_route_admits_when_listing_backends_fails(tmp_path: Path) -> None:
     """Spec "Fail-open": a list error admits the pod unchanged."""
 
     class Broken:
-        def list(self, namespace: str) -> list[dict[str, Any]]:
+        async def list(self, namespace: str) -> list[dict[str, Any]]:
             raise RuntimeError("apiserver unreachable")
 
     client = TestClient(create_app(Broken(), InjectContext()))

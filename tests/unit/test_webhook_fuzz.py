@@ -1,4 +1,4 @@
-"""Issue 9 item 3: property-based fuzzing of the three admission routes (hypothesis).
+"""Property-based fuzzing of the three admission routes (hypothesis).
 
 Each case takes a valid AdmissionReview from examples/admission (CacheBackends and
 Pods) and mutates it structurally: values replaced by other JSON types, keys deleted

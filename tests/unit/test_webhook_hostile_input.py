@@ -1,4 +1,4 @@
-"""Issue 9 item 3: no 5xx, ever, on any route — the inputs that returned HTTP 500.
+"""No 5xx, ever, on any route — the inputs that returned HTTP 500.
 
 Every answer is 200 with an AdmissionReview echoing the uid, or a 400 whose error
 names the problem; the Pod route always admits.
@@ -109,7 +109,7 @@ def test_non_json_constants_are_a_400(
 def test_pod_route_fails_open_on_non_object_annotations(
     client: TestClient, annotations: Any, operation: str
 ) -> None:
-    """metadata.annotations a list/string/number crashed before the fail-open guard."""
+    """Metadata.annotations a list/string/number crashed before the fail-open guard."""
     review = _review(_engine_pod(annotations))
     review["request"]["operation"] = operation
     response = client.post(PATH_MUTATE_POD, json=review)

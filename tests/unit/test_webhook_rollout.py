@@ -1,4 +1,4 @@
-"""Issue 9 item 2, the install side: the webhook Deployment drains before it stops.
+"""The install side of the drain: the webhook Deployment drains before it stops.
 
 The kubelet runs preStop, then sends SIGTERM, then kills at terminationGracePeriodSeconds:
 the preStop sleep, the webhook's drain and its wait for in-flight requests must fit.

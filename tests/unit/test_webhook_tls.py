@@ -1,10 +1,13 @@
-"""Issue 9 item 1, the parts of ReloadingTLS that need no socket: a bad reload never
+"""The parts of ReloadingTLS that need no socket: a bad reload never
 replaces the serving context, and a worker process gets paths, not contexts."""
 
 from __future__ import annotations
 
+import logging
 import pickle
 from pathlib import Path
+
+import pytest
 
 from tests.harness.controlplane import CertificateAuthority
 from webhook_svc.tls import ReloadingTLS
@@ -49,3 +52,23 @@ def test_a_worker_process_gets_paths_not_contexts(tmp_path: Path) -> None:
     assert copy._current is None
     assert copy._dispatch is None
     assert copy.context is not tls.context
+
+
+def test_a_reload_that_failed_because_the_files_were_deleted_is_logged_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Rule (TLS hot reload): deleted certificate files keep the previous certificate
+    serving, and say so in the log once (not on every check), as well as in the
+    failed-reload counter."""
+    tls, ca = _tls(tmp_path)
+    serving = tls._current
+    caplog.set_level(logging.WARNING, logger="icache.webhook.tls")
+    tls.cert.unlink()
+    tls.key.unlink()
+    assert tls.check() is False
+    assert tls.check() is False
+    failed = [r for r in caplog.records if "certificate reload failed" in r.getMessage()]
+    assert len(failed) == 1, [r.getMessage() for r in caplog.records]
+    assert tls._current is serving
+    ca.issue_serving(["127.0.0.1"]).write(tmp_path, "tls")  # restored: reloaded
+    assert tls.check() is True

@@ -1,4 +1,4 @@
-"""Issue 12 item 2: `icache webhook --workers` defaults to the CPUs the container gets."""
+"""`icache webhook --workers` defaults to the CPUs the container gets."""
 
 from __future__ import annotations
 

@@ -1,11 +1,14 @@
-"""Issue 12: the Pod route's live LIST on the event loop (webhook_svc/async_kube.py).
+"""The webhook's API client (webhook_svc/apiserver.py, ``kubernetes.aio``) against a
+scripted API server.
 
-``AsyncKubeReader`` sends GETs with the kubernetes client's own configuration and auth
-over pooled HTTP/1.1 keep-alive connections: a request that fails on a reused
-connection before any answer arrived is retried once on a new one, a partial answer is
-an error and never retried, ``Connection: close`` and cancellation close the connection.
-``AsyncApiBackendSource`` lists CacheBackends through it under a hard deadline.
-Every server here is a real asyncio server on 127.0.0.1 that the test scripts.
+``ApiServer`` sends requests with the configuration shared.kubeaccess builds (server,
+TLS files, proxy, bearer token and its refresh) over pooled keep-alive connections: a
+request on a pooled connection the server had closed is sent once more, a partial
+answer is an error and never retried, ``Connection: close`` and cancellation close the
+connection, a 429/503 with a Retry-After that fits the budget is waited out, and no
+answer within the budget is ``TimeoutError``. The CacheBackend source and the
+SubjectAccessReview reviewer use it. Every server here is a real asyncio server on
+127.0.0.1 that the test scripts.
 """
 
 from __future__ import annotations
@@ -20,14 +23,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
+import aiohttp
 import orjson
 import pytest
 import uvloop
 from kubernetes import client
 
 from icache_install import certs
-from webhook_svc.async_kube import AsyncKubeReader, UnsupportedConfigError
-from webhook_svc.backend_source import AsyncApiBackendSource, ListFailedError
+from shared import kubeaccess
+from webhook_svc import apiserver
+from webhook_svc.apiserver import ApiServer
+from webhook_svc.backend_source import ApiBackendSource, ListFailedError
+from webhook_svc.workload_authz import ApiAccessReviewer, ReviewCache, ReviewError
 
 Run = Callable[[Coroutine[Any, Any, None]], None]
 
@@ -71,7 +78,7 @@ async def never_answer(_request: Request, _writer: asyncio.StreamWriter) -> bool
     return True  # reads on: sees the client's EOF when it gives up
 
 
-class ApiServer:
+class ScriptedServer:
     """A scripted HTTP/1.1 server: ``respond`` answers each request."""
 
     def __init__(self, respond: Respond, tls: ssl.SSLContext | None = None) -> None:
@@ -83,7 +90,7 @@ class ApiServer:
         self._writers: list[asyncio.StreamWriter] = []
         self._handlers: list[asyncio.Task[Any]] = []
 
-    async def __aenter__(self) -> ApiServer:
+    async def __aenter__(self) -> ScriptedServer:
         self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=self.tls)
         self.port = self.server.sockets[0].getsockname()[1]
         return self
@@ -133,8 +140,13 @@ class ApiServer:
             setattr(configuration, name, value)
         return configuration
 
-    def reader(self, scheme: str = "http", **settings: Any) -> AsyncKubeReader:
-        return AsyncKubeReader(client.ApiClient(self.configuration(scheme, **settings)))
+    def api(self, scheme: str = "http", **settings: Any) -> ApiServer:
+        return api_for(self.configuration(scheme, **settings))
+
+
+def api_for(configuration: client.Configuration) -> ApiServer:
+    loaded = kubeaccess.Loaded(configuration, "test")
+    return ApiServer(lambda: kubeaccess.async_client_for(loaded))
 
 
 def test_a_get_returns_status_and_body_and_sends_the_clients_auth(run: Run) -> None:
@@ -142,10 +154,10 @@ def test_a_get_returns_status_and_body_and_sends_the_clients_auth(run: Run) -> N
     and Accept: application/json; the answer is (status, body)."""
 
     async def scenario() -> None:
-        async with ApiServer(ok(b'{"kind": "List"}')) as server:
-            reader = server.reader()
-            assert await reader.get("/api/v1/x") == (200, b'{"kind": "List"}')
-            reader.close()
+        async with ScriptedServer(ok(b'{"kind": "List"}')) as server:
+            api = server.api()
+            assert await api.get("/api/v1/x", 5) == (200, b'{"kind": "List"}')
+            await api.close()
         (request,) = server.requests
         assert request.line == "GET /api/v1/x HTTP/1.1"
         assert request.header("authorization") == ["Bearer t0k"]
@@ -156,16 +168,23 @@ def test_a_get_returns_status_and_body_and_sends_the_clients_auth(run: Run) -> N
 
 
 def test_a_rotated_token_is_sent_on_the_next_request(run: Run) -> None:
-    """Rule: auth is asked of the client on every request, not captured once."""
+    """Rule: auth is read from the configuration on every request, not captured once:
+    a token the refresh hook replaced is the one sent next."""
 
     async def scenario() -> None:
-        async with ApiServer(ok()) as server:
+        async with ScriptedServer(ok()) as server:
             configuration = server.configuration()
-            reader = AsyncKubeReader(client.ApiClient(configuration))
-            await reader.get("/a")
-            configuration.api_key = {"authorization": "rotated"}
-            await reader.get("/b")
-            reader.close()
+            token = ["t0k"]
+
+            def refresh(conf: client.Configuration) -> None:  # the mounted file, re-read
+                conf.api_key = {"authorization": token[0]}
+
+            cast(Any, configuration).refresh_api_key_hook = refresh
+            api = api_for(configuration)
+            await api.get("/a", 5)
+            token[0] = "rotated"
+            await api.get("/b", 5)
+            await api.close()
         assert [r.header("authorization") for r in server.requests] == [
             ["Bearer t0k"],
             ["Bearer rotated"],
@@ -178,10 +197,10 @@ def test_the_request_carries_one_user_agent(run: Run) -> None:
     """Rule (HTTP): a sender does not repeat a header field that is not a list."""
 
     async def scenario() -> None:
-        async with ApiServer(ok()) as server:
-            reader = server.reader()
-            await reader.get("/a")
-            reader.close()
+        async with ScriptedServer(ok()) as server:
+            api = server.api()
+            await api.get("/a", 5)
+            await api.close()
         (request,) = server.requests
         assert len(request.header("user-agent")) == 1, request.header("user-agent")
 
@@ -192,11 +211,11 @@ def test_sequential_gets_reuse_one_connection(run: Run) -> None:
     """Rule: keep-alive pooling; a second GET goes over the first GET's connection."""
 
     async def scenario() -> None:
-        async with ApiServer(ok()) as server:
-            reader = server.reader()
+        async with ScriptedServer(ok()) as server:
+            api = server.api()
             for _ in range(3):
-                assert (await reader.get("/a"))[0] == 200
-            reader.close()
+                assert (await api.get("/a", 5))[0] == 200
+            await api.close()
         assert server.connections == 1
         assert [r.connection for r in server.requests] == [0, 0, 0]
 
@@ -219,11 +238,11 @@ def test_an_idle_connection_the_server_closed_is_replaced_transparently(
             writer.write(answer(200, b'{"n": %d}' % len(server.requests)))
             return when != "after answering"
 
-        async with ApiServer(respond) as server:
-            reader = server.reader()
-            assert await reader.get("/a") == (200, b'{"n": 1}')
-            assert await reader.get("/a") == (200, b'{"n": %d}' % len(server.requests))
-            reader.close()
+        async with ScriptedServer(respond) as server:
+            api = server.api()
+            assert await api.get("/a", 5) == (200, b'{"n": 1}')
+            assert await api.get("/a", 5) == (200, b'{"n": %d}' % len(server.requests))
+            await api.close()
         if when == "on the next request":  # sent on the stale connection, then again
             assert [r.connection for r in server.requests] == [0, 0, 1]
         else:
@@ -233,8 +252,8 @@ def test_an_idle_connection_the_server_closed_is_replaced_transparently(
 
 
 def test_a_partial_answer_then_close_raises_and_is_not_retried(run: Run) -> None:
-    """Rule: once some of the answer arrived, a dropped connection is an error (a
-    ConnectionError), never a retry: the request is not sent twice."""
+    """Rule: once some of the answer arrived, a dropped connection is an error,
+    never a retry: the request is not sent twice."""
 
     async def scenario() -> None:
         async def respond(request: Request, writer: asyncio.StreamWriter) -> bool:
@@ -244,12 +263,12 @@ def test_a_partial_answer_then_close_raises_and_is_not_retried(run: Run) -> None
             writer.write(b'HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{"items": [')
             return False
 
-        async with ApiServer(respond) as server:
-            reader = server.reader()
-            await reader.get("/a")  # the connection is now pooled: a retry would be allowed
-            with pytest.raises(ConnectionError):
-                await reader.get("/a")
-            reader.close()
+        async with ScriptedServer(respond) as server:
+            api = server.api()
+            await api.get("/a", 5)  # the connection is now pooled: a retry would be allowed
+            with pytest.raises(aiohttp.ClientError):
+                await api.get("/a", 5)
+            await api.close()
         assert len(server.requests) == 2
         assert server.connections == 1
 
@@ -270,11 +289,11 @@ def test_a_chunked_answer_is_reassembled(run: Run) -> None:
             writer.write(b"0\r\n\r\n")
             return True
 
-        async with ApiServer(respond) as server:
-            reader = server.reader()
-            assert await reader.get("/a") == (200, body)
-            assert await reader.get("/a") == (200, body)  # and the connection is reusable
-            reader.close()
+        async with ScriptedServer(respond) as server:
+            api = server.api()
+            assert await api.get("/a", 5) == (200, body)
+            assert await api.get("/a", 5) == (200, body)  # and the connection is reusable
+            await api.close()
         assert server.connections == 1
 
     run(scenario())
@@ -289,12 +308,12 @@ def test_connection_close_answer_is_not_reused(run: Run) -> None:
             writer.write(answer(200, b"{}", "Connection: close"))
             return True
 
-        async with ApiServer(respond) as server:
-            reader = server.reader()
-            await reader.get("/a")
-            await reader.get("/a")
+        async with ScriptedServer(respond) as server:
+            api = server.api()
+            await api.get("/a", 5)
+            await api.get("/a", 5)
             await asyncio.wait_for(server.client_closed[0].wait(), 5)
-            reader.close()
+            await api.close()
         assert [r.connection for r in server.requests] == [0, 1]
 
     run(scenario())
@@ -310,16 +329,15 @@ def test_a_cancelled_get_closes_its_connection(run: Run) -> None:
                 writer.write(answer(200, b"{}"))
             return True
 
-        async with ApiServer(respond) as server:
-            reader = server.reader()
+        async with ScriptedServer(respond) as server:
+            api = server.api()
             started = time.monotonic()
             with pytest.raises(TimeoutError):
-                async with asyncio.timeout(0.2):
-                    await reader.get("/a")
+                await api.get("/a", 0.2)
             assert time.monotonic() - started < 2
             await asyncio.wait_for(server.client_closed[0].wait(), 5)
-            assert await reader.get("/a") == (200, b"{}")
-            reader.close()
+            assert await api.get("/a", 5) == (200, b"{}")
+            await api.close()
         assert [r.connection for r in server.requests] == [0, 1]
 
     run(scenario())
@@ -330,8 +348,8 @@ def test_backend_source_lists_the_namespaces_cachebackends(run: Run) -> None:
     items = [{"metadata": {"name": "b1"}}, {"metadata": {"name": "b2"}}]
 
     async def scenario() -> None:
-        async with ApiServer(ok(orjson.dumps({"items": items}))) as server:
-            source = AsyncApiBackendSource(server.reader(), 5)
+        async with ScriptedServer(ok(orjson.dumps({"items": items}))) as server:
+            source = ApiBackendSource(server.api(), 5)
             assert await source.list("team-a") == items
         (request,) = server.requests
         path = "/apis/inferencecache.io/v1alpha1/namespaces/team-a/cachebackends"
@@ -348,8 +366,8 @@ def test_backend_source_raises_list_failed_on_a_non_200(run: Run) -> None:
             writer.write(answer(403, b'{"kind": "Status", "reason": "Forbidden"}'))
             return True
 
-        async with ApiServer(forbidden) as server:
-            source = AsyncApiBackendSource(server.reader(), 5)
+        async with ScriptedServer(forbidden) as server:
+            source = ApiBackendSource(server.api(), 5)
             with pytest.raises(ListFailedError) as failed:
                 await source.list("team-a")
         assert str(failed.value).startswith("HTTP 403")
@@ -362,8 +380,8 @@ def test_backend_source_gives_up_at_its_deadline(run: Run) -> None:
     wording (the list_error reason shows it)."""
 
     async def scenario() -> None:
-        async with ApiServer(never_answer) as server:
-            source = AsyncApiBackendSource(server.reader(), 0.3)
+        async with ScriptedServer(never_answer) as server:
+            source = ApiBackendSource(server.api(), 0.3)
             started = time.monotonic()
             with pytest.raises(TimeoutError) as late:
                 await source.list("team-a")
@@ -373,25 +391,23 @@ def test_backend_source_gives_up_at_its_deadline(run: Run) -> None:
     run(scenario())
 
 
-@pytest.mark.parametrize(
-    ("host", "proxy", "assert_hostname"),
-    [
-        ("http://127.0.0.1:1", "http://proxy.example:3128", None),
-        ("unix:///run/api.sock", None, None),
-        ("https://127.0.0.1:1", None, "kubernetes.default.svc"),
-    ],
-)
-def test_a_configuration_it_cannot_honour_is_refused(
-    host: str, proxy: str | None, assert_hostname: str | None
-) -> None:
-    """Rule: an HTTP proxy, a URL that is not http/https, or an assert_hostname naming a
-    host is refused at construction, so the webhook keeps the threaded client."""
-    configuration = client.Configuration()
-    configuration.host = host
-    configuration.proxy = proxy
-    configuration.assert_hostname = cast(Any, assert_hostname)  # typed bool; urllib3 takes a name
-    with pytest.raises(UnsupportedConfigError):
-        AsyncKubeReader(client.ApiClient(configuration))
+def test_an_http_proxy_in_the_configuration_is_used(run: Run) -> None:
+    """Rule: a kubeconfig's proxy-url is honoured (requests go through the proxy, in
+    absolute form), as the synchronous client honours it; nothing is taken from the
+    environment."""
+
+    async def scenario() -> None:
+        async with ScriptedServer(ok()) as proxy:
+            configuration = client.Configuration()
+            configuration.host = "http://kubernetes.invalid:6443"
+            configuration.proxy = f"http://127.0.0.1:{proxy.port}"
+            api = api_for(configuration)
+            assert await api.get("/api/v1/x", 5) == (200, b'{"items": []}')
+            await api.close()
+        (request,) = proxy.requests
+        assert request.line == "GET http://kubernetes.invalid:6443/api/v1/x HTTP/1.1"
+
+    run(scenario())
 
 
 # --------------------------------------------------------------------------- TLS
@@ -437,11 +453,11 @@ def test_https_as_the_client_configuration_says(
         settings = {**settings, "ssl_ca_cert": str(pki / settings["ssl_ca_cert"])}
 
     async def scenario() -> None:
-        async with ApiServer(ok(b"{}"), tls=serving_context(pki, serving)) as server:
-            reader = server.reader("https", **settings)
-            assert await reader.get("/a") == (200, b"{}")
-            assert await reader.get("/a") == (200, b"{}")
-            reader.close()
+        async with ScriptedServer(ok(b"{}"), tls=serving_context(pki, serving)) as server:
+            api = server.api("https", **settings)
+            assert await api.get("/a", 5) == (200, b"{}")
+            assert await api.get("/a", 5) == (200, b"{}")
+            await api.close()
         assert server.connections == 1
 
     run(scenario())
@@ -457,19 +473,22 @@ def test_https_refuses_a_certificate_it_cannot_verify(
     host dialled, fails verification before any request is sent."""
 
     async def scenario() -> None:
-        async with ApiServer(ok(b"{}"), tls=serving_context(pki, serving)) as server:
-            reader = server.reader("https", ssl_ca_cert=str(pki / ca))
-            with pytest.raises(ssl.SSLCertVerificationError):
-                await reader.get("/a")
+        async with ScriptedServer(ok(b"{}"), tls=serving_context(pki, serving)) as server:
+            api = server.api("https", ssl_ca_cert=str(pki / ca))
+            with pytest.raises(aiohttp.ClientConnectorCertificateError):
+                await api.get("/a", 5)
         assert server.requests == []
 
     run(scenario())
 
 
-def test_a_rotated_ca_file_is_used_from_the_next_connection(run: Run, tmp_path: Path) -> None:
-    """Rule: like urllib3 (which reads the files per connection), the reader trusts a
-    rotated CA file from its next connection on; without the reload the second GET
+def test_a_rotated_ca_file_is_used_from_the_next_request(
+    run: Run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rule: like urllib3 (which reads the files per connection), the client trusts a
+    rotated CA file from its next request on; without the reload the second GET
     fails verification."""
+    monkeypatch.setattr(apiserver, "TLS_CHECK_SECONDS", 0.0)
     now = dt.datetime.now(dt.UTC)
     old_ca, new_ca = certs.new_ca(now), certs.new_ca(now)
     old_cert, new_cert = (certs.issue_serving(ca, ["127.0.0.1"], now) for ca in (old_ca, new_ca))
@@ -482,16 +501,15 @@ def test_a_rotated_ca_file_is_used_from_the_next_connection(run: Run, tmp_path: 
     serving.load_cert_chain(tmp_path / "old.crt", tmp_path / "old.key")
 
     async def scenario() -> None:
-        async with ApiServer(ok(b"{}"), tls=serving) as server:
-            reader = server.reader("https", ssl_ca_cert=str(ca_file))
-            assert await reader.get("/a") == (200, b"{}")
-            reader.close()  # the next GET dials anew
+        async with ScriptedServer(ok(b"{}"), tls=serving) as server:
+            api = server.api("https", ssl_ca_cert=str(ca_file))
+            assert await api.get("/a", 5) == (200, b"{}")
             # The API server's certificate and the mounted CA rotate together.
             serving.load_cert_chain(tmp_path / "new.crt", tmp_path / "new.key")
             ca_file.write_bytes(new_ca.cert_pem)
             os.utime(ca_file, ns=(time.time_ns(), time.time_ns() + 10**9))
-            assert await reader.get("/a") == (200, b"{}")
-            reader.close()
+            assert await api.get("/a", 5) == (200, b"{}")
+            await api.close()
         assert server.connections == 2
 
     run(scenario())
@@ -512,16 +530,13 @@ REVIEW = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview"
 
 
 def test_an_async_review_posts_the_review_and_reads_its_status(run: Run) -> None:
-    """Rule (issue 10 guard, on the event loop): the review is POSTed as JSON to the
-    subjectaccessreviews path with the client's auth, and the answer's status read as
-    the threaded reviewer reads it."""
-    from webhook_svc.workload_authz import AsyncApiAccessReviewer
-
+    """Rule: the review is POSTed as JSON to the subjectaccessreviews path with the
+    client's auth, and the answer's status read."""
     granted = b'{"status": {"allowed": true, "reason": "RBAC: allowed"}}'
 
     async def scenario() -> None:
-        async with ApiServer(answering(201, granted)) as server:
-            reviewer = AsyncApiAccessReviewer(server.reader())
+        async with ScriptedServer(answering(201, granted)) as server:
+            reviewer = ApiAccessReviewer(server.api())
             outcome = await reviewer.review(REVIEW)
         assert outcome == {"status": {"allowed": True, "denied": False, "reason": "RBAC: allowed"}}
         (request,) = server.requests
@@ -546,26 +561,24 @@ def test_an_async_review_that_cannot_be_read_is_a_review_error(
     run: Run, status: int, body: bytes, message: str
 ) -> None:
     """Rule: an answer that is not a readable SubjectAccessReview is a ReviewError (the
-    webhook then denies with 503, failing closed), worded as the threaded reviewer's."""
-    from webhook_svc.workload_authz import AsyncApiAccessReviewer, ReviewError
+    webhook then denies with 503, failing closed)."""
 
     async def scenario() -> None:
-        async with ApiServer(answering(status, body)) as server:
+        async with ScriptedServer(answering(status, body)) as server:
             with pytest.raises(ReviewError, match=message):
-                await AsyncApiAccessReviewer(server.reader()).review(REVIEW)
+                await ApiAccessReviewer(server.api()).review(REVIEW)
 
     run(scenario())
 
 
 def test_an_async_review_has_a_hard_budget(run: Run) -> None:
     """Rule: each review gets a wall-clock budget; past it, ReviewError naming it."""
-    from webhook_svc.workload_authz import AsyncApiAccessReviewer, ReviewError
 
     async def scenario() -> None:
-        async with ApiServer(never_answer) as server:
+        async with ScriptedServer(never_answer) as server:
             started = time.monotonic()
             with pytest.raises(ReviewError, match=r"^no answer from the API server within 0\.2 s$"):
-                await AsyncApiAccessReviewer(server.reader(), budget=0.2).review(REVIEW)
+                await ApiAccessReviewer(server.api(), budget=0.2).review(REVIEW)
             assert time.monotonic() - started < 2
 
     run(scenario())
@@ -598,15 +611,15 @@ def busy_then_ok(busy: int, status: int = 429, retry_after: str | None = "0") ->
         (429, "30", 5.0, 429, 1),  # does not fit the deadline: answered at once
         (429, None, 5.0, 429, 1),  # no Retry-After: not retried
         (500, "0", 5.0, 500, 1),  # not a status to wait out
-        (429, "0", None, 429, 1),  # no deadline given: not retried
+        (429, "1", 0.5, 429, 1),  # longer than the budget left
     ],
-    ids=["429", "503", "too-long", "no-header", "500", "no-deadline"],
+    ids=["429", "503", "too-long", "no-header", "500", "past-budget"],
 )
 def test_a_retry_after_that_fits_the_deadline_is_waited_out(
     run: Run,
     status: int,
     retry_after: str | None,
-    budget: float | None,
+    budget: float,
     expected: int,
     requests: int,
 ) -> None:
@@ -615,12 +628,10 @@ def test_a_retry_after_that_fits_the_deadline_is_waited_out(
     answer."""
 
     async def scenario() -> None:
-        async with ApiServer(busy_then_ok(1, status, retry_after)) as server:
-            reader = server.reader()
-            loop = asyncio.get_running_loop()
-            deadline = None if budget is None else loop.time() + budget
-            got, _ = await reader.get("/a", deadline)
-            reader.close()
+        async with ScriptedServer(busy_then_ok(1, status, retry_after)) as server:
+            api = server.api()
+            got, _ = await api.get("/a", budget)
+            await api.close()
         assert got == expected
         assert len(server.requests) == requests
 
@@ -632,9 +643,60 @@ def test_the_backend_source_waits_out_a_restarting_api_server(run: Run) -> None:
     Retry-After) within its budget instead of failing open."""
 
     async def scenario() -> None:
-        async with ApiServer(busy_then_ok(2)) as server:
-            source = AsyncApiBackendSource(server.reader(), 2.0)
+        async with ScriptedServer(busy_then_ok(2)) as server:
+            source = ApiBackendSource(server.api(), 2.0)
             assert await source.list("ns") == []
+        assert len(server.requests) == 3
+
+    run(scenario())
+
+
+def _review_for(user: str) -> dict[str, Any]:
+    return {**REVIEW, "spec": {"user": user, "resourceAttributes": {"verb": "create"}}}
+
+
+def test_review_answers_are_kept_for_their_ttl_allowed_and_denied_apart() -> None:
+    """Rule (--access-review-allowed-ttl/-denied-ttl): an allowed answer is reused for
+    the allowed TTL, a denied one for the denied TTL (0: never), per exact review."""
+    cache = ReviewCache(allowed_ttl=10, denied_ttl=0)
+    allowed = {"status": {"allowed": True, "denied": False, "reason": ""}}
+    denied = {"status": {"allowed": False, "denied": False, "reason": ""}}
+    alice, bob = cache.key(_review_for("alice")), cache.key(_review_for("bob"))
+    cache.put(alice, allowed, now=100)
+    cache.put(bob, denied, now=100)
+    assert cache.get(alice, now=109.9) == allowed
+    assert cache.get(alice, now=110) is None  # expired
+    assert cache.get(bob, now=100) is None  # denied answers not kept with a 0 TTL
+    small = ReviewCache(allowed_ttl=10, denied_ttl=5, max_entries=1)
+    small.put(alice, allowed, now=0)
+    small.put(bob, denied, now=0)
+    assert small.get(alice, now=1) is None  # the oldest made room
+    assert small.get(bob, now=4) == denied
+    assert small.get(bob, now=5) is None
+
+
+def test_the_reviewer_asks_once_per_review_while_its_answer_is_kept(run: Run) -> None:
+    """Rule: with a cache, the same review within the TTL is answered without asking;
+    another user's review, and every review after a failure, is asked."""
+    granted = b'{"status": {"allowed": true}}'
+    calls = [0]
+
+    async def respond(_request: Request, writer: asyncio.StreamWriter) -> bool:
+        calls[0] += 1
+        if calls[0] == 2:
+            writer.write(answer(500, b"{}"))
+        else:
+            writer.write(answer(201, granted))
+        return True
+
+    async def scenario() -> None:
+        async with ScriptedServer(respond) as server:
+            reviewer = ApiAccessReviewer(server.api(), cache=ReviewCache(60, 0))
+            for _ in range(3):
+                assert (await reviewer.review(_review_for("alice")))["status"]["allowed"]
+            with pytest.raises(ReviewError):
+                await reviewer.review(_review_for("bob"))  # the second answer: 500
+            assert (await reviewer.review(_review_for("bob")))["status"]["allowed"]
         assert len(server.requests) == 3
 
     run(scenario())
