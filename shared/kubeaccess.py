@@ -65,7 +65,7 @@ class KubeConfigError(Exception):
             if problem
             else ("no Kubernetes configuration found")
         )
-        super().__init__(f"{head} (tried: {'; '.join(self.tried)})")
+        super().__init__(f"{head} (tried: {'; '.join(self.tried)})" if self.tried else head)
 
 
 @dataclass(frozen=True)
@@ -216,6 +216,12 @@ def _from_kubeconfig(paths: str, context: str | None, source: str, tried: list[s
     missing = [p for p in paths.split(os.pathsep) if p and not Path(p).expanduser().is_file()]
     if missing:
         raise KubeConfigError(tried, f"{source}: {', '.join(missing)} does not exist")
+    for path in paths.split(os.pathsep):
+        if path:
+            shape = _kubeconfig_shape_error(Path(path).expanduser())
+            if shape:
+                where = source if path == paths else f"{source}: {path}"
+                raise KubeConfigError(tried, f"{where}: {shape}")
     configuration = _new_configuration()
     try:
         load_kube_config(config_file=paths, context=context, client_configuration=configuration)
@@ -251,6 +257,24 @@ def _from_incluster(serviceaccount_dir: Path, tried: list[str]) -> Loaded:
     except (ConfigException, OSError) as exc:
         raise KubeConfigError(tried, f"{source}: {_describe(exc)}") from exc
     return Loaded(configuration, source)
+
+
+def _kubeconfig_shape_error(path: Path) -> str | None:
+    """Why ``path`` cannot be a kubeconfig at all (not YAML, or not a mapping), said in
+    words rather than as the client's TypeError; None when it may be one."""
+    import yaml
+
+    try:
+        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        return f"not YAML: {_describe(exc)}"
+    except (OSError, UnicodeDecodeError) as exc:
+        return f"cannot read it: {_describe(exc)}"
+    if document is None:
+        return "the file is empty"
+    if not isinstance(document, dict):
+        return f"not a kubeconfig: a YAML mapping was expected, found {type(document).__name__}"
+    return None
 
 
 def _describe(exc: BaseException) -> str:

@@ -230,3 +230,24 @@ def test_each_process_says_what_it_tried_instead_of_a_traceback(env: Path, comma
     assert result.returncode == 2, result.stderr
     assert "no Kubernetes configuration found (tried: --kubeconfig: not given" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("just a string\n", "a YAML mapping was expected, found str"),
+        ("- a\n- list\n", "a YAML mapping was expected, found list"),
+        ("", "the file is empty"),
+        ("a: [\n", "not YAML"),
+    ],
+)
+def test_a_kubeconfig_that_cannot_be_one_is_named_in_words(tmp_path, text, said):
+    """A broken --kubeconfig is one line saying what is wrong, not the client's TypeError."""
+    path = tmp_path / "kubeconfig"
+    path.write_text(text)
+    with pytest.raises(kubeaccess.KubeConfigError) as caught:
+        kubeaccess.load_configuration(str(path))
+    message = str(caught.value)
+    assert said in message
+    assert "TypeError" not in message
+    assert "\n" not in message
