@@ -1,4 +1,5 @@
-"""Session-wide fixtures for the real things: kube-apiserver + etcd, and Redis.
+"""Session-wide fixtures for the real things: kube-apiserver + etcd (bare, and with
+the controllers and kwok), and Redis.
 
 The logic lives in ``tests/harness``; this file only wires it into pytest.
 Nothing is skipped: if the control-plane binaries are missing they are built
@@ -22,7 +23,9 @@ _TESTS = Path(__file__).resolve().parent
 
 # Fixtures that start a real process; a test using any of them (directly or
 # through another fixture) is not a pure unit test.
-_SERVICE_FIXTURES = frozenset({"control_plane", "kube_api_client", "redis_server", "kustomize_bin"})
+_SERVICE_FIXTURES = frozenset(
+    {"control_plane", "controller_plane", "kube_api_client", "redis_server", "kustomize_bin"}
+)
 
 
 def pytest_report_header() -> str:
@@ -43,7 +46,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.integration)
         elif (_TESTS / "e2e") in path.parents:
             item.add_marker(pytest.mark.e2e)
-        if _SERVICE_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+        if _SERVICE_FIXTURES.intersection(getattr(item, "fixturenames", ())) or (
+            item.get_closest_marker("real_controllers") is not None
+        ):
             item.add_marker(pytest.mark.services)
 
 
@@ -51,6 +56,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def control_plane() -> Iterator[ControlPlane]:
     """A running etcd + kube-apiserver shared by the whole session."""
     cp = ControlPlane()
+    cp.start()
+    try:
+        yield cp
+    finally:
+        cp.stop()
+
+
+@pytest.fixture(scope="session")
+def controller_plane() -> Iterator[ControlPlane]:
+    """A second control plane for the session, with kube-controller-manager,
+    kube-scheduler and kwok managing fake GPU and CPU nodes: workloads really roll
+    out there. Started on first use only."""
+    cp = ControlPlane(controllers=True)
     cp.start()
     try:
         yield cp
