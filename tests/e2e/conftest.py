@@ -192,34 +192,6 @@ class Cluster:
             timeout,
         )
 
-    # ---- workloads on the bare control plane (no controller-manager: tests write
-    # status themselves); on the one with controllers, see tests/e2e/workloads.py
-
-    def set_workload_status(self, ns: str, kind: str, name: str, status: dict[str, Any]) -> None:
-        res = k.BY_KIND[kind]
-        self.kube.request(
-            "PATCH",
-            res.item(ns, name) + "/status",
-            body={"status": status},
-            content_type="application/merge-patch+json",
-        )
-
-    def mark_available(self, ns: str, kind: str, name: str, replicas: int = 1) -> None:
-        assert not self.controllers, "the controllers write workload status here"
-        obj = self.kube.get(k.BY_KIND[kind], ns, name)
-        self.set_workload_status(
-            ns,
-            kind,
-            name,
-            {
-                "observedGeneration": obj["metadata"]["generation"],
-                "replicas": replicas,
-                "updatedReplicas": replicas,
-                "readyReplicas": replicas,
-                "availableReplicas": replicas,
-            },
-        )
-
     def events(self, ns: str, name: str) -> list[dict[str, Any]]:
         items = self.kube.list(k.EVENTS, ns).get("items") or []
         return [e for e in items if (e.get("involvedObject") or {}).get("name") == name]
@@ -281,23 +253,6 @@ def injected(cb: dict[str, Any], mode: str | None = None) -> dict[str, str]:
     if mode:
         out["inferencecache.io/lmcache-kernel-check-mode"] = mode
     return out
-
-
-def create_ready_server_pod(cluster: Cluster, ns: str, workload: dict[str, Any], name: str) -> str:
-    """A Ready pod of the managed cache-server workload (its selector labels and its
-    container); returns the pod UID."""
-    labels = dict(workload["spec"]["selector"]["matchLabels"])
-    container = workload["spec"]["template"]["spec"]["containers"][0]["name"]
-    pod = create_pod(cluster, ns, name, {}, labels=labels, containers=(container,))
-    set_pod_status(
-        cluster,
-        ns,
-        name,
-        {"conditions": [{"type": "Ready", "status": "True"}],
-         "containerStatuses": [{"name": container, "ready": True, "restartCount": 0,
-                                "image": "engine:1", "imageID": "", "state": {"running": {}}}]},
-    )  # fmt: skip
-    return str(pod["metadata"]["uid"])
 
 
 def condition(obj: dict[str, Any], type_: str) -> tuple[str, str] | None:
