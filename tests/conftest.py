@@ -36,6 +36,28 @@ def pytest_report_header() -> str:
         return f"redis-compatible server: unavailable ({exc})"
 
 
+# Seconds spent per suite (tests/<suite>/...): setup, call and teardown of its tests,
+# session fixtures included where they start. Printed at the end of the run.
+_SUITE_SECONDS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    parts = report.nodeid.split("::", 1)[0].split("/")
+    suite = parts[1] if len(parts) > 2 and parts[0] == "tests" else parts[0]
+    _SUITE_SECONDS[suite] = _SUITE_SECONDS.get(suite, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The time of each suite, so a slow one shows against CI's budget."""
+    if not _SUITE_SECONDS:
+        return
+    terminalreporter.section("suite times")
+    for suite, seconds in sorted(_SUITE_SECONDS.items(), key=lambda item: -item[1]):
+        terminalreporter.write_line(f"{suite:<14} {seconds / 60:6.1f} min  ({seconds:.0f}s)")
+    total = sum(_SUITE_SECONDS.values())
+    terminalreporter.write_line(f"{'total':<14} {total / 60:6.1f} min  ({total:.0f}s)")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark tests by directory so ``-m "not integration"`` etc. work, and mark
     every test that needs a real process as ``services`` (``make unit`` skips
