@@ -439,7 +439,23 @@ MAP_API = "/apis/admissionregistration.k8s.io/v1beta1"
 SIDECAR = "mesh-proxy"
 
 
-def inject_sidecar(cluster: Cluster, ns: str, match_labels: dict[str, str]) -> None:
+@pytest.fixture
+def sidecar_policies(cluster: Cluster) -> Iterator[list[str]]:
+    """Names of the (cluster-scoped) sidecar policies a test created; deleted after it."""
+    names: list[str] = []
+    yield names
+    for name in names:
+        for kind in ("mutatingadmissionpolicybindings", "mutatingadmissionpolicies"):
+            try:
+                cluster.kube.request("DELETE", f"{MAP_API}/{kind}/{name}")
+            except k.ApiError as exc:
+                if not exc.not_found:
+                    raise
+
+
+def inject_sidecar(
+    cluster: Cluster, ns: str, match_labels: dict[str, str], created: list[str]
+) -> None:
     """A MutatingAdmissionPolicy adding a ``mesh-proxy`` container to the pods of
     ``ns`` carrying ``match_labels``, as a service mesh's webhook would; waits until
     the API server applies it (dry-run pod creations)."""
@@ -476,6 +492,7 @@ def inject_sidecar(cluster: Cluster, ns: str, match_labels: dict[str, str]) -> N
             },
         },
     }
+    created.append(name)
     cluster.kube.request("POST", f"{MAP_API}/mutatingadmissionpolicies", body=policy)
     cluster.kube.request("POST", f"{MAP_API}/mutatingadmissionpolicybindings", body=binding)
     probe = {"apiVersion": "v1", "kind": "Pod",
@@ -492,7 +509,7 @@ def inject_sidecar(cluster: Cluster, ns: str, match_labels: dict[str, str]) -> N
 
 
 def test_an_in_place_restart_of_the_server_container_cascades_but_a_sidecar_restart_does_not(
-    cluster: Cluster, stack: Stack, wired: str
+    cluster: Cluster, stack: Stack, wired: str, sidecar_policies: list[str]
 ) -> None:
     """Spec, Status, observedServerInstance: <restart-sum> sums the restartCount of the
     cache-server's own containers (the names on the owned Deployment's pod template);
@@ -503,7 +520,7 @@ def test_an_in_place_restart_of_the_server_container_cascades_but_a_sidecar_rest
     stack.start_worker()
     ns = wired
     server_labels = {"app.kubernetes.io/instance": "cb"}
-    inject_sidecar(cluster, ns, server_labels)
+    inject_sidecar(cluster, ns, server_labels, sidecar_policies)
     cluster.create_cb(ns, "cb", WIRED_SPEC, WIRED_ANNOTATIONS)
     server = wait_rolled_out(cluster, ns, "Deployment", SERVER)
     (pod,) = pods_of(cluster, ns, server)

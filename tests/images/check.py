@@ -12,8 +12,9 @@
    (``--backends-from`` the samples): its HEALTHCHECK turns healthy, it runs as
    65532:65532 and cannot write its root filesystem, and every replay file of
    examples/admission/ gets the answer the unit tests expect
-   (tests/unit/test_cachebackend_admission.py, tests/unit/test_pod_examples.py).
-   The compose shape (plain HTTP) turns healthy too.
+   (tests/unit/test_cachebackend_admission.py, tests/unit/test_pod_examples.py); the
+   preStop command of its Deployment (``sleep``) runs. The compose shape (plain
+   HTTP) turns healthy too.
 4. The worker image: ``icache certs --help``; then ``icache dispatcher`` and
    ``icache worker`` containers on the host network, read-only, against the test
    control plane with real controllers (tests/harness) and a real Redis, converge a
@@ -307,6 +308,8 @@ def webhook_checks(report: Report, image: str, work: Path) -> None:
             ids = process_ids(name)
             expect(ids == UID_GID, f"process ids {ids}")
             expect(root_filesystem_read_only(name), "a write under /opt/venv did not get EROFS")
+        with report.check("webhook: the Deployment's preStop command runs (sleep 0)"):
+            docker("exec", name, "sleep", "0")
         with report.check("webhook: examples/admission answered as the unit tests expect"):
             ctx = ssl.create_default_context(cadata=ca_pem.decode())
             count = check_admission_examples(f"https://127.0.0.1:{port}", ctx)
