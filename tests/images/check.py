@@ -153,6 +153,16 @@ def clean_checkout(dest: Path) -> str:
     return commit
 
 
+def drop_older_builds(image: str) -> None:
+    """Remove this test's images of earlier commits (the one just built stays, as the
+    next run's layer cache), so a CI machine does not collect one per commit."""
+    repository, _, keep = image.rpartition(":")
+    tags = docker("images", "--format={{.Tag}}", repository).split()
+    old = [f"{repository}:{tag}" for tag in tags if tag != keep]
+    if old:
+        docker("rmi", *old, check=False)
+
+
 def build(context: Path, name: str, base: str, tag: str) -> None:
     docker(
         "build",
@@ -451,6 +461,7 @@ def main(argv: list[str] | None = None) -> int:
                 t = time.monotonic()
                 images[name] = f"{IMAGE_REPO}/{name}:{commit}"
                 build(context, name, base, images[name])
+                drop_older_builds(images[name])
                 print(f"     {name}: {time.monotonic() - t:.1f}s", flush=True)
         steps: list[Callable[[Report, str, Path], None]] = [webhook_checks, worker_checks]
         for step, name in zip(steps, ("webhook", "worker"), strict=True):
