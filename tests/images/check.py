@@ -167,6 +167,7 @@ def build(context: Path, name: str, base: str, tag: str) -> None:
     docker(
         "build",
         "--quiet",
+        "--force-rm",  # no container left behind by a failed step
         f"--build-arg=BASE_IMAGE={base}",
         f"--file={context / f'Dockerfile.{name}'}",
         f"--tag={tag}",
