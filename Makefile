@@ -16,7 +16,7 @@ define pytest
 	exit $$rc
 endef
 
-.PHONY: install controlplane kustomize kubectl test unit fuzz lint cluster-up cluster-down run e2e manifests images compose-up bench-webhook
+.PHONY: install controlplane kustomize kubectl test unit fuzz lint cluster-up cluster-down run e2e manifests images images-test compose-up bench-webhook
 
 install: $(VENV)/.install-stamp
 
@@ -64,8 +64,11 @@ lint: install
 	$(VENV)/bin/lint-imports || rc=1; \
 	exit $$rc
 
+# etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok with fake
+# GPU and CPU nodes (CLUSTER_ARGS=--no-controllers: the API server alone).
+CLUSTER_ARGS ?=
 cluster-up: install controlplane
-	$(PY) -m tests.harness.cli up
+	$(PY) -m tests.harness.cli $(CLUSTER_ARGS) up
 
 cluster-down:
 	$(PY) -m tests.harness.cli down
@@ -88,6 +91,15 @@ images:
 
 compose-up:
 	docker compose up --build
+
+# Both images built from a clean checkout (git archive HEAD) on a base made from
+# Debian's packages (no registry needed; cached), then run: the webhook read-only in
+# embedded mode against examples/admission/, the worker's dispatcher and worker
+# against the test control plane with real controllers. Installs and starts a Docker
+# engine first where none runs (root or passwordless sudo). See docs/testing.md.
+images-test: install controlplane
+	bash tests/images/docker-engine.sh
+	$(PY) -m tests.images.check
 
 # Admission throughput over TLS vs a compiled floor (issue 12); needs Go.
 BENCH_ARGS ?=

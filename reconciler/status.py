@@ -131,6 +131,9 @@ ADVISORY_TYPES: Final = frozenset(
 
 # ----------------------------------------------------------------- observations
 
+#: The Deployment controller's Progressing reason once a rollout has completed.
+DEPLOYMENT_ROLLOUT_COMPLETE_REASON: Final = "NewReplicaSetAvailable"
+
 
 @dataclass(frozen=True)
 class WorkloadObservation:
@@ -145,17 +148,26 @@ class WorkloadObservation:
     available_replicas: int = 0
     ready_replicas: int = 0
     progress_deadline_exceeded: bool = False
+    #: The workload's own word on its rollout, when it gives one. A Deployment's
+    #: Progressing condition reads NewReplicaSetAvailable once the ReplicaSet of its
+    #: current template has become available (True), and an in-flight reason
+    #: (NewReplicaSetCreated, FoundNewReplicaSet, ReplicaSetUpdated) before (False).
+    #: None when it says nothing: a StatefulSet, or a status without conditions.
+    rollout_complete: bool | None = None
 
     @classmethod
     def from_object(cls, obj: dict[str, Any]) -> WorkloadObservation:
         meta = obj.get("metadata") or {}
         spec = obj.get("spec") or {}
         st = obj.get("status") or {}
-        deadline = any(
-            cond.get("type") == "Progressing"
-            and cond.get("status") == "False"
-            and cond.get("reason") == "ProgressDeadlineExceeded"
-            for cond in st.get("conditions") or ()
+        progressing = next(
+            (cond for cond in st.get("conditions") or () if cond.get("type") == "Progressing"),
+            None,
+        )
+        deadline = (
+            progressing is not None
+            and progressing.get("status") == "False"
+            and progressing.get("reason") == "ProgressDeadlineExceeded"
         )
         replicas = spec.get("replicas")
         kind = str(obj.get("kind") or c.DEPLOYMENT_KIND_DEPLOYMENT)
@@ -175,6 +187,9 @@ class WorkloadObservation:
             available_replicas=available,
             ready_replicas=int(st.get("readyReplicas") or 0),
             progress_deadline_exceeded=deadline,
+            rollout_complete=None
+            if progressing is None or deadline
+            else progressing.get("reason") == DEPLOYMENT_ROLLOUT_COMPLETE_REASON,
         )
 
 
@@ -281,11 +296,21 @@ def desired_replicas(cb: CacheBackend, workload: WorkloadObservation | None) -> 
 
 def workload_rolled_out(w: WorkloadObservation, desired: int) -> bool:
     """The current generation is observed, every desired replica is updated and no
-    old-revision replica is left (kubectl rollout status semantics)."""
+    old-revision replica is left (kubectl rollout status semantics) — and, when the
+    workload reports on its rollout, it reports the rollout complete.
+
+    The counts alone cannot tell a first rollout whose pods are still starting (the
+    Deployment counts a pod as updated as soon as it exists) from a finished one that
+    lost its replicas. The Deployment controller can: its Progressing condition turns
+    NewReplicaSetAvailable once the new ReplicaSet has been available, and keeps that
+    reason when pods are lost afterwards. So a pending pod of a new template is a
+    rollout in progress, and an unavailable pod of a finished one is ReplicasUnavailable.
+    """
     return (
         w.observed_generation >= w.generation
         and w.updated_replicas >= desired
         and w.replicas <= w.updated_replicas
+        and w.rollout_complete is not False
     )
 
 

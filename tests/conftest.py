@@ -1,4 +1,5 @@
-"""Session-wide fixtures for the real things: kube-apiserver + etcd, and Redis.
+"""Session-wide fixtures for the real things: kube-apiserver + etcd (bare, and with
+the controllers and kwok), and Redis.
 
 The logic lives in ``tests/harness``; this file only wires it into pytest.
 Nothing is skipped: if the control-plane binaries are missing they are built
@@ -22,7 +23,9 @@ _TESTS = Path(__file__).resolve().parent
 
 # Fixtures that start a real process; a test using any of them (directly or
 # through another fixture) is not a pure unit test.
-_SERVICE_FIXTURES = frozenset({"control_plane", "kube_api_client", "redis_server", "kustomize_bin"})
+_SERVICE_FIXTURES = frozenset(
+    {"control_plane", "controller_plane", "kube_api_client", "redis_server", "kustomize_bin"}
+)
 
 
 def pytest_report_header() -> str:
@@ -31,6 +34,28 @@ def pytest_report_header() -> str:
         return f"redis-compatible server: {server_banner()}"
     except Exception as exc:  # the header must not fail collection
         return f"redis-compatible server: unavailable ({exc})"
+
+
+# Seconds spent per suite (tests/<suite>/...): setup, call and teardown of its tests,
+# session fixtures included where they start. Printed at the end of the run.
+_SUITE_SECONDS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    parts = report.nodeid.split("::", 1)[0].split("/")
+    suite = parts[1] if len(parts) > 2 and parts[0] == "tests" else parts[0]
+    _SUITE_SECONDS[suite] = _SUITE_SECONDS.get(suite, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The time of each suite, so a slow one shows against CI's budget."""
+    if not _SUITE_SECONDS:
+        return
+    terminalreporter.section("suite times")
+    for suite, seconds in sorted(_SUITE_SECONDS.items(), key=lambda item: -item[1]):
+        terminalreporter.write_line(f"{suite:<14} {seconds / 60:6.1f} min  ({seconds:.0f}s)")
+    total = sum(_SUITE_SECONDS.values())
+    terminalreporter.write_line(f"{'total':<14} {total / 60:6.1f} min  ({total:.0f}s)")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -43,7 +68,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.integration)
         elif (_TESTS / "e2e") in path.parents:
             item.add_marker(pytest.mark.e2e)
-        if _SERVICE_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+        if _SERVICE_FIXTURES.intersection(getattr(item, "fixturenames", ())) or (
+            item.get_closest_marker("real_controllers") is not None
+        ):
             item.add_marker(pytest.mark.services)
 
 
@@ -51,6 +78,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def control_plane() -> Iterator[ControlPlane]:
     """A running etcd + kube-apiserver shared by the whole session."""
     cp = ControlPlane()
+    cp.start()
+    try:
+        yield cp
+    finally:
+        cp.stop()
+
+
+@pytest.fixture(scope="session")
+def controller_plane() -> Iterator[ControlPlane]:
+    """A second control plane for the session, with kube-controller-manager,
+    kube-scheduler and kwok managing fake GPU and CPU nodes: workloads really roll
+    out there. Started on first use only."""
+    cp = ControlPlane(controllers=True)
     cp.start()
     try:
         yield cp

@@ -1,6 +1,12 @@
 """End-to-end fixtures: the CRD and RBAC installed in the real control plane, and a
 "stack" of real `icache dispatcher` / `icache worker` subprocesses on real Redis.
 
+Two control planes serve the suite. By default a test gets the bare one (no
+controllers: workload and pod status stay what the test writes, envtest style).
+A test marked ``real_controllers`` gets the one with kube-controller-manager,
+kube-scheduler and kwok, where Deployments and StatefulSets roll out for real
+(tests/e2e/workloads.py has the helpers); such a test never writes workload status.
+
 The processes run as the ServiceAccounts of manifests/rbac (client certificates
 for `system:serviceaccount:<INSTALL_NAMESPACE>:icache-{worker,dispatcher}`), so every e2e
 test also proves the RBAC is sufficient. Periods are shortened by flags so the
@@ -86,10 +92,34 @@ class Cluster:
     worker_kubeconfig: Path
     dispatcher_kubeconfig: Path
     namespaces: list[str] = field(default_factory=list)
+    # Fake nodes a test added (tests/e2e/workloads.py open_pool); removed after it.
+    nodes: list[str] = field(default_factory=list)
 
-    def namespace(self) -> str:
+    @property
+    def controllers(self) -> bool:
+        """kube-controller-manager, kube-scheduler and kwok run on this control plane."""
+        return self.cp.controllers
+
+    def cleanup(self, namespaces: list[str]) -> None:
+        """After a test: delete its CacheBackends, and with controllers its namespaces
+        too (the namespace controller and the garbage collector empty them)."""
+        self.delete_backends(namespaces)
+        if not self.controllers:
+            return
+        paths = [f"/api/v1/namespaces/{ns}" for ns in namespaces]
+        paths += [f"/api/v1/nodes/{node}" for node in self.nodes]
+        self.nodes.clear()
+        for path in paths:
+            try:
+                self.kube.request("DELETE", path)
+            except k.ApiError as exc:
+                if not exc.not_found:
+                    raise
+
+    def namespace(self, labels: dict[str, str] | None = None) -> str:
         name = f"e2e-{uuid.uuid4().hex[:8]}"
-        self.kube.request("POST", "/api/v1/namespaces", body={"metadata": {"name": name}})
+        meta: dict[str, Any] = {"name": name, **({"labels": labels} if labels else {})}
+        self.kube.request("POST", "/api/v1/namespaces", body={"metadata": meta})
         self.namespaces.append(name)
         return name
 
@@ -162,32 +192,6 @@ class Cluster:
             timeout,
         )
 
-    # ---- workloads (no controller-manager: tests write status themselves)
-
-    def set_workload_status(self, ns: str, kind: str, name: str, status: dict[str, Any]) -> None:
-        res = k.BY_KIND[kind]
-        self.kube.request(
-            "PATCH",
-            res.item(ns, name) + "/status",
-            body={"status": status},
-            content_type="application/merge-patch+json",
-        )
-
-    def mark_available(self, ns: str, kind: str, name: str, replicas: int = 1) -> None:
-        obj = self.kube.get(k.BY_KIND[kind], ns, name)
-        self.set_workload_status(
-            ns,
-            kind,
-            name,
-            {
-                "observedGeneration": obj["metadata"]["generation"],
-                "replicas": replicas,
-                "updatedReplicas": replicas,
-                "readyReplicas": replicas,
-                "availableReplicas": replicas,
-            },
-        )
-
     def events(self, ns: str, name: str) -> list[dict[str, Any]]:
         items = self.kube.list(k.EVENTS, ns).get("items") or []
         return [e for e in items if (e.get("involvedObject") or {}).get("name") == name]
@@ -196,6 +200,11 @@ class Cluster:
 # ---- engine and cache-server pods (wired by annotations, as the Pod webhook leaves them)
 
 KERNEL_CHECK = "lmcache-kernel-check"
+
+
+#: A scheduler nobody runs: a pod naming it stays unbound, so no kwok node writes its
+#: status and the test can (the pod plays one a kubelet reported on).
+HAND_WRITTEN_STATUS_SCHEDULER = "harness-hand-written-status"
 
 
 def create_pod(
@@ -210,6 +219,8 @@ def create_pod(
     owner: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     spec: dict[str, Any] = {"containers": [{"name": n, "image": "engine:1"} for n in containers]}
+    if cluster.controllers:
+        spec["schedulerName"] = HAND_WRITTEN_STATUS_SCHEDULER
     if kernel_check:
         spec["initContainers"] = [{"name": KERNEL_CHECK, "image": "engine:1"}]
     meta: dict[str, Any] = {
@@ -242,23 +253,6 @@ def injected(cb: dict[str, Any], mode: str | None = None) -> dict[str, str]:
     if mode:
         out["inferencecache.io/lmcache-kernel-check-mode"] = mode
     return out
-
-
-def create_ready_server_pod(cluster: Cluster, ns: str, workload: dict[str, Any], name: str) -> str:
-    """A Ready pod of the managed cache-server workload (its selector labels and its
-    container); returns the pod UID."""
-    labels = dict(workload["spec"]["selector"]["matchLabels"])
-    container = workload["spec"]["template"]["spec"]["containers"][0]["name"]
-    pod = create_pod(cluster, ns, name, {}, labels=labels, containers=(container,))
-    set_pod_status(
-        cluster,
-        ns,
-        name,
-        {"conditions": [{"type": "Ready", "status": "True"}],
-         "containerStatuses": [{"name": container, "ready": True, "restartCount": 0,
-                                "image": "engine:1", "imageID": "", "state": {"running": {}}}]},
-    )  # fmt: skip
-    return str(pod["metadata"]["uid"])
 
 
 def condition(obj: dict[str, Any], type_: str) -> tuple[str, str] | None:
@@ -294,7 +288,7 @@ def install_cluster(control_plane: ControlPlane, kubeconfig_dir: Path) -> Cluste
 
 
 @pytest.fixture(scope="session")
-def cluster(
+def bare_cluster(
     control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Cluster]:
     c = install_cluster(control_plane, tmp_path_factory.mktemp("kubeconfigs"))
@@ -302,6 +296,26 @@ def cluster(
         yield c
     finally:
         c.kube.close()
+
+
+@pytest.fixture(scope="session")
+def rollout_cluster(
+    controller_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Cluster]:
+    c = install_cluster(controller_plane, tmp_path_factory.mktemp("kubeconfigs-controllers"))
+    try:
+        yield c
+    finally:
+        c.kube.close()
+
+
+@pytest.fixture
+def cluster(request: pytest.FixtureRequest) -> Cluster:
+    """The bare control plane, or the one with controllers for a test marked
+    ``real_controllers``."""
+    if request.node.get_closest_marker("real_controllers") is not None:
+        return request.getfixturevalue("rollout_cluster")
+    return request.getfixturevalue("bare_cluster")
 
 
 # --------------------------------------------------------------------- processes
@@ -511,7 +525,7 @@ def stack(
         report = getattr(request.node, "rep_call", None)
         if report is not None and report.failed:
             print(s.logs())
-        cluster.delete_backends(cluster.namespaces[first_namespace:])
+        cluster.cleanup(cluster.namespaces[first_namespace:])
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)

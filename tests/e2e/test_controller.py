@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import pytest
+
 from reconciler import kube as k
 from tests.e2e.conftest import (
     DISPATCHER_USER,
@@ -13,11 +15,20 @@ from tests.e2e.conftest import (
     Stack,
     condition,
     create_pod,
-    create_ready_server_pod,
     injected,
     poll,
     set_pod_status,
 )
+from tests.e2e.workloads import (
+    hold_pool,
+    open_pool,
+    pods_of,
+    trigger,
+    wait_rolled_out,
+    wait_workload,
+    workload,
+)
+from tests.harness import kwok
 
 NO_GATE = {"inferencecache.io/require-kv-events": "false"}
 
@@ -124,9 +135,15 @@ def test_backends_of_every_shape_get_the_right_objects_and_status(
     assert all(st["failOpen"] is True for st in status.values())
 
 
+@pytest.mark.real_controllers
 def test_workload_status_moves_conditions_through_their_reasons(
     cluster: Cluster, stack: Stack
 ) -> None:
+    """Spec, Conditions and the KV-event readiness gate, through a real rollout: Ready
+    RolloutInProgress → AwaitingFirstKVEvent → NoKVEventsObserved (Degraded) →
+    KVEventsObserved; the Deployment really losing its available replica (the pod's
+    readiness fails) is Degraded/ReplicasUnavailable and recovers; scaling to zero is
+    ScaledToZero; the transition Events are each recorded once."""
     stack.start_dispatcher()
     stack.start_worker()
     ns = cluster.namespace()
@@ -137,12 +154,15 @@ def test_workload_status_moves_conditions_through_their_reasons(
         # before the requeue-after hint flips it.
         "observation": {"firstEventTimeout": "5s"},
         "integration": {"failOpen": False},
+        # No node is in this pool yet: the rollout stays in flight until one joins.
+        "template": {"nodeSelector": hold_pool(ns)},
     }
     cluster.create_cb(ns, "cb", spec)
     cluster.wait_condition(ns, "cb", "Ready", "False", "RolloutInProgress")
     dep = "cb-lmcache-server"
 
-    cluster.mark_available(ns, "Deployment", dep)
+    open_pool(cluster, ns)
+    wait_rolled_out(cluster, ns, "Deployment", dep)
     cluster.wait_condition(ns, "cb", "Ready", "False", "AwaitingFirstKVEvent")
     # No event within firstEventTimeout: the requeue-after hint flips it on time.
     obj = cluster.wait_condition(ns, "cb", "Degraded", "True", "NoKVEventsObserved", timeout=20)
@@ -163,10 +183,16 @@ def test_workload_status_moves_conditions_through_their_reasons(
     assert obj["status"]["firstKVEventObservedAt"]
     assert obj["status"]["indexParticipation"]["prefixCount"] == 4
 
-    # The workload loses its replicas, then recovers.
-    cluster.set_workload_status(ns, "Deployment", dep, {"availableReplicas": 0, "readyReplicas": 0})
+    # The workload loses its replica (its readiness probe fails), then recovers.
+    (pod,) = pods_of(cluster, ns, workload(cluster, ns, "Deployment", dep))
+    trigger(cluster, ns, pod["metadata"]["name"], kwok.readiness_patch(False))
+    wait_workload(
+        cluster, ns, "Deployment", dep,
+        lambda d: not (d.get("status") or {}).get("availableReplicas"), "no replica available",
+    )  # fmt: skip
     cluster.wait_condition(ns, "cb", "Degraded", "True", "ReplicasUnavailable")
-    cluster.mark_available(ns, "Deployment", dep)
+    trigger(cluster, ns, pod["metadata"]["name"], kwok.readiness_patch(True))
+    wait_rolled_out(cluster, ns, "Deployment", dep)
     cluster.wait_condition(ns, "cb", "Ready", "True", "KVEventsObserved")
 
     # Scale to zero.
@@ -177,6 +203,10 @@ def test_workload_status_moves_conditions_through_their_reasons(
         content_type="application/merge-patch+json",
     )
     cluster.wait_condition(ns, "cb", "Ready", "False", "ScaledToZero")
+    wait_workload(
+        cluster, ns, "Deployment", dep,
+        lambda d: not (d.get("status") or {}).get("replicas"), "scaled to zero",
+    )  # fmt: skip
 
     def reasons() -> list[str] | None:
         got = [e["reason"] for e in cluster.events(ns, "cb")]
@@ -266,7 +296,12 @@ def test_mode_switches_shed_owned_objects(cluster: Cluster, stack: Stack) -> Non
     assert {c["type"] for c in obj["status"]["conditions"]} == {"Ready", "Degraded", "Progressing"}
 
 
+@pytest.mark.real_controllers
 def test_steady_state_resync_makes_zero_write_requests(cluster: Cluster, stack: Stack) -> None:
+    """Spec: Events and status writes only on meaningful state changes, never on
+    steady-state reconciles — with the workloads really rolled out (kube-controller-
+    manager keeps writing their status, kwok their pods') and engine-side observations
+    in place, a full resync of every backend writes nothing."""
     stack.start_dispatcher()
     stack.start_worker()
     ns = cluster.namespace()
@@ -316,14 +351,17 @@ def test_steady_state_resync_makes_zero_write_requests(cluster: Cluster, stack: 
         cluster.create_cb(ns, name, spec)
     for name in specs:
         cluster.wait_cb(ns, name, converged, "converged")
-    cluster.mark_available(ns, "Deployment", "managed-redis")
-    cluster.mark_available(ns, "StatefulSet", "mooncake-mooncake")
+    wait_rolled_out(cluster, ns, "Deployment", "managed-redis")
+    wait_rolled_out(cluster, ns, "StatefulSet", "mooncake-mooncake")
+    wait_rolled_out(cluster, ns, "Deployment", "autoscaled-lmcache-server")
     cluster.wait_condition(ns, "mooncake", "Ready", "False", "AwaitingFirstKVEvent")
     cluster.wait_condition(ns, "managed", "Ready", "False", "AwaitingFirstKVEvent")
-    # Engine-side observations are idle too: a Ready cache-server pod (the cascade
-    # baseline) and an injected engine pod whose engine crash-loops.
+    # Engine-side observations are idle too: the Ready cache-server pod (the cascade
+    # baseline) and an injected engine pod whose engine crash-loops (its status
+    # written here: it is bound to no node).
     server = cluster.kube.get(k.DEPLOYMENTS, ns, "managed-redis")
-    server_uid = create_ready_server_pod(cluster, ns, server, "managed-redis-0")
+    (server_pod,) = pods_of(cluster, ns, server)
+    server_uid = server_pod["metadata"]["uid"]
     create_pod(
         cluster, ns, "sglang-0", injected(cluster.cb(ns, "managed")), labels={"app": "sglang"}
     )

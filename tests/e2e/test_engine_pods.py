@@ -1,7 +1,11 @@
 """End to end: engine pods (wired by annotations, as the Pod webhook leaves them) drive
 the engine-side advisory conditions, the pod Events and the cache-server cascade.
 
-There is no kubelet: the tests write pod status themselves, as envtest users do.
+The managed cache servers really roll out (kube-controller-manager, kube-scheduler,
+kwok). The engine pods here report what a kubelet would after running an init
+container or crash-looping, so they stay bound to no node and the tests write their
+status, as envtest users do. tests/e2e/test_rollouts.py has the cascade end to end
+with webhook-wired engine Deployments.
 """
 
 from __future__ import annotations
@@ -10,6 +14,8 @@ import json
 import socket
 import urllib.request
 
+import pytest
+
 from reconciler import kube as k
 from tests.e2e.conftest import (
     KERNEL_CHECK,
@@ -17,11 +23,11 @@ from tests.e2e.conftest import (
     Stack,
     condition,
     create_pod,
-    create_ready_server_pod,
     injected,
     poll,
     set_pod_status,
 )
+from tests.e2e.workloads import wait_rolled_out
 
 NO_GATE = {"inferencecache.io/require-kv-events": "false"}
 MANAGED = {
@@ -51,6 +57,7 @@ def scrape(port: int) -> str:
         return str(resp.read().decode())
 
 
+@pytest.mark.real_controllers
 def test_engine_pods_drive_advisories_events_and_the_t2_gauge(
     cluster: Cluster, stack: Stack
 ) -> None:
@@ -60,7 +67,7 @@ def test_engine_pods_drive_advisories_events_and_the_t2_gauge(
     ns = cluster.namespace()
     cb = cluster.create_cb(ns, "cb", MANAGED, NO_GATE)
     cluster.wait_cb(ns, "cb", lambda o: bool((o.get("status") or {}).get("endpoint")), "endpoint")
-    cluster.mark_available(ns, "Deployment", "cb-lmcache-server")
+    wait_rolled_out(cluster, ns, "Deployment", "cb-lmcache-server")
     cluster.wait_condition(ns, "cb", "Ready", "True", "BackendReady")
 
     create_pod(cluster, ns, "e-strict", injected(cb, "strict"), kernel_check=True)
@@ -188,89 +195,3 @@ def test_engine_pods_drive_advisories_events_and_the_t2_gauge(
     assert {c["type"] for c in obj["status"]["conditions"]} == {"Ready", "Degraded", "Progressing"}
     # Each pod Event was recorded exactly once.
     assert pod_event_reasons(cluster, ns, "e-strict") == ["InjectedByCacheBackend"]
-
-
-def test_cache_server_replacement_rolls_the_injected_engine_deployment(
-    cluster: Cluster, stack: Stack
-) -> None:
-    stack.start_dispatcher()
-    stack.start_worker()
-    ns = cluster.namespace()
-    cb = cluster.create_cb(ns, "cb", MANAGED, NO_GATE)
-    server = "cb-lmcache-server"
-    dep = poll(
-        lambda: cluster.kube.get_or_none(k.DEPLOYMENTS, ns, server), timeout=30, what="server"
-    )
-    cluster.mark_available(ns, "Deployment", server)
-    first = create_ready_server_pod(cluster, ns, dep, "server-1")
-    cluster.wait_cb(
-        ns,
-        "cb",
-        lambda o: (o.get("status") or {}).get("observedServerInstance") == f"{first}:0",
-        "baseline observedServerInstance",
-    )
-
-    # The engine workload: Deployment → ReplicaSet → pod wired to this backend.
-    engine = cluster.kube.create(
-        k.DEPLOYMENTS,
-        ns,
-        {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": {"name": "vllm"},
-            "spec": {
-                "replicas": 1,
-                "selector": {"matchLabels": {"app": "vllm"}},
-                "template": {
-                    "metadata": {"labels": {"app": "vllm"}},
-                    "spec": {"containers": [{"name": "vllm", "image": "engine:1"}]},
-                },
-            },
-        },
-    )
-    rs = cluster.kube.create(
-        k.REPLICASETS,
-        ns,
-        {
-            "apiVersion": "apps/v1",
-            "kind": "ReplicaSet",
-            "metadata": {
-                "name": "vllm-abc",
-                "labels": {"app": "vllm"},
-                "ownerReferences": [
-                    {"apiVersion": "apps/v1", "kind": "Deployment", "name": "vllm",
-                     "uid": engine["metadata"]["uid"], "controller": True}
-                ],
-            },
-            "spec": {
-                "replicas": 1,
-                "selector": {"matchLabels": {"app": "vllm"}},
-                "template": {
-                    "metadata": {"labels": {"app": "vllm"}},
-                    "spec": {"containers": [{"name": "vllm", "image": "engine:1"}]},
-                },
-            },
-        },
-    )  # fmt: skip
-    create_pod(
-        cluster,
-        ns,
-        "vllm-abc-1",
-        injected(cb),
-        owner={"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "vllm-abc",
-               "uid": rs["metadata"]["uid"], "controller": True},
-    )  # fmt: skip
-
-    # The cache server is replaced (no kubelet: an unbound pod is deleted at once).
-    cluster.kube.delete(k.PODS, ns, "server-1")
-    second = create_ready_server_pod(cluster, ns, dep, "server-2")
-    obj = cluster.wait_cb(
-        ns,
-        "cb",
-        lambda o: (o.get("status") or {}).get("observedServerInstance") == f"{second}:0",
-        "observedServerInstance after the replacement",
-        timeout=30,
-    )
-    template = cluster.kube.get(k.DEPLOYMENTS, ns, "vllm")["spec"]["template"]["metadata"]
-    assert "inferencecache.io/cache-server-restart-trigger" in (template.get("annotations") or {})
-    assert condition(obj, "Ready") == ("True", "BackendReady")

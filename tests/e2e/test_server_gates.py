@@ -14,6 +14,7 @@ import pytest
 
 from reconciler import kube as k
 from tests.e2e.conftest import Cluster, Stack, condition, poll
+from tests.e2e.workloads import hold_pool, open_pool, wait_rolled_out
 
 
 class StubServer:
@@ -64,9 +65,13 @@ def stub_server() -> Iterator[StubServer]:
     s.close()
 
 
+@pytest.mark.real_controllers
 def test_snapshot_poller_and_functional_probe_gate(
     cluster: Cluster, stack: Stack, stub_server: StubServer, tmp_path: Path
 ) -> None:
+    """Spec, Composition order: managed-readiness → KV-event gate → functional-probe
+    gate; no probe before the upstream gates pass (the Deployment really rolling out
+    first), then the probe's per-stage outcome drives FunctionalProbeOK and Ready."""
     token = tmp_path / "token"
     token.write_text("secret-token\n")
     stack.start_dispatcher()
@@ -95,10 +100,14 @@ def test_snapshot_poller_and_functional_probe_gate(
             "remoteStorage": {"provider": "LMCacheServer", "ownership": "Managed"},
             "engineSelector": {"matchLabels": {"app": "vllm"}},
             "observation": {"modelID": "Qwen/Qwen3"},
+            # No node is in this pool yet: the rollout stays in flight until one joins.
+            "template": {"nodeSelector": hold_pool(ns)},
         },
     )
     cluster.wait_condition(ns, "cb", "Ready", "False", "RolloutInProgress")
-    cluster.mark_available(ns, "Deployment", "cb-lmcache-server")
+    assert condition(cluster.cb(ns, "cb"), "FunctionalProbeOK") is None
+    open_pool(cluster, ns)
+    wait_rolled_out(cluster, ns, "Deployment", "cb-lmcache-server")
     obj = cluster.wait_condition(ns, "cb", "Ready", "False", "AwaitingFirstKVEvent")
     assert obj["status"]["matchedEnginePods"] == 1
     assert condition(obj, "FunctionalProbeOK") is None, "no probe before the upstream gate passes"

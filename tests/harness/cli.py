@@ -5,8 +5,11 @@
     python -m tests.harness.cli down    # stop it and remove the state dir
 
 ``up`` starts a detached supervisor (``serve``) that owns the
-:class:`~tests.harness.controlplane.ControlPlane` (so the default-ServiceAccount
-stand-in runs too) and writes ``state.json`` once the API server is ready.
+:class:`~tests.harness.controlplane.ControlPlane` and writes ``state.json`` once it is
+ready. By default that includes kube-controller-manager, kube-scheduler and kwok with
+its fake GPU and CPU nodes, so Deployments roll out and pods turn Ready;
+``--no-controllers`` starts etcd and kube-apiserver only (the default-ServiceAccount
+stand-in runs then).
 State, certificates, etcd data, the kubeconfig and logs live in ``./.cluster/``
 (``--dir`` to change; gitignored).
 """
@@ -60,12 +63,12 @@ def _running(state: dict[str, Any] | None) -> bool:
     return state is not None and all(_alive(int(p)) for p in state["pids"].values())
 
 
-def serve(state_dir: Path) -> int:
+def serve(state_dir: Path, controllers: bool = True) -> int:
     """Run the control plane in the foreground until SIGTERM/SIGINT."""
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    cp = ControlPlane(work_dir=state_dir)
+    cp = ControlPlane(work_dir=state_dir, controllers=controllers)
     try:
         cp.start()
         state = {
@@ -88,7 +91,7 @@ def serve(state_dir: Path) -> int:
         (state_dir / STATE_FILE).unlink(missing_ok=True)
 
 
-def up(state_dir: Path, timeout: float) -> int:
+def up(state_dir: Path, timeout: float, controllers: bool = True) -> int:
     state = _read_state(state_dir)
     if _running(state):
         assert state is not None
@@ -100,8 +103,9 @@ def up(state_dir: Path, timeout: float) -> int:
     state_dir.mkdir(parents=True, exist_ok=True)
     log_path = state_dir / SUPERVISOR_LOG
     with log_path.open("ab") as log:
+        flags = [] if controllers else ["--no-controllers"]
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.harness.cli", "--dir", str(state_dir), "serve"],
+            [sys.executable, "-m", "tests.harness.cli", "--dir", str(state_dir), *flags, "serve"],
             cwd=REPO_ROOT,
             stdin=subprocess.DEVNULL,
             stdout=log,
@@ -179,16 +183,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--timeout", type=float, default=600.0, help="seconds to wait (includes a first build)"
     )
+    parser.add_argument(
+        "--no-controllers",
+        action="store_true",
+        help="etcd and kube-apiserver only: no controller-manager, scheduler or kwok nodes",
+    )
     parser.add_argument("command", choices=["up", "down", "status", "serve"])
     args = parser.parse_args(argv)
     state_dir: Path = args.dir.resolve()
+    controllers = not args.no_controllers
     if args.command == "up":
-        return up(state_dir, args.timeout)
+        return up(state_dir, args.timeout, controllers)
     if args.command == "down":
         return down(state_dir, min(args.timeout, 30.0))
     if args.command == "status":
         return status(state_dir)
-    return serve(state_dir)
+    return serve(state_dir, controllers)
 
 
 if __name__ == "__main__":

@@ -6,8 +6,8 @@ own PKI with ``cryptography``, starts both processes in their own process
 groups, waits for ``/readyz`` and writes a kubeconfig. Nothing in here depends
 on pytest; ``tests/conftest.py`` and ``tests/harness/cli.py`` wrap it.
 
-There is no kube-controller-manager, kubelet or scheduler. What that means for
-tests:
+By default there is no kube-controller-manager, kubelet or scheduler (the
+envtest style, for tests that need no controller). What that means for tests:
 
 * The ``ServiceAccount`` admission plugin stays enabled, so Pods are admitted
   exactly as in a real cluster (``serviceAccountName: default`` and the
@@ -21,6 +21,13 @@ tests:
 * Deleted namespaces stay ``Terminating`` forever (no namespace controller):
   give every test its own namespace name instead of reusing one.
 * Deployments never get Pods and Pods never run: set ``status`` yourself.
+
+``ControlPlane(controllers=True)`` also runs kube-controller-manager,
+kube-scheduler and kwok with a few fake nodes (:mod:`tests.harness.controllers`,
+:mod:`tests.harness.kwok`): workloads roll out for real, Pods are scheduled and
+turn Ready, the garbage collector and the namespace controller run, and tests
+restart containers or fail pods through kwok stages. The stand-in thread is not
+needed there.
 """
 
 from __future__ import annotations
@@ -45,7 +52,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import yaml
 from cryptography import x509
@@ -54,6 +61,10 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from icache_install import certs
+from tests.harness.kwok import DEFAULT_NODES, FakeNode
+
+if TYPE_CHECKING:
+    from tests.harness.controllers import ClusterControllers
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO_ROOT / "tests" / "controlplane" / "build.sh"
@@ -575,6 +586,8 @@ class ControlPlane:
         extra_apiserver_args: Sequence[str] = (),
         start_timeout: float = 120.0,
         binaries: Binaries | None = None,
+        controllers: bool = False,
+        nodes: Sequence[FakeNode] = DEFAULT_NODES,
     ) -> None:
         self._requested_work_dir = work_dir
         self._remove_work_dir = remove_work_dir
@@ -592,6 +605,9 @@ class ControlPlane:
         self._etcd_client_port = 0
         self._etcd_peer_port = 0
         self._sa_controller: _DefaultServiceAccountController | None = None
+        self.controllers = controllers
+        self.nodes = tuple(nodes)
+        self._controllers: ClusterControllers | None = None
         self._atexit_registered = False
 
     # -- public attributes ------------------------------------------------- #
@@ -641,11 +657,14 @@ class ControlPlane:
 
     @property
     def pids(self) -> dict[str, int]:
-        return {
+        pids = {
             name: proc.pid
             for name, proc in (("etcd", self._etcd), ("kube-apiserver", self._apiserver))
             if proc is not None
         }
+        if self._controllers is not None:
+            pids.update(self._controllers.pids)
+        return pids
 
     @property
     def running(self) -> bool:
@@ -654,6 +673,7 @@ class ControlPlane:
             and self._apiserver is not None
             and self._etcd.poll() is None
             and self._apiserver.poll() is None
+            and (self._controllers is None or self._controllers.running)
         )
 
     # -- lifecycle --------------------------------------------------------- #
@@ -937,7 +957,18 @@ class ControlPlane:
             description="namespace default",
             abort=self._process_died,
         )
-        if self.service_account_admission:
+        if self.controllers:
+            from tests.harness.controllers import ClusterControllers, ControllerBinaries
+
+            assert self._binaries is not None
+            self._controllers = ClusterControllers(
+                self,
+                ControllerBinaries.beside(self._binaries.kube_apiserver.parent),
+                nodes=self.nodes,
+                timeout=self.start_timeout,
+            )
+            self._controllers.start()
+        elif self.service_account_admission:
             self._sa_controller = _DefaultServiceAccountController(self)
             self._sa_controller.start()
 
@@ -1005,6 +1036,15 @@ class ControlPlane:
         ]
         if not self.service_account_admission:
             args.append("--disable-admission-plugins=ServiceAccount")
+        if self.controllers:
+            args += [
+                # Pods that request a GPU tolerate the GPU nodes' taint, as on GKE/EKS.
+                "--enable-admission-plugins=ExtendedResourceToleration",
+                # MutatingAdmissionPolicy (beta, off by default in 1.35): tests inject
+                # a sidecar into pods the way a service mesh's webhook would.
+                "--feature-gates=MutatingAdmissionPolicy=true",
+                "--runtime-config=admissionregistration.k8s.io/v1beta1=true",
+            ]
         if self.audit:
             args += [
                 f"--audit-policy-file={work / 'audit-policy.yaml'}",
@@ -1042,19 +1082,23 @@ class ControlPlane:
         for name, proc in (("etcd", self._etcd), ("kube-apiserver", self._apiserver)):
             if proc is not None and proc.poll() is not None:
                 return f"{name} exited with code {proc.returncode}"
-        return None
+        return None if self._controllers is None else self._controllers.process_died()
 
     def _log_tails(self) -> str:
         if self._work_dir is None:
             return ""
         parts = []
-        for path in (self.etcd_log_path, self.apiserver_log_path):
+        extra = [] if self._controllers is None else self._controllers.log_paths
+        for path in (self.etcd_log_path, self.apiserver_log_path, *extra):
             if path.exists():
                 parts.append(f"----- {path} (tail) -----\n{tail(path)}")
         return "\n".join(parts)
 
     def _kill_processes(self) -> None:
-        # API server first: it would otherwise log etcd connection errors.
+        # Controllers, then the API server: each would otherwise log connection errors.
+        if self._controllers is not None:
+            self._controllers.stop()
+            self._controllers = None
         for proc in (self._apiserver, self._etcd):
             if proc is not None:
                 terminate_process_group(proc)
