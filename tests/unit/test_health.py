@@ -68,7 +68,7 @@ def test_the_health_server_answers_healthz_readyz_and_metrics() -> None:
         assert body["stale"] == ["consumer-loop"]
         code, metrics = get(port, "/metrics")
         assert code == 200
-        assert b"icache_workqueue_in_flight" in metrics
+        assert b"inferencecache_active_workers" in metrics
     finally:
         server.shutdown()
 

@@ -1,0 +1,93 @@
+"""The reconciler's metric helpers: controller-runtime's reconcile series, the
+per-backend condition gauge (exactly the conditions a backend has now) and client-go's
+unfinished-work gauges (docs/metrics.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Gauge
+
+from reconciler import metrics
+from reconciler.metrics import BackendConditions, RunningKeys, condition_series
+
+
+def _backend(*conditions: tuple[str, str, str]) -> dict[str, Any]:
+    return {
+        "metadata": {"namespace": "ns", "name": "cb"},
+        "status": {
+            "conditions": [{"type": t, "status": s, "reason": r} for t, s, r in conditions]
+        },
+    }
+
+
+def _samples(registry: CollectorRegistry, name: str) -> list[dict[str, str]]:
+    """The label sets of the samples named ``name``."""
+    return [
+        dict(sample.labels)
+        for family in registry.collect()
+        for sample in family.samples
+        if sample.name == name
+    ]
+
+
+def test_condition_series_reads_type_status_and_reason_of_every_condition() -> None:
+    obj = _backend(("Ready", "False", "AwaitingFirstKVEvent"), ("Degraded", "False", "NotDegraded"))
+    obj["status"]["conditions"].append({"status": "True"})  # no type: not a condition
+    assert condition_series(obj) == {
+        ("Ready", "False", "AwaitingFirstKVEvent"),
+        ("Degraded", "False", "NotDegraded"),
+    }
+    assert condition_series({}) == set()
+
+
+def test_backend_condition_gauge_keeps_only_the_current_reason_and_goes_with_the_backend() -> None:
+    """A changed reason replaces its series (an alert `for:` follows the live reason);
+    a deleted backend leaves no series behind."""
+    registry = CollectorRegistry()
+    gauge = Gauge("cond", "c", ["backend", "type", "status", "reason"], registry=registry)
+    conditions = BackendConditions(gauge)
+    conditions.export("ns/cb", _backend(("Ready", "False", "RolloutInProgress")))
+    conditions.export("ns/other", _backend(("Ready", "True", "KVEventsObserved")))
+    conditions.export("ns/cb", _backend(("Ready", "False", "ReplicasUnavailable")))
+    got = _samples(registry, "cond")
+    assert {s["reason"] for s in got if s["backend"] == "ns/cb"} == {"ReplicasUnavailable"}
+    conditions.export("ns/cb", None)
+    assert {s["backend"] for s in _samples(registry, "cond")} == {"ns/other"}
+    conditions.clear()
+    assert _samples(registry, "cond") == []
+
+
+def test_running_keys_sum_and_max_the_ages_of_the_running_reconciles() -> None:
+    now = [100.0]
+    running = RunningKeys(clock=lambda: now[0])
+    running.start("a")
+    now[0] = 104.0
+    running.start("b")
+    now[0] = 110.0
+    families = {f.name: f.samples[0].value for f in running.collect()}
+    assert families == {
+        "inferencecache_workqueue_unfinished_work_seconds": 16.0,
+        "inferencecache_workqueue_longest_running_processor_seconds": 10.0,
+    }
+    running.finish("a")
+    running.finish("b")
+    assert {f.samples[0].value for f in running.collect()} == {0.0}
+
+
+def test_an_error_counts_in_reconcile_total_and_in_reconcile_errors_total() -> None:
+    def value(name: str, labels: dict[str, str]) -> float:
+        from prometheus_client import REGISTRY
+
+        return REGISTRY.get_sample_value(name, labels) or 0.0
+
+    by_result = {"controller": "cachebackend", "result": "error"}
+    errors_before = value("inferencecache_reconcile_errors_total", {"controller": "cachebackend"})
+    total_before = value("inferencecache_reconcile_total", by_result)
+    metrics.reconciled(metrics.ERROR, 0.01)
+    metrics.reconciled(metrics.SUCCESS, 0.01)
+    assert value("inferencecache_reconcile_total", by_result) == total_before + 1
+    assert (
+        value("inferencecache_reconcile_errors_total", {"controller": "cachebackend"})
+        == errors_before + 1
+    )
