@@ -170,7 +170,9 @@ def condition_series(obj: Mapping[str, Any]) -> set[tuple[str, str, str]]:
     out: set[tuple[str, str, str]] = set()
     for cond in conditions:
         if isinstance(cond, Mapping) and cond.get("type"):
-            out.add((str(cond["type"]), str(cond.get("status") or ""), str(cond.get("reason") or "")))
+            out.add(
+                (str(cond["type"]), str(cond.get("status") or ""), str(cond.get("reason") or ""))
+            )
     return out
 
 

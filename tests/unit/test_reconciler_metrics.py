@@ -15,9 +15,7 @@ from reconciler.metrics import BackendConditions, RunningKeys, condition_series
 def _backend(*conditions: tuple[str, str, str]) -> dict[str, Any]:
     return {
         "metadata": {"namespace": "ns", "name": "cb"},
-        "status": {
-            "conditions": [{"type": t, "status": s, "reason": r} for t, s, r in conditions]
-        },
+        "status": {"conditions": [{"type": t, "status": s, "reason": r} for t, s, r in conditions]},
     }
 
 
