@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final
 
-from prometheus_client import REGISTRY, Counter, Gauge, Histogram
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -43,43 +43,51 @@ _QUEUE_BUCKETS: Final = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 3
 
 # ---------------------------------------------------------------- work queue
 
+# Created unregistered: each process registers the families it feeds (register()),
+# so a worker does not expose the dispatcher's series as zeros, nor the reverse.
 _DEPTH = Gauge(
     "inferencecache_workqueue_depth",
     "Keys waiting to run: due in the Redis work queue or dispatched to a worker and not "
     "started yet (delayed requeues and error backoff not counted until due). Leading "
     "dispatcher only.",
     ["name"],
+    registry=None,
 )
 _FAILING = Gauge(
     "inferencecache_workqueue_failing_keys",
     "Keys whose last run failed and that are waiting out their error backoff (reset by "
     "a successful run). Leading dispatcher only.",
     ["name"],
+    registry=None,
 )
-ADDS = Counter(
+_ADDS = Counter(
     "inferencecache_workqueue_adds_total",
     "Keys added to the work queue (before collapsing into a pending entry).",
     ["name"],
-).labels(QUEUE)
+    registry=None,
+)
 _RETRIES = Counter(
     "inferencecache_workqueue_retries_total",
     "Keys re-enqueued after a failure, by cause: error (the reconcile failed; backoff), "
     "lease_expired (the worker running it stopped renewing its lease), redispatch (the "
     "dispatched message never started).",
     ["name", "cause"],
+    registry=None,
 )
-QUEUE_DURATION = Histogram(
+_QUEUE_DURATION = Histogram(
     "inferencecache_workqueue_queue_duration_seconds",
     "Time from a key's dispatch to a worker until that worker started it.",
     ["name"],
     buckets=_QUEUE_BUCKETS,
-).labels(QUEUE)
-WORK_DURATION = Histogram(
+    registry=None,
+)
+_WORK_DURATION = Histogram(
     "inferencecache_workqueue_work_duration_seconds",
     "Time a worker held a key (its lease), from start to done.",
     ["name"],
     buckets=_DURATION_BUCKETS,
-).labels(QUEUE)
+    registry=None,
+)
 
 # ---------------------------------------------------------------- reconciles
 
@@ -88,32 +96,38 @@ _RECONCILES = Counter(
     "Reconciles by result: success, error, requeue_after (succeeded and asked to run "
     "again after a delay).",
     ["controller", "result"],
+    registry=None,
 )
-RECONCILE_ERRORS = Counter(
+_RECONCILE_ERRORS = Counter(
     "inferencecache_reconcile_errors_total",
     "Reconciles that failed (raised); the key is retried with backoff.",
     ["controller"],
-).labels(CONTROLLER)
-RECONCILE_TIME = Histogram(
+    registry=None,
+)
+_RECONCILE_TIME = Histogram(
     "inferencecache_reconcile_time_seconds",
     "Wall time of one reconcile.",
     ["controller"],
     buckets=_DURATION_BUCKETS,
-).labels(CONTROLLER)
-ACTIVE_WORKERS = Gauge(
+    registry=None,
+)
+_ACTIVE_WORKERS = Gauge(
     "inferencecache_active_workers",
     "Reconciles running in this worker process now.",
     ["controller"],
-).labels(CONTROLLER)
-MAX_CONCURRENT = Gauge(
+    registry=None,
+)
+_MAX_CONCURRENT = Gauge(
     "inferencecache_max_concurrent_reconciles",
     "Reconciles this worker process runs at most at once (its --concurrency).",
     ["controller"],
-).labels(CONTROLLER)
+    registry=None,
+)
 API_WRITES = Counter(
     "inferencecache_reconcile_api_writes_total",
     "Kubernetes write requests made by reconciles, by verb and resource.",
     ["verb", "resource"],
+    registry=None,
 )
 
 # ---------------------------------------------------------------- dispatcher
@@ -122,11 +136,13 @@ _LEADER = Gauge(
     "inferencecache_leader_election_master_status",
     "1 while this dispatcher holds the leader-election Lease `name`, 0 otherwise.",
     ["name"],
+    registry=None,
 )
 WATCH_RESTARTS = Counter(
     "inferencecache_dispatcher_watch_restarts_total",
     "Watch streams re-established, by resource and cause (expired = 410 Gone re-list).",
     ["resource", "cause"],
+    registry=None,
 )
 T2_HIT_RATE = Gauge(
     "inferencecache_backend_t2_hit_rate",
@@ -134,13 +150,24 @@ T2_HIT_RATE = Gauge(
     "t2HitRate), by backend (namespace/name); absent until the tier has been exercised. "
     "Leading dispatcher only.",
     ["backend"],
+    registry=None,
 )
 BACKEND_CONDITION = Gauge(
     "inferencecache_backend_condition",
     "1 for each condition a CacheBackend has (status.conditions[]), by backend "
     "(namespace/name), type, status and reason. Leading dispatcher only.",
     ["backend", "type", "status", "reason"],
+    registry=None,
 )
+
+# The children with fixed labels, for the call sites.
+ADDS = _ADDS.labels(QUEUE)
+QUEUE_DURATION = _QUEUE_DURATION.labels(QUEUE)
+WORK_DURATION = _WORK_DURATION.labels(QUEUE)
+RECONCILE_ERRORS = _RECONCILE_ERRORS.labels(CONTROLLER)
+RECONCILE_TIME = _RECONCILE_TIME.labels(CONTROLLER)
+ACTIVE_WORKERS = _ACTIVE_WORKERS.labels(CONTROLLER)
+MAX_CONCURRENT = _MAX_CONCURRENT.labels(CONTROLLER)
 
 
 def retried(cause: str, count: int = 1) -> None:
@@ -266,4 +293,44 @@ def _queue_gauge(name: str, documentation: str, value: float) -> GaugeMetricFami
 
 
 RUNNING = RunningKeys()
-REGISTRY.register(RUNNING)
+
+DISPATCHER: Final = "dispatcher"
+WORKER: Final = "worker"
+# What each process feeds (docs/metrics.md, column "process").
+_FAMILIES: Final[dict[str, tuple[Collector, ...]]] = {
+    DISPATCHER: (
+        _DEPTH,
+        _FAILING,
+        _ADDS,
+        _RETRIES,
+        _LEADER,
+        WATCH_RESTARTS,
+        T2_HIT_RATE,
+        BACKEND_CONDITION,
+    ),
+    WORKER: (
+        _RETRIES,
+        _QUEUE_DURATION,
+        _WORK_DURATION,
+        RUNNING,
+        _RECONCILES,
+        _RECONCILE_ERRORS,
+        _RECONCILE_TIME,
+        _ACTIVE_WORKERS,
+        _MAX_CONCURRENT,
+        API_WRITES,
+    ),
+}
+_registered: dict[int, set[int]] = {}  # by registry: the families registered there
+_register_lock = threading.Lock()
+
+
+def register(role: str, registry: CollectorRegistry = REGISTRY) -> None:
+    """Expose the series ``role`` (dispatcher, worker) feeds on ``registry``; idempotent,
+    and a family both roles feed is registered once."""
+    with _register_lock:
+        done = _registered.setdefault(id(registry), set())
+        for family in _FAMILIES[role]:
+            if id(family) not in done:
+                registry.register(family)
+                done.add(id(family))

@@ -72,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
             ),
         )
     )
+    metrics.register(metrics.WORKER)
     metrics.MAX_CONCURRENT.set(args.concurrency)
     heartbeat = health.Heartbeat()
     # Beaten once now: a consumer that never gets going (broker unreachable at start)

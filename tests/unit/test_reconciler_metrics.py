@@ -74,10 +74,11 @@ def test_running_keys_sum_and_max_the_ages_of_the_running_reconciles() -> None:
 
 
 def test_an_error_counts_in_reconcile_total_and_in_reconcile_errors_total() -> None:
-    def value(name: str, labels: dict[str, str]) -> float:
-        from prometheus_client import REGISTRY
+    registry = CollectorRegistry()
+    metrics.register(metrics.WORKER, registry)
 
-        return REGISTRY.get_sample_value(name, labels) or 0.0
+    def value(name: str, labels: dict[str, str]) -> float:
+        return registry.get_sample_value(name, labels) or 0.0
 
     by_result = {"controller": "cachebackend", "result": "error"}
     errors_before = value("inferencecache_reconcile_errors_total", {"controller": "cachebackend"})
@@ -89,3 +90,22 @@ def test_an_error_counts_in_reconcile_total_and_in_reconcile_errors_total() -> N
         value("inferencecache_reconcile_errors_total", {"controller": "cachebackend"})
         == errors_before + 1
     )
+
+
+def test_each_process_registers_the_series_it_feeds_once() -> None:
+    """A worker does not expose the dispatcher's series (as zeros), nor the reverse;
+    the retries counter, fed by both, is registered once in a process running both."""
+    worker, dispatcher, both = CollectorRegistry(), CollectorRegistry(), CollectorRegistry()
+    metrics.register(metrics.WORKER, worker)
+    metrics.register(metrics.DISPATCHER, dispatcher)
+    for role in (metrics.WORKER, metrics.DISPATCHER, metrics.WORKER):
+        metrics.register(role, both)
+
+    def names(registry: CollectorRegistry) -> set[str]:
+        return {family.name for family in registry.collect()}
+
+    assert "inferencecache_reconcile" in names(worker)
+    assert "inferencecache_workqueue_depth" not in names(worker)
+    assert "inferencecache_workqueue_depth" in names(dispatcher)
+    assert "inferencecache_reconcile" not in names(dispatcher)
+    assert names(both) == names(worker) | names(dispatcher)
