@@ -21,9 +21,20 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+)
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
+
+# No `<name>_created` series beside every counter and histogram: Prometheus does not
+# read them from the text format, and they would double the series count.
+disable_created_metrics()
 
 # The one controller and the one work queue of this control plane (the values of the
 # `controller` and `name` labels).

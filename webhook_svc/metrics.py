@@ -17,6 +17,7 @@ from prometheus_client import (
     Counter,
     Gauge,
     Histogram,
+    disable_created_metrics,
 )
 from prometheus_client.gc_collector import GCCollector
 from prometheus_client.multiprocess import MultiProcessCollector
@@ -24,6 +25,10 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
 from webhook_svc.process_metrics import ReplicaProcessCollector, start_gc_flusher
+
+# No `<name>_created` series beside every counter and histogram (as the reconciler):
+# Prometheus does not read them from the text format.
+disable_created_metrics()
 
 
 def multiprocess() -> bool:
