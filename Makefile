@@ -1,6 +1,7 @@
 # Developer and CI entry points. `make test` builds what it needs: the venv
 # (pinned by constraints.txt), the kube-apiserver/etcd binaries and kustomize
-# (cached outside the tree by tests/controlplane/build.sh, tests/tools/kustomize.sh).
+# (cached outside the tree by tests/controlplane/build.sh, tests/tools/kustomize.sh),
+# and promtool and helm (tests/tools/promtool.sh, tests/tools/helm.sh).
 
 VENV ?= .venv
 PY = $(VENV)/bin/python
@@ -16,7 +17,7 @@ define pytest
 	exit $$rc
 endef
 
-.PHONY: install controlplane kustomize test unit fuzz lint cluster-up cluster-down run e2e manifests images compose-up bench-webhook
+.PHONY: install controlplane kustomize promtool helm test unit fuzz lint cluster-up cluster-down run e2e manifests images compose-up bench-webhook
 
 install: $(VENV)/.install-stamp
 
@@ -33,7 +34,15 @@ controlplane:
 kustomize:
 	bash tests/tools/kustomize.sh
 
-test: install controlplane kustomize
+# The pinned promtool (alert rules and dashboard queries) and helm (the chart), from
+# the Go module proxy, cached outside the tree.
+promtool:
+	bash tests/tools/promtool.sh
+
+helm:
+	bash tests/tools/helm.sh
+
+test: install controlplane kustomize promtool helm
 	$(call pytest,tests)
 
 # The pure tests only: no Go, no control plane, no Redis; seconds, for the
