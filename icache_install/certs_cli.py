@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import logging
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -81,6 +82,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--renew", action="store_true", help="re-issue the serving certificate even if it is good"
     )
     parser.add_argument(
+        "--renew-before",
+        type=duration,
+        metavar="DURATION",
+        help="renew the serving certificate and the CA once they expire within DURATION "
+        "(e.g. 720h, 30d; default: 30 days, or a third of the lifetime when shorter). "
+        "A run outside the window writes nothing, so a CronJob can run this daily",
+    )
+    parser.add_argument(
         "--mutating-config",
         default=DEFAULT_MUTATING_CONFIG,
         help="MutatingWebhookConfiguration to patch ('' to skip; default %(default)s)",
@@ -114,6 +123,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         help="also write tls.crt, tls.key and ca.crt here (for a local `icache webhook`)",
     )
+
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([dhms])")
+_DURATION_UNITS = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0}
+
+
+def duration(text: str) -> dt.timedelta:
+    """``30d``, ``720h``, ``1d12h``...: a positive duration (argparse type)."""
+    parts = _DURATION_PART.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise argparse.ArgumentTypeError(f"not a duration like 720h or 30d: {text!r}")
+    seconds = sum(float(n) * _DURATION_UNITS[u] for n, u in parts)
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"the duration must be positive: {text!r}")
+    return dt.timedelta(seconds=seconds)
 
 
 def resolve_hosts(args: argparse.Namespace) -> list[str]:
@@ -218,6 +242,7 @@ def reconcile(
         drop_previous_ca=args.drop_previous_ca,
         days=args.days,
         ca_days=args.ca_days,
+        renew_within=args.renew_before,
     )
     for part, reason in (
         ("CA", the_plan.ca_reason),
@@ -287,6 +312,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.days < 1 or args.ca_days < 1:
             raise CertsError("--days and --ca-days must be at least 1")
+        window = args.renew_before
+        if window is not None and window >= dt.timedelta(days=min(args.days, args.ca_days)):
+            # A certificate issued now would be due again at once: every run would rotate.
+            raise CertsError("--renew-before must be shorter than --days and --ca-days")
         kube = kubeaccess.connect(args.kubeconfig, context=args.context)
         try:
             reconcile(Cluster(kube), args, dt.datetime.now(dt.UTC))
