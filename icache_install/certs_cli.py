@@ -251,8 +251,8 @@ def reconcile(
     ):
         log.info("%s: %s", part, f"renewed ({reason})" if reason else "kept")
 
-    # The CA first: a crash between the two writes must not leave a serving
-    # certificate whose CA key is lost.
+    # The CA first: a crash between the writes must not leave a serving certificate
+    # whose CA key is lost.
     ca_data_new = certs.ca_secret_data(the_plan.state)
     if _needs_write(ca_secret, "Opaque", ca_data_new):
         cluster.write_secret(
@@ -261,15 +261,6 @@ def reconcile(
             _secret_body(ca_secret_name, namespace, "Opaque", ca_data_new, ca_secret),
         )
         log.info("wrote Secret %s/%s", namespace, ca_secret_name)
-    tls_data = certs.tls_secret_data(the_plan.state)
-    if _needs_write(tls_secret, "kubernetes.io/tls", tls_data):
-        cluster.write_secret(
-            namespace,
-            tls_secret,
-            _secret_body(args.secret, namespace, "kubernetes.io/tls", tls_data, tls_secret),
-        )
-        log.info("wrote Secret %s/%s", namespace, args.secret)
-
     if args.redis_secret and redis_auth.ensure_password_secret(
         cluster, namespace, args.redis_secret
     ):
@@ -295,6 +286,18 @@ def reconcile(
             log.info("patched %s %s (%d webhooks)", kind, name, len(ops) // 2)
         else:
             log.info("%s %s already up to date", kind, name)
+
+    # The serving certificate last: caBundle trusts the CA that signed it before any
+    # pod can load it (a pod still serving the previous one stays trusted through the
+    # previous CA kept in the bundle).
+    tls_data = certs.tls_secret_data(the_plan.state)
+    if _needs_write(tls_secret, "kubernetes.io/tls", tls_data):
+        cluster.write_secret(
+            namespace,
+            tls_secret,
+            _secret_body(args.secret, namespace, "kubernetes.io/tls", tls_data, tls_secret),
+        )
+        log.info("wrote Secret %s/%s", namespace, args.secret)
 
     if args.output_dir:
         write_output_dir(args.output_dir, the_plan.state)
