@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Render each install variant with the pinned kustomize into manifests/rendered/, the
-# files `icache manifests` prints and `kubectl apply -f` installs without kustomize.
-# Run by `make manifests` after changing anything under manifests/;
-# tests/unit/test_kustomize_parity.py fails while a file is stale.
+# files `icache manifests` prints and `kubectl apply -f` installs without kustomize;
+# wrap the alert rules into the PrometheusRule; copy the CRD, the rules and the
+# dashboard into the Helm chart. Run by `make manifests` after changing anything under
+# manifests/; tests/unit/test_kustomize_parity.py, test_monitoring_rules.py and
+# test_helm_chart.py fail while a file is stale.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -49,8 +51,20 @@ YAML
     echo "render-manifests.sh: wrote manifests/components/monitoring/prometheusrule.yaml" >&2
 }
 
+# The Helm chart reads these through .Files, which cannot reach outside the chart.
+copy_chart_files() {
+    local files="${repo}/charts/inference-cache/files"
+    mkdir -p "$files"
+    install -m 644 "${repo}/manifests/crd/inferencecache.io_cachebackends.yaml" "${files}/crd.yaml"
+    install -m 644 "${repo}/manifests/components/monitoring/prometheus-rules.yaml" \
+        "${files}/prometheus-rules.yaml"
+    install -m 644 "${repo}/manifests/components/monitoring/dashboard.json" "${files}/dashboard.json"
+    echo "render-manifests.sh: copied the CRD, the rules and the dashboard into charts/inference-cache/files" >&2
+}
+
 mkdir -p "${repo}/manifests/rendered"
 render_prometheusrule
+copy_chart_files
 render install ""
 render install-cert-manager overlays/cert-manager
 render install-monitoring overlays/monitoring
