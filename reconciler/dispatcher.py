@@ -300,9 +300,8 @@ class Dispatcher:
             t.start()
 
     def _stop_leading(self, *, release: bool) -> None:
-        metrics.set_leader(False, self.elector.s.name)
         # A standby exports no backend gauges nor queue state: the new leader does.
-        metrics.forget_leader_series()
+        metrics.set_leader(False, self.elector.s.name)
         self.pod_events.reset()
         self.selectors.clear()
         if self._leading is not None:
@@ -358,13 +357,7 @@ class Dispatcher:
     def _export_t2(key: str, obj: dict[str, Any] | None) -> None:
         """The per-backend gauges of ``key``: its tier-2 hit rate and its conditions
         (``obj`` None: the backend is gone)."""
-        metrics.BACKEND_CONDITIONS.export(key, obj)
-        rate = t2_hit_rate(obj) if obj is not None else None
-        if rate is None:
-            with contextlib.suppress(KeyError):
-                metrics.T2_HIT_RATE.remove(key)
-        else:
-            metrics.T2_HIT_RATE.labels(key).set(rate)
+        metrics.LEADER_SERIES.backend(key, obj, t2_hit_rate(obj) if obj is not None else None)
 
     def _handle_pod(self, kind: str, pod: dict[str, Any], leading: threading.Event) -> None:
         if not leading.is_set():

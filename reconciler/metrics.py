@@ -16,6 +16,7 @@ dispatcher clears when it stops leading so that a standby never reports stale va
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -193,15 +194,6 @@ def reconciled(result: str, seconds: float) -> None:
     RECONCILE_TIME.observe(seconds)
 
 
-def set_leader(leading: bool, lease: str = DEFAULT_LEADER_LEASE) -> None:
-    _LEADER.labels(lease).set(1 if leading else 0)
-
-
-def set_queue_state(depth: int, failing: int) -> None:
-    _DEPTH.labels(QUEUE).set(depth)
-    _FAILING.labels(QUEUE).set(failing)
-
-
 def condition_series(obj: Mapping[str, Any]) -> set[tuple[str, str, str]]:
     """(type, status, reason) of every condition in a CacheBackend's status."""
     conditions = (obj.get("status") or {}).get("conditions") or []
@@ -214,44 +206,80 @@ def condition_series(obj: Mapping[str, Any]) -> set[tuple[str, str, str]]:
     return out
 
 
-class BackendConditions:
-    """The ``inferencecache_backend_condition`` series of every CacheBackend seen, kept
-    to exactly the conditions each one has now (a changed reason replaces the old
-    series; a deleted backend drops all of its own)."""
+class LeaderSeries:
+    """The series only the leading dispatcher exports: the queue state it pumps and
+    the per-CacheBackend gauges of the backends it watches, each backend's kept to
+    exactly the conditions it has now (a changed reason replaces the old series; a
+    deleted backend drops its own). Between ``stop`` and the next ``start`` every
+    update is dropped, so a watch or pump thread finishing its last step after the
+    Lease was lost cannot leave a standby reporting stale values."""
 
-    def __init__(self, gauge: Gauge = BACKEND_CONDITION) -> None:
-        self._gauge = gauge
+    def __init__(
+        self,
+        conditions: Gauge = BACKEND_CONDITION,
+        t2: Gauge = T2_HIT_RATE,
+        depth: Gauge = _DEPTH,
+        failing: Gauge = _FAILING,
+    ) -> None:
+        self._conditions, self._t2, self._depth, self._failing = conditions, t2, depth, failing
         self._exported: dict[str, set[tuple[str, str, str]]] = {}
+        self._leading = False
         self._lock = threading.Lock()
 
-    def export(self, key: str, obj: Mapping[str, Any] | None) -> None:
+    def start(self) -> None:
+        with self._lock:
+            self._leading = True
+
+    def stop(self) -> None:
+        with self._lock:
+            self._leading = False
+            for gauge in (self._conditions, self._t2, self._depth, self._failing):
+                gauge.clear()
+            self._exported.clear()
+
+    def queue(self, depth: int, failing: int) -> None:
+        with self._lock:
+            if self._leading:
+                self._depth.labels(QUEUE).set(depth)
+                self._failing.labels(QUEUE).set(failing)
+
+    def backend(self, key: str, obj: Mapping[str, Any] | None, t2_rate: float | None) -> None:
+        """The gauges of backend ``key`` (namespace/name): ``obj`` None, it is gone;
+        ``t2_rate`` None, its tier 2 has not been exercised."""
         wanted = condition_series(obj) if obj is not None else set()
         with self._lock:
+            if not self._leading:
+                return
             for stale in self._exported.get(key, set()) - wanted:
-                self._gauge.remove(key, *stale)
+                self._conditions.remove(key, *stale)
             for series in wanted:
-                self._gauge.labels(key, *series).set(1)
+                self._conditions.labels(key, *series).set(1)
             if wanted:
                 self._exported[key] = wanted
             else:
                 self._exported.pop(key, None)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._gauge.clear()
-            self._exported.clear()
-
-
-BACKEND_CONDITIONS = BackendConditions()
+            if t2_rate is None:
+                with contextlib.suppress(KeyError):
+                    self._t2.remove(key)
+            else:
+                self._t2.labels(key).set(t2_rate)
 
 
-def forget_leader_series() -> None:
-    """What a dispatcher stops exporting when it stops leading: the queue state it no
-    longer pumps and the per-backend gauges the new leader exports instead."""
-    T2_HIT_RATE.clear()
-    BACKEND_CONDITIONS.clear()
-    _DEPTH.clear()
-    _FAILING.clear()
+LEADER_SERIES = LeaderSeries()
+
+
+def set_leader(leading: bool, lease: str = DEFAULT_LEADER_LEASE) -> None:
+    """This dispatcher took (True) or gave up (False) the Lease ``lease``; giving it up
+    drops every leader-only series (:class:`LeaderSeries`)."""
+    _LEADER.labels(lease).set(1 if leading else 0)
+    if leading:
+        LEADER_SERIES.start()
+    else:
+        LEADER_SERIES.stop()
+
+
+def set_queue_state(depth: int, failing: int) -> None:
+    LEADER_SERIES.queue(depth, failing)
 
 
 # ---------------------------------------------------------------- running keys

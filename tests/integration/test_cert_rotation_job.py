@@ -206,7 +206,8 @@ class Traffic(threading.Thread):
 
     def stop(self) -> None:
         self._halt.set()
-        self.join(timeout=30)
+        if self.ident is not None:  # started
+            self.join(timeout=30)
 
 
 def _job_command(install: Install, kubeconfig: Path, url_base: str, *extra: str) -> list[str]:
@@ -305,8 +306,10 @@ def test_the_rotation_job_rotates_with_overlap_and_no_failed_handshake(
             description="admissions after the swap",
         )
     finally:
-        traffic.stop()
-        terminate_process_group(proc)
+        try:
+            traffic.stop()
+        finally:
+            terminate_process_group(proc)
 
     assert traffic.failures == []
     assert traffic.admitted > 20

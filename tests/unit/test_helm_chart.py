@@ -67,7 +67,11 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
         "worker": {"replicas": 5, "concurrency": 8, "pdb": {"enabled": True}},
         "kveventSubscriber": {"image": "registry.example/ic/kvevent-subscriber:1.2.3"},
         "cacheIndexServer": {"url": "http://index.ops:8081", "address": "index.ops:50051"},
-        "monitoring": {"enabled": True, "labels": {"release": "prometheus"}},
+        "monitoring": {
+            "enabled": True,
+            "labels": {"release": "prometheus"},
+            "dashboard": {"namespace": "monitoring"},
+        },
         "crds": {"keep": False},
     },
 }

@@ -9,7 +9,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Gauge
 
 from reconciler import metrics
-from reconciler.metrics import BackendConditions, RunningKeys, condition_series
+from reconciler.metrics import LeaderSeries, RunningKeys, condition_series
 
 
 def _backend(*conditions: tuple[str, str, str]) -> dict[str, Any]:
@@ -39,21 +39,47 @@ def test_condition_series_reads_type_status_and_reason_of_every_condition() -> N
     assert condition_series({}) == set()
 
 
+def _leader_series() -> tuple[CollectorRegistry, LeaderSeries]:
+    registry = CollectorRegistry()
+    series = LeaderSeries(
+        Gauge("cond", "c", ["backend", "type", "status", "reason"], registry=registry),
+        Gauge("t2", "t", ["backend"], registry=registry),
+        Gauge("depth", "d", ["name"], registry=registry),
+        Gauge("failing", "f", ["name"], registry=registry),
+    )
+    return registry, series
+
+
 def test_backend_condition_gauge_keeps_only_the_current_reason_and_goes_with_the_backend() -> None:
     """A changed reason replaces its series (an alert `for:` follows the live reason);
     a deleted backend leaves no series behind."""
-    registry = CollectorRegistry()
-    gauge = Gauge("cond", "c", ["backend", "type", "status", "reason"], registry=registry)
-    conditions = BackendConditions(gauge)
-    conditions.export("ns/cb", _backend(("Ready", "False", "RolloutInProgress")))
-    conditions.export("ns/other", _backend(("Ready", "True", "KVEventsObserved")))
-    conditions.export("ns/cb", _backend(("Ready", "False", "ReplicasUnavailable")))
+    registry, series = _leader_series()
+    series.start()
+    series.backend("ns/cb", _backend(("Ready", "False", "RolloutInProgress")), 0.0)
+    series.backend("ns/other", _backend(("Ready", "True", "KVEventsObserved")), None)
+    series.backend("ns/cb", _backend(("Ready", "False", "ReplicasUnavailable")), 0.5)
     got = _samples(registry, "cond")
     assert {s["reason"] for s in got if s["backend"] == "ns/cb"} == {"ReplicasUnavailable"}
-    conditions.export("ns/cb", None)
+    assert registry.get_sample_value("t2", {"backend": "ns/cb"}) == 0.5
+    series.backend("ns/cb", None, None)
     assert {s["backend"] for s in _samples(registry, "cond")} == {"ns/other"}
-    conditions.clear()
-    assert _samples(registry, "cond") == []
+    assert _samples(registry, "t2") == []
+
+
+def test_a_dispatcher_that_lost_the_lease_exports_nothing_until_it_leads_again() -> None:
+    """A watch or pump thread finishing its last step after the Lease was lost must not
+    leave a standby reporting a backend's (possibly stale) state or the queue's."""
+    registry, series = _leader_series()
+    series.backend("ns/cb", _backend(("Ready", "False", "X")), 0.0)  # never led: dropped
+    series.start()
+    series.backend("ns/cb", _backend(("Ready", "True", "Y")), 0.2)
+    series.queue(depth=3, failing=1)
+    assert registry.get_sample_value("depth", {"name": "cachebackend"}) == 3
+    series.stop()
+    series.backend("ns/cb", _backend(("Ready", "False", "Z")), 0.0)
+    series.queue(depth=9, failing=9)
+    for name in ("cond", "t2", "depth", "failing"):
+        assert _samples(registry, name) == [], name
 
 
 def test_running_keys_sum_and_max_the_ages_of_the_running_reconciles() -> None:
