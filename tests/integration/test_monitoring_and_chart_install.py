@@ -54,13 +54,12 @@ def operator_crds(applier: Applier) -> None:
     for name in OPERATOR_CRDS:
         applier.apply(yaml.safe_load((directory / name).read_text()), dry_run=False)
     for plural in ("servicemonitors", "prometheusrules"):
-        wait_until(
-            lambda plural=plural: applier.kube.request(
-                "GET", f"/apis/monitoring.coreos.com/v1/namespaces/{NAMESPACE}/{plural}"
-            ),
-            timeout=30,
-            description=f"{plural} served",
-        )
+        path = f"/apis/monitoring.coreos.com/v1/namespaces/{NAMESPACE}/{plural}"
+
+        def served(path: str = path) -> object:
+            return applier.kube.request("GET", path)
+
+        wait_until(served, timeout=30, description=f"{plural} served")
 
 
 @pytest.fixture(scope="module")
