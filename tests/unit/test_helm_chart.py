@@ -249,10 +249,13 @@ def test_every_value_lands_where_it_should(helm_bin: Path, tmp_path: Path) -> No
         ]
         == "restricted"
     )
+    dashboard = ("ConfigMap", "inference-cache-dashboard")
+    assert objects[dashboard]["metadata"]["namespace"] == "monitoring"  # where Grafana looks
     for doc in docs:
-        if doc["kind"] not in {"Namespace", "CustomResourceDefinition"} and not doc[
+        cluster_scoped = doc["kind"] in {"Namespace", "CustomResourceDefinition"} or doc[
             "kind"
-        ].startswith(("Cluster", "Mutating", "Validating")):
+        ].startswith(("Cluster", "Mutating", "Validating"))
+        if not cluster_scoped and key(doc) != dashboard:
             assert doc["metadata"]["namespace"] == "cache-ops", key(doc)
     # images, scheduling, priority class: on every pod.
     for owner, pod in _pods(docs).items():
