@@ -1,6 +1,7 @@
 # Developer and CI entry points. `make test` builds what it needs: the venv
 # (pinned by constraints.txt), the kube-apiserver/etcd binaries and kustomize
-# (cached outside the tree by tests/controlplane/build.sh, tests/tools/kustomize.sh).
+# (cached outside the tree by tests/controlplane/build.sh, tests/tools/kustomize.sh),
+# and promtool and helm (tests/tools/promtool.sh, tests/tools/helm.sh).
 
 VENV ?= .venv
 PY = $(VENV)/bin/python
@@ -16,7 +17,7 @@ define pytest
 	exit $$rc
 endef
 
-.PHONY: install controlplane kustomize kubectl test unit fuzz lint cluster-up cluster-down run e2e manifests images images-test compose-up bench-webhook
+.PHONY: install controlplane kustomize kubectl promtool helm test unit fuzz lint cluster-up cluster-down run e2e manifests images images-test compose-up bench-webhook
 
 install: $(VENV)/.install-stamp
 
@@ -38,7 +39,15 @@ kustomize:
 kubectl:
 	bash tests/tools/kubectl.sh
 
-test: install controlplane kustomize kubectl
+# The pinned promtool (alert rules and dashboard queries) and helm (the chart), from
+# the Go module proxy, cached outside the tree.
+promtool:
+	bash tests/tools/promtool.sh
+
+helm:
+	bash tests/tools/helm.sh
+
+test: install controlplane kustomize kubectl promtool helm
 	$(call pytest,tests)
 
 # The pure tests only: no Go, no control plane, no Redis; seconds, for the
@@ -46,7 +55,7 @@ test: install controlplane kustomize kubectl
 unit: install
 	$(call pytest,tests/unit -m "not services and not integration and not e2e")
 
-# Issue 9: hypothesis fuzzing of the three admission routes, >= 100,000 cases with a
+# Hypothesis fuzzing of the three admission routes, >= 100,000 cases with a
 # fresh seed (in-process through the ASGI app; `make test` runs a fixed-seed slice).
 FUZZ_EXAMPLES ?= 100000
 fuzz: install
@@ -101,7 +110,7 @@ images-test: install controlplane
 	bash tests/images/docker-engine.sh
 	$(PY) -m tests.images.check
 
-# Admission throughput over TLS vs a compiled floor (issue 12); needs Go.
+# Admission throughput over TLS vs a compiled floor; needs Go.
 BENCH_ARGS ?=
 bench-webhook: install controlplane
 	$(PY) benchmarks/bench_webhook.py $(BENCH_ARGS)

@@ -10,7 +10,8 @@ and writes back what changed. The rules:
   match its key, was not issued by the current CA, does not cover every requested
   host, is inside its renewal window, or when ``renew`` asks for it.
 * The renewal window of a certificate is 30 days, or a third of its lifetime when
-  that is shorter (a 3-day test certificate is not re-issued on every run).
+  that is shorter (a 3-day test certificate is not re-issued on every run); an
+  explicit window (``renew_within``, ``--renew-before``) replaces both.
 * When the CA changes, the previous CA stays in the ``caBundle`` until it expires
   (or ``drop_previous_ca``), so webhook pods still serving the old certificate stay
   trusted until the Secret volume update reaches them.
@@ -240,14 +241,18 @@ def issue_serving(
 # --------------------------------------------------------------------------- checks
 
 
-def renew_before(cert: x509.Certificate) -> dt.timedelta:
-    """30 days, or a third of the certificate's lifetime when that is shorter."""
+def renew_before(cert: x509.Certificate, window: dt.timedelta | None = None) -> dt.timedelta:
+    """How long before its expiry a certificate is renewed: ``window`` when given,
+    else 30 days, or a third of the certificate's lifetime when that is shorter."""
+    if window is not None:
+        return window
     lifetime = cert.not_valid_after_utc - cert.not_valid_before_utc
     return min(RENEW_BEFORE, lifetime / 3)
 
 
-def expiring(cert: x509.Certificate, now: dt.datetime) -> bool:
-    return now >= cert.not_valid_after_utc - renew_before(cert)
+def expiring(cert: x509.Certificate, now: dt.datetime, window: dt.timedelta | None = None) -> bool:
+    """Whether ``cert`` is inside its renewal window at ``now``."""
+    return now >= cert.not_valid_after_utc - renew_before(cert, window)
 
 
 def _key_matches(cert: x509.Certificate, key_pem: bytes) -> bool:
@@ -256,7 +261,9 @@ def _key_matches(cert: x509.Certificate, key_pem: bytes) -> bool:
     return cert.public_key().public_bytes(*fmt) == public.public_bytes(*fmt)
 
 
-def ca_problem(ca: KeyPair | None, now: dt.datetime) -> str | None:
+def ca_problem(
+    ca: KeyPair | None, now: dt.datetime, renew_within: dt.timedelta | None = None
+) -> str | None:
     """Why ``ca`` cannot be reused (``None``: it can)."""
     if ca is None:
         return "no CA stored yet"
@@ -274,13 +281,17 @@ def ca_problem(ca: KeyPair | None, now: dt.datetime) -> str | None:
         return "stored CA certificate is not a CA"
     if now < cert.not_valid_before_utc:
         return "stored CA is not valid yet"
-    if expiring(cert, now):
+    if expiring(cert, now, renew_within):
         return f"stored CA expires {cert.not_valid_after_utc.isoformat()}"
     return None
 
 
 def serving_problem(
-    serving: KeyPair | None, ca: KeyPair, hosts: Sequence[str], now: dt.datetime
+    serving: KeyPair | None,
+    ca: KeyPair,
+    hosts: Sequence[str],
+    now: dt.datetime,
+    renew_within: dt.timedelta | None = None,
 ) -> str | None:
     """Why ``serving`` must be re-issued (``None``: it can stay)."""
     if serving is None:
@@ -300,7 +311,7 @@ def serving_problem(
         return f"serving certificate does not cover {', '.join(sorted(missing))}"
     if now < cert.not_valid_before_utc:
         return "serving certificate is not valid yet"
-    if expiring(cert, now):
+    if expiring(cert, now, renew_within):
         return f"serving certificate expires {cert.not_valid_after_utc.isoformat()}"
     return None
 
@@ -329,9 +340,14 @@ def plan(
     drop_previous_ca: bool = False,
     days: int = DEFAULT_SERVING_DAYS,
     ca_days: int = DEFAULT_CA_DAYS,
+    renew_within: dt.timedelta | None = None,
 ) -> Plan:
-    """Decide what the Secrets should hold, reusing whatever is still good."""
-    ca_reason = "rotation requested (--rotate-ca)" if rotate_ca else ca_problem(ca, now)
+    """Decide what the Secrets should hold, reusing whatever is still good.
+    ``renew_within``: renew a certificate this long before it expires (default: the
+    window of :func:`renew_before`)."""
+    ca_reason = (
+        "rotation requested (--rotate-ca)" if rotate_ca else ca_problem(ca, now, renew_within)
+    )
     previous = previous_ca_pem if _still_valid(previous_ca_pem, now) else None
     if ca_reason is not None:
         # Keep trusting the CA being replaced while pods may still serve its certificates.
@@ -349,7 +365,9 @@ def plan(
             else "previous CA dropped from the bundle"
         )
     serving_reason = (
-        "re-issue requested (--renew)" if renew else serving_problem(serving, ca, hosts, now)
+        "re-issue requested (--renew)"
+        if renew
+        else serving_problem(serving, ca, hosts, now, renew_within)
     )
     if serving_reason is not None:
         serving = issue_serving(ca, hosts, now, days=days)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import logging
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -101,6 +102,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="re-issue the serving certificate even if it is good (default: off)",
     )
     parser.add_argument(
+        "--renew-before",
+        type=duration,
+        metavar="DURATION",
+        help="renew the serving certificate and the CA once they expire within DURATION "
+        "(e.g. 720h, 30d; default: 30 days, or a third of the lifetime when shorter). "
+        "A run outside the window writes nothing, so a CronJob can run this daily",
+    )
+    parser.add_argument(
         "--mutating-config",
         type=cli_types.optional_dns_subdomain,
         default=DEFAULT_MUTATING_CONFIG,
@@ -145,6 +154,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="also write tls.crt, tls.key and ca.crt here, for a local `icache webhook` "
         "(default: unset, no files)",
     )
+
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([dhms])")
+_DURATION_UNITS = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0}
+
+
+def duration(text: str) -> dt.timedelta:
+    """``30d``, ``720h``, ``1d12h``...: a positive duration (argparse type)."""
+    parts = _DURATION_PART.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise argparse.ArgumentTypeError(f"not a duration like 720h or 30d: {text!r}")
+    seconds = sum(float(n) * _DURATION_UNITS[u] for n, u in parts)
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"the duration must be positive: {text!r}")
+    return dt.timedelta(seconds=seconds)
 
 
 def resolve_hosts(args: argparse.Namespace) -> list[str]:
@@ -251,6 +275,7 @@ def reconcile(
         drop_previous_ca=args.drop_previous_ca,
         days=args.days,
         ca_days=args.ca_days,
+        renew_within=args.renew_before,
     )
     for part, reason in (
         ("CA", the_plan.ca_reason),
@@ -259,8 +284,8 @@ def reconcile(
     ):
         log.info("%s: %s", part, f"renewed ({reason})" if reason else "kept")
 
-    # The CA first: a crash between the two writes must not leave a serving
-    # certificate whose CA key is lost.
+    # The CA first: a crash between the writes must not leave a serving certificate
+    # whose CA key is lost.
     ca_data_new = certs.ca_secret_data(the_plan.state)
     if _needs_write(ca_secret, "Opaque", ca_data_new):
         cluster.write_secret(
@@ -269,15 +294,6 @@ def reconcile(
             _secret_body(ca_secret_name, namespace, "Opaque", ca_data_new, ca_secret),
         )
         log.info("wrote Secret %s/%s", namespace, ca_secret_name)
-    tls_data = certs.tls_secret_data(the_plan.state)
-    if _needs_write(tls_secret, "kubernetes.io/tls", tls_data):
-        cluster.write_secret(
-            namespace,
-            tls_secret,
-            _secret_body(args.secret, namespace, "kubernetes.io/tls", tls_data, tls_secret),
-        )
-        log.info("wrote Secret %s/%s", namespace, args.secret)
-
     if args.redis_secret and redis_auth.ensure_password_secret(
         cluster, namespace, args.redis_secret
     ):
@@ -305,6 +321,18 @@ def reconcile(
         else:
             log.info("%s %s already up to date", kind, name)
 
+    # The serving certificate last: caBundle trusts the CA that signed it before any
+    # pod can load it (a pod still serving the previous one stays trusted through the
+    # previous CA kept in the bundle).
+    tls_data = certs.tls_secret_data(the_plan.state)
+    if _needs_write(tls_secret, "kubernetes.io/tls", tls_data):
+        cluster.write_secret(
+            namespace,
+            tls_secret,
+            _secret_body(args.secret, namespace, "kubernetes.io/tls", tls_data, tls_secret),
+        )
+        log.info("wrote Secret %s/%s", namespace, args.secret)
+
     if args.output_dir:
         write_output_dir(args.output_dir, the_plan.state)
         log.info("wrote tls.crt, tls.key, ca.crt to %s", args.output_dir)
@@ -321,6 +349,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.days < 1 or args.ca_days < 1:
             raise CertsError("--days and --ca-days must be at least 1")
+        window = args.renew_before
+        if window is not None and window >= dt.timedelta(days=min(args.days, args.ca_days)):
+            # A certificate issued now would be due again at once: every run would rotate.
+            raise CertsError("--renew-before must be shorter than --days and --ca-days")
         kube = kubeaccess.connect(args.kubeconfig, context=args.context)
         log.info("connected to %s", kube.api_client.configuration.host)
         try:

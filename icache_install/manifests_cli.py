@@ -45,6 +45,9 @@ OUR_IMAGES: Final = "ghcr.io/inference-cache/"
 VARIANTS: Final = {
     "default": ("install.yaml", "."),
     "cert-manager": ("install-cert-manager.yaml", "overlays/cert-manager"),
+    # The default install plus ServiceMonitors, the PrometheusRule and the Grafana
+    # dashboard (components/monitoring; needs the Prometheus Operator's CRDs).
+    "monitoring": ("install-monitoring.yaml", "overlays/monitoring"),
 }
 
 

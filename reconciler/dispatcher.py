@@ -12,9 +12,10 @@ Only the elected leader (Lease) watches and enqueues. While leading it runs:
   relabelled) enqueues that backend, so status.matchedEnginePods follows at once; and the
   engine-pod events controller (:mod:`reconciler.pod_events`) records
   InjectedByCacheBackend / SkippedByOperator on the pods the webhook decided on;
-* the ``inferencecache_backend_t2_hit_rate{backend}`` gauge, from the
-  status.indexParticipation.t2HitRate of every CacheBackend the watch sees (the leader
-  is the one process with every backend's current value);
+* the ``inferencecache_backend_t2_hit_rate{backend}`` and
+  ``inferencecache_backend_condition{backend,type,status,reason}`` gauges, from the
+  status of every CacheBackend the watch sees (the leader is the one process with
+  every backend's current value);
 * a resync that enqueues every known CacheBackend every ``resync_period``;
 * the pump: moves due keys from the work queue to Celery, reaps expired worker
   leases and lost dispatches, and re-adds every key when Redis lost its data.
@@ -275,7 +276,7 @@ class Dispatcher:
 
     def _start_leading(self) -> None:
         log.info("became leader")
-        metrics.LEADER.set(1)
+        metrics.set_leader(True, self.elector.s.name)
         leading = threading.Event()
         leading.set()
         self._leading = leading
@@ -299,9 +300,8 @@ class Dispatcher:
             t.start()
 
     def _stop_leading(self, *, release: bool) -> None:
-        metrics.LEADER.set(0)
-        # A standby exports no backend gauges: the new leader does.
-        metrics.T2_HIT_RATE.clear()
+        # A standby exports no backend gauges nor queue state: the new leader does.
+        metrics.set_leader(False, self.elector.s.name)
         self.pod_events.reset()
         self.selectors.clear()
         if self._leading is not None:
@@ -355,12 +355,9 @@ class Dispatcher:
 
     @staticmethod
     def _export_t2(key: str, obj: dict[str, Any] | None) -> None:
-        rate = t2_hit_rate(obj) if obj is not None else None
-        if rate is None:
-            with contextlib.suppress(KeyError):
-                metrics.T2_HIT_RATE.remove(key)
-        else:
-            metrics.T2_HIT_RATE.labels(key).set(rate)
+        """The per-backend gauges of ``key``: its tier-2 hit rate and its conditions
+        (``obj`` None: the backend is gone)."""
+        metrics.LEADER_SERIES.backend(key, obj, t2_hit_rate(obj) if obj is not None else None)
 
     def _handle_pod(self, kind: str, pod: dict[str, Any], leading: threading.Event) -> None:
         if not leading.is_set():

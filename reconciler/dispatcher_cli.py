@@ -8,7 +8,7 @@ import signal
 import socket
 from types import FrameType
 
-from reconciler import health
+from reconciler import health, metrics
 from reconciler.celery_app import make_app
 from reconciler.cli_common import add_common_arguments, readiness, redis_timeouts, setup_logging
 from reconciler.dispatcher import Dispatcher, DispatcherSettings
@@ -87,6 +87,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     setup_logging(args.log_level)
+    metrics.register(metrics.DISPATCHER)
     queue = WorkQueue(
         redis_client(args.redis_url, redis_timeouts(args)),
         QueueSettings(

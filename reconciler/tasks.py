@@ -234,8 +234,7 @@ def run_key(key: str) -> str:
                         extra={"key": key, "mode": result.mode, "writes": result.writes},
                     )
             elapsed = time.monotonic() - started
-            metrics.RECONCILE_DURATION.labels(outcome).observe(elapsed)
-            metrics.RECONCILES.labels(outcome).inc()
+            metrics.reconciled(metrics.REQUEUE_AFTER if outcome == "requeue" else outcome, elapsed)
             return outcome
     except redis.RedisError as exc:
         # Could not even claim the key: it stays queued and the dispatcher's reaper

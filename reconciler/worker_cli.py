@@ -6,7 +6,7 @@ import argparse
 import os
 import socket
 
-from reconciler import health, tasks
+from reconciler import health, metrics, tasks
 from reconciler.celery_app import QUEUE_NAME, make_app
 from reconciler.cli_common import add_common_arguments, readiness, redis_timeouts, setup_logging
 from reconciler.redis_conn import redis_client
@@ -82,6 +82,8 @@ def run(args: argparse.Namespace) -> int:
             ),
         )
     )
+    metrics.register(metrics.WORKER)
+    metrics.MAX_CONCURRENT.set(args.concurrency)
     heartbeat = health.Heartbeat()
     # Beaten once now: a consumer that never gets going (broker unreachable at start)
     # goes stale after the bound instead of counting as alive with no heartbeat.

@@ -106,17 +106,19 @@ return out
 _START = """
 local queued, processing, leases, dirty = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local key, token, expiry = ARGV[1], ARGV[2], ARGV[3]
-if redis.call('ZREM', queued, key) == 0 then
-  return 'stale'
+local dispatched = redis.call('ZSCORE', queued, key)
+if not dispatched then
+  return {'stale', '0'}
 end
+redis.call('ZREM', queued, key)
 if redis.call('HEXISTS', processing, key) == 1 then
   redis.call('SADD', dirty, key)
-  return 'busy'
+  return {'busy', dispatched}
 end
 redis.call('HSET', processing, key, token)
 redis.call('ZADD', leases, expiry, key)
 redis.call('SREM', dirty, key)
-return 'started'
+return {'started', dispatched}
 """
 
 _RENEW = """
@@ -334,13 +336,13 @@ class WorkQueue:
         )
         expired_keys, stale_keys = [_s(k) for k in expired], [_s(k) for k in stale]
         if expired_keys:
-            metrics.RETRIES.labels("lease_expired").inc(len(expired_keys))
+            metrics.retried("lease_expired", len(expired_keys))
             log.warning(
                 "requeued keys whose worker lease expired",
                 extra={"count": len(expired_keys), "keys": expired_keys[:10]},
             )
         if stale_keys:
-            metrics.RETRIES.labels("redispatch").inc(len(stale_keys))
+            metrics.retried("redispatch", len(stale_keys))
             log.warning(
                 "re-dispatching keys whose message never started",
                 extra={"count": len(stale_keys), "keys": stale_keys[:10]},
@@ -350,12 +352,17 @@ class WorkQueue:
     # ------------------------------------------------------------ worker side
 
     def start(self, key: str, token: str) -> str:
-        expiry = self._now_ms() + int(self.settings.lease_seconds * 1000)
+        now = self._now_ms()
+        expiry = now + int(self.settings.lease_seconds * 1000)
         rc = self._start(
             keys=[self.k_queued, self.k_processing, self.k_leases, self.k_dirty],
             args=[key, token, expiry],
         )
-        return _s(rc)
+        result, dispatched_ms = _s(rc[0]), float(_s(rc[1]))
+        if result == STARTED:
+            # Dispatch time is the dispatcher's clock: a skewed one must not go negative.
+            metrics.QUEUE_DURATION.observe(max(0.0, now - dispatched_ms) / 1000.0)
+        return result
 
     def renew(self, key: str, token: str) -> bool:
         expiry = self._now_ms() + int(self.settings.lease_seconds * 1000)
@@ -386,7 +393,7 @@ class WorkQueue:
         )
         outcome, delay = _s(rc[0]), float(_s(rc[1])) / 1000.0
         if error and outcome == DONE:
-            metrics.RETRIES.labels("error").inc()
+            metrics.retried("error")
         return outcome, delay
 
     def forget(self, key: str) -> None:
@@ -412,11 +419,14 @@ class WorkQueue:
             return
         keeper = self._lease_keeper()
         keeper.track(key, token, claimed_at + self.settings.lease_seconds)
-        metrics.IN_FLIGHT.inc()
+        metrics.ACTIVE_WORKERS.inc()
+        metrics.RUNNING.start(token)
         try:
             yield token
         finally:
-            metrics.IN_FLIGHT.dec()
+            metrics.RUNNING.finish(token)
+            metrics.ACTIVE_WORKERS.dec()
+            metrics.WORK_DURATION.observe(time.monotonic() - claimed_at)
             keeper.untrack(key, token)
 
     def lease_valid_until(self, key: str, token: str) -> float | None:
@@ -434,18 +444,29 @@ class WorkQueue:
     # ------------------------------------------------------------ observability
 
     def depth(self) -> dict[str, int]:
+        """Keys by state; ``due`` counts the pending keys whose ready-at has passed,
+        ``failing`` the keys with a failure streak (in error backoff)."""
         pipe = self.redis.pipeline(transaction=False)
         pipe.zcard(self.k_pending)
+        pipe.zcount(self.k_pending, "-inf", self._now_ms())
         pipe.zcard(self.k_queued)
         pipe.hlen(self.k_processing)
         pipe.scard(self.k_dirty)
-        pending, queued, processing, dirty = (int(x) for x in pipe.execute())
-        return {"pending": pending, "queued": queued, "processing": processing, "dirty": dirty}
+        pipe.hlen(self.k_failures)
+        pending, due, queued, processing, dirty, failing = (int(x) for x in pipe.execute())
+        return {
+            "pending": pending,
+            "due": due,
+            "queued": queued,
+            "processing": processing,
+            "dirty": dirty,
+            "failing": failing,
+        }
 
     def update_depth_metrics(self) -> dict[str, int]:
         d = self.depth()
-        for state in ("pending", "queued", "processing"):
-            metrics.QUEUE_DEPTH.labels(state).set(d[state])
+        # client-go's depth: what waits to be picked up, not what waits out a delay.
+        metrics.set_queue_state(depth=d["due"] + d["queued"], failing=d["failing"])
         return d
 
     def snapshot(self) -> dict[str, Any]:

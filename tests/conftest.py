@@ -24,7 +24,15 @@ _TESTS = Path(__file__).resolve().parent
 # Fixtures that start a real process; a test using any of them (directly or
 # through another fixture) is not a pure unit test.
 _SERVICE_FIXTURES = frozenset(
-    {"control_plane", "controller_plane", "kube_api_client", "redis_server", "kustomize_bin"}
+    {
+        "control_plane",
+        "controller_plane",
+        "kube_api_client",
+        "redis_server",
+        "kustomize_bin",
+        "promtool_bin",
+        "helm_bin",
+    }
 )
 
 
@@ -108,16 +116,33 @@ def kube_api_client(control_plane: ControlPlane) -> Iterator[client.ApiClient]:
         api.close()
 
 
-@pytest.fixture(scope="session")
-def kustomize_bin() -> Path:
-    """The pinned kustomize, built from the Go module proxy on first use
-    (``tests/tools/kustomize.sh``); a failing build fails the test."""
-    script = _TESTS / "tools" / "kustomize.sh"
+def _go_tool(script_name: str) -> Path:
+    """A pinned Go tool, built from the Go module proxy on first use by its script in
+    ``tests/tools`` (cached outside the tree); a failing build fails the test."""
+    script = _TESTS / "tools" / script_name
     done = subprocess.run(
         ["bash", str(script)], capture_output=True, text=True, timeout=1800, check=False
     )
     assert done.returncode == 0, f"{script} failed:\n{done.stderr[-4000:]}"
     return Path(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="session")
+def kustomize_bin() -> Path:
+    """The pinned kustomize (``tests/tools/kustomize.sh``)."""
+    return _go_tool("kustomize.sh")
+
+
+@pytest.fixture(scope="session")
+def promtool_bin() -> Path:
+    """The pinned promtool (``tests/tools/promtool.sh``)."""
+    return _go_tool("promtool.sh")
+
+
+@pytest.fixture(scope="session")
+def helm_bin() -> Path:
+    """The pinned helm (``tests/tools/helm.sh``)."""
+    return _go_tool("helm.sh")
 
 
 @pytest.fixture(scope="session")

@@ -2,7 +2,9 @@
 
 Each app (``create_app``) owns a :class:`WebhookMetrics` on its own registry, so
 /metrics shows that app's traffic only and two apps in one process (tests) never
-share counters.
+share counters. A registry the app creates itself also carries ``process_*`` and
+``python_*``; with several worker processes those describe the whole replica
+(webhook_svc/process_metrics.py).
 """
 
 from __future__ import annotations
@@ -10,12 +12,33 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+)
+from prometheus_client.gc_collector import GCCollector
 from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
+
+from webhook_svc.process_metrics import ReplicaProcessCollector, start_gc_flusher
+
+# No `<name>_created` series beside every counter and histogram (as the reconciler):
+# Prometheus does not read them from the text format.
+disable_created_metrics()
+
+
+def multiprocess() -> bool:
+    """Whether the metrics of several worker processes are shared (webhook_svc.workers)."""
+    return bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
 
 
 class WebhookMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        own_registry = registry is None
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         self.admissions = Counter(
             "inferencecache_webhook_admissions_total",
@@ -57,6 +80,8 @@ class WebhookMetrics:
             ["endpoint"],
             registry=self.registry,
         )
+        # Created on the first certificate loaded: absent (not 0) with --insecure.
+        self.certificate_expiry: Gauge | None = None
         self._admitted: dict[tuple[str, str], tuple[Any, Any]] = {}
         self.inflight_bytes = Gauge(
             "inferencecache_webhook_inflight_body_bytes",
@@ -65,6 +90,14 @@ class WebhookMetrics:
             # With several workers: the sum over the live ones (ignored with one process).
             multiprocess_mode="livesum",
         )
+
+        if own_registry:
+            if multiprocess():
+                start_gc_flusher()  # python_gc_* of this worker, into the shared files
+            else:
+                ProcessCollector(registry=self.registry)
+                PlatformCollector(registry=self.registry)
+                GCCollector(registry=self.registry)
 
     def admitted(self, endpoint: str, outcome: str, seconds: float) -> None:
         """One answered AdmissionReview. The labelled children are looked up once per
@@ -80,11 +113,26 @@ class WebhookMetrics:
         children[0].inc()
         children[1].observe(seconds)
 
+    def certificate_expires_at(self, timestamp: float) -> None:
+        """The serving certificate now in use expires at ``timestamp`` (Unix seconds)."""
+        if self.certificate_expiry is None:
+            self.certificate_expiry = Gauge(
+                "inferencecache_webhook_certificate_expiry_timestamp_seconds",
+                "When the serving certificate in use expires (notAfter, Unix seconds); "
+                "with several workers the earliest any of them serves. Absent with "
+                "--insecure.",
+                registry=self.registry,
+                multiprocess_mode="min",
+            )
+        self.certificate_expiry.set(timestamp)
+
     def exposition_registry(self) -> CollectorRegistry:
         """What /metrics renders: this app's registry, or with several webhook workers
         (webhook_svc.workers) the values of every worker, summed."""
-        if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        if not multiprocess():
             return self.registry
         registry = CollectorRegistry()
         MultiProcessCollector(registry)
+        registry.register(ReplicaProcessCollector())
+        PlatformCollector(registry=registry)
         return registry

@@ -272,6 +272,7 @@ def run(args: argparse.Namespace) -> int:
         tls = ReloadingTLS(args.tls_cert_file, args.tls_key_file, args.tls_reload_interval)
         tls.load()  # unusable files at startup: fail now, with the error
         tls.reloads = app.state.metrics.tls_reloads
+        tls.report_expiry_to(app.state.metrics.certificate_expires_at)
     connections = Connections(args.request_head_timeout)
     config = uvicorn.Config(
         app,

@@ -8,7 +8,9 @@ half-written file and a key that does not match the certificate) and only then s
 the reference, one atomic assignment. A failed reload leaves the previous certificate
 serving, logs the error and counts it in
 ``inferencecache_webhook_tls_reloads_total{result="failed"}``; it is retried on the
-next check, so the second half of a non-atomic cert+key write is picked up.
+next check, so the second half of a non-atomic cert+key write is picked up. The
+expiry of the certificate in use is reported to a callback (the app's
+``inferencecache_webhook_certificate_expiry_timestamp_seconds``) on every load.
 
 The object itself is uvicorn's ``ssl_context_factory``: contexts are built and the
 watcher thread started in the process that serves, so every worker process of a
@@ -24,12 +26,22 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from cryptography import x509
 from prometheus_client import Counter
 
 log = logging.getLogger("icache.webhook.tls")
 
 Stamp = tuple[tuple[int, int, int], ...]
 _NEVER = object()
+
+
+def not_after(cert: Path) -> float | None:
+    """When the first certificate in the PEM file expires (Unix seconds); None when it
+    cannot be read or parsed (the TLS load itself reports that)."""
+    try:
+        return x509.load_pem_x509_certificate(cert.read_bytes()).not_valid_after_utc.timestamp()
+    except (OSError, ValueError):
+        return None
 
 
 def _serving_context(cert: Path, key: Path) -> ssl.SSLContext:
@@ -56,6 +68,22 @@ class ReloadingTLS:
         self._started = False
         # The serving app's reload counter (its own registry); set by the caller.
         self.reloads: Counter | None = None
+        self._expiry_sink: Callable[[float], None] | None = None
+        self.expires_at: float | None = None
+
+    def report_expiry_to(self, sink: Callable[[float], None]) -> None:
+        """Call ``sink`` with the expiry of the certificate in use: now (for the one
+        already loaded) and after every reload."""
+        self._expiry_sink = sink
+        self._report_expiry()
+
+    def _loaded(self) -> None:
+        self.expires_at = not_after(self.cert)
+        self._report_expiry()
+
+    def _report_expiry(self) -> None:
+        if self._expiry_sink is not None and self.expires_at is not None:
+            self._expiry_sink(self.expires_at)
 
     def _count(self, result: str) -> None:
         if self.reloads is not None:
@@ -79,6 +107,7 @@ class ReloadingTLS:
         stamp = self._current_stamp()
         self._current = _serving_context(self.cert, self.key)
         self._stamp = stamp
+        self._loaded()
         return self._current
 
     @property
@@ -118,6 +147,7 @@ class ReloadingTLS:
         self._current = fresh
         self._stamp = stamp
         self._failed_stamp = _NEVER
+        self._loaded()
         self._count("reloaded")
         log.info("reloaded serving certificate", extra={"cert": str(self.cert)})
         return True

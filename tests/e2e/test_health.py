@@ -57,7 +57,7 @@ def test_a_frozen_redis_makes_both_unready_and_a_stuck_worker_consumer_unhealthy
     with urllib.request.urlopen(f"http://127.0.0.1:{wport}/metrics", timeout=5) as resp:
         code, metrics = resp.status, resp.read()
     assert code == 200
-    assert b"icache_workqueue_in_flight" in metrics
+    assert b"inferencecache_active_workers" in metrics
 
     with stack.redis_server.frozen():
         frozen_at = time.monotonic()

@@ -78,6 +78,12 @@ DOCS = _isolated(render(namespace=NAMESPACE))
 WEBHOOK_SA = _service_account(DOCS, "webhook")
 WORKER_SA = _service_account(DOCS, "worker")
 DISPATCHER_SA = _service_account(DOCS, "dispatcher")
+(ROTATION_JOB,) = [d for d in DOCS if d["kind"] == "CronJob"]
+ROTATION_SA = str(
+    ROTATION_JOB["spec"]["jobTemplate"]["spec"]["template"]["spec"]["serviceAccountName"]
+)
+TLS_SECRETS = ("inference-cache-webhook-tls", "inference-cache-webhook-tls-ca")
+ADMISSION = "admissionregistration.k8s.io"
 
 
 def user(sa: str) -> str:
@@ -140,6 +146,23 @@ ALLOWED: dict[str, list[Request]] = {
         Request("get", "leases", "coordination.k8s.io", namespace=NAMESPACE, name=LEASE),
         Request("update", "leases", "coordination.k8s.io", namespace=NAMESPACE, name=LEASE),
     ],
+    # The certificate-rotation CronJob (`icache certs`): its two Secrets and the two
+    # webhook configurations, by name.
+    ROTATION_SA: [
+        *(
+            Request(verb, "secrets", namespace=NAMESPACE, name=name)
+            for name in TLS_SECRETS
+            for verb in ("get", "update")
+        ),
+        *(
+            Request(verb, f"{kind}webhookconfigurations", ADMISSION, namespace="", name=name)
+            for kind, name in (
+                ("mutating", "inference-cache-mutating"),
+                ("validating", "inference-cache-validating"),
+            )
+            for verb in ("get", "patch")
+        ),
+    ],
 }
 
 # A sample of what each must not do; every one of them would widen the blast
@@ -159,6 +182,23 @@ EVERYONE_DENIED = [
     Request("create", "serviceaccounts", subresource="token"),
 ]
 DENIED: dict[str, list[Request]] = {
+    ROTATION_SA: [
+        *EVERYONE_DENIED,
+        Request("create", "secrets", namespace=NAMESPACE),
+        Request("get", "secrets", namespace=NAMESPACE, name="inference-cache-redis-auth"),
+        Request("delete", "secrets", namespace=NAMESPACE, name=TLS_SECRETS[0]),
+        Request("get", "secrets", namespace="kube-system", name=TLS_SECRETS[0]),
+        Request("list", "mutatingwebhookconfigurations", ADMISSION, namespace=""),
+        Request("patch", "mutatingwebhookconfigurations", ADMISSION, namespace="", name="other"),
+        Request(
+            "delete",
+            "validatingwebhookconfigurations",
+            ADMISSION,
+            namespace="",
+            name="inference-cache-validating",
+        ),
+        Request("get", "cachebackends", CB),
+    ],
     WEBHOOK_SA: [
         *EVERYONE_DENIED,
         Request("update", "cachebackends", CB),
@@ -224,6 +264,7 @@ def rbac_installed(
     lease = Request("get", "leases", "coordination.k8s.io", namespace=NAMESPACE, name=LEASE)
     through_each_binding = [(sa, reqs[0]) for sa, reqs in ALLOWED.items()]
     through_each_binding.append((DISPATCHER_SA, lease))
+    through_each_binding.append((ROTATION_SA, ALLOWED[ROTATION_SA][-1]))  # its ClusterRole
     bindings = [d for d in DOCS if d["kind"] in ("ClusterRoleBinding", "RoleBinding")]
     assert len(through_each_binding) == len(bindings), "one request per binding"
     wait_until(
@@ -259,7 +300,7 @@ def _allowed(kube: Kube, sa: str, req: Request) -> bool:
 
 
 def test_each_process_has_its_own_service_account() -> None:
-    assert len({WEBHOOK_SA, WORKER_SA, DISPATCHER_SA}) == 3
+    assert len({WEBHOOK_SA, WORKER_SA, DISPATCHER_SA, ROTATION_SA}) == 4
 
 
 @pytest.mark.parametrize("sa", sorted(ALLOWED))

@@ -270,6 +270,28 @@ def test_an_expiring_ca_is_rotated_automatically() -> None:
     assert later.state.previous_ca_pem == first.state.ca.cert_pem
 
 
+def test_an_explicit_renewal_window_renews_both_with_overlap_and_nothing_outside_it(
+    tmp_path: Any,
+) -> None:
+    """`icache certs --renew-before`: inside the window the CA rotates (the old one
+    kept in the bundle) and the serving certificate is re-issued; outside it nothing
+    changes, so the rotation CronJob can run daily."""
+    now = dt.datetime.now(dt.UTC)  # the handshakes below check validity at the real time
+    first = _fresh(ca_days=60, days=30, now=now)
+    outside = _again(first, renew_within=dt.timedelta(days=20), now=now + dt.timedelta(days=5))
+    assert not outside.changed
+    inside = _again(first, renew_within=dt.timedelta(days=90), days=365, ca_days=3650, now=now)
+    assert inside.ca_reason
+    assert "expires" in inside.ca_reason
+    assert inside.serving_reason
+    assert inside.state.previous_ca_pem == first.state.ca.cert_pem
+    bundle = certs.ca_bundle(inside.state)
+    _handshake(first.state.serving, bundle, HOSTS[2], tmp_path)  # old pods still trusted
+    _handshake(inside.state.serving, bundle, HOSTS[2], tmp_path)
+    again = _again(inside, renew_within=dt.timedelta(days=90), now=now)
+    assert not again.changed, "a fresh certificate is not due again"
+
+
 def test_an_expired_previous_ca_leaves_the_bundle() -> None:
     first = _fresh(ca_days=90, days=30)
     rotated = _again(first, rotate_ca=True)
@@ -379,3 +401,33 @@ def test_webhook_patch_guards_each_write_with_the_webhook_name() -> None:
     config["webhooks"].reverse()
     with pytest.raises(jsonpatch.JsonPatchTestFailed):
         jsonpatch.apply_patch(config, ops)
+
+
+# --------------------------------------------------------------------------- --renew-before
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("720h", 720 * 3600), ("30d", 30 * 86400), ("1d12h", 36 * 3600), ("90m", 5400)],
+)
+def test_renew_before_reads_durations(text: str, seconds: int) -> None:
+    from icache_install.certs_cli import duration
+
+    assert duration(text) == dt.timedelta(seconds=seconds)
+
+
+@pytest.mark.parametrize("text", ["", "30", "d", "-1d", "0h", "3 d", "1w", "30d "])
+def test_renew_before_refuses_what_is_not_a_positive_duration(text: str) -> None:
+    import argparse
+
+    from icache_install.certs_cli import duration
+
+    with pytest.raises(argparse.ArgumentTypeError):
+        duration(text)
+
+
+def test_a_window_as_long_as_the_validity_is_refused_before_any_api_call() -> None:
+    """Every certificate issued would be due at once: each run would rotate."""
+    from icache_install.certs_cli import main
+
+    assert main(["--renew-before", "400d", "--kubeconfig", "/nonexistent"]) == 1

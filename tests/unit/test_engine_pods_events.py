@@ -265,10 +265,12 @@ def test_t2_hit_rate_reads_the_status_field() -> None:
 
 
 def _gauge(backend: str) -> float | None:
+    metrics.register(metrics.DISPATCHER)
     return REGISTRY.get_sample_value("inferencecache_backend_t2_hit_rate", {"backend": backend})
 
 
 def test_t2_gauge_follows_the_backend_status_and_goes_with_it() -> None:
+    metrics.set_leader(True)  # only the leader exports backend gauges
     key = "gauge-ns/cb"
     with_rate: dict[str, Any] = {
         "metadata": {"namespace": "gauge-ns", "name": "cb"},
@@ -282,6 +284,7 @@ def test_t2_gauge_follows_the_backend_status_and_goes_with_it() -> None:
     Dispatcher._export_t2(key, {"metadata": with_rate["metadata"], "status": {}})
     assert _gauge(key) is None
     Dispatcher._export_t2(key, None)  # already absent: no error
-    metrics.T2_HIT_RATE.labels(key).set(1)
+    Dispatcher._export_t2(key, with_rate)
     Dispatcher._export_t2(key, None)  # deleted backend
     assert _gauge(key) is None
+    metrics.set_leader(False)

@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from reconciler import metrics as _metrics  # noqa: F401 (registers the metrics served)
+from reconciler import metrics as reconciler_metrics
 from reconciler.health import Heartbeat, Readiness, serve, stale_beats
 from tests.harness.controlplane import free_port
 
@@ -54,6 +54,7 @@ def test_the_health_server_answers_healthz_readyz_and_metrics() -> None:
     heartbeat.beat("consumer-loop")
     readiness = Readiness({"redis": lambda: None})
     port = free_port()
+    reconciler_metrics.register(reconciler_metrics.WORKER)
     server = serve(port, heartbeat, 0.5, readiness)
     try:
         code, body = get(port, "/readyz")
@@ -68,7 +69,7 @@ def test_the_health_server_answers_healthz_readyz_and_metrics() -> None:
         assert body["stale"] == ["consumer-loop"]
         code, metrics = get(port, "/metrics")
         assert code == 200
-        assert b"icache_workqueue_in_flight" in metrics
+        assert b"inferencecache_active_workers" in metrics
     finally:
         server.shutdown()
 

@@ -72,3 +72,37 @@ def test_a_reload_that_failed_because_the_files_were_deleted_is_logged_once(
     assert tls._current is serving
     ca.issue_serving(["127.0.0.1"]).write(tmp_path, "tls")  # restored: reloaded
     assert tls.check() is True
+
+
+def test_the_expiry_of_the_certificate_in_use_is_reported_on_load_and_reload(
+    tmp_path: Path,
+) -> None:
+    """inferencecache_webhook_certificate_expiry_timestamp_seconds (docs/metrics.md):
+    the notAfter of the certificate served now, before and after a rotation; a refused
+    reload keeps reporting the certificate still served."""
+    import datetime as dt
+
+    from icache_install import certs
+
+    now = dt.datetime.now(dt.UTC)
+    ca = certs.new_ca(now, days=30)
+
+    def write(days: int) -> float:
+        pair = certs.issue_serving(ca, ["127.0.0.1"], now, days=days)
+        (tmp_path / "tls.crt").write_bytes(pair.cert_pem)
+        (tmp_path / "tls.key").write_bytes(pair.key_pem)
+        return pair.cert.not_valid_after_utc.timestamp()
+
+    first = write(3)
+    tls = ReloadingTLS(tmp_path / "tls.crt", tmp_path / "tls.key", interval=60)
+    tls.load()
+    seen: list[float] = []
+    tls.report_expiry_to(seen.append)
+    assert seen == [first]
+    second = write(10)
+    assert tls.check() is True
+    assert seen == [first, second]
+    (tmp_path / "tls.key").write_bytes(b"not a key")
+    assert tls.check() is False
+    assert seen == [first, second]
+    assert tls.expires_at == second

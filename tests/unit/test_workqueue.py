@@ -335,7 +335,14 @@ def test_depth_counts_each_state(queue: WorkQueue) -> None:
         queue.add(key)
     dispatched = queue.pop_due(limit=2)
     assert queue.start(dispatched[0], "t") == STARTED
-    assert queue.update_depth_metrics() == {"pending": 1, "queued": 1, "processing": 1, "dirty": 0}
+    assert queue.update_depth_metrics() == {
+        "pending": 1,
+        "due": 1,
+        "queued": 1,
+        "processing": 1,
+        "dirty": 0,
+        "failing": 0,
+    }
 
 
 # ------------------------------------------------------------------ the producer side
