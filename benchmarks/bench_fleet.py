@@ -127,7 +127,7 @@ def engine_container(name: str, runtime: str) -> dict[str, Any]:
         "resources": {
             "limits": {"nvidia.com/gpu": "1", "memory": "64Gi"},
             "requests": {"cpu": "4", "memory": "48Gi"},
-        },  # fmt: skip
+        },
         "readinessProbe": {"httpGet": {"path": "/health", "port": port}, "periodSeconds": 10},
         "volumeMounts": [{"name": "models", "mountPath": "/models"}],
     }
