@@ -47,3 +47,15 @@ T2_HIT_RATE = Gauge(
     "Exported by the leading dispatcher only.",
     ["backend"],
 )
+CACHE_WATCH_RESTARTS = Counter(
+    "inferencecache_worker_cache_watch_restarts_total",
+    "Watch streams of a worker's cache re-established, by watch and cause (timeout, "
+    "expired = 410 Gone re-list, error).",
+    ["watch", "cause"],
+)
+CACHE_LIVE_READS = Counter(
+    "inferencecache_worker_cache_live_reads_total",
+    "Reconcile reads sent to the API server because the worker's cache could not answer "
+    "(not listed yet, a watch failing, an engine selector not watched yet), by read.",
+    ["read"],
+)
