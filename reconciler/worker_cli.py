@@ -43,6 +43,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="at most one /probe per backend per this many seconds",
     )
     parser.add_argument(
+        "--reads",
+        default=tasks.READS_CACHE,
+        choices=tasks.READS_CHOICES,
+        help="where reconciles read from: this process's watch caches (cache), or the "
+        "API server, scoped by label selectors (api)",
+    )
+    parser.add_argument(
         "--snapshot-interval",
         type=float,
         default=10.0,
@@ -64,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
             server_url=args.server_url,
             token_path=args.token_path,
             probe_window_seconds=args.probe_interval,
+            reads=args.reads,
             queue=QueueSettings(
                 prefix=args.queue_prefix,
                 base_delay=args.backoff_base,

@@ -75,6 +75,7 @@ class FakeKube:
         label_selector: str | None = None,
         resource_version: str | None = None,
         limit: int | None = None,
+        metadata_only: bool = False,
     ) -> dict[str, Any]:
         ns = namespace
         if res is k.PODS and self.fail_pod_list:
@@ -192,6 +193,7 @@ class FakeKube:
         resource_version: str,
         label_selector: str | None = None,
         timeout_seconds: int = 300,
+        metadata_only: bool = False,
     ) -> Iterator[dict[str, Any]]:
         """No changes: the stream ends at once, as a server-side timeout would."""
         return iter(())
@@ -218,6 +220,7 @@ class ScriptedWatchKube(FakeKube):
         label_selector: str | None = None,
         resource_version: str | None = None,
         limit: int | None = None,
+        metadata_only: bool = False,
     ) -> dict[str, Any]:
         self.lists.append(res.plural)
         rv = str(10 * len(self.lists))
@@ -230,6 +233,7 @@ class ScriptedWatchKube(FakeKube):
         resource_version: str,
         label_selector: str | None = None,
         timeout_seconds: int = 300,
+        metadata_only: bool = False,
     ) -> Iterator[dict[str, Any]]:
         self.watches.append((res.plural, resource_version))
         if self.gone_once:
