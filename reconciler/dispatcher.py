@@ -5,7 +5,7 @@ Only the elected leader (Lease) watches and enqueues. While leading it runs:
 * one watch per resource — CacheBackends, and the Deployments, StatefulSets,
   Services and HPAs we manage (mapped to their owner's key) — each resuming from
   its last resourceVersion and re-listing on 410 Gone;
-* a watch on pods, for three things: a change of an injected engine pod (or of a
+* a watch on pods (metadata only), for three things: a change of an injected engine pod (or of a
   managed cache-server pod) enqueues its backend, so kernel-check verdicts,
   crash-loops and server restarts are seen without waiting for the resync; a pod
   that starts or stops matching a backend's spec.engineSelector (created, deleted,
@@ -265,7 +265,9 @@ class Dispatcher:
                 )
                 for res in (k.DEPLOYMENTS, k.STATEFULSETS, k.SERVICES, k.HPAS)
             ],
-            ("watch-pods", lambda: self._watch_loop(k.PODS, None, leading)),
+            # Metadata only: the pod events controller and the enqueue rules read
+            # labels, annotations and identity, never spec or status.
+            ("watch-pods", lambda: self._watch_loop(k.PODS, None, leading, metadata_only=True)),
             ("pump", lambda: self._pump_loop(leading)),
             ("resync", lambda: self._resync_loop(leading)),
         ]
@@ -358,7 +360,14 @@ class Dispatcher:
         if key is not None:
             self.enqueue(key, leading)
 
-    def _watch_loop(self, res: k.Resource, selector: str | None, leading: threading.Event) -> None:
+    def _watch_loop(
+        self,
+        res: k.Resource,
+        selector: str | None,
+        leading: threading.Event,
+        *,
+        metadata_only: bool = False,
+    ) -> None:
         is_cb = res is k.CACHEBACKENDS
         is_pod = res is k.PODS
 
@@ -393,7 +402,7 @@ class Dispatcher:
 
         list_then_watch(
             self.kube,
-            WatchSpec(res, selector),
+            WatchSpec(res, selector, metadata_only=metadata_only),
             on_list=on_list,
             on_event=on_event,
             running=lambda: leading.is_set() and not self._stop.is_set(),
