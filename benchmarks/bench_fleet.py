@@ -233,8 +233,13 @@ def writes(c: Counters, *, leases: bool = False) -> float:
     )
 
 
-def read_bytes(c: Counters) -> float:
-    return sum(v for (_, res), v in c.read_bytes.items() if res != "leases")
+def read_bytes(c: Counters, combos: set[tuple[str, str]] | None = None) -> float:
+    """Response bytes of GET/LIST, over ``combos`` ((VERB, resource)) when given."""
+    return sum(
+        max(v, 0.0)
+        for key, v in c.read_bytes.items()
+        if key[1] != "leases" and (combos is None or key in combos)
+    )
 
 
 def peak_rss_mib(pid: int) -> float:
@@ -473,6 +478,7 @@ def run_case(
         cp.audit_barrier(audit_mark)
         events = [e for e in cp.audit_events(audit_mark) if e.user in CONTROLLER_USERS]
         rss = [peak_rss_mib(p.pid) for p in workers]
+        dispatcher_rss = peak_rss_mib(procs[0].pid)
         stop(procs)
         procs = []
 
@@ -483,7 +489,15 @@ def run_case(
         floor_after = scrape(cp)
 
         per_min = 60.0 / args.idle
-        delta = after.minus(before).minus(floor_after.minus(floor_before))
+        floor = floor_after.minus(floor_before)
+        delta = after.minus(before).minus(floor)
+        # Bytes are the API server's per (verb, resource), not per user: count them for
+        # what the audit log shows the controller read, less the floor's.
+        controller_reads = {
+            (e.verb.upper(), e.resource)
+            for e in events
+            if e.verb in ("get", "list") and e.resource != "leases"
+        }
         audit_reads = sum(
             1 for e in events if e.verb in AUDIT_READ_VERBS and e.resource != "leases"
         )
@@ -499,13 +513,16 @@ def run_case(
             "pods_seen_s": pods_s,
             "reads_per_min": reads(delta) * per_min,
             "audit_reads_per_min": audit_reads * per_min,
-            "read_mib_per_min": read_bytes(delta) / MIB * per_min,
+            "read_mib_per_min": read_bytes(delta, controller_reads) / MIB * per_min,
+            "floor_read_mib_per_min": read_bytes(floor) / MIB * per_min,
+            "floor_reads_per_min": reads(floor) * per_min,
             "writes_per_min": writes(delta) * per_min,
             "audit_writes_per_min": audit_writes * per_min,
             "lease_reads_per_min": reads(delta, leases=True) * per_min,
             "lease_writes_per_min": writes(delta, leases=True) * per_min,
             "watch_mib_per_min": sum(after.minus(before).watch_bytes.values()) / MIB * per_min,
             "worker_peak_rss_mib": rss,
+            "dispatcher_peak_rss_mib": dispatcher_rss,
             "reads_by_resource_per_min": {
                 key: n * per_min for key, n in sorted(by_resource.items())
             },
@@ -551,12 +568,14 @@ def main() -> int:
                 f"{r['shape']}: backends converged in {r['backends_converged_s']:.1f}s, "
                 f"engine pods seen {r['pods_seen_s']:.1f}s after their creation "
                 f"(creating took {r['pods_created_s']:.1f}s) | idle minute: "
-                f"{r['reads_per_min']:.0f} reads (audit {r['audit_reads_per_min']:.0f}), "
-                f"{r['read_mib_per_min']:.2f} read MiB, {r['writes_per_min']:.0f} writes "
-                f"(audit {r['audit_writes_per_min']:.0f}); watch events "
-                f"{r['watch_mib_per_min']:.2f} MiB | leader Lease: "
+                f"{r['audit_reads_per_min']:.0f} reads (metrics less floor "
+                f"{r['reads_per_min']:.0f}), {r['read_mib_per_min']:.2f} read MiB, "
+                f"{r['audit_writes_per_min']:.0f} writes (metrics less floor "
+                f"{r['writes_per_min']:.0f}); watch events {r['watch_mib_per_min']:.2f} MiB; "
+                f"floor {r['floor_reads_per_min']:.0f} reads, "
+                f"{r['floor_read_mib_per_min']:.2f} MiB | leader Lease: "
                 f"{r['lease_reads_per_min']:.0f} reads, {r['lease_writes_per_min']:.0f} writes "
-                f"| worker peak RSS: "
+                f"| peak RSS: dispatcher {r['dispatcher_peak_rss_mib']:.0f} MiB, workers "
                 + ", ".join(f"{m:.0f} MiB" for m in r["worker_peak_rss_mib"]),
                 flush=True,
             )
