@@ -135,7 +135,9 @@ class Reconciler:
         self.kube = kube
         # Where observations come from (a worker's watch caches, or the API server);
         # a conflict retries on fresh API-server reads, and the engine cascade is
-        # confirmed with them before any engine Deployment is rolled.
+        # confirmed with them before any engine Deployment is rolled. Every write,
+        # whichever reads led to it, is waited for in ``self.reads`` (a cache shows it
+        # before the run the write triggers).
         self.reads: ClusterReads = reads or LiveReads(kube)
         self.fresh_reads = LiveReads(kube, fresh=True)
         self.server = server
@@ -220,7 +222,7 @@ class Reconciler:
                     self.kube.delete(
                         k.BY_KIND[kind], namespace, obj_name, uid=live["metadata"].get("uid")
                     )
-                    reads.after_write(
+                    self.reads.after_write(
                         k.BY_KIND[kind], namespace, obj_name, _resource_version(live), None
                     )
                     self._count_write("delete", kind)
@@ -236,7 +238,7 @@ class Reconciler:
                     live_uid = (current or {}).get("metadata", {}).get("uid")
                     before = _resource_version(current)
                     current = self.kube.apply(k.BY_KIND[kind], namespace, obj, uid=live_uid)
-                    reads.after_write(
+                    self.reads.after_write(
                         k.BY_KIND[kind], namespace, obj_name, before, _resource_version(current)
                     )
                     self._count_write("apply", kind)
@@ -285,7 +287,7 @@ class Reconciler:
             body = dict(cb_obj)
             body["status"] = outcome.status
             updated = self.kube.replace_status(k.CACHEBACKENDS, namespace, name, body)
-            reads.after_write(
+            self.reads.after_write(
                 k.CACHEBACKENDS,
                 namespace,
                 name,
