@@ -89,11 +89,20 @@ def run(args: argparse.Namespace) -> int:
     if args.server_url:
         # The poller projects /snapshot into status.indexParticipation, which the
         # KV-event readiness gate reads.
+        # With the threads pool the reconciles run in this process: the poller reads
+        # their watch caches. A prefork pool's caches live in its children, so the
+        # poller there reads the API server (scoped, metadata only).
+        cache = (
+            tasks.runtime().cache
+            if args.reads == tasks.READS_CACHE and args.pool != "prefork"
+            else None
+        )
         SnapshotPoller(
             kubeaccess.connect(args.kubeconfig),
             ServerClient(args.server_url, token_path=args.token_path),
             redis_client(args.redis_url, redis_timeouts(args)),
             interval=args.snapshot_interval,
+            cache=cache,
         ).start()
     app = make_app(args.redis_url, redis_timeouts(args))
     tasks.register(app)
