@@ -188,6 +188,11 @@ class EnginePodWatches:
         self._wanted: dict[str, frozenset[str]] = {}
         self._dirty = threading.Event()
         self._stop = threading.Event()
+        # Set once every selector wanted at start is served: from then on a selector
+        # not covered yet (a new backend) is read from the API server at once rather
+        # than waited for.
+        self.serving = threading.Event()
+        self._asked = False
         self._thread = threading.Thread(target=self._run, name="cache-engine-pods", daemon=True)
 
     def start(self) -> None:
@@ -203,6 +208,7 @@ class EnginePodWatches:
     def want(self, groups: dict[str, frozenset[str]]) -> None:
         with self._lock:
             self._wanted = groups
+            self._asked = True
         self._dirty.set()
 
     def covering(self, labels: Mapping[str, str], timeout: float) -> Reflector | None:
@@ -241,9 +247,11 @@ class EnginePodWatches:
                         pending.reflector.stop()
                         del self._pending[key]
                     continue
-                if pending is not None and pending.values == values:
-                    continue
                 if pending is not None:
+                    # Let a watch that is still listing finish and serve first: replaced
+                    # on every new backend, none would ever get to serve.
+                    if pending.values == values or not pending.reflector.synced.is_set():
+                        continue
                     pending.reflector.stop()
                 self._pending[key] = _Group(values, self._start(key, values))
             for key in [key for key in self._serving if key not in wanted]:
@@ -263,6 +271,8 @@ class EnginePodWatches:
                     self._lock.notify_all()
             if self._pending:
                 self._dirty.set()  # look again shortly
+            elif self._asked:
+                self.serving.set()
 
     def _start(self, key: str, values: frozenset[str]) -> Reflector:
         spec = WatchSpec(k.PODS, set_selector(key, values), metadata_only=True)
@@ -528,7 +538,8 @@ class CachedReads:
         return out
 
     def engine_pods(self, namespace: str, labels: Mapping[str, str]) -> list[Obj]:
-        reflector = self.cache.engine_pods.covering(labels, SYNC_WAIT_SECONDS)
+        watches = self.cache.engine_pods
+        reflector = watches.covering(labels, 0.0 if watches.serving.is_set() else SYNC_WAIT_SECONDS)
         if reflector is None:
             metrics.CACHE_LIVE_READS.labels("engine-pods").inc()
             return self.live.engine_pods(namespace, labels)
