@@ -1,8 +1,10 @@
 """The imperative shell of one reconcile: read, render, apply what differs, write status.
 
 Level-based and idempotent: every run recomputes from what it reads; nothing depends
-on which event woke it. An idle run (nothing drifted, status unchanged) makes read
-requests only: no apply, no delete, no status write, no Event.
+on which event woke it. An idle run (nothing drifted, status unchanged) writes
+nothing — no apply, no delete, no status write, no Event — and, reading from the
+worker's watch caches (``reconciler.reads``, ``reconciler.cluster_cache``), makes no
+request at all.
 """
 
 from __future__ import annotations
