@@ -86,6 +86,10 @@ def run(args: argparse.Namespace) -> int:
     heartbeat.beat(CONSUMER_LOOP)
     if args.metrics_port:
         health.serve(args.metrics_port, heartbeat, args.liveness_timeout, readiness(args))
+    if args.pool != "prefork":
+        # Reconciles run in this process: build its clients and start its watch caches
+        # now, so they have listed by the first task (a prefork child builds its own).
+        tasks.runtime()
     if args.server_url:
         # The poller projects /snapshot into status.indexParticipation, which the
         # KV-event readiness gate reads.
