@@ -5,7 +5,7 @@ Only the elected leader (Lease) watches and enqueues. While leading it runs:
 * one watch per resource — CacheBackends, and the Deployments, StatefulSets,
   Services and HPAs we manage (mapped to their owner's key) — each resuming from
   its last resourceVersion and re-listing on 410 Gone;
-* a watch on pods, for three things: a change of an injected engine pod (or of a
+* a watch on pods (metadata only), for three things: a change of an injected engine pod (or of a
   managed cache-server pod) enqueues its backend, so kernel-check verdicts,
   crash-loops and server restarts are seen without waiting for the resync; a pod
   that starts or stops matching a backend's spec.engineSelector (created, deleted,
@@ -37,15 +37,26 @@ from celery import Celery
 from reconciler import kube as k
 from reconciler import metrics
 from reconciler.celery_app import QUEUE_NAME, RECONCILE_TASK
+from reconciler.enqueue_keys import match_labels, object_key, owner_key, pod_backend_key
 from reconciler.leader import ElectionSettings, LeaderElector
 from reconciler.pod_events import EnginePodEvents
+from reconciler.watch_cache import WatchSpec, list_then_watch
 from reconciler.workqueue import QueueDataLostError, WorkQueue
-from shared import constants as c
-from shared.storage_providers.render import LABEL_CACHEBACKEND, LABEL_MANAGED_BY, MANAGED_BY
+from shared.storage_providers.render import LABEL_MANAGED_BY, MANAGED_BY
 
 log = logging.getLogger(__name__)
 
 OWNED_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
+
+__all__ = [
+    "Dispatcher",
+    "DispatcherSettings",
+    "SelectorIndex",
+    "match_labels",
+    "object_key",
+    "owner_key",
+    "pod_backend_key",
+]
 
 
 @dataclass(frozen=True)
@@ -54,42 +65,6 @@ class DispatcherSettings:
     watch_timeout: int = 300
     reap_interval: float = 1.0
     pump_batch: int = 500
-
-
-def owner_key(obj: dict[str, Any]) -> str | None:
-    """``namespace/name`` of the CacheBackend controlling ``obj``, if any."""
-    meta = obj.get("metadata") or {}
-    for ref in meta.get("ownerReferences") or []:
-        if ref.get("kind") == "CacheBackend" and ref.get("controller"):
-            return f"{meta.get('namespace')}/{ref.get('name')}"
-    return None
-
-
-def object_key(obj: dict[str, Any]) -> str:
-    meta = obj.get("metadata") or {}
-    return f"{meta.get('namespace')}/{meta.get('name')}"
-
-
-def pod_backend_key(pod: dict[str, Any]) -> str | None:
-    """The backend whose status a change of this pod may move: the one an engine pod
-    was injected by (same namespace only), or the one a managed cache-server pod
-    belongs to (its inferencecache.io/cachebackend label)."""
-    meta = pod.get("metadata") or {}
-    namespace = meta.get("namespace")
-    injected = str((meta.get("annotations") or {}).get(c.ANNOTATION_INJECTED_BY) or "")
-    ns, sep, name = injected.partition("/")
-    if sep and name and ns == namespace:
-        return injected
-    labels = meta.get("labels") or {}
-    if labels.get(LABEL_MANAGED_BY) == MANAGED_BY and labels.get(LABEL_CACHEBACKEND):
-        return f"{namespace}/{labels[LABEL_CACHEBACKEND]}"
-    return None
-
-
-def match_labels(obj: dict[str, Any]) -> dict[str, str]:
-    """spec.engineSelector.matchLabels of a CacheBackend ({}: claims nothing)."""
-    sel = ((obj.get("spec") or {}).get("engineSelector") or {}).get("matchLabels") or {}
-    return {str(k): str(v) for k, v in sel.items()} if isinstance(sel, dict) else {}
 
 
 class SelectorIndex:
@@ -291,7 +266,9 @@ class Dispatcher:
                 )
                 for res in (k.DEPLOYMENTS, k.STATEFULSETS, k.SERVICES, k.HPAS)
             ],
-            ("watch-pods", lambda: self._watch_loop(k.PODS, None, leading)),
+            # Metadata only: the pod events controller and the enqueue rules read
+            # labels, annotations and identity, never spec or status.
+            ("watch-pods", lambda: self._watch_loop(k.PODS, None, leading, metadata_only=True)),
             ("pump", lambda: self._pump_loop(leading)),
             ("resync", lambda: self._resync_loop(leading)),
         ]
@@ -380,76 +357,55 @@ class Dispatcher:
         if key is not None:
             self.enqueue(key, leading)
 
-    def _watch_loop(self, res: k.Resource, selector: str | None, leading: threading.Event) -> None:
+    def _watch_loop(
+        self,
+        res: k.Resource,
+        selector: str | None,
+        leading: threading.Event,
+        *,
+        metadata_only: bool = False,
+    ) -> None:
         is_cb = res is k.CACHEBACKENDS
         is_pod = res is k.PODS
-        rv: str | None = None
-        backoff = 0.5
-        while leading.is_set() and not self._stop.is_set():
-            try:
-                if rv is None:
-                    listing = self.kube.list(res, None, label_selector=selector)
-                    rv = str((listing.get("metadata") or {}).get("resourceVersion") or "")
-                    items = listing.get("items") or []
-                    if is_cb:
-                        current = {object_key(o) for o in items}
-                        with self._known_lock:
-                            vanished = self.known - current
-                            self.known = current
-                        self.selectors.reset_backends(items)
-                        for o in items:
-                            self._export_t2(object_key(o), o)
-                        for key in vanished:
-                            self._export_t2(key, None)
-                        # Deleted while we were not watching: one last (no-op) pass.
-                        for key in sorted(vanished | current):
-                            self.enqueue(key, leading)
-                    elif is_pod:
-                        for o in items:
-                            self._handle_pod("LIST", o, leading)
-                    else:
-                        for o in items:
-                            self._handle_owned(o, leading)
-                for event in self.kube.watch(
-                    res,
-                    resource_version=rv,
-                    label_selector=selector,
-                    timeout_seconds=self.settings.watch_timeout,
-                ):
-                    if not leading.is_set():
-                        return
-                    obj = event.get("object") or {}
-                    new_rv = (obj.get("metadata") or {}).get("resourceVersion")
-                    if new_rv:
-                        rv = str(new_rv)
-                    if event.get("type") == "BOOKMARK":
-                        continue
-                    if is_cb:
-                        self._handle_cachebackend(str(event.get("type")), obj, leading)
-                    elif is_pod:
-                        self._handle_pod(str(event.get("type")), obj, leading)
-                    else:
-                        self._handle_owned(obj, leading)
-                backoff = 0.5
-                metrics.WATCH_RESTARTS.labels(res.plural, "timeout").inc()
-            except k.ApiError as exc:
-                if exc.gone:
-                    log.info(
-                        "watch resourceVersion expired; re-listing",
-                        extra={"resource": res.plural, "resource_version": rv},
-                    )
-                    metrics.WATCH_RESTARTS.labels(res.plural, "expired").inc()
-                    rv = None
-                    continue
-                log.warning("watch failed", extra={"resource": res.plural, "error": str(exc)})
-                metrics.WATCH_RESTARTS.labels(res.plural, "error").inc()
-                time.sleep(backoff)
-                backoff = min(backoff * 2, 30.0)
-            except Exception as exc:  # connection reset, read timeout, bad JSON
-                log.warning("watch failed", extra={"resource": res.plural, "error": str(exc)})
-                metrics.WATCH_RESTARTS.labels(res.plural, "error").inc()
-                time.sleep(backoff)
-                backoff = min(backoff * 2, 30.0)
+
+        def on_list(items: list[dict[str, Any]]) -> None:
+            if is_cb:
+                current = {object_key(o) for o in items}
+                with self._known_lock:
+                    vanished = self.known - current
+                    self.known = current
+                self.selectors.reset_backends(items)
+                for o in items:
+                    self._export_t2(object_key(o), o)
+                for key in vanished:
+                    self._export_t2(key, None)
+                # Deleted while we were not watching: one last (no-op) pass.
+                for key in sorted(vanished | current):
+                    self.enqueue(key, leading)
+            elif is_pod:
+                for o in items:
+                    self._handle_pod("LIST", o, leading)
+            else:
+                for o in items:
+                    self._handle_owned(o, leading)
+
+        def on_event(kind: str, obj: dict[str, Any]) -> None:
+            if is_cb:
+                self._handle_cachebackend(kind, obj, leading)
+            elif is_pod:
+                self._handle_pod(kind, obj, leading)
+            else:
+                self._handle_owned(obj, leading)
+
+        list_then_watch(
+            self.kube,
+            WatchSpec(res, selector, metadata_only=metadata_only),
+            on_list=on_list,
+            on_event=on_event,
+            running=lambda: leading.is_set() and not self._stop.is_set(),
+            timeout_seconds=self.settings.watch_timeout,
+            on_restart=lambda cause: metrics.WATCH_RESTARTS.labels(res.plural, cause).inc(),
+        )
 
     # ------------------------------------------------------------ resync + pump
 

@@ -1,7 +1,8 @@
 """Pure reading of engine and cache-server pods for the advisory conditions and the cascade.
 
-Nothing here does I/O: the reconcile shell lists the pods of a backend's namespace once
-and these functions turn the raw pod dicts into the small observations
+Nothing here does I/O: the reconcile shell reads the pods that can matter to one backend
+(``reconciler.reads``: its engine pods, its injected pods, its cache-server pods) and
+these functions turn the raw pod dicts into the small observations
 ``reconciler.status`` and ``reconciler.cascade`` decide on.
 
 - ``injected_by_backend``: a pod belongs to a backend when the webhook's
@@ -253,14 +254,19 @@ def restart_sum(pod: dict[str, Any], containers: frozenset[str]) -> int:
     )
 
 
-def server_pods(pods: Sequence[dict[str, Any]], workload: dict[str, Any]) -> ServerPodsObservation:
-    """The live pods the managed workload selects (spec.selector.matchLabels)."""
-    selector = {
+def workload_selector(workload: dict[str, Any]) -> dict[str, str]:
+    """The managed workload's spec.selector.matchLabels."""
+    return {
         str(k): str(v)
         for k, v in (
             ((workload.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
         ).items()
     }
+
+
+def server_pods(pods: Sequence[dict[str, Any]], workload: dict[str, Any]) -> ServerPodsObservation:
+    """The live pods the managed workload selects (spec.selector.matchLabels)."""
+    selector = workload_selector(workload)
     containers = server_container_names(workload)
     out = [
         ServerPod(

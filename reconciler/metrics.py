@@ -172,6 +172,21 @@ BACKEND_CONDITION = Gauge(
     registry=None,
 )
 
+CACHE_WATCH_RESTARTS = Counter(
+    "inferencecache_worker_cache_watch_restarts_total",
+    "Watch streams of a worker's cache re-established, by watch and cause (timeout, "
+    "expired = 410 Gone re-list, error).",
+    ["watch", "cause"],
+    registry=None,
+)
+CACHE_LIVE_READS = Counter(
+    "inferencecache_worker_cache_live_reads_total",
+    "Reconcile reads sent to the API server because the worker's cache could not answer "
+    "(not listed yet, a watch failing, an engine selector not watched yet), by read.",
+    ["read"],
+    registry=None,
+)
+
 # The children with fixed labels, for the call sites.
 ADDS = _ADDS.labels(QUEUE)
 QUEUE_DURATION = _QUEUE_DURATION.labels(QUEUE)
@@ -358,6 +373,8 @@ _FAMILIES: Final[dict[str, tuple[Collector, ...]]] = {
         _ACTIVE_WORKERS,
         _MAX_CONCURRENT,
         API_WRITES,
+        CACHE_WATCH_RESTARTS,
+        CACHE_LIVE_READS,
     ),
 }
 _registered: dict[int, set[int]] = {}  # by registry: the families registered there

@@ -1,8 +1,10 @@
 """The imperative shell of one reconcile: read, render, apply what differs, write status.
 
 Level-based and idempotent: every run recomputes from what it reads; nothing depends
-on which event woke it. An idle run (nothing drifted, status unchanged) makes read
-requests only: no apply, no delete, no status write, no Event.
+on which event woke it. An idle run (nothing drifted, status unchanged) writes
+nothing — no apply, no delete, no status write, no Event — and, reading from the
+worker's watch caches (``reconciler.reads``, ``reconciler.cluster_cache``), makes no
+request at all.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from reconciler import kube as k
 from reconciler import metrics
 from reconciler.cascade import (
     CASCADE_WINDOW_SECONDS,
+    InstanceTransition,
     cascade_targets,
     deployment_converged,
     observed_server_instance_transition,
@@ -30,9 +33,15 @@ from reconciler.cascade import (
 )
 from reconciler.conditions import format_time, is_true
 from reconciler.diff import needs_apply
-from reconciler.engine_pods import observe_injected_pods, server_pods
+from reconciler.engine_pods import (
+    injected_by_backend,
+    observe_injected_pods,
+    server_pods,
+    workload_selector,
+)
 from reconciler.events import event_object, transition_events
 from reconciler.ownership import name_conflicts, owned_by
+from reconciler.reads import ClusterReads, LiveReads, controller_name, template_labels
 from reconciler.server_client import Prober
 from reconciler.status import (
     ENGINE_ADVISORY_MODES,
@@ -48,13 +57,17 @@ from reconciler.status import (
 from shared import constants as c
 from shared.api import effective
 from shared.api.models import CacheBackend
-from shared.storage_providers.render import owned_selector, render, service_endpoint
+from shared.labels import valid_selector
+from shared.pod_wiring import injected_by_uid_label
+from shared.storage_providers.render import render, service_endpoint
 
 log = logging.getLogger(__name__)
 
-OWNED_RESOURCES: Final = (k.DEPLOYMENTS, k.STATEFULSETS, k.SERVICES, k.HPAS)
 CONFLICT_RETRIES: Final = 5
 PROBE_WINDOW_SECONDS: Final = 30.0
+# A cache-server replacement the fresh read did not confirm (the cache was ahead of,
+# or behind, the API server): look again this soon.
+CASCADE_RECHECK_SECONDS: Final = 2.0
 
 
 class ReconcileError(Exception):
@@ -119,8 +132,16 @@ class Reconciler:
         instance: str | None = None,
         probe_window: float = PROBE_WINDOW_SECONDS,
         cascade_limiter: CascadeLimiter | None = None,
+        reads: ClusterReads | None = None,
     ) -> None:
         self.kube = kube
+        # Where observations come from (a worker's watch caches, or the API server);
+        # a conflict retries on fresh API-server reads, and the engine cascade is
+        # confirmed with them before any engine Deployment is rolled. Every write,
+        # whichever reads led to it, is waited for in ``self.reads`` (a cache shows it
+        # before the run the write triggers).
+        self.reads: ClusterReads = reads or LiveReads(kube)
+        self.fresh_reads = LiveReads(kube, fresh=True)
         self.server = server
         self.cascade_limiter = cascade_limiter or InProcessCascadeLimiter()
         self.probe_window = probe_window
@@ -132,25 +153,28 @@ class Reconciler:
 
     def reconcile(self, key: str) -> ReconcileResult:
         namespace, name = key.split("/", 1)
+        reads = self.reads
         for _ in range(CONFLICT_RETRIES):
-            cb_obj = self.kube.get_or_none(k.CACHEBACKENDS, namespace, name)
+            cb_obj = reads.backend(namespace, name)
             if cb_obj is None:
                 # Deleted: owned objects go with it (owner references, API-server GC).
                 return ReconcileResult(mode="deleted")
             if (cb_obj.get("metadata") or {}).get("deletionTimestamp"):
                 return ReconcileResult(mode="deleting")
             try:
-                return self._reconcile(cb_obj)
+                return self._reconcile(cb_obj, reads)
             except k.ApiError as exc:
                 if exc.conflict:
                     log.info("conflict; re-reading", extra={"key": key, "reason": exc.reason})
+                    # What we read was behind the API server: read it directly.
+                    reads = self.fresh_reads
                     continue
                 raise
         raise ReconcileError(f"{key}: still conflicting after {CONFLICT_RETRIES} attempts")
 
     # ------------------------------------------------------------ one pass
 
-    def _reconcile(self, cb_obj: dict[str, Any]) -> ReconcileResult:
+    def _reconcile(self, cb_obj: dict[str, Any], reads: ClusterReads) -> ReconcileResult:
         meta = cb_obj["metadata"]
         namespace, name, uid = meta["namespace"], meta["name"], meta.get("uid")
         try:
@@ -165,7 +189,7 @@ class Reconciler:
         mode = backend_mode(cb)
         result = ReconcileResult(mode=str(mode))
 
-        owned = self._list_owned(namespace, name, uid)
+        owned = self._list_owned(reads, namespace, name, uid)
         # The live objects let an autoscaled workload keep the HPA's replica count.
         desired = render(cb, owned)
         wanted = {(o["kind"], o["metadata"]["name"]) for o in desired}
@@ -200,6 +224,9 @@ class Reconciler:
                     self.kube.delete(
                         k.BY_KIND[kind], namespace, obj_name, uid=live["metadata"].get("uid")
                     )
+                    self.reads.after_write(
+                        k.BY_KIND[kind], namespace, obj_name, _resource_version(live), None
+                    )
                     self._count_write("delete", kind)
                     result.writes += 1
 
@@ -211,7 +238,11 @@ class Reconciler:
                     # (uid precondition), so a foreign object recreated under the name
                     # meanwhile is refused, not adopted.
                     live_uid = (current or {}).get("metadata", {}).get("uid")
+                    before = _resource_version(current)
                     current = self.kube.apply(k.BY_KIND[kind], namespace, obj, uid=live_uid)
+                    self.reads.after_write(
+                        k.BY_KIND[kind], namespace, obj_name, before, _resource_version(current)
+                    )
                     self._count_write("apply", kind)
                     result.writes += 1
                 live_by_kind[kind] = current
@@ -222,24 +253,24 @@ class Reconciler:
         service = live_by_kind.get("Service")
         workload = WorkloadObservation.from_object(workload_obj) if workload_obj else None
         now = self.clock()
-        # Engine-side advisory conditions and the cascade need every pod of the
-        # namespace (injection is an annotation, not a label); other modes count
-        # selector matches only.
-        ns_pods = self._list_pods(namespace) if mode in ENGINE_ADVISORY_MODES else None
+        engine_pods, engines = self._observe_engines(reads, cb)
+        injected: list[dict[str, Any]] | None = None
+        if mode in ENGINE_ADVISORY_MODES:
+            injected = self._injected_pods(reads, namespace, name, uid, engine_pods)
         server_instance: str | None = None
         cascade_wait: float | None = None
-        if mode == Mode.MANAGED and ns_pods is not None and workload_obj is not None:
+        if mode == Mode.MANAGED and workload_obj is not None:
             server_instance, cascade_wait, cascaded = self._server_instance(
-                cb_obj, workload_obj, workload, ns_pods, now
+                reads, cb_obj, workload_obj, workload, injected, now
             )
             result.writes += cascaded
         observed = Observed(
             workload=workload,
             service_endpoint=service_endpoint(service) if service else "",
-            engines=self._observe_engines(cb, ns_pods, listed=mode in ENGINE_ADVISORY_MODES),
+            engines=engines,
             injected_pods=(
-                observe_injected_pods(ns_pods, namespace, name, uid)
-                if ns_pods is not None
+                observe_injected_pods(injected, namespace, name, uid)
+                if injected is not None
                 else None
             ),
             server_instance=server_instance,
@@ -258,6 +289,13 @@ class Reconciler:
             body = dict(cb_obj)
             body["status"] = outcome.status
             updated = self.kube.replace_status(k.CACHEBACKENDS, namespace, name, body)
+            self.reads.after_write(
+                k.CACHEBACKENDS,
+                namespace,
+                name,
+                _resource_version(cb_obj),
+                _resource_version(updated),
+            )
             self._count_write("update", "CacheBackend/status")
             result.writes += 1
             for event in transition_events(old_status, outcome.status):
@@ -280,17 +318,16 @@ class Reconciler:
 
     # ------------------------------------------------------------ observation
 
+    @staticmethod
     def _list_owned(
-        self, namespace: str, name: str, uid: str | None
+        reads: ClusterReads, namespace: str, name: str, uid: str | None
     ) -> dict[tuple[str, str], dict[str, Any]]:
         """Objects carrying our labels *and* a controller reference to this backend."""
-        selector = owned_selector(name)
-        out: dict[tuple[str, str], dict[str, Any]] = {}
-        for res in OWNED_RESOURCES:
-            for item in self.kube.list(res, namespace, label_selector=selector).get("items") or []:
-                if owned_by(item, uid):
-                    out[(res.kind, item["metadata"]["name"])] = item
-        return out
+        return {
+            (str(item["kind"]), item["metadata"]["name"]): item
+            for item in reads.owned(namespace, name)
+            if owned_by(item, uid)
+        }
 
     def _read_unlisted(
         self,
@@ -307,60 +344,83 @@ class Reconciler:
                 out[key] = self.kube.get_or_none(k.BY_KIND[key[0]], namespace, key[1])
         return out
 
-    def _list_pods(self, namespace: str) -> list[dict[str, Any]] | None:
-        try:
-            return self.kube.list(k.PODS, namespace).get("items") or []
-        except k.ApiError as exc:
-            # A transient list failure keeps the previous observations.
-            log.warning("could not list pods", extra={"namespace": namespace, "error": str(exc)})
-            return None
-
+    @staticmethod
     def _observe_engines(
-        self, cb: CacheBackend, ns_pods: list[dict[str, Any]] | None, *, listed: bool
-    ) -> EngineObservation | None:
-        """``listed``: ``ns_pods`` is this reconcile's list of every pod in the
-        namespace (None when that list failed); otherwise list by selector."""
+        reads: ClusterReads, cb: CacheBackend
+    ) -> tuple[list[dict[str, Any]] | None, EngineObservation | None]:
+        """The pods spec.engineSelector matches (their metadata) and what
+        matchedEnginePods, engineSelectorMessage and the churn cadence decide on.
+        ([], None) without a claim-capable selector; None for what could not be read
+        this time (the previous values stand)."""
         labels = effective.match_labels(cb.spec)
         if not labels:
-            return None
-        namespace = cb.metadata.namespace
-        selector = ",".join(f"{key}={value}" for key, value in sorted(labels.items()))
-        if listed and ns_pods is None:
-            return None
+            return [], None
+        if not valid_selector(labels):
+            # No object can carry a label that is not valid syntax: nothing matches,
+            # and the API server would refuse the selector.
+            return [], EngineObservation(matched_pods=0)
+        namespace = str(cb.metadata.namespace)
         try:
-            if listed:
-                pods = [
-                    p
-                    for p in ns_pods or []
-                    if labels.items() <= ((p.get("metadata") or {}).get("labels") or {}).items()
-                ]
-            else:
-                pods = self.kube.list(k.PODS, namespace, label_selector=selector).get("items") or []
-            deployments = self.kube.list(k.DEPLOYMENTS, namespace).get("items") or []
+            pods = reads.engine_pods(namespace, labels)
         except k.ApiError as exc:
-            # A transient list failure keeps the previous observation.
+            # A transient failure keeps the previous observation.
             log.warning(
                 "could not list engine pods", extra={"namespace": namespace, "error": str(exc)}
             )
-            return None
-        matching = [
-            d
-            for d in deployments
-            if labels.items()
-            <= (
-                (((d.get("spec") or {}).get("template") or {}).get("metadata") or {}).get("labels")
-                or {}
-            ).items()
-        ]
+            return None, None
+        try:
+            deployments = reads.engine_deployments(namespace, labels)
+        except k.ApiError as exc:
+            log.warning(
+                "could not read engine Deployments",
+                extra={"namespace": namespace, "error": str(exc)},
+            )
+            return pods, None
         replicas = sum(
             1 if (d.get("spec") or {}).get("replicas") is None else int(d["spec"]["replicas"])
-            for d in matching
+            for d in deployments
+            if template_labels(d).items() >= labels.items()
         )
-        return EngineObservation(
+        return pods, EngineObservation(
             matched_pods=len(pods),
-            matching_deployments=len(matching),
+            matching_deployments=len(deployments),
             matching_deployment_replicas=replicas,
         )
+
+    def _injected_pods(
+        self,
+        reads: ClusterReads,
+        namespace: str,
+        name: str,
+        uid: str | None,
+        engine_pods: list[dict[str, Any]] | None,
+    ) -> list[dict[str, Any]] | None:
+        """Whole pods that may be this backend's injected engines: those carrying its
+        injected-by-uid label, plus any selector-matched pod whose annotations name it
+        but which has no label (admitted before the webhook stamped one), read one by
+        one. The annotation rule (``injected_by_backend``) decides afterwards, so a
+        stale or forged label counts for nothing. None: a read failed (the advisory
+        conditions keep their previous verdict)."""
+        if not uid:
+            return []
+        if engine_pods is None:
+            return None
+        try:
+            pods = reads.injected_pods(namespace, uid) if injected_by_uid_label(uid) else []
+            seen = {str((p.get("metadata") or {}).get("name")) for p in pods}
+            for meta in engine_pods:
+                pod_name = str((meta.get("metadata") or {}).get("name"))
+                if pod_name in seen or not injected_by_backend(meta, namespace, name, uid):
+                    continue
+                pod = self.kube.get_or_none(k.PODS, namespace, pod_name)
+                if pod is not None:
+                    pods.append(pod)
+        except k.ApiError as exc:
+            log.warning(
+                "could not list injected pods", extra={"namespace": namespace, "error": str(exc)}
+            )
+            return None
+        return pods
 
     def _probe(self, cb: CacheBackend, pre_status: dict[str, Any]) -> ProbeObservation | None:
         """The functional-probe gate's input: bypassed, rate-limited, or a real call.
@@ -397,34 +457,36 @@ class Reconciler:
 
     def _server_instance(
         self,
+        reads: ClusterReads,
         cb_obj: dict[str, Any],
         workload_obj: dict[str, Any],
         workload: WorkloadObservation | None,
-        ns_pods: list[dict[str, Any]],
+        injected: list[dict[str, Any]] | None,
         now: dt.datetime,
     ) -> tuple[str | None, float | None, int]:
         """observedServerInstance for this reconcile, cascading first when the
         transition is a replacement. Returns (value — None keeps the prior one —,
-        seconds until a rate-limited cascade may run, writes made)."""
+        seconds until the cascade should be looked at again, writes made)."""
         meta = cb_obj["metadata"]
         namespace, name, uid = meta["namespace"], meta["name"], meta.get("uid")
         key = f"{namespace}/{name}"
         prior = str((cb_obj.get("status") or {}).get("observedServerInstance") or "")
-        observation = server_pods(ns_pods, workload_obj)
-        live_ready = sum(1 for p in observation.pods if p.ready)
-        transition = observed_server_instance_transition(
-            prior, observation.pods, deployment_converged(workload, live_ready)
-        )
-        if not transition.cascade:
-            return transition.value, None, 0
-        replicasets: list[dict[str, Any]] = []
-        if any(
-            ((p.get("metadata") or {}).get("annotations") or {}).get(c.ANNOTATION_INJECTED_BY)
-            == key
-            for p in ns_pods
-        ):
-            replicasets = self.kube.list(k.REPLICASETS, namespace).get("items") or []
-        targets = cascade_targets(ns_pods, replicasets, namespace, name, uid)
+        transition = self._instance_transition(reads, namespace, prior, workload_obj, workload)
+        if transition is None or not transition.cascade:
+            return (transition.value if transition else None), None, 0
+        if injected is None:
+            return None, CASCADE_RECHECK_SECONDS, 0  # whom to roll is unknown this time
+        # Rolling engines is the one write a stale view could make wrongly: decide it
+        # again on the API server's current state (the backend's baseline and the
+        # server pods) and go ahead only if that decision is the same.
+        confirmed = self._confirm_replacement(namespace, name, uid, workload_obj, workload)
+        if confirmed != transition.value:
+            log.info(
+                "cache-server replacement not confirmed by a fresh read; looking again",
+                extra={"key": key, "cached": transition.value, "fresh": confirmed or ""},
+            )
+            return None, CASCADE_RECHECK_SECONDS, 0
+        targets = self._cascade_targets(namespace, name, uid, injected)
         if not targets:
             log.info(
                 "cache server replaced; no engine Deployment to roll",
@@ -472,8 +534,74 @@ class Reconciler:
         return transition.value, None, writes
 
     @staticmethod
+    def _instance_transition(
+        reads: ClusterReads,
+        namespace: str,
+        prior: str,
+        workload_obj: dict[str, Any],
+        workload: WorkloadObservation | None,
+    ) -> InstanceTransition | None:
+        """The observedServerInstance transition the server pods ``reads`` sees imply
+        (None: the pods could not be read; the prior value stands)."""
+        try:
+            pods = reads.workload_pods(namespace, workload_selector(workload_obj))
+        except k.ApiError as exc:
+            log.warning(
+                "could not list cache-server pods",
+                extra={"namespace": namespace, "error": str(exc)},
+            )
+            return None
+        observation = server_pods(pods, workload_obj)
+        live_ready = sum(1 for p in observation.pods if p.ready)
+        return observed_server_instance_transition(
+            prior, observation.pods, deployment_converged(workload, live_ready)
+        )
+
+    def _confirm_replacement(
+        self,
+        namespace: str,
+        name: str,
+        uid: str | None,
+        workload_obj: dict[str, Any],
+        workload: WorkloadObservation | None,
+    ) -> str | None:
+        """The new identifier if fresh reads also call this a replacement, else None."""
+        live = self.fresh_reads.backend(namespace, name)
+        if live is None or (live.get("metadata") or {}).get("uid") != uid:
+            return None
+        prior = str((live.get("status") or {}).get("observedServerInstance") or "")
+        fresh = self._instance_transition(
+            self.fresh_reads, namespace, prior, workload_obj, workload
+        )
+        return fresh.value if fresh is not None and fresh.cascade else None
+
+    def _cascade_targets(
+        self, namespace: str, name: str, uid: str | None, injected: list[dict[str, Any]]
+    ) -> list[str]:
+        """The engine Deployments to roll: the owners of the ReplicaSets that own this
+        backend's injected pods, each ReplicaSet read by name."""
+        names = sorted(
+            {
+                owner
+                for pod in injected
+                if injected_by_backend(pod, namespace, name, uid)
+                and (owner := controller_name(pod, "ReplicaSet")) is not None
+            }
+        )
+        replicasets = [
+            replicaset
+            for rs_name in names
+            if (replicaset := self.kube.get_or_none(k.REPLICASETS, namespace, rs_name)) is not None
+        ]
+        return cascade_targets(injected, replicasets, namespace, name, uid)
+
+    @staticmethod
     def _count_write(verb: str, resource: str) -> None:
         metrics.API_WRITES.labels(verb, resource).inc()
+
+
+def _resource_version(obj: dict[str, Any] | None) -> str:
+    return str(((obj or {}).get("metadata") or {}).get("resourceVersion") or "")
 
 
 def _min_delay(*values: float | None) -> float | None:

@@ -19,9 +19,11 @@ from typing import Any, Final
 import redis
 
 from reconciler import kube as k
+from reconciler.cluster_cache import ClusterCache, fresh, selector_groups, set_selector
 from reconciler.conditions import format_time, parse_time
 from reconciler.server_client import ServerClient
 from shared import constants as c
+from shared.labels import valid_selector
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +119,13 @@ def project_index_participation(
 
 class SnapshotPoller(threading.Thread):
     """Polls /snapshot every ``interval`` s; one poller per interval cluster-wide
-    (a Redis lock), however many worker processes run one."""
+    (a Redis lock), however many worker processes run one.
+
+    It reads only the pods a replica can be attributed to — those labelled
+    injected-by-uid, and those a backend's engine selector matches — from the worker's
+    ``cache`` when it has one, else from the API server, metadata only, a few lists per
+    namespace. (A pod injected before the webhook stamped the label, and matching no
+    selector, is not attributed.)"""
 
     def __init__(
         self,
@@ -128,6 +136,7 @@ class SnapshotPoller(threading.Thread):
         interval: float = 10.0,
         stop: threading.Event | None = None,
         on_error: Callable[[Exception], None] | None = None,
+        cache: ClusterCache | None = None,
     ) -> None:
         super().__init__(name="icache-snapshot-poller", daemon=True)
         self.kube = kube
@@ -136,6 +145,7 @@ class SnapshotPoller(threading.Thread):
         self.interval = interval
         self.stop_event = stop or threading.Event()
         self.on_error = on_error
+        self.cache = cache
 
     def run(self) -> None:
         while not self.stop_event.wait(self.interval):
@@ -147,15 +157,52 @@ class SnapshotPoller(threading.Thread):
                 if self.on_error:
                     self.on_error(exc)
 
+    def _backends(self) -> list[dict[str, Any]]:
+        if self.cache is not None and fresh(self.cache.backends):
+            return list(self.cache.backends.store.all())
+        return self.kube.list(k.CACHEBACKENDS).get("items") or []
+
+    def _attributable_pods(
+        self, namespace: str, backends: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        """Pods of ``namespace`` a replica can be attributed to (metadata is enough)."""
+        selectors = [sel for cb in backends if (sel := _selector(cb)) and valid_selector(sel)]
+        cache = self.cache
+        if cache is not None and fresh(cache.injected_pods):
+            watches = [cache.engine_pods.covering(sel, 0.0) for sel in selectors]
+            if all(w is not None for w in watches):
+                out = cache.injected_pods.store.in_namespace(namespace)
+                for watch in {id(w): w for w in watches if w is not None}.values():
+                    out.extend(watch.store.in_namespace(namespace))
+                return out
+        out = (
+            self.kube.list(
+                k.PODS, namespace, label_selector=c.LABEL_INJECTED_BY_UID, metadata_only=True
+            ).get("items")
+            or []
+        )
+        for key, values in sorted(selector_groups(selectors).items()):
+            out.extend(
+                self.kube.list(
+                    k.PODS,
+                    namespace,
+                    label_selector=set_selector(key, values),
+                    metadata_only=True,
+                ).get("items")
+                or []
+            )
+        return out
+
     def poll_once(self) -> int:
         snapshot = self.server.snapshot()
-        backends = self.kube.list(k.CACHEBACKENDS).get("items") or []
+        backends = self._backends()
         namespaces = {
             str(r.get("tenant")) for r in snapshot.get("replicas") or [] if r.get("tenant")
         }
         pods: dict[tuple[str, str], dict[str, Any]] = {}
         for ns in sorted(namespaces):
-            for pod in self.kube.list(k.PODS, ns).get("items") or []:
+            in_ns = [cb for cb in backends if cb["metadata"].get("namespace") == ns]
+            for pod in self._attributable_pods(ns, in_ns):
                 pods[(ns, str(pod["metadata"]["name"]))] = pod
         writes = 0
         projection = project_index_participation(snapshot, pods, backends)

@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import redis
 from celery import Celery
@@ -16,12 +16,15 @@ from celery import Celery
 from reconciler import metrics
 from reconciler.cascade import CASCADE_WINDOW_SECONDS
 from reconciler.celery_app import RECONCILE_TASK
+from reconciler.cluster_cache import CachedReads, ClusterCache
 from reconciler.kube import Kube
+from reconciler.reads import ClusterReads, LiveReads
 from reconciler.reconcile import CascadeClaim, Reconciler
 from reconciler.redis_conn import RedisTimeouts, redis_client
 from reconciler.server_client import DEFAULT_TOKEN_PATH, ServerClient
 from reconciler.workqueue import DONE, QueueSettings, WorkQueue
 from shared import kubeaccess
+from shared.kubeclient import JSON_ACCEPT
 
 log = logging.getLogger(__name__)
 # One DEBUG line when a reconcile starts and one when it ends, with the lease token
@@ -40,6 +43,9 @@ class WorkerConfig:
     queue: QueueSettings = QueueSettings()
     probe_window_seconds: float = 30.0
     redis_timeouts: RedisTimeouts = RedisTimeouts()
+    # "cache": reconciles read the process's watch caches (reconciler.cluster_cache);
+    # "api": every read goes to the API server, scoped by label selectors.
+    reads: str = "cache"
 
 
 class LeaseExpiredError(RuntimeError):
@@ -65,10 +71,13 @@ class FencedKube(Kube):
         query: dict[str, Any] | None = None,
         body: Any = None,
         content_type: str | None = None,
+        accept: str = JSON_ACCEPT,
     ) -> dict[str, Any]:
         if method != "GET":
             check_lease()
-        return super().request(method, path, query=query, body=body, content_type=content_type)
+        return super().request(
+            method, path, query=query, body=body, content_type=content_type, accept=accept
+        )
 
 
 def check_lease() -> None:
@@ -84,11 +93,17 @@ def check_lease() -> None:
         raise LeaseExpiredError(f"{key}: work-queue lease not renewed in time; not writing")
 
 
+READS_CACHE: Final = "cache"
+READS_API: Final = "api"
+READS_CHOICES: Final = (READS_CACHE, READS_API)
+
+
 @dataclass
 class Runtime:
     queue: WorkQueue
     reconciler: Reconciler
     pid: int
+    cache: ClusterCache | None = None
 
 
 _config: WorkerConfig | None = None
@@ -118,15 +133,48 @@ def runtime() -> Runtime:
             if _config.server_url
             else None
         )
+        kube = FencedKube(kubeaccess.api_client(_config.kubeconfig))
+        cache: ClusterCache | None = None
+        reads: ClusterReads = LiveReads(kube)
+        if _config.reads == READS_CACHE:
+            # One cache per process: a prefork pool's children each build their own
+            # (threads do not survive a fork), from the API server, on their first task.
+            cache = ClusterCache(
+                _cache_client(_config.kubeconfig), enqueue=_cache_enqueue(queue)
+            ).start()
+            reads = CachedReads(cache, LiveReads(kube))
         reconciler = Reconciler(
-            FencedKube(kubeaccess.api_client(_config.kubeconfig)),
+            kube,
             server=server,
             probe_rate_limiter=redis_probe_rate_limiter(client, _config.probe_window_seconds),
             probe_window=_config.probe_window_seconds,
             cascade_limiter=RedisCascadeLimiter(client, CASCADE_WINDOW_SECONDS),
+            reads=reads,
         )
-        _runtime = Runtime(queue=queue, reconciler=reconciler, pid=os.getpid())
+        _runtime = Runtime(queue=queue, reconciler=reconciler, pid=os.getpid(), cache=cache)
         return _runtime
+
+
+# Every cache watch holds a connection for as long as it streams; reconciles' requests
+# must not wait behind them, so the cache has its own pool.
+CACHE_CONNECTIONS: Final = 32
+
+
+def _cache_client(kubeconfig: str | None) -> Kube:
+    from kubernetes.client import ApiClient
+
+    configuration = kubeaccess.load_configuration(kubeconfig).configuration
+    configuration.connection_pool_maxsize = CACHE_CONNECTIONS
+    return Kube(ApiClient(configuration))
+
+
+def _cache_enqueue(queue: WorkQueue) -> Callable[[str], None]:
+    """The cache's adds: a change it now holds wakes the backends it concerns."""
+
+    def enqueue(key: str) -> None:
+        queue.add(key)
+
+    return enqueue
 
 
 def redis_probe_rate_limiter(client: redis.Redis, window: float) -> Callable[[str], float | None]:

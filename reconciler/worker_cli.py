@@ -52,6 +52,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="at most one /probe per backend per this many seconds",
     )
     parser.add_argument(
+        "--reads",
+        default=tasks.READS_CACHE,
+        choices=tasks.READS_CHOICES,
+        help="where reconciles read from: this process's watch caches (cache), or the "
+        "API server, scoped by label selectors (api)",
+    )
+    parser.add_argument(
         "--snapshot-interval",
         type=cli_types.positive_float,
         default=10.0,
@@ -74,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
             server_url=args.server_url,
             token_path=args.token_path,
             probe_window_seconds=args.probe_interval,
+            reads=args.reads,
             queue=QueueSettings(
                 prefix=args.queue_prefix,
                 base_delay=args.backoff_base,
@@ -90,14 +98,27 @@ def run(args: argparse.Namespace) -> int:
     heartbeat.beat(CONSUMER_LOOP)
     if args.metrics_port:
         health.serve(args.metrics_port, heartbeat, args.liveness_timeout, readiness(args))
+    if args.pool != "prefork":
+        # Reconciles run in this process: build its clients and start its watch caches
+        # now, so they have listed by the first task (a prefork child builds its own).
+        tasks.runtime()
     if args.server_url:
         # The poller projects /snapshot into status.indexParticipation, which the
         # KV-event readiness gate reads.
+        # With the threads pool the reconciles run in this process: the poller reads
+        # their watch caches. A prefork pool's caches live in its children, so the
+        # poller there reads the API server (scoped, metadata only).
+        cache = (
+            tasks.runtime().cache
+            if args.reads == tasks.READS_CACHE and args.pool != "prefork"
+            else None
+        )
         SnapshotPoller(
             kubeaccess.connect(args.kubeconfig),
             ServerClient(args.server_url, token_path=args.token_path),
             redis_client(args.redis_url, redis_timeouts(args)),
             interval=args.snapshot_interval,
+            cache=cache,
         ).start()
     app = make_app(args.redis_url, redis_timeouts(args))
     tasks.register(app)

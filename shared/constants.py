@@ -49,6 +49,11 @@ ANNOTATION_CACHE_SERVER_RESTART_TRIGGER: Final = "inferencecache.io/cache-server
 # Records, on the pod, the kernel-check mode the webhook admitted it under.
 ANNOTATION_LMCACHE_KERNEL_CHECK_MODE: Final = "inferencecache.io/lmcache-kernel-check-mode"
 
+# Labels. Not in the spec: the webhook stamps the injected-by-uid value as a label too,
+# next to the annotation, so the reconciler can select a backend's injected pods on the
+# API server (annotations cannot be selected on). The annotations still decide.
+LABEL_INJECTED_BY_UID: Final = "inferencecache.io/injected-by-uid"
+
 KERNEL_CHECK_AUTO: Final = "auto"
 KERNEL_CHECK_REPORT_ONLY: Final = "report-only"
 KERNEL_CHECK_STRICT: Final = "strict"

@@ -105,6 +105,13 @@ BY_KIND: dict[str, Resource] = {
 MERGE_PATCH: Final = "application/merge-patch+json"
 JSON_PATCH: Final = "application/json-patch+json"
 
+# Metadata-only reads: the API server answers with PartialObjectMetadata (apiVersion
+# meta.k8s.io/v1, kind PartialObjectMetadata[List]) — each item's metadata, no spec or
+# status — for every resource, built-in or custom.
+METADATA_LIST_ACCEPT: Final = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+METADATA_ACCEPT: Final = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+JSON_ACCEPT: Final = "application/json"
+
 
 class ApiError(Exception):
     def __init__(self, status: int, reason: str, body: str = "") -> None:
@@ -146,6 +153,7 @@ class KubeClient(Protocol):
         label_selector: str | None = None,
         resource_version: str | None = None,
         limit: int | None = None,
+        metadata_only: bool = False,
     ) -> dict[str, Any]: ...
 
     def create(
@@ -190,6 +198,7 @@ class KubeClient(Protocol):
         resource_version: str,
         label_selector: str | None = None,
         timeout_seconds: int = 300,
+        metadata_only: bool = False,
     ) -> Iterator[dict[str, Any]]: ...
 
 
@@ -219,8 +228,9 @@ class Kube:
         query: dict[str, Any] | None,
         body: Any,
         content_type: str | None,
+        accept: str = JSON_ACCEPT,
     ) -> tuple[str, dict[str, str], Any]:
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": accept}
         if body is not None:
             headers["Content-Type"] = content_type or "application/json"
         q = {k: v for k, v in (query or {}).items() if v is not None}
@@ -243,8 +253,9 @@ class Kube:
         query: dict[str, Any] | None = None,
         body: Any = None,
         content_type: str | None = None,
+        accept: str = JSON_ACCEPT,
     ) -> dict[str, Any]:
-        url, headers, body = self._prepare(method, path, query, body, content_type)
+        url, headers, body = self._prepare(method, path, query, body, content_type, accept)
         resp = self.api_client.call_api(
             method, url, header_params=headers, body=body, _request_timeout=self.timeout
         )
@@ -275,8 +286,14 @@ class Kube:
         label_selector: str | None = None,
         resource_version: str | None = None,
         limit: int | None = None,
+        metadata_only: bool = False,
     ) -> dict[str, Any]:
-        """A whole list (following continue tokens); items, plus metadata.resourceVersion."""
+        """A whole list (following continue tokens); items, plus metadata.resourceVersion.
+
+        ``metadata_only``: each item is a PartialObjectMetadata (metadata only), a
+        fraction of the bytes when labels, annotations and owners are all a caller
+        needs. ``resource_version="0"``: any recent version, served from the API
+        server's watch cache rather than read from etcd."""
         items: list[dict[str, Any]] = []
         cont: str | None = None
         while True:
@@ -289,6 +306,7 @@ class Kube:
                     "limit": limit,
                     "continue": cont,
                 },
+                accept=METADATA_LIST_ACCEPT if metadata_only else JSON_ACCEPT,
             )
             items.extend(page.get("items") or [])
             cont = (page.get("metadata") or {}).get("continue")
@@ -379,12 +397,15 @@ class Kube:
         resource_version: str,
         label_selector: str | None = None,
         timeout_seconds: int = 300,
+        metadata_only: bool = False,
     ) -> Iterator[dict[str, Any]]:
         """Stream watch events ({"type", "object"}) from ``resource_version``.
 
         Ends when the server closes the stream (timeoutSeconds). An expired
         resourceVersion surfaces as ApiError(410), either as the HTTP status or as an
-        ERROR event, so callers have one case to handle.
+        ERROR event, so callers have one case to handle. BOOKMARK events (asked for)
+        carry only a newer resourceVersion. ``metadata_only``: each object is a
+        PartialObjectMetadata.
         """
         url, headers, _ = self._prepare(
             "GET",
@@ -398,6 +419,7 @@ class Kube:
             },
             None,
             None,
+            METADATA_ACCEPT if metadata_only else JSON_ACCEPT,
         )
         pool = self.api_client.rest_client.pool_manager
         resp = pool.request(

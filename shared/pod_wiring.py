@@ -26,9 +26,13 @@ Rules, each in its own function named after the spec:
   always: an empty uid when the backend has none, e.g. a YAML file without
   metadata.uid, so a stale uid never vouches for this wiring); clears
   ``inject-skipped``; records the admitted kernel-check mode when the check is injected.
+  Beside the annotations, the label ``inferencecache.io/injected-by-uid: <uid>``
+  (``injected_by_uid_label``), so the reconciler can ask the API server for exactly a
+  backend's injected pods; the annotations remain what decides.
 - ``strip_decision_annotations``: every fail-open after the pod is decoded strips stale
-  injected-by, injected-by-uid and inject-skipped — exactly the spec's three, nothing
-  else — so a pre-stamped pod template cannot impersonate a wired pod.
+  injected-by, injected-by-uid and inject-skipped — exactly the spec's three annotations
+  — and the injected-by-uid label, so a pre-stamped pod template cannot impersonate a
+  wired pod.
 - ``finish_injected``: a wiring that would make the Pod fail the API server's basic
   validation (duplicate names or mount paths, undeclared volumes, bad env names) fails
   open instead, since a rejected Pod is the opposite of fail-open.
@@ -45,6 +49,7 @@ from typing import Any, Final
 from pydantic import ValidationError
 
 from shared import constants as c
+from shared import labels as shared_labels
 from shared.api import effective
 from shared.api.models import CacheBackend
 from shared.bindings import PROVIDER_PROTOCOL, Binding
@@ -137,13 +142,42 @@ def _set_annotations(pod: dict[str, Any], annotations: dict[str, str]) -> None:
         metadata.pop("annotations")
 
 
+def _set_label(pod: dict[str, Any], key: str, value: str | None) -> None:
+    """Set (or, with None, remove) one label, dropping an emptied labels map."""
+    metadata = pod.setdefault("metadata", {})
+    labels = dict(metadata.get("labels") or {})
+    if value is None:
+        if key not in labels:
+            return
+        labels.pop(key)
+    elif labels.get(key) == value:
+        return
+    else:
+        labels[key] = value
+    if labels:
+        metadata["labels"] = labels
+    else:
+        metadata.pop("labels", None)
+
+
+def injected_by_uid_label(uid: str | None) -> str | None:
+    """The injected-by-uid label value for a backend uid, or None when the uid is not a
+    valid label value (a metadata.uid always is; a hand-written backend file may not
+    be): no label is better than one the API server would reject."""
+    if uid and shared_labels.valid_label_value(uid):
+        return uid
+    return None
+
+
 def strip_decision_annotations(pod: dict[str, Any]) -> None:
-    """Drop the webhook's decision annotations a pod may carry from its template."""
+    """Drop the webhook's decision annotations (and the injected-by-uid label) a pod
+    may carry from its template."""
     annotations = _annotations(pod)
     if any(key in annotations for key in DECISION_ANNOTATIONS):
         _set_annotations(
             pod, {k: v for k, v in annotations.items() if k not in DECISION_ANNOTATIONS}
         )
+    _set_label(pod, c.LABEL_INJECTED_BY_UID, None)
 
 
 def stamp_injected(pod: dict[str, Any], backend: CacheBackend) -> None:
@@ -159,6 +193,7 @@ def stamp_injected(pod: dict[str, Any], backend: CacheBackend) -> None:
     else:
         annotations.pop(c.ANNOTATION_LMCACHE_KERNEL_CHECK_MODE, None)
     _set_annotations(pod, annotations)
+    _set_label(pod, c.LABEL_INJECTED_BY_UID, injected_by_uid_label(backend.metadata.uid))
 
 
 def skip_inject_requested(pod: dict[str, Any]) -> bool:

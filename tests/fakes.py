@@ -18,6 +18,35 @@ from typing import Any
 from shared import kubeclient as k
 
 
+def selector_matches(selector: str | None, labels: dict[str, str]) -> bool:
+    """The label-selector forms the code under test sends: ``k=v``, ``k`` (exists) and
+    ``k in (a,b)``, comma-joined (commas inside a set are the set's)."""
+    if not selector:
+        return True
+    parts, depth, current = [], 0, ""
+    for ch in selector:
+        depth += ch == "("
+        depth -= ch == ")"
+        if ch == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += ch
+    parts.append(current)
+    for part in (p.strip() for p in parts):
+        if " in (" in part:
+            key, _, values = part.partition(" in (")
+            if labels.get(key.strip()) not in values.rstrip(")").split(","):
+                return False
+        elif "=" in part:
+            key, _, value = part.partition("=")
+            if labels.get(key) != value:
+                return False
+        elif part not in labels:
+            return False
+    return True
+
+
 class FakeKube:
     """Objects by (plural, namespace, name); server-side apply as a replace; a log of
     writes (``writes``: (verb, plural, name), Events as (``create``, ``events``,
@@ -75,18 +104,17 @@ class FakeKube:
         label_selector: str | None = None,
         resource_version: str | None = None,
         limit: int | None = None,
+        metadata_only: bool = False,
     ) -> dict[str, Any]:
         ns = namespace
         if res is k.PODS and self.fail_pod_list:
             raise k.ApiError(500, "Internal", "boom")
-        selector = label_selector
-        wanted = dict(part.split("=", 1) for part in selector.split(",")) if selector else {}
         items = [
             copy.deepcopy(o)
             for (plural, o_ns, _), o in sorted(self.objects.items())
             if plural == res.plural
-            and o_ns == ns
-            and wanted.items() <= (o["metadata"].get("labels") or {}).items()
+            and (ns is None or o_ns == ns)
+            and selector_matches(label_selector, o["metadata"].get("labels") or {})
         ]
         return {"metadata": {"resourceVersion": str(self.rv)}, "items": items}
 
@@ -192,8 +220,10 @@ class FakeKube:
         resource_version: str,
         label_selector: str | None = None,
         timeout_seconds: int = 300,
+        metadata_only: bool = False,
     ) -> Iterator[dict[str, Any]]:
-        """No changes: the stream ends at once, as a server-side timeout would."""
+        """No changes: the stream ends soon, as a server-side timeout would."""
+        time.sleep(0.05)
         return iter(())
 
 
@@ -218,6 +248,7 @@ class ScriptedWatchKube(FakeKube):
         label_selector: str | None = None,
         resource_version: str | None = None,
         limit: int | None = None,
+        metadata_only: bool = False,
     ) -> dict[str, Any]:
         self.lists.append(res.plural)
         rv = str(10 * len(self.lists))
@@ -230,6 +261,7 @@ class ScriptedWatchKube(FakeKube):
         resource_version: str,
         label_selector: str | None = None,
         timeout_seconds: int = 300,
+        metadata_only: bool = False,
     ) -> Iterator[dict[str, Any]]:
         self.watches.append((res.plural, resource_version))
         if self.gone_once:

@@ -40,6 +40,7 @@ from shared.api.duration import DurationError, parse_go_duration_ns
 from shared.api.models import CacheBackendSpec, ResourceRequirements
 from shared.bindings import PROVIDER_PROTOCOL
 from shared.endpoints import endpoint_shape_error, service_namespace
+from shared.labels import is_qualified_name
 from shared.quantity import is_integer, is_multiple_of, parse_quantity
 from shared.runtime_adapters import registry
 from shared.validation.field_errors import (
@@ -117,10 +118,6 @@ PROVIDER_BLOCKS: Final[dict[str, tuple[str, str]]] = {
 STANDARD_RESOURCES: Final = ("cpu", "memory", "ephemeral-storage")
 HUGEPAGES_PREFIX: Final = "hugepages-"
 
-_QUALIFIED_NAME_RE: Final = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
-_DNS_SUBDOMAIN_RE: Final = re.compile(
-    r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
-)
 _RATIO_RE: Final = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 
 ResourceKind = Literal["standard", "hugepages", "extended"]
@@ -562,27 +559,13 @@ def resource_name_error(name: str) -> str | None:
         )
     if name.startswith("requests."):
         return "extended resource names must not start with requests."
-    if not (_is_qualified_name(name) and _is_qualified_name("requests." + name)):
+    if not (is_qualified_name(name) and is_qualified_name("requests." + name)):
         return (
             "must be a qualified name: a DNS subdomain prefix, '/', and a name of at most 63 "
             "characters (alphanumerics, '-', '_' or '.', starting and ending with an "
             "alphanumeric), such as nvidia.com/gpu"
         )
     return None
-
-
-def _is_qualified_name(name: str) -> bool:
-    """k8s IsQualifiedName."""
-    parts = name.split("/")
-    if len(parts) == 1:
-        prefix, local = "", parts[0]
-    elif len(parts) == 2:
-        prefix, local = parts
-        if not prefix or len(prefix) > 253 or not _DNS_SUBDOMAIN_RE.fullmatch(prefix):
-            return False
-    else:
-        return False
-    return 0 < len(local) <= 63 and _QUALIFIED_NAME_RE.fullmatch(local) is not None
 
 
 @lru_cache(maxsize=1024)

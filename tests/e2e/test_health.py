@@ -108,6 +108,9 @@ def test_a_worker_whose_consumer_loop_is_blocked_by_a_reconcile_turns_unhealthy(
     loop turning (its reconciles hang on other threads) and stays alive."""
     solo_port, threads_port = free_port(), free_port()
     bound = ["--liveness-timeout", str(LIVENESS_TIMEOUT)]
+    # --reads api: every reconcile reads the API server (from the watch caches an idle
+    # reconcile makes no request that could hang).
+    bound = [*bound, "--reads", "api"]
     solo = stack.start_worker(
         "worker-solo",
         concurrency=1,

@@ -286,7 +286,11 @@ def test_a_patch_that_does_not_reproduce_the_pod_falls_back_to_field_ops(
     review, outcome, _ = mutate_pod(request(pod), lister(make_backend()), CTX)
     assert outcome == "injected"
     ops = patch_of(review)
-    assert {op["path"] for op in ops} == {"/metadata/annotations", "/spec/containers"}
+    assert {op["path"] for op in ops} == {
+        "/metadata/annotations",
+        "/metadata/labels",
+        "/spec/containers",
+    }
     wired = jsonpatch.apply_patch(pod, ops)
     monkeypatch.undo()
     again, _, _ = mutate_pod(request(wired), lister(make_backend()), CTX)

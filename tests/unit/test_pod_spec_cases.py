@@ -54,6 +54,7 @@ NS = "team-a"
 SGLANG_IMAGE = "lmsysorg/sglang:v0.5.3"
 INJECTED_BY = c.ANNOTATION_INJECTED_BY
 INJECTED_BY_UID = c.ANNOTATION_INJECTED_BY_UID
+UID_LABEL = c.LABEL_INJECTED_BY_UID
 INJECT_SKIPPED = c.ANNOTATION_INJECT_SKIPPED
 SKIP_INJECT = c.ANNOTATION_SKIP_INJECT
 KERNEL_CHECK = c.ANNOTATION_LMCACHE_KERNEL_CHECK
@@ -140,6 +141,8 @@ def ops_of(review: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 _COARSE = {"", "/spec", "/metadata", "/apiVersion", "/kind", "/status"}
+# The injected-by-uid label, and nothing else of the labels.
+_LABEL_PATHS = {"/metadata/labels/inferencecache.io~1injected-by-uid"}
 _TOUCHABLE = (
     "/metadata/annotations",
     "/spec/containers",
@@ -164,7 +167,7 @@ def assert_minimal(
     for op in ops:
         path = op["path"]
         assert path not in _COARSE, op
-        assert path.startswith(_TOUCHABLE), op
+        assert path.startswith(_TOUCHABLE) or path in _LABEL_PATHS, op
         if op["op"] in ("replace", "remove"):
             existed, _ = _resolve(before, path)
             assert existed, op
@@ -308,6 +311,11 @@ def stamped(
     return {**out, INJECTED_BY: key, INJECTED_BY_UID: uid, **extra}
 
 
+def with_uid_label(out: dict[str, Any], uid: str = UID) -> None:
+    """The injected-by-uid label the webhook stamps beside the annotations."""
+    out["metadata"]["labels"] = {**(out["metadata"].get("labels") or {}), UID_LABEL: uid}
+
+
 def expect_vllm(
     p: dict[str, Any],
     *,
@@ -323,6 +331,7 @@ def expect_vllm(
     engine["env"] = [*engine.get("env", []), *(env if env is not None else vllm_env())]
     out["spec"]["containers"].append(sub or subscriber())
     out["metadata"]["annotations"] = stamped(p, key)
+    with_uid_label(out)
     return out
 
 
@@ -753,12 +762,14 @@ def test_pw_already_wired_pod_from_another_backend_converges(hook: Webhook) -> N
 
 
 def test_pw_deployment_pod_metadata_untouched(hook: Webhook) -> None:
-    # Pods from Deployments: generateName, ownerReferences and labels are not ours.
+    # Pods from Deployments: generateName, ownerReferences and labels are not ours
+    # (the one label added is the injected-by-uid selection label).
     hook.write(backend())
     p = pod()
     result, _ = hook.admit(p)
-    for key in ("generateName", "labels", "ownerReferences", "namespace"):
+    for key in ("generateName", "ownerReferences", "namespace"):
         assert result["metadata"][key] == p["metadata"][key]
+    assert result["metadata"]["labels"] == {**p["metadata"]["labels"], UID_LABEL: UID}
     assert "name" not in result["metadata"]
 
 
@@ -913,6 +924,7 @@ def expect_sglang(
     out["spec"]["volumes"] = [*out["spec"].get("volumes", []), *volumes]
     out["spec"]["containers"].append(subscriber(hash_scheme="sglang"))
     out["metadata"]["annotations"] = stamped(p, key)
+    with_uid_label(out)
     inits = out["spec"].setdefault("initContainers", [])
     inits.append({"name": "lmcache-mp-worker"})  # compared by worker_shape()
     if worker_args is not None:
@@ -1154,6 +1166,7 @@ def test_hc_ratio_only_appends_enable_and_ratio(hook: Webhook) -> None:
     ]
     want["spec"]["containers"].append(subscriber(hash_scheme="sglang"))
     want["metadata"]["annotations"] = stamped(p)
+    with_uid_label(want)
     assert result == want  # no env, volumes, /dev/shm or init containers
 
 
@@ -1187,7 +1200,11 @@ def test_hc_matching_existing_arguments_kept_byte_for_byte(hook: Webhook) -> Non
     p = pod(engine)
     result, ops = hook.admit(p)
     assert result["spec"]["containers"][0] == engine
-    assert all(op["path"].startswith(("/metadata/annotations", "/spec/containers/1")) for op in ops)
+    assert all(
+        op["path"].startswith(("/metadata/annotations", "/spec/containers/1"))
+        or op["path"] in _LABEL_PATHS
+        for op in ops
+    )
 
 
 def test_hc_operator_optional_flag_preserved(hook: Webhook) -> None:
@@ -1266,6 +1283,7 @@ def test_eo_events_only_appends_only_the_subscriber(hook: Webhook) -> None:
     want = copy.deepcopy(p)
     want["spec"]["containers"].append(subscriber(offload=False))
     want["metadata"]["annotations"] = stamped(p)
+    with_uid_label(want)
     assert result == want
 
 

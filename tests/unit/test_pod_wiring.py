@@ -404,6 +404,52 @@ def test_injected_without_backend_uid_stamps_an_empty_uid_over_a_stale_one() -> 
     assert annotations_of(result.pod)[c.ANNOTATION_INJECTED_BY] == f"{NS}/cache"
 
 
+def labels_of(pod: dict[str, Any]) -> dict[str, str]:
+    return dict(pod["metadata"].get("labels") or {})
+
+
+def test_injected_by_uid_label_beside_the_annotations_selects_the_backends_pods() -> None:
+    # Not in the spec (docs/decisions.md): the uid as a label too, so the reconciler can
+    # list a backend's injected pods with a label selector; the annotations are unchanged.
+    uid = "0f6c1a54-3c2e-4d8e-9d1f-6a1b2c3d4e5f"
+    pod = make_pod(labels={"app": "engine", "team": "a"})
+    result = wire_pod(pod, [make_backend(uid=uid)], CTX)
+    assert result.outcome == OUTCOME_INJECTED
+    assert labels_of(result.pod) == {"app": "engine", "team": "a", c.LABEL_INJECTED_BY_UID: uid}
+    got = annotations_of(result.pod)
+    assert (got[c.ANNOTATION_INJECTED_BY], got[c.ANNOTATION_INJECTED_BY_UID]) == (
+        f"{NS}/cache",
+        uid,
+    )
+
+
+def test_injected_by_uid_label_replaces_a_stale_label_from_the_template() -> None:
+    pod = make_pod(labels={"app": "engine", c.LABEL_INJECTED_BY_UID: "uid-of-a-deleted-cr"})
+    result = wire_pod(pod, [make_backend(uid="live-uid")], CTX)
+    assert labels_of(result.pod)[c.LABEL_INJECTED_BY_UID] == "live-uid"
+
+
+@pytest.mark.parametrize("uid", [None, "", "not a label value", "x" * 64])
+def test_injected_by_uid_label_absent_when_the_uid_is_no_label_value(uid: str | None) -> None:
+    # A backend file without metadata.uid (or a hand-written one): the annotations are
+    # stamped as the spec says, the label is left off (and a stale one removed).
+    pod = make_pod(labels={"app": "engine", c.LABEL_INJECTED_BY_UID: "stale"})
+    result = wire_pod(pod, [make_backend(uid=uid)], CTX)
+    assert result.outcome == OUTCOME_INJECTED
+    assert c.LABEL_INJECTED_BY_UID not in labels_of(result.pod)
+    assert annotations_of(result.pod)[c.ANNOTATION_INJECTED_BY_UID] == (uid or "")
+
+
+def test_fail_open_and_skip_strip_a_stale_injected_by_uid_label() -> None:
+    stale = {"app": "engine", c.LABEL_INJECTED_BY_UID: "forged"}
+    no_match = wire_pod(make_pod(labels={**stale, "app": "other"}), [make_backend()], CTX)
+    assert (no_match.outcome, labels_of(no_match.pod)) == (OUTCOME_FAIL_OPEN, {"app": "other"})
+    skipped = wire_pod(
+        make_pod(labels=stale, annotations={c.ANNOTATION_SKIP_INJECT: "true"}), [], CTX
+    )
+    assert (skipped.outcome, labels_of(skipped.pod)) == (OUTCOME_SKIPPED, {"app": "engine"})
+
+
 def test_kernel_check_mode_recorded_when_check_injected() -> None:
     backend = make_backend(annotations={c.ANNOTATION_LMCACHE_KERNEL_CHECK: "strict"})
     result = wire_pod(make_pod(), [backend], CTX)

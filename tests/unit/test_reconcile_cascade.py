@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from reconciler.cascade import (
     restart_trigger_patch,
 )
 from reconciler.engine_pods import ServerPod
+from reconciler.reads import LiveReads
 from reconciler.reconcile import InProcessCascadeLimiter, Reconciler
 from reconciler.status import WorkloadObservation
 from tests.fakes import FakeKube
@@ -423,3 +425,41 @@ def test_shell_pod_list_failure_keeps_value_and_advisories() -> None:
     rec.reconcile("ns/cb")
     assert kube.writes == []
     assert kube.objects[("cachebackends", "ns", "cb")]["status"] == before
+
+
+class StaleServerPods(LiveReads):
+    """Reads whose view of the cache-server pods is behind the API server (a watch
+    cache that has not caught up)."""
+
+    def __init__(self, kube: FakeKube, pods: list[dict[str, Any]]) -> None:
+        super().__init__(kube)
+        self.pods = pods
+
+    def workload_pods(self, namespace: str, selector: Mapping[str, str]) -> list[dict[str, Any]]:
+        return copy.deepcopy(self.pods)
+
+
+def test_shell_cascade_only_when_a_fresh_read_confirms_the_replacement() -> None:
+    """The cascade rolls other teams' engine Deployments: a view of the server pods
+    that is not the API server's current one must not cause it."""
+    kube, rec = setup()
+    server_pod_obj(kube, "s-1")
+    rec.reconcile("ns/cb")
+    assert instance(kube) == "uid-s-1:0"
+    # The cached view still shows a pod the API server has since replaced by s-1
+    # again (e.g. a stale list): it looks like a replacement, the fresh read does not.
+    stale = copy.deepcopy(kube.objects[("pods", "ns", "s-1")])
+    stale["metadata"]["uid"] = "uid-s-0"
+    rec.reads = StaleServerPods(kube, [stale])
+    kube.writes.clear()
+    result = rec.reconcile("ns/cb")
+    assert ("patch", "deployments", "vllm") not in kube.writes
+    assert instance(kube) == "uid-s-1:0"
+    assert result.requeue_after == 2.0
+    # Once the API server agrees (s-1 really replaced), the cascade runs.
+    del kube.objects[("pods", "ns", "s-1")]
+    server_pod_obj(kube, "s-2")
+    rec.reads = LiveReads(kube)
+    rec.reconcile("ns/cb")
+    assert ("patch", "deployments", "vllm") in kube.writes
+    assert instance(kube) == "uid-s-2:0"

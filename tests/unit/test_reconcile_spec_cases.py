@@ -21,14 +21,15 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
-from reconciler import kube as k
 from reconciler.engine_pods import observe_injected_pods
 from reconciler.events import transition_events
+from reconciler.reads import LiveReads, template_labels
 from reconciler.reconcile import Reconciler
 from reconciler.status import (
     EngineObservation,
@@ -39,6 +40,7 @@ from reconciler.status import (
     status_equal,
 )
 from shared.api.models import CacheBackend
+from shared.labels import labels_match
 from shared.storage_providers.render import render, service_endpoint
 from tests.builders import external_spec as external
 from tests.fakes import FakeKube
@@ -215,24 +217,20 @@ def crash_looping_injected_pod(name: str) -> dict[str, Any]:
     )
 
 
-class _DeploymentLister(FakeKube):
-    """The one read _observe_engines makes besides the pod list it is handed."""
+class _CaseReads(LiveReads):
+    """The engine reads of one case: its pods and Deployments, filtered as the API
+    server filters a label selector."""
 
-    def __init__(self, deployments: list[dict[str, Any]]) -> None:
-        super().__init__()
+    def __init__(self, pods: list[dict[str, Any]], deployments: list[dict[str, Any]]) -> None:
+        super().__init__(FakeKube())
+        self.pods = pods
         self.deployments = deployments
 
-    def list(
-        self,
-        res: k.Resource,
-        namespace: str | None = None,
-        *,
-        label_selector: str | None = None,
-        resource_version: str | None = None,
-        limit: int | None = None,
-    ) -> dict[str, Any]:
-        assert res.plural == "deployments"
-        return {"items": copy.deepcopy(self.deployments)}
+    def engine_pods(self, namespace: str, labels: Mapping[str, str]) -> list[dict[str, Any]]:
+        return [p for p in self.pods if labels_match(labels, p["metadata"].get("labels"))]
+
+    def engine_deployments(self, namespace: str, labels: Mapping[str, str]) -> list[dict[str, Any]]:
+        return [d for d in self.deployments if labels_match(labels, template_labels(d))]
 
 
 # ------------------------------------------------------------------ the table
@@ -285,8 +283,7 @@ def observe(case: Case, cb_obj: dict[str, Any]) -> Observed:
     service = rendered_service(cb_obj)
     engines: EngineObservation | None = None
     if case.pods is not None:
-        reconciler = Reconciler(_DeploymentLister(case.deployments))
-        engines = reconciler._observe_engines(cb, case.pods, listed=True)
+        _, engines = Reconciler._observe_engines(_CaseReads(case.pods, case.deployments), cb)
     injected = observe_injected_pods(case.pods, NS, NAME, UID) if case.pods is not None else None
     return Observed(
         workload=workload,

@@ -1,0 +1,184 @@
+"""What a reconcile reads, scoped to one backend: the :class:`ClusterReads` contract and
+its API-server implementation, :class:`LiveReads`.
+
+Every read names the objects that can matter to one backend and lets the API server
+filter them; none lists a whole namespace:
+
+=====================  ==========================================================
+read                   how (LiveReads)
+=====================  ==========================================================
+the CacheBackend       GET
+owned objects          LIST each owned kind by our labels (managed-by, cachebackend)
+engine pods            LIST pods by spec.engineSelector, metadata only
+injected pods          LIST pods by the injected-by-uid label
+cache-server pods      LIST pods by the managed workload's selector
+engine Deployments     LIST ReplicaSets by spec.engineSelector, metadata only (a
+                       Deployment's ReplicaSets carry its pod-template labels), then
+                       GET each Deployment they name
+=====================  ==========================================================
+
+``fresh=False`` reads of pods, ReplicaSets and engine Deployments ask for
+``resourceVersion=0`` (any recent version, from the API server's watch cache): they
+feed status only — counts and advisory conditions a later reconcile corrects — and
+the one write they could lead to, the engine cascade, is confirmed with ``fresh``
+reads first. The CacheBackend and owned objects are always read consistently.
+
+The watch-cache implementation is :class:`reconciler.cluster_cache.CachedReads`;
+docs/architecture.md ("Reads") says which the worker uses and why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final, Protocol
+
+from reconciler import kube as k
+from shared import constants as c
+from shared.labels import equality_selector, labels_match
+from shared.storage_providers.render import owned_selector
+
+OWNED_RESOURCES: Final = (k.DEPLOYMENTS, k.STATEFULSETS, k.SERVICES, k.HPAS)
+ANY_VERSION: Final = "0"
+
+
+class ClusterReads(Protocol):
+    """The reads of one reconcile. Failures are :class:`reconciler.kube.ApiError`."""
+
+    def backend(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The CacheBackend, or None when it does not exist."""
+        ...
+
+    def owned(self, namespace: str, name: str) -> list[dict[str, Any]]:
+        """Objects of the owned kinds carrying the backend's labels (each with its
+        ``kind``); ownership by uid is the caller's check."""
+        ...
+
+    def engine_pods(self, namespace: str, labels: Mapping[str, str]) -> list[dict[str, Any]]:
+        """Pods whose labels contain ``labels`` (a valid, non-empty selector): at least
+        their metadata (labels, the decision annotations, owner references)."""
+        ...
+
+    def injected_pods(self, namespace: str, uid: str) -> list[dict[str, Any]]:
+        """Whole pods labelled injected-by-uid=``uid`` (the annotations still decide)."""
+        ...
+
+    def workload_pods(self, namespace: str, selector: Mapping[str, str]) -> list[dict[str, Any]]:
+        """Whole pods whose labels contain ``selector`` (the managed workload's)."""
+        ...
+
+    def engine_deployments(self, namespace: str, labels: Mapping[str, str]) -> list[dict[str, Any]]:
+        """Deployments whose pod-template labels contain ``labels``: at least
+        metadata.name, spec.replicas and spec.template.metadata.labels."""
+        ...
+
+    def after_write(
+        self, res: k.Resource, namespace: str, name: str, before: str, after: str | None
+    ) -> None:
+        """A reconcile wrote the object (resourceVersion ``before`` → ``after``; after
+        None: deleted). A cache waits, briefly, until it shows the write."""
+        ...
+
+
+def template_labels(deployment: dict[str, Any]) -> dict[str, str]:
+    spec = deployment.get("spec") or {}
+    return dict(((spec.get("template") or {}).get("metadata") or {}).get("labels") or {})
+
+
+def controller_name(obj: dict[str, Any], kind: str) -> str | None:
+    """Name of the controller owner reference of ``kind`` on ``obj``."""
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("kind") == kind and ref.get("controller"):
+            return str(ref.get("name"))
+    return None
+
+
+def with_kind(res: k.Resource, obj: dict[str, Any]) -> dict[str, Any]:
+    """List items carry no kind/apiVersion; watch events do. Give every one both."""
+    if obj.get("kind") == res.kind:
+        return obj
+    return {**obj, "apiVersion": res.api_version, "kind": res.kind}
+
+
+class LiveReads:
+    """:class:`ClusterReads` straight from the API server, scoped by label selectors."""
+
+    def __init__(self, kube: k.KubeClient, *, fresh: bool = False) -> None:
+        self.kube = kube
+        self.fresh = fresh
+
+    @property
+    def _rv(self) -> str | None:
+        return None if self.fresh else ANY_VERSION
+
+    def backend(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.kube.get_or_none(k.CACHEBACKENDS, namespace, name)
+
+    def owned(self, namespace: str, name: str) -> list[dict[str, Any]]:
+        selector = owned_selector(name)
+        return [
+            with_kind(res, item)
+            for res in OWNED_RESOURCES
+            for item in self.kube.list(res, namespace, label_selector=selector).get("items") or []
+        ]
+
+    def engine_pods(self, namespace: str, labels: Mapping[str, str]) -> list[dict[str, Any]]:
+        return (
+            self.kube.list(
+                k.PODS,
+                namespace,
+                label_selector=equality_selector(labels),
+                resource_version=self._rv,
+                metadata_only=True,
+            ).get("items")
+            or []
+        )
+
+    def injected_pods(self, namespace: str, uid: str) -> list[dict[str, Any]]:
+        return (
+            self.kube.list(
+                k.PODS,
+                namespace,
+                label_selector=f"{c.LABEL_INJECTED_BY_UID}={uid}",
+                resource_version=self._rv,
+            ).get("items")
+            or []
+        )
+
+    def workload_pods(self, namespace: str, selector: Mapping[str, str]) -> list[dict[str, Any]]:
+        if not selector:
+            return []
+        return (
+            self.kube.list(
+                k.PODS,
+                namespace,
+                label_selector=equality_selector(selector),
+                resource_version=self._rv,
+            ).get("items")
+            or []
+        )
+
+    def engine_deployments(self, namespace: str, labels: Mapping[str, str]) -> list[dict[str, Any]]:
+        replicasets = (
+            self.kube.list(
+                k.REPLICASETS,
+                namespace,
+                label_selector=equality_selector(labels),
+                resource_version=self._rv,
+                metadata_only=True,
+            ).get("items")
+            or []
+        )
+        names = sorted(
+            {n for rs in replicasets if (n := controller_name(rs, "Deployment")) is not None}
+        )
+        out = []
+        for name in names:
+            deployment = self.kube.get_or_none(k.DEPLOYMENTS, namespace, name)
+            if deployment is not None and labels_match(labels, template_labels(deployment)):
+                out.append(deployment)
+        return out
+
+    def after_write(
+        self, res: k.Resource, namespace: str, name: str, before: str, after: str | None
+    ) -> None:
+        """Reads go to the API server: the next one sees the write."""

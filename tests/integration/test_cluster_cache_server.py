@@ -1,0 +1,260 @@
+"""A worker's watch caches against the real API server: scoped watches that follow the
+backends' selectors, changes that wake the right backends, and a watch gap (a real
+410 Gone) that is healed by a re-list which reports what the gap hid."""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from reconciler import kube as k
+from reconciler.cluster_cache import CachedReads, ClusterCache
+from reconciler.reads import LiveReads
+from reconciler.watch_cache import Reflector, WatchSpec
+from shared import constants as c
+from tests.e2e.conftest import poll
+from tests.harness.controlplane import ControlPlane
+
+
+@pytest.fixture
+def kube(control_plane: ControlPlane) -> Iterator[k.Kube]:
+    client = k.Kube(control_plane.api_client())
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def ns(kube: k.Kube) -> str:
+    name = f"cache-{uuid.uuid4().hex[:8]}"
+    kube.request("POST", "/api/v1/namespaces", body={"metadata": {"name": name}})
+    return name
+
+
+def create_backend(kube: k.Kube, ns: str, name: str, selector: dict[str, str]) -> dict[str, Any]:
+    return kube.create(
+        k.CACHEBACKENDS,
+        ns,
+        {
+            "apiVersion": "inferencecache.io/v1alpha1",
+            "kind": "CacheBackend",
+            "metadata": {"name": name},
+            "spec": {"runtime": "VLLM", "engineSelector": {"matchLabels": selector}},
+        },
+    )
+
+
+def create_pod(
+    kube: k.Kube,
+    ns: str,
+    name: str,
+    labels: dict[str, str],
+    annotations: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": labels, "annotations": annotations or {}},
+        "spec": {"containers": [{"name": "vllm", "image": "vllm:1"}]},
+    }
+    # The harness creates the namespace's default ServiceAccount a moment later.
+    return poll(lambda: kube.create(k.PODS, ns, body), timeout=30, what=f"pod {name}")
+
+
+def names(items: list[dict[str, Any]]) -> list[str]:
+    return sorted(str(o["metadata"]["name"]) for o in items)
+
+
+@pytest.fixture
+def cache(
+    kube: k.Kube, cachebackend_crd: dict[str, Any]
+) -> Iterator[tuple[ClusterCache, list[str]]]:
+    woken: list[str] = []
+    cluster_cache = ClusterCache(kube, enqueue=woken.append, watch_timeout=30).start()
+    try:
+        assert cluster_cache.wait_synced(30)
+        yield cluster_cache, woken
+    finally:
+        cluster_cache.stop()
+
+
+def test_engine_pod_watches_follow_new_selectors_and_hold_only_matching_pods(
+    kube: k.Kube, ns: str, cache: tuple[ClusterCache, list[str]]
+) -> None:
+    cluster_cache, woken = cache
+    reads = CachedReads(cluster_cache, LiveReads(kube))
+    app_a, app_b = f"a-{ns}", f"b-{ns}"
+    create_backend(kube, ns, "a", {"app": app_a})
+    create_pod(kube, ns, "a-1", {"app": app_a})
+    create_pod(kube, ns, "web", {"app": f"web-{ns}"})
+    poll(
+        lambda: names(reads.engine_pods(ns, {"app": app_a})) == ["a-1"],
+        timeout=30,
+        what="a's engine pod in the cache",
+    )
+    # A second backend: its selector value is watched too, a's stays covered meanwhile.
+    create_backend(kube, ns, "b", {"app": app_b})
+    create_pod(kube, ns, "b-1", {"app": app_b})
+    poll(
+        lambda: (
+            (group := cluster_cache.engine_pods.covering({"app": app_b}, 0.1)) is not None
+            and names(group.store.in_namespace(ns)) == ["a-1", "b-1"]
+        ),
+        timeout=30,
+        what="b's selector watched",
+    )
+    assert names(reads.engine_pods(ns, {"app": app_a})) == ["a-1"]
+    # The unrelated pod is in no store of the cache.
+    for store in [r.store for r in cluster_cache.reflectors()]:
+        assert "web" not in names(store.in_namespace(ns))
+
+    # Relabelled from a's selector to b's: both backends are woken, counts follow.
+    woken.clear()
+    kube.patch(
+        k.PODS, ns, "a-1", {"metadata": {"labels": {"app": app_b}}}, content_type=k.MERGE_PATCH
+    )
+    poll(
+        lambda: names(reads.engine_pods(ns, {"app": app_b})) == ["a-1", "b-1"],
+        timeout=30,
+        what="the relabelled pod under b",
+    )
+    assert reads.engine_pods(ns, {"app": app_a}) == []
+    poll(lambda: {f"{ns}/a", f"{ns}/b"} <= set(woken), timeout=10, what="a and b woken")
+
+
+def test_cached_reads_agree_with_the_api_servers_scoped_reads(
+    kube: k.Kube, ns: str, cache: tuple[ClusterCache, list[str]]
+) -> None:
+    cluster_cache, _ = cache
+    cb = create_backend(kube, ns, "cb", {"app": f"e-{ns}"})
+    uid = cb["metadata"]["uid"]
+    wiring = {
+        c.ANNOTATION_INJECTED_BY: f"{ns}/cb",
+        c.ANNOTATION_INJECTED_BY_UID: uid,
+    }
+    create_pod(kube, ns, "wired", {"app": f"e-{ns}", c.LABEL_INJECTED_BY_UID: uid}, wiring)
+    create_pod(kube, ns, "moved", {"app": "elsewhere", c.LABEL_INJECTED_BY_UID: uid}, wiring)
+    create_pod(kube, ns, "plain", {"app": f"e-{ns}"})
+    cached, live = CachedReads(cluster_cache, LiveReads(kube)), LiveReads(kube, fresh=True)
+    selector = {"app": f"e-{ns}"}
+    poll(
+        lambda: (
+            names(cached.engine_pods(ns, selector)) == ["plain", "wired"]
+            and names(cached.injected_pods(ns, uid)) == ["moved", "wired"]
+        ),
+        timeout=30,
+        what="the cache to hold the pods",
+    )
+    assert names(live.engine_pods(ns, selector)) == ["plain", "wired"]
+    assert names(live.injected_pods(ns, uid)) == ["moved", "wired"]
+    assert cached.backend(ns, "cb") is not None
+    assert cached.backend(ns, "cb")["metadata"]["uid"] == uid  # type: ignore[index]
+
+
+def compact_etcd(cp: ControlPlane, revision: str) -> None:
+    """Compact etcd's history up to ``revision`` (the API server does it every few
+    minutes): a watch from an older resourceVersion is then answered 410 Gone."""
+    body = json.dumps({"revision": revision, "physical": True}).encode()
+    request = urllib.request.Request(f"{cp.etcd_url}/v3/kv/compaction", data=body, method="POST")
+    with urllib.request.urlopen(request, timeout=10) as resp:
+        assert resp.status == 200
+
+
+class GapKube(k.Kube):
+    """The real client with a fault: ``drop()`` breaks the open watch at its next event
+    (that event is lost) and holds every reconnect until ``resume()``, which resumes
+    from resourceVersion 1 (compacted away by the test, so the API server answers 410
+    Gone)."""
+
+    def __init__(self, kube: k.Kube) -> None:
+        super().__init__(kube.api_client)
+        self._dropping = threading.Event()
+        self._resumed = threading.Event()
+        self._resumed.set()
+        self.dropped = threading.Event()
+
+    def drop(self) -> None:
+        self._resumed.clear()
+        self._dropping.set()
+
+    def resume(self) -> None:
+        self._resumed.set()
+
+    def watch(
+        self, res: k.Resource, *, resource_version: str, **kwargs: Any
+    ) -> Iterator[dict[str, Any]]:
+        if not self._resumed.is_set():
+            self._resumed.wait(60)
+            resource_version = "1"
+        for event in super().watch(res, resource_version=resource_version, **kwargs):
+            if self._dropping.is_set():
+                self._dropping.clear()
+                self.dropped.set()
+                raise ConnectionResetError("the watch connection dropped")
+            yield event
+
+
+@pytest.fixture(scope="module")
+def etcd_watch_plane() -> Iterator[ControlPlane]:
+    """A control plane serving watches from etcd (no watch cache), so a compacted
+    resourceVersion is answered 410 Gone at once — as the watch cache answers one that
+    has left its window, which takes minutes to arrange."""
+    cp = ControlPlane(extra_apiserver_args=["--watch-cache=false"])
+    cp.start()
+    try:
+        yield cp
+    finally:
+        cp.stop()
+
+
+def test_a_watch_gap_is_healed_by_a_relist_that_reports_what_the_gap_hid(
+    etcd_watch_plane: ControlPlane,
+) -> None:
+    control_plane = etcd_watch_plane
+    kube = k.Kube(control_plane.api_client())
+    ns = f"gap-{uuid.uuid4().hex[:8]}"
+    kube.request("POST", "/api/v1/namespaces", body={"metadata": {"name": ns}})
+    selector = f"gap={ns}"
+    gap = GapKube(kube)
+    seen: list[tuple[str, str]] = []
+    causes: list[str] = []
+    reflector = Reflector(
+        gap,
+        WatchSpec(k.PODS, selector, metadata_only=True),
+        on_restart=causes.append,
+        on_change=lambda kind, old, new: seen.append(
+            (kind, str((new or old or {})["metadata"]["name"]))
+        ),
+        watch_timeout=30,
+    ).start()
+    try:
+        assert reflector.wait_synced(30)
+        for name in ("p1", "p2"):
+            create_pod(kube, ns, name, {"gap": ns})
+        poll(lambda: names(list(reflector.store.all())) == ["p1", "p2"], timeout=30, what="p1, p2")
+
+        gap.drop()
+        kube.delete(k.PODS, ns, "p1")  # the event that breaks the stream: lost
+        assert gap.dropped.wait(30)
+        p3 = create_pod(kube, ns, "p3", {"gap": ns})  # while no watch is open
+        compact_etcd(control_plane, p3["metadata"]["resourceVersion"])
+        seen.clear()
+        gap.resume()
+        # The resume hits a real 410 Gone; the re-list shows p1 gone and p3 new.
+        poll(lambda: names(list(reflector.store.all())) == ["p2", "p3"], timeout=30, what="re-list")
+        assert ("DELETED", "p1") in seen
+        assert ("ADDED", "p3") in seen
+        assert causes[-2:] == ["error", "expired"]  # the dropped stream, then 410 Gone
+        # Still watching afterwards: a later change arrives as an event.
+        create_pod(kube, ns, "p4", {"gap": ns})
+        poll(lambda: ("ADDED", "p4") in seen, timeout=30, what="p4 after the re-list")
+    finally:
+        reflector.stop()
+        kube.close()

@@ -1,0 +1,396 @@
+"""A worker's reads scoped to one backend, from its watch caches and from the API server.
+
+The spec rules that depend on pods — matchedEnginePods (pods whose labels satisfy
+spec.engineSelector), EngineCompatibility (the engine pods *this backend injected*:
+injected-by + matching injected-by-uid) and engineSelectorMessage / the 5 s churn
+cadence (Deployments whose pod template matches) — must come out the same whichever
+way the pods are read, including for the pods the scoped reads could miss: a pod
+relabelled after injection, a pod injected by a deleted-and-recreated backend (a new
+uid), engine pods of two backends in one namespace, a pod injected before the webhook
+stamped the injected-by-uid label, a forged label.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from reconciler import cluster_cache
+from reconciler.cluster_cache import (
+    CachedReads,
+    ChangeRouter,
+    ClusterCache,
+    engine_deployment,
+    engine_pod_metadata,
+    regroup_needed,
+    selector_group_key,
+    selector_groups,
+    set_selector,
+)
+from reconciler.reads import LiveReads
+from reconciler.reconcile import Reconciler
+from reconciler.watch_cache import ADDED, MODIFIED, Reflector, WatchSpec
+from shared import constants as c
+from shared import kubeclient as k
+from tests.fakes import FakeKube
+
+NS = "team-a"
+NOW = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
+
+
+def backend(name: str, uid: str, selector: dict[str, str]) -> dict[str, Any]:
+    """A host-only vLLM backend: it publishes the engine-side advisory conditions."""
+    return {
+        "apiVersion": "inferencecache.io/v1alpha1",
+        "kind": "CacheBackend",
+        "metadata": {
+            "name": name,
+            "namespace": NS,
+            "uid": uid,
+            "generation": 1,
+            "resourceVersion": "1",
+            "annotations": {"inferencecache.io/require-kv-events": "false"},
+        },
+        "spec": {"runtime": "VLLM", "engineSelector": {"matchLabels": selector}},
+    }
+
+
+def engine(
+    name: str,
+    labels: dict[str, str],
+    *,
+    by: str | None = None,
+    uid: str | None = None,
+    label_uid: str | None = None,
+    crash: bool = False,
+) -> dict[str, Any]:
+    """An engine pod; ``by``/``uid``: the webhook's annotations, ``label_uid``: its label."""
+    annotations = {}
+    if by is not None:
+        annotations[c.ANNOTATION_INJECTED_BY] = f"{NS}/{by}"
+    if uid is not None:
+        annotations[c.ANNOTATION_INJECTED_BY_UID] = uid
+    pod_labels = dict(labels)
+    if label_uid is not None:
+        pod_labels[c.LABEL_INJECTED_BY_UID] = label_uid
+    status: dict[str, Any] = {}
+    if crash:
+        status["containerStatuses"] = [
+            {"name": "vllm", "state": {"waiting": {"reason": "CrashLoopBackOff"}}}
+        ]
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": NS,
+            "uid": f"pod-{name}",
+            "resourceVersion": "1",
+            "labels": pod_labels,
+            "annotations": annotations,
+            "managedFields": [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}],
+        },
+        "spec": {"containers": [{"name": "vllm", "image": "vllm:1"}]},
+        "status": status,
+    }
+
+
+def deployment(name: str, labels: dict[str, str], replicas: int) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": NS, "resourceVersion": "1"},
+        "spec": {"replicas": replicas, "template": {"metadata": {"labels": labels}}},
+    }
+
+
+def cluster(*objects: tuple[str, dict[str, Any]]) -> FakeKube:
+    kube = FakeKube()
+    for plural, obj in objects:
+        kube.put(plural, obj)
+    return kube
+
+
+@pytest.fixture(params=["cache", "api"])
+def reads_from(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def reconciler(kube: FakeKube, reads_from: str) -> Iterator[Reconciler]:
+    if reads_from == "api":
+        yield Reconciler(kube, clock=lambda: NOW)
+        return
+    cache = ClusterCache(kube).start()
+    try:
+        assert cache.wait_synced(10)
+        yield Reconciler(kube, clock=lambda: NOW, reads=CachedReads(cache, LiveReads(kube)))
+    finally:
+        cache.stop()
+
+
+def status_after_reconcile(kube: FakeKube, reads_from: str, *names: str) -> dict[str, Any]:
+    out = {}
+    for rec in reconciler(kube, reads_from):
+        for name in names:
+            rec.reconcile(f"{NS}/{name}")
+            out[name] = kube.objects[("cachebackends", NS, name)].get("status") or {}
+    return out
+
+
+def compatibility(status: dict[str, Any]) -> tuple[str, str, str] | None:
+    for cond in status.get("conditions") or []:
+        if cond["type"] == "EngineCompatibility":
+            return cond["status"], cond["reason"], cond["message"]
+    return None
+
+
+# ------------------------------------------------------------------ the spec rules
+
+
+def test_engine_pods_of_two_backends_in_one_namespace_count_for_their_own_backend(
+    reads_from: str,
+) -> None:
+    # matchedEnginePods: pods whose labels satisfy *this* backend's selector;
+    # EngineCompatibility: the engine pods *this* backend injected.
+    kube = cluster(
+        ("cachebackends", backend("a", "uid-a", {"app": "llama"})),
+        ("cachebackends", backend("b", "uid-b", {"app": "qwen"})),
+        ("pods", engine("a-1", {"app": "llama"}, by="a", uid="uid-a", label_uid="uid-a")),
+        ("pods", engine("a-2", {"app": "llama"}, by="a", uid="uid-a", label_uid="uid-a")),
+        (
+            "pods",
+            engine("b-1", {"app": "qwen"}, by="b", uid="uid-b", label_uid="uid-b", crash=True),
+        ),
+        ("pods", engine("web", {"app": "storefront"})),
+    )
+    st = status_after_reconcile(kube, reads_from, "a", "b")
+    assert st["a"]["matchedEnginePods"] == 2
+    assert compatibility(st["a"]) is None
+    assert st["b"]["matchedEnginePods"] == 1
+    verdict = compatibility(st["b"])
+    assert verdict is not None
+    assert verdict[:2] == ("False", "InjectedEngineCrashLooping")
+    assert "b-1 (container vllm)" in verdict[2]
+
+
+def test_a_pod_relabelled_after_injection_is_still_its_backends_injected_pod(
+    reads_from: str,
+) -> None:
+    # The labels no longer satisfy the selector (not counted as matched), but the pod
+    # still carries the backend's wiring: its crash-loop is the backend's to report.
+    kube = cluster(
+        ("cachebackends", backend("a", "uid-a", {"app": "llama"})),
+        (
+            "pods",
+            engine("moved", {"app": "renamed"}, by="a", uid="uid-a", label_uid="uid-a", crash=True),
+        ),
+    )
+    st = status_after_reconcile(kube, reads_from, "a")["a"]
+    assert st["matchedEnginePods"] == 0
+    verdict = compatibility(st)
+    assert verdict is not None
+    assert "moved (container vllm)" in verdict[2]
+
+
+def test_a_pod_injected_by_a_deleted_and_recreated_backend_is_not_the_new_ones(
+    reads_from: str,
+) -> None:
+    # Same name, new uid: the pod still matches the selector (counted), but it was
+    # wired by the previous incarnation, so its crash-loop is not this backend's.
+    kube = cluster(
+        ("cachebackends", backend("a", "uid-new", {"app": "llama"})),
+        (
+            "pods",
+            engine("old", {"app": "llama"}, by="a", uid="uid-old", label_uid="uid-old", crash=True),
+        ),
+    )
+    st = status_after_reconcile(kube, reads_from, "a")["a"]
+    assert st["matchedEnginePods"] == 1
+    assert compatibility(st) is None
+
+
+def test_a_forged_injected_by_uid_label_does_not_make_a_pod_injected(reads_from: str) -> None:
+    # The label only narrows what is read; the annotation rule decides.
+    kube = cluster(
+        ("cachebackends", backend("a", "uid-a", {"app": "llama"})),
+        ("pods", engine("forged", {"app": "other"}, label_uid="uid-a", crash=True)),
+        (
+            "pods",
+            engine("copied", {"app": "other"}, by="a", uid="uid-x", label_uid="uid-a", crash=True),
+        ),
+    )
+    st = status_after_reconcile(kube, reads_from, "a")["a"]
+    assert compatibility(st) is None
+
+
+def test_a_pod_injected_before_the_label_existed_is_read_by_name(reads_from: str) -> None:
+    # Annotations only (admitted by an older webhook): found through the selector's
+    # metadata, then read whole.
+    kube = cluster(
+        ("cachebackends", backend("a", "uid-a", {"app": "llama"})),
+        ("pods", engine("legacy", {"app": "llama"}, by="a", uid="uid-a", crash=True)),
+    )
+    st = status_after_reconcile(kube, reads_from, "a")["a"]
+    assert st["matchedEnginePods"] == 1
+    verdict = compatibility(st)
+    assert verdict is not None
+    assert "legacy (container vllm)" in verdict[2]
+    assert ("get", f"{NS}/legacy") in kube.calls
+
+
+def test_engine_deployment_scaled_to_zero_clears_the_message_and_churn_requeues(
+    reads_from: str,
+) -> None:
+    # engineSelectorMessage: empty when every matching Deployment is scaled to zero.
+    # The 5 s cadence: matched pods differ from the matching Deployments' replicas.
+    kube = cluster(
+        ("cachebackends", backend("idle", "uid-i", {"app": "idle"})),
+        ("cachebackends", backend("rolling", "uid-r", {"app": "rolling"})),
+        ("deployments", deployment("idle", {"app": "idle"}, 0)),
+        ("deployments", deployment("rolling", {"app": "rolling", "tier": "gpu"}, 2)),
+        ("replicasets", {
+            "metadata": {"name": "idle-1", "namespace": NS, "labels": {"app": "idle"},
+                         "ownerReferences": [{"kind": "Deployment", "name": "idle", "controller": True}]}}),
+        ("replicasets", {
+            "metadata": {"name": "rolling-1", "namespace": NS,
+                         "labels": {"app": "rolling", "tier": "gpu"},
+                         "ownerReferences": [{"kind": "Deployment", "name": "rolling", "controller": True}]}}),
+        ("pods", engine("rolling-1-a", {"app": "rolling", "tier": "gpu"})),
+    )  # fmt: skip
+    for rec in reconciler(kube, reads_from):
+        rec.reconcile(f"{NS}/idle")
+        result = rec.reconcile(f"{NS}/rolling")
+    idle = kube.objects[("cachebackends", NS, "idle")]["status"]
+    assert idle["matchedEnginePods"] == 0
+    assert "engineSelectorMessage" not in idle
+    assert kube.objects[("cachebackends", NS, "rolling")]["status"]["matchedEnginePods"] == 1
+    assert result.requeue_after == 5.0
+
+
+def test_an_invalid_selector_matches_nothing_without_a_read(reads_from: str) -> None:
+    kube = cluster(("cachebackends", backend("a", "uid-a", {"app": "not a label value"})))
+    st = status_after_reconcile(kube, reads_from, "a")["a"]
+    assert st["matchedEnginePods"] == 0
+    assert "matches no Pods" in st["engineSelectorMessage"]
+
+
+# ------------------------------------------------------------------ the cache itself
+
+
+def test_the_cache_holds_only_pods_that_can_matter_to_a_backend() -> None:
+    kube = cluster(
+        ("cachebackends", backend("a", "uid-a", {"app": "llama"})),
+        ("pods", engine("a-1", {"app": "llama"}, by="a", uid="uid-a", label_uid="uid-a")),
+        ("pods", engine("moved", {"app": "x"}, by="a", uid="uid-a", label_uid="uid-a")),
+        *[("pods", engine(f"web-{i}", {"app": f"web-{i}"})) for i in range(20)],
+    )
+    cache = ClusterCache(kube).start()
+    try:
+        assert cache.wait_synced(10)
+        group = cache.engine_pods.covering({"app": "llama"}, 10)
+        assert group is not None
+        assert sorted(p["metadata"]["name"] for p in group.store.all()) == ["a-1"]
+        assert sorted(p["metadata"]["name"] for p in cache.injected_pods.store.all()) == [
+            "a-1",
+            "moved",
+        ]
+        assert len(cache.server_pods.store) == 0
+        # Reduced: no managedFields kept, engine pods as metadata only.
+        held = cache.injected_pods.store.get(NS, "a-1")
+        assert held is not None
+        assert "managedFields" not in held["metadata"]
+        assert "spec" not in next(iter(group.store.all()))
+    finally:
+        cache.stop()
+
+
+def test_a_read_the_cache_cannot_answer_goes_to_the_api_server(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(cluster_cache, "SYNC_WAIT_SECONDS", 0.01)
+    kube = cluster(
+        ("cachebackends", backend("a", "uid-a", {"app": "llama"})),
+        ("pods", engine("a-1", {"app": "llama"})),
+    )
+    reads = CachedReads(ClusterCache(kube), LiveReads(kube))  # never started: not synced
+    assert reads.backend(NS, "a") is not None
+    assert [p["metadata"]["name"] for p in reads.engine_pods(NS, {"app": "llama"})] == ["a-1"]
+
+
+# ------------------------------------------------------------------ pure parts
+
+
+def test_engine_pod_watches_group_selectors_by_their_first_key() -> None:
+    assert selector_group_key({"tier": "gpu", "app": "llama"}) == "app"
+    assert selector_group_key({"app": "", "tier": "gpu"}) == "tier"
+    assert selector_group_key({"app": ""}) is None
+    assert selector_group_key({"app": "not valid!"}) is None
+    groups = selector_groups([{"app": "a"}, {"app": "b", "tier": "x"}, {"team": "t"}, {}])
+    assert groups == {"app": frozenset({"a", "b"}), "team": frozenset({"t"})}
+    assert set_selector("app", {"b", "a"}) == "app in (a,b)"
+
+
+def test_a_watch_is_replaced_for_a_new_value_or_when_mostly_unused() -> None:
+    assert regroup_needed(frozenset({"a"}), frozenset({"a", "b"}))
+    assert not regroup_needed(frozenset({"a", "b", "c", "d"}), frozenset({"a", "b", "c"}))
+    assert regroup_needed(frozenset({"a", "b", "c", "d"}), frozenset({"a"}))
+
+
+def test_reduced_objects_keep_what_the_rules_read() -> None:
+    pod = engine("p", {"app": "x"}, by="a", uid="uid-a")
+    pod["metadata"]["annotations"]["team/note"] = "kept out"
+    pod["metadata"]["ownerReferences"] = [
+        {"kind": "ReplicaSet", "name": "rs", "controller": True},
+        {"kind": "Thing", "name": "t"},
+    ]
+    meta = engine_pod_metadata(pod)["metadata"]
+    assert meta["annotations"] == {
+        c.ANNOTATION_INJECTED_BY: f"{NS}/a",
+        c.ANNOTATION_INJECTED_BY_UID: "uid-a",
+    }
+    assert meta["ownerReferences"] == [{"kind": "ReplicaSet", "name": "rs", "controller": True}]
+    dep = {**deployment("d", {"app": "x"}, 3), "status": {"readyReplicas": 1}}
+    assert engine_deployment(dep)["spec"] == {
+        "replicas": 3,
+        "template": {"metadata": {"labels": {"app": "x"}}},
+    }
+    assert "status" not in engine_deployment(dep)
+
+
+def router_with(*backends: dict[str, Any]) -> tuple[ChangeRouter, list[str]]:
+    reflector = Reflector(FakeKube(), WatchSpec(k.CACHEBACKENDS))
+    reflector.store.replace(list(backends))
+    sent: list[str] = []
+    return ChangeRouter(reflector, sent.append), sent
+
+
+def test_a_cached_change_wakes_exactly_the_backends_it_concerns() -> None:
+    router, sent = router_with(
+        backend("a", "uid-a", {"app": "llama"}), backend("b", "uid-b", {"app": "qwen"})
+    )
+    before = engine_pod_metadata(
+        engine("p", {"app": "llama"}, by="a", uid="uid-a", label_uid="uid-a")
+    )
+    relabelled = engine_pod_metadata(
+        engine("p", {"app": "qwen"}, by="a", uid="uid-a", label_uid="uid-a")
+    )
+    router.engine_pod(MODIFIED, before, relabelled)
+    assert sent == [f"{NS}/a", f"{NS}/b"]  # left a's selector, entered b's
+
+    sent.clear()
+    router.engine_pod(MODIFIED, before, before)  # a status-only change: labels the same
+    assert sent == []
+
+    legacy = engine_pod_metadata(engine("old", {"app": "llama"}, by="a", uid="uid-a"))
+    router.engine_pod(MODIFIED, legacy, legacy)  # read live, so its changes wake a
+    assert sent == [f"{NS}/a"]
+
+    sent.clear()
+    dep = engine_deployment(deployment("d", {"app": "qwen"}, 2))
+    router.deployment(MODIFIED, dep, dep)
+    assert sent == []  # a status-only change (the reduced object is the same)
+    router.deployment(MODIFIED, dep, engine_deployment(deployment("d", {"app": "qwen"}, 0)))
+    assert sent == [f"{NS}/b"]
+
+    sent.clear()
+    router.pod(ADDED, None, engine("p2", {"app": "x"}, by="b", uid="uid-b", label_uid="uid-b"))
+    assert sent == [f"{NS}/b"]
