@@ -94,7 +94,7 @@ def test_managed_backend_is_rollout_in_progress_until_its_deployment_really_roll
     )  # fmt: skip
     (pod,) = pods_of(cluster, ns, dep)
     assert pod["status"]["phase"] == "Pending"
-    obj = reconciled_since(cluster, ns, "cb", cluster.cp.audit_offset())
+    obj = reconciled_since(stack, cluster, ns, "cb")
     assert condition(obj, "Ready") == ("False", "RolloutInProgress"), obj["status"]
     assert condition(obj, "Progressing") == ("True", "RolloutInProgress")
     assert condition(obj, "Degraded") == ("False", "NotDegraded")
@@ -142,7 +142,7 @@ def test_a_spec_change_rolls_a_new_replicaset_and_ready_follows_the_real_rollout
         "a second ReplicaSet surging",
     )  # fmt: skip
     assert len(replicasets_of(cluster, ns, dep)) == 2
-    obj = reconciled_since(cluster, ns, "cb", cluster.cp.audit_offset())
+    obj = reconciled_since(stack, cluster, ns, "cb")
     assert condition(obj, "Ready") == ("False", "RolloutInProgress"), obj["status"]
     assert condition(obj, "Progressing") == ("True", "RolloutInProgress")
     assert condition(obj, "Degraded") == ("False", "NotDegraded")
@@ -197,7 +197,7 @@ def test_scaling_to_zero_removes_the_pods_and_reports_scaled_to_zero(
         and not pods_of(cluster, ns, d),
         "scaled to zero, pods gone",
     )  # fmt: skip
-    obj = reconciled_since(cluster, ns, "cb", cluster.cp.audit_offset())
+    obj = reconciled_since(stack, cluster, ns, "cb")
     assert condition(obj, "Ready") == ("False", "ScaledToZero")
     assert obj["status"]["observedServerInstance"] == baseline
 
@@ -427,7 +427,7 @@ def test_a_deleted_cache_server_pod_is_replaced_and_the_engine_deployment_rolls_
 
     # Exactly once: later reconciles (the engine pods changed under the backend) leave
     # the trigger alone.
-    obj = reconciled_since(cluster, ns, "cb", cluster.cp.audit_offset())
+    obj = reconciled_since(stack, cluster, ns, "cb")
     assert restart_trigger(cluster, ns) == stamp
     assert engine_writes(cluster, ns, mark) == ["patch"]
     assert server_instance(obj) == f"{second['metadata']['uid']}:0"
@@ -534,7 +534,7 @@ def test_an_in_place_restart_of_the_server_container_cascades_but_a_sidecar_rest
 
     # The sidecar restarts in place: not the cache server's, nothing moves.
     restart_in_place(cluster, ns, pod["metadata"]["name"], SIDECAR)
-    obj = reconciled_since(cluster, ns, "cb", cluster.cp.audit_offset())
+    obj = reconciled_since(stack, cluster, ns, "cb")
     assert server_instance(obj) == f"{uid}:0"
     assert restart_trigger(cluster, ns) is None
     assert engine_writes(cluster, ns, mark) == []
@@ -551,7 +551,7 @@ def test_an_in_place_restart_of_the_server_container_cascades_but_a_sidecar_rest
     assert len(replicasets_of(cluster, ns, engine)) == 2
     (same,) = pods_of(cluster, ns, workload(cluster, ns, "Deployment", SERVER))
     assert same["metadata"]["uid"] == uid
-    reconciled_since(cluster, ns, "cb", cluster.cp.audit_offset())
+    reconciled_since(stack, cluster, ns, "cb")
     assert engine_writes(cluster, ns, mark) == ["patch"]
 
 

@@ -15,11 +15,12 @@ nothing here writes workload status.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
 from reconciler import kube as k
-from tests.e2e.conftest import Cluster, poll
+from tests.e2e.conftest import Cluster, Stack, poll
 from tests.harness import kwok
 
 POOL_LABEL = "harness.inferencecache.io/pool"
@@ -159,21 +160,19 @@ def restart_in_place(cluster: Cluster, ns: str, pod: str, container: str) -> int
 # ---------------------------------------------------------------- the reconciler
 
 
-def reconciled_since(cluster: Cluster, ns: str, name: str, mark: int) -> dict[str, Any]:
-    """The CacheBackend once the worker has reconciled it entirely after audit offset
-    ``mark`` (reconciles of one key never overlap, and each starts by reading it: the
-    third read since ``mark`` begins after the second reconcile, which began after
-    ``mark``, has finished)."""
-    from tests.e2e.conftest import WORKER_USER
+def reconciled_since(stack: Stack, cluster: Cluster, ns: str, name: str) -> dict[str, Any]:
+    """The CacheBackend once the stack's workers have run two whole reconciles of it
+    that began after this call (from their reconcile trace; reconciles of one key never
+    overlap). The workers read from watch caches, so one run may begin on a view a
+    moment older than the call; the change that view lacked wakes another."""
+    key = f"{ns}/{name}"
+    mark = time.monotonic()
 
-    cluster.cp.wait_for_audit_events(
-        mark,
-        count=3,
-        timeout=60,
-        user=WORKER_USER,
-        resource="cachebackends",
-        namespace=ns,
-        name=name,
-        verbs=["get"],
-    )
+    def done() -> bool:
+        now = time.monotonic()
+        # A run still open is reported ending now: only runs ended before count.
+        runs = [r for r in stack.reconcile_runs().get(key, []) if r.start > mark and r.end < now]
+        return len(runs) >= 2
+
+    poll(done, timeout=60, what=f"two reconciles of {key}", interval=0.2)
     return cluster.cb(ns, name)
