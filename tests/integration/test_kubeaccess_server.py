@@ -1,4 +1,4 @@
-"""Issue 13 item 2 on the real API server: every source of the one fallback order
+"""On the real API server: every source of the one kubeconfig fallback order
 connects, and every process's loader reaches the server through it.
 
 - ``shared.kubeaccess``: --kubeconfig, in-cluster (a real ServiceAccount token from

@@ -1,4 +1,4 @@
-"""Issue 10 item 2: every Redis connection has connect/read timeouts and health checks,
+"""Every Redis connection has connect/read timeouts and health checks,
 so a black-holed Redis (here: a real server frozen with SIGSTOP) raises instead of
 blocking the caller forever."""
 
