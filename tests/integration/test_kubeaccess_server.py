@@ -151,7 +151,7 @@ def test_the_dispatcher_connects_through_kubeconfig_env(
     only_kubeconfig_env: Path, cachebackend_crd: dict[str, Any], namespace: str
 ) -> None:
     """`icache dispatcher` without --kubeconfig: the flag stays unset (KUBECONFIG is
-    no longer its default) and the shared loader finds the env."""
+    not its default) and the shared loader finds the env."""
     import argparse
 
     parser = argparse.ArgumentParser()
