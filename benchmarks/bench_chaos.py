@@ -1,4 +1,4 @@
-"""Chaos benchmark (issue 10 item 4): time to reconverge N backends after each fault.
+"""Chaos benchmark: time to reconverge N backends after each fault.
 
 Starts its own kube-apiserver + etcd and Redis-compatible server, installs the CRD
 and RBAC, runs two `icache dispatcher` and two `icache worker` processes as their

@@ -4,7 +4,7 @@ kombu's Redis QoS frees a prefetch slot only after the ack's Redis pipeline
 succeeded. When Redis times out during an ack (a frozen or black-holed server),
 the slot is never freed: with late acks and a prefetch of one message per pool
 slot, a few failed acks leave the consumer believing its window is full, and it
-never fetches again although Redis is back (found with a SIGSTOPped Redis). Here
+never fetches again although Redis is back (as with a SIGSTOPped Redis). Here
 the slot is freed whatever happens to the pipeline. A message whose ack was lost
 stays in kombu's unacked index and is redelivered after the visibility timeout;
 the work queue turns that duplicate into a no-op (the key is no longer queued).

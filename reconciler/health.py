@@ -7,7 +7,7 @@
 * ``/readyz`` (readiness): 200 once the latest background check reached both Redis
   and the API server, 503 before the first check and whenever one fails. Checked in
   the background, so a probe never waits on a dead Redis.
-* ``/metrics``: Prometheus, as before.
+* ``/metrics``: the process's Prometheus metrics, on the same port.
 """
 
 from __future__ import annotations

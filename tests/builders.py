@@ -1,4 +1,4 @@
-"""Builders of the objects many test modules need, defined once (issue 13 item 5).
+"""Builders of the objects many test modules need, defined once.
 
 Plain JSON-shaped dicts, as the API server and the webhook see them. A module that
 needs a variation composes these rather than redefining them.

@@ -1,6 +1,6 @@
 """In-memory stand-ins for the Kubernetes client, for unit tests of the shells.
 
-One place for them (issue 13 items 2 and 5). They implement the
+One place for them, so every shell test fakes the same API server. They implement the
 :class:`shared.kubeclient.KubeClient` Protocol the reconciler, dispatcher, pod-events
 watcher, webhook and ``icache certs`` depend on (mypy checks it: see the assignments
 at the bottom), with the API server's behaviour that matters to the code under test:

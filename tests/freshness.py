@@ -1,4 +1,4 @@
-"""Issue 12 item 3: a CacheBackend created a moment ago wires the very next pod.
+"""A CacheBackend created a moment ago wires the very next pod.
 
 Pod CREATE is one-shot, so a Pod webhook that answered from a view older than the
 request would leave the pod unwired for good. Each round creates a CacheBackend with

@@ -1,4 +1,4 @@
-"""Issue 10 item 4: the chaos suite, lean (the full N = 200 run with a 30 s idle
+"""Faults lose nothing: the chaos suite, lean (the full N = 200 run with a 30 s idle
 window is benchmarks/bench_chaos.py).
 
 Each case: N backends of mixed shapes on two dispatchers and two workers; every

@@ -115,7 +115,8 @@ def test_backends_of_every_shape_get_the_right_objects_and_status(
     pod = cluster.kube.get(k.DEPLOYMENTS, ns, "mooncake-mooncake")["spec"]["template"]["spec"]
     assert pod["hostNetwork"] is True
     assert pod["nodeSelector"] == {"pool": "cache"}
-    # Issue 11.6: created at the HPA floor (minReplicas), not the API server's default 1.
+    # Created at the HPA floor (minReplicas), not the API server's default 1
+    # (docs/decisions.md, "Writes").
     autoscaled = cluster.kube.get(k.DEPLOYMENTS, ns, "autoscaled-lmcache-server")
     assert autoscaled["spec"]["replicas"] == 2
 
@@ -422,7 +423,7 @@ def test_steady_state_resync_makes_zero_write_requests(cluster: Cluster, stack: 
 def test_autoscaled_workload_starts_at_the_hpa_floor_and_leaves_replicas_to_the_hpa(
     cluster: Cluster, stack: Stack
 ) -> None:
-    """Issue 11.6: the workload is created with replicas = minReplicas; after that the
+    """With autoscaling the workload is created with replicas = minReplicas; after that the
     replica count is the HPA's — a later apply (here: a template change) keeps what the
     HPA wrote through the scale subresource instead of resetting it."""
     stack.start_dispatcher()

@@ -1,4 +1,4 @@
-"""Issue 10 item 3: liveness and readiness of the worker and the dispatcher.
+"""Liveness and readiness of the worker and the dispatcher.
 
 Real processes on a real API server and a real Redis-compatible server; the Redis
 is frozen with SIGSTOP, which is what a dead node looks like to its clients.

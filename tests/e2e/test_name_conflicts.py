@@ -1,4 +1,4 @@
-"""Issue 10 item 1 on the real API server: the reconciler never adopts or overwrites an
+"""On the real API server: the reconciler never adopts or overwrites an
 object it does not own.
 
 For each owned kind (Deployment, StatefulSet, Service, HPA) a foreign object of the
@@ -183,11 +183,12 @@ def test_a_foreign_object_recreated_between_read_and_write_is_refused(
         cluster.delete_backends([ns])
 
 
-def test_the_issue_example_chat_redis_service_through_dispatcher_and_worker(
+def test_a_backend_named_chat_never_takes_over_a_foreign_chat_redis_service(
     cluster: Cluster, stack: Stack
 ) -> None:
-    """'A CacheBackend named chat takes over a team's existing chat-redis Service' —
-    with real processes: reported, never touched, converged once it is gone."""
+    """A CacheBackend named chat never takes over a team's existing chat-redis Service,
+    through the real dispatcher and worker: reported, never touched, converged once it
+    is gone."""
     stack.start_dispatcher()
     stack.start_worker()
     ns = cluster.namespace()
@@ -220,7 +221,7 @@ def test_the_issue_example_chat_redis_service_through_dispatcher_and_worker(
 def test_shedding_on_a_mode_flip_never_deletes_a_foreign_lookalike(
     cluster: Cluster, worker_kube: k.Kube
 ) -> None:
-    """Issue 10.1, deletion path: a foreign StatefulSet carrying our labels (but no
+    """Never adopt, deletion path: a foreign StatefulSet carrying our labels (but no
     controller reference to the backend) survives the flip that sheds ours."""
     ns = cluster.namespace()
     try:

@@ -1,6 +1,6 @@
-"""Issue 10 item 5 end to end: the real `icache dispatcher` and `icache worker` run
-against a Redis that requires a password, given — as the install gives them — a
-password-free URL plus ICACHE_REDIS_PASSWORD, and a backend converges."""
+"""Redis authentication by default, end to end: the real `icache dispatcher` and
+`icache worker` run against a Redis that requires a password, given — as the install
+gives them — a password-free URL plus ICACHE_REDIS_PASSWORD, and a backend converges."""
 
 from __future__ import annotations
 

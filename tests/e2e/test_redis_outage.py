@@ -1,4 +1,4 @@
-"""Issue 10 item 2: a dead or black-holed Redis never wedges a process.
+"""A dead or black-holed Redis never wedges a process.
 
 Real API server, real Redis-compatible server frozen with SIGSTOP (its connections
 stay open and nothing answers, as when the node running Redis dies), real
@@ -50,7 +50,7 @@ def converged(obj: dict[str, Any]) -> bool:
 def test_frozen_redis_hands_the_lease_to_the_standby_and_everything_converges_after(
     cluster: Cluster, stack: Stack
 ) -> None:
-    """Issue 10 item 2: Redis frozen (SIGSTOP) for longer than the lease while a second
+    """Redis frozen (SIGSTOP) for longer than the lease while a second
     dispatcher waits. The leader, whose pump can no longer reach Redis, gives the Lease
     up after the renew deadline, so the standby takes over within lease duration +
     retry period; after SIGCONT every backend converges, including changes made
@@ -113,7 +113,7 @@ def test_frozen_redis_hands_the_lease_to_the_standby_and_everything_converges_af
 def test_a_leader_whose_api_server_stops_answering_steps_down_within_the_lease(
     cluster: Cluster, stack: Stack
 ) -> None:
-    """Issue 10 item 2 (leader/lease code): a Lease renewal is bounded by the renew
+    """The leader election never wedges either: a Lease renewal is bounded by the renew
     deadline, so a leader whose API server hangs (SIGSTOP) stops leading before its
     Lease can expire for a standby — not after the client's 30 s request timeout."""
     a = stack.start_dispatcher("dispatcher-a", extra=ELECTION)

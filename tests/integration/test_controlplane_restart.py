@@ -1,4 +1,4 @@
-"""The harness restarts kube-apiserver and etcd in place (issue 10 item 4 needs both
+"""The harness restarts kube-apiserver and etcd in place (the chaos tests inject both
 as faults): same ports, same data, same audit log, and clients reconnect."""
 
 from __future__ import annotations

@@ -216,13 +216,14 @@ def test_status_subresource_and_printer_columns(
 
 
 def test_samples_cover_every_configuration_of_the_spec() -> None:
-    """Issue 2 item 5: one sample per configuration the spec describes."""
+    """manifests/samples/ holds one sample per configuration the spec describes."""
     names = {doc["metadata"]["name"] for _, doc in sample_backends()}
     assert len(names) == len(sample_backends()) >= 13
 
 
-# Issue 11.3: the CRD pattern is Go's time.ParseDuration grammar (sign included: the
-# webhook, not the schema, rejects a negative timeout with a message saying why).
+# observation.firstEventTimeout: the CRD pattern is Go's time.ParseDuration grammar (sign
+# included: the webhook, not the schema, rejects a negative timeout with a message
+# saying why).
 GO_DURATIONS = ["0", "0s", "1h30m", "1.5h", "90s", "-1s", "+5m", ".5s", "1μs", "1µs"]
 NOT_GO_DURATIONS = ["1d", "5 m", "", ".", "5", "m", "1h 30m", "five minutes"]
 

@@ -1,4 +1,4 @@
-"""Issue 13 item 2 on the real API server: every source of the one fallback order
+"""On the real API server: every source of the one kubeconfig fallback order
 connects, and every process's loader reaches the server through it.
 
 - ``shared.kubeaccess``: --kubeconfig, in-cluster (a real ServiceAccount token from
@@ -151,7 +151,7 @@ def test_the_dispatcher_connects_through_kubeconfig_env(
     only_kubeconfig_env: Path, cachebackend_crd: dict[str, Any], namespace: str
 ) -> None:
     """`icache dispatcher` without --kubeconfig: the flag stays unset (KUBECONFIG is
-    no longer its default) and the shared loader finds the env."""
+    not its default) and the shared loader finds the env."""
     import argparse
 
     parser = argparse.ArgumentParser()

@@ -1,4 +1,4 @@
-"""Issue 9 item 5: the Pod webhook answers before the API server gives up on it.
+"""The Pod webhook answers before the API server gives up on it.
 
 The webhook runs in live mode with a kubeconfig pointing at a loopback proxy in front
 of the real API server. With the proxy holding answers back longer than the webhook's

@@ -98,7 +98,7 @@ ALLOWED: dict[str, list[Request]] = {
         Request("get", "cachebackends", CB),
         Request("list", "cachebackends", CB),
         Request("list", "cachebackends", CB, namespace=""),
-        # Issue 10 item 6: may the CacheBackend's writer create its workload?
+        # A CacheBackend is as powerful as a Pod create: may its writer create its workload?
         Request("create", "subjectaccessreviews", "authorization.k8s.io", namespace=""),
     ],
     WORKER_SA: [
@@ -115,7 +115,7 @@ ALLOWED: dict[str, list[Request]] = {
                 ("services", ""),
                 ("horizontalpodautoscalers", "autoscaling"),
             ]
-            # get: the ownership check before a first write (issue 10 item 1).
+            # get: the ownership check before a first write (never adopt a foreign object).
             for verb in ("get", "list", "patch", "delete")
         ),
         Request("list", "pods"),
@@ -319,7 +319,8 @@ def test_each_process_is_denied_what_it_must_not_do(
 
 def test_the_webhook_role_is_exactly_read_only_on_cachebackends(kube: Kube) -> None:
     """No wildcard or extra rule can hide behind the sampled checks. Besides reading
-    CacheBackends it may only ask SubjectAccessReviews (issue 10 item 6)."""
+    CacheBackends it may only ask SubjectAccessReviews (may the writer of a CacheBackend
+    create the workload it shapes?)."""
     (binding,) = [
         d
         for d in DOCS

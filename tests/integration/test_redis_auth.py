@@ -1,4 +1,4 @@
-"""Issue 10 item 5: Redis authentication by default, on a real Redis-compatible server.
+"""Redis authentication by default, on a real Redis-compatible server.
 
 - The install's Redis command line (manifests, as the kubelet expands it) and the
   docker compose one (as compose interpolates it) refuse a client without the

@@ -1,6 +1,6 @@
-"""The webhook's event-loop API client survives a kube-apiserver restart (issue 12 moved
-the Pod route's CacheBackend LIST and the validating route's SubjectAccessReviews onto
-it; guide: a restarted API server loses nothing).
+"""The webhook's event-loop API client survives a kube-apiserver restart (the Pod
+route's CacheBackend LIST and the validating route's SubjectAccessReviews go through
+it; a restarted API server loses nothing).
 
 A live-mode webhook answers a pod CREATE (wired) and a managed backend written by a user
 outside system:masters (reviewed, allowed), so both keep pooled connections to the API

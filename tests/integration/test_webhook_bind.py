@@ -1,4 +1,4 @@
-"""Issue 9 item 7: where `icache webhook` listens.
+"""Where `icache webhook` listens.
 
 Plain HTTP (--insecure) serves /metrics and live-API lookups without authentication,
 so it listens on 127.0.0.1 unless --host says otherwise; TLS mode keeps listening on
@@ -70,7 +70,7 @@ def _connects(host: str, port: int) -> bool:
 
 
 def test_insecure_listens_on_loopback_only_by_default(tmp_path: Path) -> None:
-    """Item 7: `--insecure` without --host binds 127.0.0.1, not every address."""
+    """`--insecure` without --host binds 127.0.0.1, not every address."""
     with _webhook(tmp_path, "--insecure") as port:
         assert _healthz(f"http://127.0.0.1:{port}") == 200
         assert not _connects("127.0.0.2", port)

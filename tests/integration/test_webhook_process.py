@@ -132,7 +132,7 @@ def _served_serial(port: int, ca_pem: bytes) -> int:
 
 
 def test_tls_certificate_is_reloaded_without_restart() -> None:
-    """Issue 3: TLS reloaded when the files change (cert-manager rotation)."""
+    """TLS reloaded when the files change (cert-manager rotation)."""
     with run_webhook(extra_args=["--backends-from", str(SAMPLES_DIR)]) as hook:
         port = int(hook.url.rsplit(":", 1)[1])
         first = _served_serial(port, hook.ca_pem)

@@ -1,4 +1,4 @@
-"""Issue 9 item 2: graceful shutdown loses no pod wiring.
+"""Graceful shutdown loses no pod wiring.
 
 A real `icache webhook` (TLS) gets SIGTERM while requests are in flight and while
 clients keep sending. Readiness flips to 503, every request the server accepted gets

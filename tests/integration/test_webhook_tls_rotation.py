@@ -1,4 +1,4 @@
-"""Issue 9 item 1: certificate rotation never causes an outage.
+"""Certificate rotation never causes an outage.
 
 A real `icache webhook` serves TLS while two client threads open a fresh TLS
 connection (full handshake, CA-verified) and GET /healthz in a loop. Meanwhile the

@@ -1,4 +1,4 @@
-"""Issue 12 item 2: `icache webhook --workers N`: N processes that share nothing but the port.
+"""`icache webhook --workers N`: N processes that share nothing but the port.
 
 Each worker must keep what a single-process webhook guarantees: it answers, its TLS
 certificate is reloaded in place, SIGTERM drains it; /metrics counts every worker; a

@@ -1,4 +1,4 @@
-"""Issue 10 item 6 on the real API server: a CacheBackend is as powerful as a Pod
+"""On the real API server: a CacheBackend is as powerful as a Pod
 create in its namespace, so the validating webhook lets only users who may create the
 workload write a backend that shapes one.
 

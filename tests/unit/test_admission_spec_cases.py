@@ -314,7 +314,7 @@ VALID_CASES = [
         cb({**MANAGED_LMCACHE, "autoscaling": {"minReplicas": 3, "maxReplicas": 3}}),
     ),
     case("replicas: 0 without autoscaling scales to zero", cb({**MANAGED_LMCACHE, "replicas": 0})),
-    # --- observation.firstEventTimeout takes exactly Go's duration grammar (issue 11.3)
+    # --- observation.firstEventTimeout takes exactly Go's duration grammar (docs/decisions.md)
     *[
         case(
             f"firstEventTimeout: {value!r} is a Go duration",
@@ -954,7 +954,7 @@ INVALID_CASES = [
         cb({**VLLM, "integration": HOST_NETWORK}),
         "spec.integration.engineHostNetwork",
     ),
-    # --- Managed Redis is one non-clustered instance (issue 11.1)
+    # --- Managed Redis is one non-clustered instance (docs/decisions.md)
     case(
         "reject_managed_redis_multiple_replicas: SGLang + managed Redis with replicas 2",
         cb({**MANAGED_REDIS, "replicas": 2}),
@@ -973,7 +973,7 @@ INVALID_CASES = [
         "spec.replicas",
         "spec.autoscaling",
     ),
-    # --- HiCache supports only the defaults it can honour (issue 11.2)
+    # --- HiCache supports only the defaults it can honour (docs/decisions.md)
     *[
         case(
             f"reject_unsupported_hicache_role: HiCache rejects {role}",
@@ -1331,7 +1331,7 @@ def test_update_changing_one_bad_endpoint_to_another_is_a_fresh_violation(
     assert '"redis://redis:6379"' in resp["status"]["message"]
 
 
-# Issue 11.4: errors point at the field the operator must change, and the field does
+# Errors point at the field the operator must change, and the field does
 # not depend on which field an edit touched, so the UPDATE filter recognises a
 # pre-existing violation whatever else the edit changes.
 PAIR_VIOLATION = {**HICACHE, "runtime": "VLLM"}  # no adapter for VLLM/SGLangHiCache
@@ -1361,9 +1361,9 @@ EVENTS_ONLY_TYPE_VIOLATION = {**HICACHE, "integration": {"mode": "EventsOnly"}}
 def test_unsupported_runtime_cache_pair_is_reported_at_spec_type(
     client: TestClient, old: dict[str, Any], new: dict[str, Any]
 ) -> None:
-    """Issue 11.4 (README decision): the pair error names spec.type, the engine-cache
-    implementation the CacheBackend chooses; spec.runtime is the engine the operator
-    already runs. The field is fixed per rule, never chosen by which field the diff
+    """The pair error names spec.type, the engine-cache implementation the CacheBackend
+    chooses; spec.runtime is the engine the operator already runs (docs/decisions.md).
+    The field is fixed per rule, never chosen by which field the diff
     touched."""
     resp = post(client, PATH_VALIDATE_CB, review("UPDATE", new, old))
     assert resp["allowed"] is False
@@ -1384,7 +1384,7 @@ def test_unsupported_runtime_cache_pair_is_reported_at_spec_type(
 def test_unrelated_edit_keeps_a_pre_existing_spec_type_violation_allowed(
     client: TestClient, violation: dict[str, Any], edit: dict[str, Any]
 ) -> None:
-    """Issue 11.4: the pre-existing (runtime, type) or EventsOnly-type violation is
+    """The pre-existing (runtime, type) or EventsOnly-type violation is
     re-reported with the same (type, field, badValue, detail) after an edit of other
     fields, so the UPDATE filter drops it and the edit goes through."""
     old = cb(violation)
@@ -1399,8 +1399,9 @@ def test_unrelated_edit_keeps_a_pre_existing_spec_type_violation_allowed(
 def test_pre_existing_managed_redis_replicas_allow_unrelated_edits_not_more_replicas(
     client: TestClient,
 ) -> None:
-    """Issue 11.1 + the UPDATE filter: a managed Redis stored with replicas 3 (before the
-    rule) can still be edited; raising replicas to 4 is a fresh violation."""
+    """One managed Redis instance, through the UPDATE filter: a managed Redis stored with
+    replicas 3 (admitted before the rule) can still be edited; raising replicas to 4 is a
+    fresh violation."""
     old = cb({**MANAGED_REDIS, "replicas": 3})
     edited = cb({**MANAGED_REDIS, "replicas": 3, "observation": {"modelID": "m"}})
     assert post(client, PATH_VALIDATE_CB, review("UPDATE", edited, old))["allowed"] is True

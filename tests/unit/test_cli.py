@@ -31,7 +31,7 @@ def test_crd_subcommand_prints_the_crd(capsys: pytest.CaptureFixture[str]) -> No
 def test_install_subcommand_without_its_package_says_where_it_ships(
     argv: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Issue 13 item 3: the webhook image has no icache_install package; `icache
+    """The webhook image has no icache_install package; `icache
     certs` there must say so in one line, not crash with a traceback."""
     for name in [m for m in sys.modules if m.partition(".")[0] == "icache_install"]:
         monkeypatch.delitem(sys.modules, name)

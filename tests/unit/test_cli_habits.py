@@ -35,7 +35,7 @@ def test_every_subcommand_is_in_the_tree() -> None:
 
 @pytest.mark.parametrize("name", sorted(cli.SUBCOMMANDS))
 def test_every_flag_has_help_that_shows_its_default(name: str) -> None:
-    """Issue rule: every flag has help text and shows its default."""
+    """CLI habit: every flag has help text and shows its default."""
     parser = SUBPARSERS[name]
     for action in _options(parser):
         text = _help_of(parser, action)

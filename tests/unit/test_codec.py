@@ -1,4 +1,4 @@
-"""Issue 12 item 2: the orjson fast path decides exactly as the json path did.
+"""The orjson fast path decides exactly as the json path does.
 
 ``decode_body`` tries orjson first and falls back to the stdlib path for anything
 orjson refuses or would read differently; every body here must give the same value,

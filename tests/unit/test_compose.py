@@ -53,7 +53,7 @@ def test_webhook_runs_embedded_over_plain_http_with_the_samples(compose: dict[st
     command = webhook["command"]
     assert command[0] == "webhook"
     assert "--insecure" in command
-    # Issue 9 item 7: plain HTTP binds 127.0.0.1 unless told; Docker's port mapping
+    # Plain HTTP binds 127.0.0.1 unless told; Docker's port mapping
     # reaches the container's interface, not its loopback.
     assert _flag(command, "--host") == "0.0.0.0"
     samples_in_container = _flag(command, "--backends-from")
@@ -74,8 +74,8 @@ def test_redis_is_local_only_and_checked(compose: dict[str, Any]) -> None:
     assert redis["healthcheck"]["test"] == ["CMD", "redis-cli", "ping"]
     # The work queue is rebuilt by the dispatcher's resync: nothing to persist.
     assert redis["command"][:5] == ["redis-server", "--save", "", "--appendonly", "no"]
-    # Issue 10 item 5: a password, from the variable the local icache processes read
-    # too; the healthcheck's redis-cli authenticates with it.
+    # Redis authentication by default: a password, from the variable the local icache
+    # processes read too; the healthcheck's redis-cli authenticates with it.
     password = "${ICACHE_REDIS_PASSWORD:-icache-dev}"
     assert redis["command"][5:] == ["--requirepass", password]
     assert redis["environment"] == {"REDISCLI_AUTH": password}

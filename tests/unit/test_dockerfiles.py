@@ -153,7 +153,7 @@ def test_builder_installs_the_project_with_constraints(image: str) -> None:
 
 
 def test_install_tooling_ships_in_the_worker_image_only() -> None:
-    """Issue 13 item 3: the installers are out of the core; the webhook image runs
+    """The installers are out of the core; the webhook image runs
     only the webhook, the worker image also carries `icache certs/manifests`."""
     copied = {
         image: {i.args.split()[0] for i in parse(path) if i.keyword == "COPY"}

@@ -1,4 +1,4 @@
-"""Issue 13 item 4: the repository carries its own design docs, and they stay true.
+"""The repository carries its own design docs, and they stay true.
 
 Code and tests cite docs/api.md, docs/architecture.md and docs/server-contract.md,
 never design files outside the repository. docs/api.md names every admission rule

@@ -1,4 +1,4 @@
-"""Issue 10 item 3: liveness and readiness of the worker and the dispatcher — the
+"""Liveness and readiness of the worker and the dispatcher — the
 pure decisions, the HTTP surface (a real server on loopback), and the manifests."""
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
-"""Issue 13 item 3: the install namespace is one name everywhere.
+"""The install namespace is one name everywhere.
 
 `shared.constants.INSTALL_NAMESPACE` is the only spelling code uses; every
 manifest (kustomizations, RBAC, base, components), every default of the processes
 and installers, and the docs must name that namespace and no other `*-system`
-namespace of ours. A second name (the RBAC YAML and the dispatcher's Lease default
-once said `icache-` + `system`) splits the install: the ServiceAccounts land in one
+namespace of ours. A second name (say `icache-` + `system` in the RBAC YAML or the
+dispatcher's Lease default) splits the install: the ServiceAccounts land in one
 namespace and their bindings point at another.
 """
 

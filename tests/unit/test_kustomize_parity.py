@@ -1,4 +1,4 @@
-"""Issue 13 item 3: `icache manifests` prints exactly what kustomize builds.
+"""`icache manifests` prints exactly what kustomize builds.
 
 The kustomization in manifests/ is the one source of the install. The no-kustomize
 path (`icache manifests`, `kubectl apply -f manifests/rendered/...`) prints files that

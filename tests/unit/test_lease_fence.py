@@ -1,4 +1,4 @@
-"""Issue 10 item 2 ("no key is processed by two workers at once"): a worker whose
+"""No key is processed by two workers at once: a worker whose
 work-queue lease cannot be renewed (here: Redis frozen with SIGSTOP) stops writing
 to the API server before the reaper can hand its key to another worker."""
 

@@ -1,4 +1,4 @@
-"""Issue 10 item 1: the pure ownership decisions — never adopt or overwrite an object
+"""The pure ownership decisions — never adopt or overwrite an object
 this controller does not own."""
 
 from __future__ import annotations

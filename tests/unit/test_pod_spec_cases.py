@@ -180,8 +180,8 @@ def assert_minimal(
 
 def review_ok_without_patch(hook: Webhook, obj: Any, *, reason: str, **kw: Any) -> None:
     """Admitted unchanged, and for ``reason``: the response's auditAnnotations carry
-    the decision, so a fail-open for one reason cannot pass as another (issue 13 item
-    5: "no patch" alone let any fail-open pass as no_match)."""
+    the decision, so a fail-open for one reason cannot pass as another ("no patch" alone
+    would let any fail-open pass as no_match)."""
     review = hook.post(obj, **kw)
     assert "patch" not in review["response"], ops_of(review)
     decision = review["response"]["auditAnnotations"]
@@ -235,8 +235,8 @@ def vllm_env(
     fail_open: str = "true",
     serde: str | None = None,
 ) -> list[dict[str, Any]]:
-    """[PW]/[RS]/[MC]/[SC]: the vLLM+LMCache env, in render order. Issue 11.5: a remote
-    binding always names the serializer (``naive`` unless spec.lmCache.remoteSerde)."""
+    """[PW]/[RS]/[MC]/[SC]: the vLLM+LMCache env, in render order. A remote binding
+    always names the serializer (``naive`` unless spec.lmCache.remoteSerde)."""
     if remote and serde is None:
         serde = "naive"
     env = [{"name": "VLLM_USE_V1", "value": "1"}, {"name": "PYTHONHASHSEED", "value": "0"}]
@@ -281,7 +281,7 @@ def subscriber(
                 "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}},
             },
         ],
-        # Issue 9.6: small documented requests/limits, restricted Pod Security.
+        # Small documented requests/limits, restricted Pod Security.
         "resources": {
             "requests": {"cpu": "10m", "memory": "32Mi"},
             "limits": {"cpu": "500m", "memory": "256Mi"},
@@ -290,7 +290,7 @@ def subscriber(
     }
 
 
-# Issue 9.6: the Pod Security "restricted" controls every added container carries.
+# The Pod Security "restricted" controls every added container carries.
 RESTRICTED = {
     "allowPrivilegeEscalation": False,
     "capabilities": {"drop": ["ALL"]},
@@ -1509,7 +1509,7 @@ def test_ov_env_override_of_adapter_owned_name_wins_in_place(hook: Webhook) -> N
 
 @pytest.mark.parametrize("amend", ["env", "suppressEnv"])
 def test_ov_env_amends_the_default_remote_serde(hook: Webhook, amend: str) -> None:
-    # Issue 11.5: LMCACHE_REMOTE_SERDE is always injected with a remote binding
+    # LMCACHE_REMOTE_SERDE is always injected with a remote binding
     # (default naive), and stays an adapter-owned, non-reserved tunable: engineOverrides
     # can still replace or suppress it.
     override: Any = (

@@ -1,4 +1,4 @@
-"""Issue 13 item 6: the pre-commit hooks run exactly the checks of `make lint`.
+"""The pre-commit hooks run exactly the checks of `make lint`.
 
 Both lists are read from their files (the Makefile's lint recipe, the local hooks of
 .pre-commit-config.yaml) so adding a check to one and not the other fails here.

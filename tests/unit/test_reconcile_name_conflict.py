@@ -1,6 +1,6 @@
-"""Issue 10 item 1 in the reconcile shell: a rendered name taken by a foreign object
-is reported (Ready=False/NameConflict, a Warning Event, a requeue) and nothing is
-written — to it or to anything else of the backend — until it goes away.
+"""Never adopt or overwrite, in the reconcile shell: a rendered name taken by a foreign
+object is reported (Ready=False/NameConflict, a Warning Event, a requeue) and nothing
+is written — to it or to anything else of the backend — until it goes away.
 
 The real-API-server proof is tests/e2e/test_name_conflicts.py; these pin the shell's
 decisions on a fake.
@@ -57,8 +57,8 @@ def owned_writes(kube: FakeKube) -> list[tuple[str, str, str]]:
 
 
 def test_a_foreign_service_blocks_every_write_and_is_reported_once() -> None:
-    """Issue 10.1: 'A CacheBackend named chat takes over a team's existing chat-redis
-    Service' — no more: the foreign object is left untouched and the backend says so."""
+    """A CacheBackend named chat never takes over a team's existing chat-redis Service:
+    the foreign object is left untouched and the backend says so."""
     kube = FakeKube()
     backend(kube)
     theirs = foreign("services", "Service")

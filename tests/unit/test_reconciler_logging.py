@@ -1,4 +1,4 @@
-"""Issue 13 item 6: the reconciler logs key=value extras, as the webhook does.
+"""The reconciler logs key=value extras, as the webhook does.
 
 A log line's message is a constant sentence; what varies (the backend key, the
 object, the error, a delay) goes in ``extra=`` so the JSON formatter emits it as its

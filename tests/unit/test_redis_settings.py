@@ -1,6 +1,6 @@
-"""Issue 10 item 5: the Redis URL the dispatcher and worker connect with — the
-password from the install's Secret (env ICACHE_REDIS_PASSWORD) joined to the
-ConfigMap's URL, and certificate verification on by default for rediss://."""
+"""Redis authentication by default: the Redis URL the dispatcher and worker connect
+with — the password from the install's Secret (env ICACHE_REDIS_PASSWORD) joined to
+the ConfigMap's URL, and certificate verification on by default for rediss://."""
 
 from __future__ import annotations
 

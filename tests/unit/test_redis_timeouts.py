@@ -1,4 +1,4 @@
-"""Issue 10 item 2: every Redis connection has connect/read timeouts and health checks,
+"""Every Redis connection has connect/read timeouts and health checks,
 so a black-holed Redis (here: a real server frozen with SIGSTOP) raises instead of
 blocking the caller forever."""
 
@@ -110,8 +110,9 @@ def test_pump_stalled_after_the_renew_deadline_only() -> None:
 
 
 def test_an_ack_lost_to_a_frozen_broker_frees_the_prefetch_slot(own_redis: RedisServer) -> None:
-    """Found with a SIGSTOPped Redis: kombu's Redis QoS kept the prefetch slot of a
-    message whose ack timed out, so a worker with late acks stopped fetching for good."""
+    """Against a SIGSTOPped Redis: kombu's Redis QoS alone keeps the prefetch slot of a
+    message whose ack timed out, so a worker with late acks would stop fetching for good;
+    reconciler.broker frees it."""
     app = make_app(own_redis.url, RedisTimeouts(connect=1.0, read=1.0))
     with app.connection_for_write() as conn:
         channel = conn.channel()

@@ -223,7 +223,7 @@ def test_kv_gate_honours_observation_first_event_timeout() -> None:
 
 @pytest.mark.parametrize("zero", ["0", "0s", "0.0h"])
 def test_kv_gate_first_event_timeout_zero_reports_no_kv_events_at_once(zero: str) -> None:
-    """Issue 11.3 decision: firstEventTimeout 0 is no grace period, not "disabled" (the
+    """firstEventTimeout 0 is no grace period, not "disabled" (docs/decisions.md; the
     require-kv-events annotation turns the gate off): Degraded/NoKVEventsObserved as
     soon as the backend is up, with no requeue timer, until the first event."""
     spec = dict(MANAGED_SPEC, observation={"firstEventTimeout": zero})
@@ -712,7 +712,7 @@ def test_idle_transition_emits_nothing() -> None:
         ("", None),
         ("5 m", None),
         ("m", None),
-        # Issue 11.3: exactly Go's grammar.
+        # Exactly Go's time.ParseDuration grammar.
         ("0", 0.0),
         ("0s", 0.0),
         ("-1s", -1.0),

@@ -275,7 +275,7 @@ def test_autoscaling_renders_hpa_v2_with_cpu_target_default_80() -> None:
 
 @pytest.mark.parametrize("kind", ["Deployment", "StatefulSet"])
 def test_autoscaled_workload_is_created_at_the_hpa_floor(kind: str) -> None:
-    """Issue 11.6: a backend created with autoscaling starts its workload at
+    """A backend created with autoscaling starts its workload at
     minReplicas, not at the API server's default of 1."""
     spec = managed(
         "LMCacheServer",
@@ -293,7 +293,7 @@ def test_autoscaled_workload_is_created_at_the_hpa_floor(kind: str) -> None:
 
 
 def test_autoscaled_workload_keeps_the_live_replica_count_the_hpa_wrote() -> None:
-    """Issue 11.6: after creation replicas belong to the HPA: the render carries the
+    """After creation replicas belong to the HPA: the render carries the
     live value (so server-side apply neither fights the HPA nor drops the field), and
     the HPA moving it is not drift."""
     from reconciler.diff import needs_apply

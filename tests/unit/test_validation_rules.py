@@ -1075,7 +1075,7 @@ def test_reject_mooncake_autoscaling_rejects_autoscaling() -> None:
 
 @pytest.mark.parametrize("value", ["0", "0s", "1h30m", "1.5h", "90s", "+5m", "-0", "5m"])
 def test_reject_negative_first_event_timeout_accepts_zero_and_positive(value: str) -> None:
-    """Issue 11.3: Go's duration grammar; 0 is a valid zero duration."""
+    """Go's duration grammar; 0 is a valid zero duration."""
     spec = {**VLLM, "observation": {"firstEventTimeout": value}}
     assert run(r.reject_negative_first_event_timeout, spec) == []
     assert validate(cb(spec), NS) == []
@@ -1083,7 +1083,7 @@ def test_reject_negative_first_event_timeout_accepts_zero_and_positive(value: st
 
 @pytest.mark.parametrize("value", ["-1s", "-1h30m", "-.5s"])
 def test_reject_negative_first_event_timeout_rejects_negative(value: str) -> None:
-    """Issue 11.3: "-1s" is grammatical Go, but a negative window means nothing."""
+    """A negative window means nothing, though "-1s" is grammatical Go."""
     spec = {**VLLM, "observation": {"firstEventTimeout": value}}
     errors = run(r.reject_negative_first_event_timeout, spec)
     assert errors == [
@@ -1100,7 +1100,7 @@ def test_reject_out_of_range_first_event_timeout_accepts_the_int64_maximum() -> 
 
 @pytest.mark.parametrize("value", ["2562047h47m16.854775808s", "9223372036854775808ns", "3000000h"])
 def test_reject_out_of_range_first_event_timeout_rejects_overflow(value: str) -> None:
-    """Issue 11.3: Go's time.ParseDuration rejects a duration past int64 nanoseconds."""
+    """Go's time.ParseDuration rejects a duration past int64 nanoseconds."""
     errors = validate(cb({**VLLM, "observation": {"firstEventTimeout": value}}), NS)
     assert [(e.field, e.bad_value) for e in errors] == [
         ("spec.observation.firstEventTimeout", value)
@@ -1122,7 +1122,7 @@ def test_reject_out_of_range_first_event_timeout_rejects_overflow(value: str) ->
     ],
 )
 def test_first_event_timeout_accepts_exactly_go_durations(value: str, admitted: bool) -> None:
-    """Issue 11.3's table, through validate(): schema pattern plus rules."""
+    """Go's duration grammar, through validate(): schema pattern plus rules."""
     errors = validate(cb({**VLLM, "observation": {"firstEventTimeout": value}}), NS)
     if admitted:
         assert errors == []
@@ -1140,7 +1140,7 @@ MANAGED_REDIS = {**SGLANG, "remoteStorage": managed("Redis")}
 def test_reject_managed_redis_multiple_replicas_accepts_zero_and_one(
     replicas: int | None,
 ) -> None:
-    """Issue 11.1: one instance (or 0, disabled) is what a managed Redis is."""
+    """One instance (or 0, disabled) is what a managed Redis is."""
     spec = dict(MANAGED_REDIS) if replicas is None else {**MANAGED_REDIS, "replicas": replicas}
     assert run(r.reject_managed_redis_multiple_replicas, spec) == []
 
@@ -1148,7 +1148,7 @@ def test_reject_managed_redis_multiple_replicas_accepts_zero_and_one(
 def test_reject_managed_redis_multiple_replicas_accepts_external_redis_and_other_providers() -> (
     None
 ):
-    """Issue 11.1 is about the Redis the controller provisions (Managed): an External
+    """The rule is about the Redis the controller provisions (Managed): an External
     Redis runs no workload of ours; LMCacheServer scales out as before."""
     external_redis = {**SGLANG, "remoteStorage": external("Redis", "r:6379"), "replicas": 3}
     assert run(r.reject_managed_redis_multiple_replicas, external_redis) == []
@@ -1156,7 +1156,7 @@ def test_reject_managed_redis_multiple_replicas_accepts_external_redis_and_other
 
 
 def test_reject_managed_redis_multiple_replicas_rejects_two_at_spec_replicas() -> None:
-    """Issue 11.1: replicas > 1 behind one Service shards the keyspace; the error is on
+    """Replicas > 1 behind one Service shard the keyspace; the error is on
     spec.replicas and says why."""
     errors = run(r.reject_managed_redis_multiple_replicas, {**MANAGED_REDIS, "replicas": 2})
     assert len(errors) == 1
@@ -1172,7 +1172,7 @@ def test_reject_managed_redis_autoscaling_accepts_without_autoscaling() -> None:
 
 
 def test_reject_managed_redis_autoscaling_rejects_autoscaling_at_spec_autoscaling() -> None:
-    """Issue 11.1: spec.autoscaling shards the keyspace as it scales."""
+    """spec.autoscaling shards a managed Redis's keyspace as it scales."""
     spec = {**MANAGED_REDIS, "autoscaling": {"minReplicas": 1, "maxReplicas": 3}}
     errors = run(r.reject_managed_redis_autoscaling, spec)
     assert len(errors) == 1
@@ -1181,8 +1181,8 @@ def test_reject_managed_redis_autoscaling_rejects_autoscaling_at_spec_autoscalin
 
 
 def test_managed_redis_replicas_and_autoscaling_each_get_exactly_one_error() -> None:
-    """Issue 11.1 through validate(): both fields reported, once each (the host-only /
-    External autoscaling rule stays out of it)."""
+    """One managed Redis instance, through validate(): both fields reported, once each
+    (the host-only / External autoscaling rule stays out of it)."""
     spec = {**MANAGED_REDIS, "replicas": 3, "autoscaling": {"maxReplicas": 4}}
     errors = validate(cb(spec), NS)
     assert [e.field for e in errors] == ["spec.replicas", "spec.autoscaling"]
@@ -1240,7 +1240,7 @@ def test_reject_unsupported_hicache_role_accepts_read_write() -> None:
 
 @pytest.mark.parametrize("role", ["ReadOnly", "WriteOnly"])
 def test_reject_unsupported_hicache_role_rejects_read_only_and_write_only(role: str) -> None:
-    """Issue 11.2: HiCache has no producer/consumer split, as for SGLang+LMCache."""
+    """HiCache has no producer/consumer split, as for SGLang+LMCache."""
     errors = run(r.reject_unsupported_hicache_role, {**HICACHE, "integration": {"role": role}})
     assert len(errors) == 1
     assert errors[0].startswith(f'spec.integration.role: Invalid value: "{role}":')
@@ -1255,7 +1255,7 @@ def test_reject_hicache_fail_closed_accepts_fail_open_true_and_default() -> None
 
 
 def test_reject_hicache_fail_closed_rejects_false_naming_the_supported_value() -> None:
-    """Issue 11.2: no remote tier could close serving; the flag would be a silent no-op."""
+    """HiCache: no remote tier could close serving; the flag would be a silent no-op."""
     errors = run(r.reject_hicache_fail_closed, {**HICACHE, "integration": {"failOpen": False}})
     assert len(errors) == 1
     assert errors[0].startswith("spec.integration.failOpen: Invalid value: false:")
@@ -1272,7 +1272,7 @@ def test_reject_hicache_without_engine_selector_accepts_labels() -> None:
 def test_reject_hicache_without_engine_selector_rejects_missing_or_empty(
     selector: dict[str, Any] | None,
 ) -> None:
-    """Issue 11.2: a HiCache backend must select engine pods (empty matches none)."""
+    """A HiCache backend must select engine pods (empty matches none)."""
     spec = {k: v for k, v in HICACHE.items() if k != "engineSelector"}
     if selector is not None:
         spec["engineSelector"] = selector

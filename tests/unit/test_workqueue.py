@@ -459,10 +459,10 @@ def test_a_pod_matching_an_engine_selector_enqueues_its_backend(queue: WorkQueue
 
 
 def test_a_queue_that_lost_its_data_dispatches_nothing(queue: WorkQueue) -> None:
-    """Issue 10 item 2 after a Redis data loss: with the epoch marker required,
-    pop_due moves nothing once the marker is gone (flushed, restarted empty), so a key
-    added after the loss is not handed to a second worker while the first may still
-    run it; the dispatcher then fences (reconciler.dispatcher)."""
+    """No key runs in two workers at once, even after a Redis data loss: with the epoch
+    marker required, pop_due moves nothing once the marker is gone (flushed, restarted
+    empty), so a key added after the loss is not handed to a second worker while the
+    first may still run it; the dispatcher then fences (reconciler.dispatcher)."""
     from reconciler.workqueue import QueueDataLostError
 
     queue.add("ns/a")
