@@ -50,14 +50,19 @@ Transform = Callable[[dict[str, Any]], dict[str, Any]]
 
 @dataclass(frozen=True)
 class WatchSpec:
-    """What one list-then-watch covers: every namespace, optionally by label."""
+    """What one list-then-watch covers: one namespace or every one (None), optionally
+    by label."""
 
     res: k.Resource
     label_selector: str | None = None
     metadata_only: bool = False
+    namespace: str | None = None
 
     def describe(self) -> str:
-        return self.res.plural + (f" ({self.label_selector})" if self.label_selector else "")
+        where = f" in {self.namespace}" if self.namespace else ""
+        return (
+            self.res.plural + where + (f" ({self.label_selector})" if self.label_selector else "")
+        )
 
 
 def object_key(obj: dict[str, Any]) -> tuple[str, str]:
@@ -93,7 +98,7 @@ def list_then_watch(
             if rv is None:
                 listing = kube.list(
                     spec.res,
-                    None,
+                    spec.namespace,
                     label_selector=spec.label_selector,
                     limit=LIST_PAGE_SIZE,
                     metadata_only=spec.metadata_only,
@@ -108,6 +113,7 @@ def list_then_watch(
                 label_selector=spec.label_selector,
                 timeout_seconds=timeout_seconds,
                 metadata_only=spec.metadata_only,
+                namespace=spec.namespace,
             ):
                 if not running():
                     return

@@ -65,6 +65,7 @@ class ScriptedKube(FakeKube):
         label_selector: str | None = None,
         timeout_seconds: int = 300,
         metadata_only: bool = False,
+        namespace: str | None = None,
     ) -> Iterator[dict[str, Any]]:
         self.watch_calls.append({"rv": resource_version, "metadata_only": metadata_only})
         if not self.watches:
