@@ -17,8 +17,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 
-from reconciler import cluster_cache
+from reconciler import cluster_cache, metrics
 from reconciler.cluster_cache import (
     CachedReads,
     ChangeRouter,
@@ -265,12 +266,25 @@ def test_a_pod_injected_before_the_label_existed_is_read_by_name(reads_from: str
         ("cachebackends", backend("a", "uid-a", {"app": "llama"})),
         ("pods", engine("legacy", {"app": "llama"}, by="a", uid="uid-a", crash=True)),
     )
+    before = unlabelled_reads()
     st = status_after_reconcile(kube, reads_from, "a")["a"]
     assert st["matchedEnginePods"] == 1
     verdict = compatibility(st)
     assert verdict is not None
     assert "legacy (container vllm)" in verdict[2]
-    assert ("get", f"{NS}/legacy") in kube.calls
+    # One GET per reconcile, counted where an operator can see it.
+    assert kube.calls.count(("get", f"{NS}/legacy")) == 1
+    assert unlabelled_reads() == before + 1
+
+
+def unlabelled_reads() -> float:
+    metrics.register(metrics.WORKER)
+    return (
+        REGISTRY.get_sample_value(
+            "inferencecache_worker_cache_live_reads_total", {"read": "unlabelled-injected-pod"}
+        )
+        or 0.0
+    )
 
 
 def test_engine_deployment_scaled_to_zero_clears_the_message_and_churn_requeues(
