@@ -75,6 +75,11 @@ SYNC_WAIT_SECONDS: Final = 5.0
 # A store whose watch has failed for this long is not trusted: reads go to the API
 # server until the watch is back.
 STALE_AFTER_SECONDS: Final = 30.0
+# A store whose watch has delivered nothing, no event and no bookmark, for this long is
+# not trusted either: the API server sends a watch that asks for bookmarks one every
+# minute or two, so four minutes of silence mean a stream that is open but no longer
+# delivering (the client's read timeout would end it only after the watch timeout).
+SILENT_AFTER_SECONDS: Final = 240.0
 # After a write, how long a reconcile waits for its own change to show in the cache.
 WRITE_VISIBLE_SECONDS: Final = 2.0
 # Engine-pod watches are re-established at most this often when selectors change.
@@ -305,11 +310,16 @@ class SelectorWatches:
 
 
 def fresh(reflector: Reflector) -> bool:
-    """Listed, and its watch not failing for longer than STALE_AFTER_SECONDS."""
+    """Listed, its watch not failing for longer than STALE_AFTER_SECONDS, and not
+    silent (no event, no bookmark) for longer than SILENT_AFTER_SECONDS."""
     if not reflector.synced.is_set():
         return False
+    now = time.monotonic()
+    heard = reflector.last_progress
+    if heard is not None and now - heard > SILENT_AFTER_SECONDS:
+        return False
     since = reflector.failing_since
-    return since is None or time.monotonic() - since < STALE_AFTER_SECONDS
+    return since is None or now - since < STALE_AFTER_SECONDS
 
 
 def _count_restart(watch: str) -> Callable[[str], None]:

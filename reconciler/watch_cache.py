@@ -249,7 +249,9 @@ class Reflector:
     ``on_change`` hears every change after the store holds it (never for the first
     list: the resync that follows a worker's start covers those objects), including
     the differences a re-list after a gap found; ``on_listed`` runs after every list.
-    ``failing_since`` is when the watch started failing (None while it works)."""
+    ``failing_since`` is when the watch started failing (None while it works);
+    ``last_progress`` when it last delivered anything, a list, an event or a bookmark
+    (None before the first list)."""
 
     def __init__(
         self,
@@ -272,6 +274,7 @@ class Reflector:
         self.watch_timeout = watch_timeout
         self.synced = threading.Event()
         self.failing_since: float | None = None
+        self.last_progress: float | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -317,6 +320,7 @@ class Reflector:
 
     def _progressed(self) -> None:
         self.failing_since = None
+        self.last_progress = time.monotonic()
 
     def _reduce(self, obj: dict[str, Any]) -> dict[str, Any]:
         return self.transform(obj) if self.transform is not None else obj
