@@ -3,8 +3,8 @@
 One :class:`ClusterCache` per worker process (a prefork pool builds one per child, on
 its first task). It is built from the API server when the process starts, rebuilt
 after every watch gap, and never a source of truth: the worker stays stateless, and
-what it holds is what the API server said a moment ago. It watches, in every
-namespace, only what reconciles can need, so its size and its traffic follow the
+what it holds is what the API server said a moment ago. It watches only what
+reconciles can need, so its size and its traffic follow the
 objects that belong to backends, not the rest of the cluster:
 
 ===========================  ====================================================
@@ -16,10 +16,12 @@ Services, HPAs
 pods, by label               cache-server pods (``inferencecache.io/cachebackend``,
                              a key of every managed workload's selector)
 pods, by label               injected pods (``inferencecache.io/injected-by-uid``)
-pods, metadata only          engine pods: one watch per selector key,
-                             ``<key> in (<the values backends select>)``
-Deployments, reduced         engine Deployments (their replicas and pod-template
-                             labels; the API server cannot select on those)
+pods, metadata only          engine pods: one watch per (namespace, selector key),
+                             ``<key> in (<the values that namespace's backends
+                             select>)``
+ReplicaSets, metadata only   engine Deployments, derived from their ReplicaSets
+                             (``reconciler.engine_deployments``), watched as the
+                             engine pods are
 ===========================  ====================================================
 
 Each change the cache takes in is also turned into a work-queue add for the backends
@@ -46,6 +48,12 @@ from typing import Any, Final
 
 from reconciler import kube as k
 from reconciler import metrics
+from reconciler.engine_deployments import (
+    deployments_from_replicasets,
+    replicaset_metadata,
+    replicaset_shape,
+    replicaset_template_labels,
+)
 from reconciler.enqueue_keys import match_labels, owner_key, pod_backend_key
 from reconciler.reads import OWNED_RESOURCES, LiveReads, template_labels, with_kind
 from reconciler.watch_cache import Reflector, WatchSpec, resource_version
@@ -67,6 +75,11 @@ SYNC_WAIT_SECONDS: Final = 5.0
 # A store whose watch has failed for this long is not trusted: reads go to the API
 # server until the watch is back.
 STALE_AFTER_SECONDS: Final = 30.0
+# A store whose watch has delivered nothing, no event and no bookmark, for this long is
+# not trusted either: the API server sends a watch that asks for bookmarks one every
+# minute or two, so four minutes of silence mean a stream that is open but no longer
+# delivering (the client's read timeout would end it only after the watch timeout).
+SILENT_AFTER_SECONDS: Final = 240.0
 # After a write, how long a reconcile waits for its own change to show in the cache.
 WRITE_VISIBLE_SECONDS: Final = 2.0
 # Engine-pod watches are re-established at most this often when selectors change.
@@ -108,25 +121,10 @@ def engine_pod_metadata(obj: Obj) -> Obj:
     }
 
 
-def engine_deployment(obj: Obj) -> Obj:
-    """A Deployment as the engine rules read it: replicas and pod-template labels."""
-    meta = obj.get("metadata") or {}
-    spec = obj.get("spec") or {}
-    return {
-        "metadata": {
-            "name": meta.get("name"),
-            "namespace": meta.get("namespace"),
-            "uid": meta.get("uid"),
-            "resourceVersion": meta.get("resourceVersion"),
-        },
-        "spec": {
-            "replicas": spec.get("replicas"),
-            "template": {"metadata": {"labels": template_labels(obj)}},
-        },
-    }
-
-
 # ------------------------------------------------------------------ engine selectors
+
+# A grouped watch: one namespace, one label key.
+GroupKey = tuple[str, str]
 
 
 def selector_group_key(labels: Mapping[str, str]) -> str | None:
@@ -137,15 +135,19 @@ def selector_group_key(labels: Mapping[str, str]) -> str | None:
     return next((key for key in sorted(labels) if labels[key]), None)
 
 
-def selector_groups(selectors: Iterable[Mapping[str, str]]) -> dict[str, frozenset[str]]:
-    """Label key → the values backends select on it: one ``key in (values)`` watch
-    each holds every pod any of these selectors can match."""
-    out: dict[str, set[str]] = {}
-    for labels in selectors:
+def selector_groups(
+    selectors: Iterable[tuple[str, Mapping[str, str]]],
+) -> dict[GroupKey, frozenset[str]]:
+    """(namespace, label key) → the values that namespace's backends select on it, from
+    (namespace, engine selector) pairs: one ``key in (values)`` watch of that namespace
+    each holds every object any of these selectors can match, and nothing from a
+    namespace without a backend."""
+    out: dict[GroupKey, set[str]] = {}
+    for namespace, labels in selectors:
         key = selector_group_key(labels)
-        if key is not None:
-            out.setdefault(key, set()).add(labels[key])
-    return {key: frozenset(values) for key, values in out.items()}
+        if key is not None and namespace:
+            out.setdefault((namespace, key), set()).add(labels[key])
+    return {group: frozenset(values) for group, values in out.items()}
 
 
 def set_selector(key: str, values: Iterable[str]) -> str:
@@ -166,8 +168,9 @@ class _Group:
     reflector: Reflector
 
 
-class EnginePodWatches:
-    """The engine-pod watches, one per selector key, following the backends' selectors.
+class SelectorWatches:
+    """Metadata-only watches of one resource that follow the backends' engine
+    selectors: one per (namespace, selector key), ``key in (values)``.
 
     A changed value set starts a new watch beside the one serving; the new one serves
     once it has listed, so coverage never drops while a watch is replaced."""
@@ -175,17 +178,23 @@ class EnginePodWatches:
     def __init__(
         self,
         kube: k.KubeClient,
-        on_change: Callable[[str, Obj | None, Obj | None], None],
+        res: k.Resource,
+        name: str,
         *,
+        transform: Callable[[Obj], Obj],
+        on_change: Callable[[str, Obj | None, Obj | None], None],
         watch_timeout: int,
     ) -> None:
         self.kube = kube
+        self.res = res
+        self.name = name
+        self.transform = transform
         self.on_change = on_change
         self.watch_timeout = watch_timeout
         self._lock = threading.Condition()
-        self._serving: dict[str, _Group] = {}
-        self._pending: dict[str, _Group] = {}
-        self._wanted: dict[str, frozenset[str]] = {}
+        self._serving: dict[GroupKey, _Group] = {}
+        self._pending: dict[GroupKey, _Group] = {}
+        self._wanted: dict[GroupKey, frozenset[str]] = {}
         self._dirty = threading.Event()
         self._stop = threading.Event()
         # Set once every selector wanted at start is served: from then on a selector
@@ -193,7 +202,7 @@ class EnginePodWatches:
         # than waited for.
         self.serving = threading.Event()
         self._asked = False
-        self._thread = threading.Thread(target=self._run, name="cache-engine-pods", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"cache-{name}", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
@@ -205,28 +214,35 @@ class EnginePodWatches:
             for group in [*self._serving.values(), *self._pending.values()]:
                 group.reflector.stop()
 
-    def want(self, groups: dict[str, frozenset[str]]) -> None:
+    def want(self, groups: dict[GroupKey, frozenset[str]]) -> None:
         with self._lock:
             self._wanted = groups
             self._asked = True
         self._dirty.set()
 
-    def covering(self, labels: Mapping[str, str], timeout: float) -> Reflector | None:
-        """The synced watch that holds every pod ``labels`` can match, waiting up to
-        ``timeout`` for one (a backend created a moment ago)."""
+    def covering(
+        self, namespace: str, labels: Mapping[str, str], timeout: float
+    ) -> Reflector | None:
+        """The synced watch that holds every object of ``namespace`` that ``labels``
+        can match, waiting up to ``timeout`` for one (a backend created a moment ago)."""
         key = selector_group_key(labels)
         if key is None:
             return None
         deadline = time.monotonic() + timeout
         with self._lock:
             while True:
-                group = self._serving.get(key)
+                group = self._serving.get((namespace, key))
                 if group is not None and labels[key] in group.values and fresh(group.reflector):
                     return group.reflector
                 left = deadline - time.monotonic()
                 if left <= 0 or self._stop.is_set():
                     return None
                 self._lock.wait(min(left, 0.5))
+
+    def reflectors(self) -> list[Reflector]:
+        """The watches serving now."""
+        with self._lock:
+            return [group.reflector for group in self._serving.values()]
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -239,13 +255,13 @@ class EnginePodWatches:
     def _regroup(self) -> None:
         with self._lock:
             wanted = dict(self._wanted)
-            for key, values in wanted.items():
-                serving = self._serving.get(key)
-                pending = self._pending.get(key)
+            for group_key, values in wanted.items():
+                serving = self._serving.get(group_key)
+                pending = self._pending.get(group_key)
                 if serving is not None and not regroup_needed(serving.values, values):
                     if pending is not None:
                         pending.reflector.stop()
-                        del self._pending[key]
+                        del self._pending[group_key]
                     continue
                 if pending is not None:
                     # Let a watch that is still listing finish and serve first: replaced
@@ -253,19 +269,19 @@ class EnginePodWatches:
                     if pending.values == values or not pending.reflector.synced.is_set():
                         continue
                     pending.reflector.stop()
-                self._pending[key] = _Group(values, self._start(key, values))
-            for key in [key for key in self._serving if key not in wanted]:
-                self._serving.pop(key).reflector.stop()
-            for key in [key for key in self._pending if key not in wanted]:
-                self._pending.pop(key).reflector.stop()
+                self._pending[group_key] = _Group(values, self._start(group_key, values))
+            for group_key in [g for g in self._serving if g not in wanted]:
+                self._serving.pop(group_key).reflector.stop()
+            for group_key in [g for g in self._pending if g not in wanted]:
+                self._pending.pop(group_key).reflector.stop()
 
     def _promote(self) -> None:
         with self._lock:
-            for key, group in list(self._pending.items()):
+            for group_key, group in list(self._pending.items()):
                 if group.reflector.synced.is_set():
-                    old = self._serving.get(key)
-                    self._serving[key] = group
-                    del self._pending[key]
+                    old = self._serving.get(group_key)
+                    self._serving[group_key] = group
+                    del self._pending[group_key]
                     if old is not None:
                         old.reflector.stop()
                     self._lock.notify_all()
@@ -274,14 +290,17 @@ class EnginePodWatches:
             elif self._asked:
                 self.serving.set()
 
-    def _start(self, key: str, values: frozenset[str]) -> Reflector:
-        spec = WatchSpec(k.PODS, set_selector(key, values), metadata_only=True)
+    def _start(self, group_key: GroupKey, values: frozenset[str]) -> Reflector:
+        namespace, key = group_key
+        spec = WatchSpec(
+            self.res, set_selector(key, values), metadata_only=True, namespace=namespace
+        )
         return Reflector(
             self.kube,
             spec,
-            transform=engine_pod_metadata,
+            transform=self.transform,
             on_change=self.on_change,
-            on_restart=_count_restart("engine-pods"),
+            on_restart=_count_restart(self.name),
             watch_timeout=self.watch_timeout,
         ).start()
 
@@ -291,11 +310,16 @@ class EnginePodWatches:
 
 
 def fresh(reflector: Reflector) -> bool:
-    """Listed, and its watch not failing for longer than STALE_AFTER_SECONDS."""
+    """Listed, its watch not failing for longer than STALE_AFTER_SECONDS, and not
+    silent (no event, no bookmark) for longer than SILENT_AFTER_SECONDS."""
     if not reflector.synced.is_set():
         return False
+    now = time.monotonic()
+    heard = reflector.last_progress
+    if heard is not None and now - heard > SILENT_AFTER_SECONDS:
+        return False
     since = reflector.failing_since
-    return since is None or time.monotonic() - since < STALE_AFTER_SECONDS
+    return since is None or now - since < STALE_AFTER_SECONDS
 
 
 def _count_restart(watch: str) -> Callable[[str], None]:
@@ -359,25 +383,22 @@ class ChangeRouter:
                     keys.add(key)
         self._send(keys)
 
-    def deployment(self, _kind: str, old: Obj | None, new: Obj | None) -> None:
-        """Engine Deployments: the backends selecting their pod template, when its
-        replicas or template labels change (the churn cadence and the message)."""
-        if old is not None and new is not None and _same_engine_shape(old, new):
+    def replicaset(self, _kind: str, old: Obj | None, new: Obj | None) -> None:
+        """Engine ReplicaSets (metadata): the backends selecting their pod template,
+        when what an engine Deployment is derived from changes (its replicas or
+        template labels: the churn cadence and the message), not on a status change."""
+        if old is not None and new is not None and replicaset_shape(old) == replicaset_shape(new):
             return
         keys: set[str] = set()
         for obj in (old, new):
             if obj is not None:
                 namespace = str((obj.get("metadata") or {}).get("namespace"))
-                keys |= self._selecting(namespace, template_labels(obj))
+                keys |= self._selecting(namespace, replicaset_template_labels(obj))
         self._send(keys)
 
 
 def _labels(obj: Obj | None) -> dict[str, str]:
     return dict(((obj or {}).get("metadata") or {}).get("labels") or {})
-
-
-def _same_engine_shape(a: Obj, b: Obj) -> bool:
-    return (a.get("spec") or {}) == (b.get("spec") or {})
 
 
 # ------------------------------------------------------------------ the cache
@@ -434,15 +455,25 @@ class ClusterCache:
             on_restart=_count_restart("injected-pods"),
             watch_timeout=watch_timeout,
         )
-        self.deployments = Reflector(
+        self.engine_pods = SelectorWatches(
             kube,
-            WatchSpec(k.DEPLOYMENTS),
-            transform=engine_deployment,
-            on_change=router.deployment,
-            on_restart=_count_restart("engine-deployments"),
+            k.PODS,
+            "engine-pods",
+            transform=engine_pod_metadata,
+            on_change=router.engine_pod,
             watch_timeout=watch_timeout,
         )
-        self.engine_pods = EnginePodWatches(kube, router.engine_pod, watch_timeout=watch_timeout)
+        # Engine Deployments through their ReplicaSets (reconciler.engine_deployments):
+        # a ReplicaSet carries its Deployment's pod-template labels, so the engine
+        # selectors select it; the Deployments themselves cannot be selected that way.
+        self.engine_replicasets = SelectorWatches(
+            kube,
+            k.REPLICASETS,
+            "engine-replicasets",
+            transform=replicaset_metadata,
+            on_change=router.replicaset,
+            watch_timeout=watch_timeout,
+        )
         self._started = False
 
     def reflectors(self) -> list[Reflector]:
@@ -451,7 +482,6 @@ class ClusterCache:
             *self.owned.values(),
             self.server_pods,
             self.injected_pods,
-            self.deployments,
         ]
 
     def start(self) -> ClusterCache:
@@ -460,12 +490,14 @@ class ClusterCache:
             for reflector in self.reflectors():
                 reflector.start()
             self.engine_pods.start()
+            self.engine_replicasets.start()
         return self
 
     def stop(self) -> None:
         for reflector in self.reflectors():
             reflector.stop()
         self.engine_pods.stop()
+        self.engine_replicasets.stop()
 
     def wait_synced(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
@@ -483,8 +515,14 @@ class ClusterCache:
         self.router.backend(kind, old, new)
 
     def _follow_selectors(self) -> None:
-        """Watch the engine pods of every cached backend's selector."""
-        self.engine_pods.want(selector_groups(match_labels(cb) for cb in self.backends.store.all()))
+        """Watch the engine pods and ReplicaSets of every cached backend's selector, in
+        that backend's namespace."""
+        groups = selector_groups(
+            (str((cb.get("metadata") or {}).get("namespace") or ""), match_labels(cb))
+            for cb in self.backends.store.all()
+        )
+        self.engine_pods.want(groups)
+        self.engine_replicasets.want(groups)
 
 
 def _no_enqueue(_key: str) -> None:
@@ -537,9 +575,15 @@ class CachedReads:
             )
         return out
 
+    @staticmethod
+    def _covering(
+        watches: SelectorWatches, namespace: str, labels: Mapping[str, str]
+    ) -> Reflector | None:
+        wait = 0.0 if watches.serving.is_set() else SYNC_WAIT_SECONDS
+        return watches.covering(namespace, labels, wait)
+
     def engine_pods(self, namespace: str, labels: Mapping[str, str]) -> list[Obj]:
-        watches = self.cache.engine_pods
-        reflector = watches.covering(labels, 0.0 if watches.serving.is_set() else SYNC_WAIT_SECONDS)
+        reflector = self._covering(self.cache.engine_pods, namespace, labels)
         if reflector is None:
             metrics.CACHE_LIVE_READS.labels("engine-pods").inc()
             return self.live.engine_pods(namespace, labels)
@@ -570,11 +614,13 @@ class CachedReads:
         ]
 
     def engine_deployments(self, namespace: str, labels: Mapping[str, str]) -> list[Obj]:
-        if not self._ready(self.cache.deployments, "engine-deployments"):
+        reflector = self._covering(self.cache.engine_replicasets, namespace, labels)
+        if reflector is None:
+            metrics.CACHE_LIVE_READS.labels("engine-deployments").inc()
             return self.live.engine_deployments(namespace, labels)
         return [
             d
-            for d in self.cache.deployments.store.in_namespace(namespace)
+            for d in deployments_from_replicasets(reflector.store.in_namespace(namespace))
             if labels_match(labels, template_labels(d))
         ]
 

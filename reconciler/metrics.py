@@ -182,7 +182,9 @@ CACHE_WATCH_RESTARTS = Counter(
 CACHE_LIVE_READS = Counter(
     "inferencecache_worker_cache_live_reads_total",
     "Reconcile reads sent to the API server because the worker's cache could not answer "
-    "(not listed yet, a watch failing, an engine selector not watched yet), by read.",
+    "(not listed yet, a watch failing, an engine selector not watched yet), by read; "
+    "unlabelled-injected-pod: an injected pod without the injected-by-uid label, read by "
+    "name on every reconcile until its workload rolls.",
     ["read"],
     registry=None,
 )

@@ -68,6 +68,9 @@ PROBE_WINDOW_SECONDS: Final = 30.0
 # A cache-server replacement the fresh read did not confirm (the cache was ahead of,
 # or behind, the API server): look again this soon.
 CASCADE_RECHECK_SECONDS: Final = 2.0
+# The live-read counter's label for a pod whose annotations name the backend but which
+# has no injected-by-uid label (admitted before the webhook stamped it): read by name.
+UNLABELLED_INJECTED_POD_READ: Final = "unlabelled-injected-pod"
 
 
 class ReconcileError(Exception):
@@ -412,6 +415,9 @@ class Reconciler:
                 pod_name = str((meta.get("metadata") or {}).get("name"))
                 if pod_name in seen or not injected_by_backend(meta, namespace, name, uid):
                     continue
+                # One GET per reconcile for each such pod until its workload rolls
+                # (new pods carry the label): counted, so the cost is visible.
+                metrics.CACHE_LIVE_READS.labels(UNLABELLED_INJECTED_POD_READ).inc()
                 pod = self.kube.get_or_none(k.PODS, namespace, pod_name)
                 if pod is not None:
                     pods.append(pod)

@@ -169,7 +169,7 @@ class SnapshotPoller(threading.Thread):
         selectors = [sel for cb in backends if (sel := _selector(cb)) and valid_selector(sel)]
         cache = self.cache
         if cache is not None and fresh(cache.injected_pods):
-            watches = [cache.engine_pods.covering(sel, 0.0) for sel in selectors]
+            watches = [cache.engine_pods.covering(namespace, sel, 0.0) for sel in selectors]
             if all(w is not None for w in watches):
                 out = cache.injected_pods.store.in_namespace(namespace)
                 for watch in {id(w): w for w in watches if w is not None}.values():
@@ -181,7 +181,8 @@ class SnapshotPoller(threading.Thread):
             ).get("items")
             or []
         )
-        for key, values in sorted(selector_groups(selectors).items()):
+        groups = selector_groups((namespace, sel) for sel in selectors)
+        for (_, key), values in sorted(groups.items()):
             out.extend(
                 self.kube.list(
                     k.PODS,

@@ -50,14 +50,19 @@ Transform = Callable[[dict[str, Any]], dict[str, Any]]
 
 @dataclass(frozen=True)
 class WatchSpec:
-    """What one list-then-watch covers: every namespace, optionally by label."""
+    """What one list-then-watch covers: one namespace or every one (None), optionally
+    by label."""
 
     res: k.Resource
     label_selector: str | None = None
     metadata_only: bool = False
+    namespace: str | None = None
 
     def describe(self) -> str:
-        return self.res.plural + (f" ({self.label_selector})" if self.label_selector else "")
+        where = f" in {self.namespace}" if self.namespace else ""
+        return (
+            self.res.plural + where + (f" ({self.label_selector})" if self.label_selector else "")
+        )
 
 
 def object_key(obj: dict[str, Any]) -> tuple[str, str]:
@@ -93,7 +98,7 @@ def list_then_watch(
             if rv is None:
                 listing = kube.list(
                     spec.res,
-                    None,
+                    spec.namespace,
                     label_selector=spec.label_selector,
                     limit=LIST_PAGE_SIZE,
                     metadata_only=spec.metadata_only,
@@ -108,6 +113,7 @@ def list_then_watch(
                 label_selector=spec.label_selector,
                 timeout_seconds=timeout_seconds,
                 metadata_only=spec.metadata_only,
+                namespace=spec.namespace,
             ):
                 if not running():
                     return
@@ -243,7 +249,9 @@ class Reflector:
     ``on_change`` hears every change after the store holds it (never for the first
     list: the resync that follows a worker's start covers those objects), including
     the differences a re-list after a gap found; ``on_listed`` runs after every list.
-    ``failing_since`` is when the watch started failing (None while it works)."""
+    ``failing_since`` is when the watch started failing (None while it works);
+    ``last_progress`` when it last delivered anything, a list, an event or a bookmark
+    (None before the first list)."""
 
     def __init__(
         self,
@@ -266,6 +274,7 @@ class Reflector:
         self.watch_timeout = watch_timeout
         self.synced = threading.Event()
         self.failing_since: float | None = None
+        self.last_progress: float | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -311,6 +320,7 @@ class Reflector:
 
     def _progressed(self) -> None:
         self.failing_since = None
+        self.last_progress = time.monotonic()
 
     def _reduce(self, obj: dict[str, Any]) -> dict[str, Any]:
         return self.transform(obj) if self.transform is not None else obj

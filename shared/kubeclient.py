@@ -199,6 +199,7 @@ class KubeClient(Protocol):
         label_selector: str | None = None,
         timeout_seconds: int = 300,
         metadata_only: bool = False,
+        namespace: str | None = None,
     ) -> Iterator[dict[str, Any]]: ...
 
 
@@ -398,6 +399,7 @@ class Kube:
         label_selector: str | None = None,
         timeout_seconds: int = 300,
         metadata_only: bool = False,
+        namespace: str | None = None,
     ) -> Iterator[dict[str, Any]]:
         """Stream watch events ({"type", "object"}) from ``resource_version``.
 
@@ -405,11 +407,12 @@ class Kube:
         resourceVersion surfaces as ApiError(410), either as the HTTP status or as an
         ERROR event, so callers have one case to handle. BOOKMARK events (asked for)
         carry only a newer resourceVersion. ``metadata_only``: each object is a
-        PartialObjectMetadata.
+        PartialObjectMetadata. ``namespace``: that namespace's objects only (None:
+        every namespace).
         """
         url, headers, _ = self._prepare(
             "GET",
-            res.collection(None),
+            res.collection(namespace),
             {
                 "watch": "true",
                 "resourceVersion": resource_version,

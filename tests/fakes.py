@@ -221,6 +221,7 @@ class FakeKube:
         label_selector: str | None = None,
         timeout_seconds: int = 300,
         metadata_only: bool = False,
+        namespace: str | None = None,
     ) -> Iterator[dict[str, Any]]:
         """No changes: the stream ends soon, as a server-side timeout would."""
         time.sleep(0.05)
@@ -262,6 +263,7 @@ class ScriptedWatchKube(FakeKube):
         label_selector: str | None = None,
         timeout_seconds: int = 300,
         metadata_only: bool = False,
+        namespace: str | None = None,
     ) -> Iterator[dict[str, Any]]:
         self.watches.append((res.plural, resource_version))
         if self.gone_once:

@@ -159,3 +159,95 @@ def test_pod_changes_reach_the_status_through_the_cache(cluster: Cluster, stack:
     cluster.wait_cb(ns, "b", lambda o: matched(o) == 3, "b-1 counted")
     cluster.kube.delete(k.PODS, ns, "b-1")
     cluster.wait_cb(ns, "b", lambda o: matched(o) == 2, "b-1 gone")
+
+
+def engine_deployment_as_the_controller_leaves_it(
+    cluster: Cluster, ns: str, name: str, app: str, replicas: int
+) -> None:
+    """An engine Deployment and the ReplicaSet the deployment controller would create
+    for it (this control plane runs none): the template's labels plus
+    pod-template-hash, a controller reference, the revision and desired-replicas
+    annotations. No pod: nothing runs its ReplicaSet either."""
+    template = {
+        "metadata": {"labels": {"app": app}},
+        "spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.11.0"}]},
+    }
+    dep = cluster.kube.create(
+        k.DEPLOYMENTS,
+        ns,
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": name},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": app}},
+                     "template": template},
+        },
+    )  # fmt: skip
+    labels = {"app": app, "pod-template-hash": "h1"}
+    cluster.kube.create(
+        k.REPLICASETS,
+        ns,
+        {
+            "apiVersion": "apps/v1",
+            "kind": "ReplicaSet",
+            "metadata": {
+                "name": f"{name}-h1",
+                "labels": labels,
+                "annotations": {
+                    "deployment.kubernetes.io/revision": "1",
+                    "deployment.kubernetes.io/desired-replicas": str(replicas),
+                },
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": name,
+                                     "uid": dep["metadata"]["uid"], "controller": True}],
+            },
+            "spec": {"replicas": replicas, "selector": {"matchLabels": labels},
+                     "template": {**template, "metadata": {"labels": labels}}},
+        },
+    )  # fmt: skip
+
+
+def selector_message(obj: dict[str, Any]) -> str:
+    return str((obj.get("status") or {}).get("engineSelectorMessage") or "")
+
+
+def test_engine_selector_message_through_the_cache(cluster: Cluster, stack: Stack) -> None:
+    """engineSelectorMessage is set while a Deployment the selector matches expects
+    engines whose pods do not exist (with an EngineSelectorUnmatched Event), stays empty
+    while that Deployment is scaled to zero, and is cleared once a pod matches."""
+    stack.start_dispatcher()
+    stack.start_worker()
+    ns = cluster.namespace()
+    cluster.create_cb(ns, "cb", host_only("gemma"), NO_GATE)
+    engine_deployment_as_the_controller_leaves_it(cluster, ns, "gemma", "gemma", 2)
+    cluster.wait_cb(ns, "cb", lambda o: "matches no Pods" in selector_message(o), "message set")
+    poll(
+        lambda: any(
+            e.get("reason") == "EngineSelectorUnmatched"
+            and (e.get("involvedObject") or {}).get("name") == "cb"
+            for e in cluster.kube.list(k.EVENTS, ns).get("items") or []
+        ),
+        timeout=30,
+        what="the EngineSelectorUnmatched Event",
+    )
+
+    # Scaled to zero (the controller rewrites desired-replicas): intentionally idle.
+    cluster.kube.patch(
+        k.REPLICASETS,
+        ns,
+        "gemma-h1",
+        {"metadata": {"annotations": {"deployment.kubernetes.io/desired-replicas": "0"}}},
+        content_type=k.MERGE_PATCH,
+    )
+    cluster.wait_cb(ns, "cb", lambda o: selector_message(o) == "", "scaled to zero: no message")
+    cluster.kube.patch(
+        k.REPLICASETS,
+        ns,
+        "gemma-h1",
+        {"metadata": {"annotations": {"deployment.kubernetes.io/desired-replicas": "2"}}},
+        content_type=k.MERGE_PATCH,
+    )
+    cluster.wait_cb(ns, "cb", lambda o: "matches no Pods" in selector_message(o), "set again")
+
+    engine_pod(cluster, ns, "gemma-0", "gemma", None)
+    obj = cluster.wait_cb(ns, "cb", lambda o: matched(o) == 1, "the pod counted")
+    assert selector_message(obj) == ""

@@ -94,6 +94,10 @@ def test_engine_pod_watches_follow_new_selectors_and_hold_only_matching_pods(
     create_backend(kube, ns, "a", {"app": app_a})
     create_pod(kube, ns, "a-1", {"app": app_a})
     create_pod(kube, ns, "web", {"app": f"web-{ns}"})
+    # a's labels in a namespace without a backend: no watch covers that namespace.
+    other = f"{ns}-x"
+    kube.request("POST", "/api/v1/namespaces", body={"metadata": {"name": other}})
+    create_pod(kube, other, "stray", {"app": app_a})
     poll(
         lambda: names(reads.engine_pods(ns, {"app": app_a})) == ["a-1"],
         timeout=30,
@@ -104,16 +108,23 @@ def test_engine_pod_watches_follow_new_selectors_and_hold_only_matching_pods(
     create_pod(kube, ns, "b-1", {"app": app_b})
     poll(
         lambda: (
-            (group := cluster_cache.engine_pods.covering({"app": app_b}, 0.1)) is not None
+            (group := cluster_cache.engine_pods.covering(ns, {"app": app_b}, 0.1)) is not None
             and names(group.store.in_namespace(ns)) == ["a-1", "b-1"]
         ),
         timeout=30,
         what="b's selector watched",
     )
     assert names(reads.engine_pods(ns, {"app": app_a})) == ["a-1"]
-    # The unrelated pod is in no store of the cache.
-    for store in [r.store for r in cluster_cache.reflectors()]:
+    # The unrelated pod, and the same-labelled one of the other namespace, are in no
+    # store of the cache.
+    grouped = [
+        *cluster_cache.engine_pods.reflectors(),
+        *cluster_cache.engine_replicasets.reflectors(),
+    ]
+    assert {r.spec.namespace for r in grouped} == {ns}
+    for store in [r.store for r in [*cluster_cache.reflectors(), *grouped]]:
         assert "web" not in names(store.in_namespace(ns))
+        assert "stray" not in names(list(store.all()))
 
     # Relabelled from a's selector to b's: both backends are woken, counts follow.
     woken.clear()
@@ -156,6 +167,99 @@ def test_cached_reads_agree_with_the_api_servers_scoped_reads(
     assert names(live.injected_pods(ns, uid)) == ["moved", "wired"]
     assert cached.backend(ns, "cb") is not None
     assert cached.backend(ns, "cb")["metadata"]["uid"] == uid  # type: ignore[index]
+
+
+def test_engine_deployments_are_read_through_their_replicasets(
+    kube: k.Kube, ns: str, cache: tuple[ClusterCache, list[str]]
+) -> None:
+    """The cache derives an engine Deployment from the ReplicaSets the deployment
+    controller makes (created here as it would: template labels plus pod-template-hash,
+    a controller reference, the revision and desired-replicas annotations), and agrees
+    with the API-server read of the Deployment; a scale wakes the selecting backend."""
+    cluster_cache, woken = cache
+    app = f"e-{ns}"
+    create_backend(kube, ns, "cb", {"app": app})
+    template = {
+        "metadata": {"labels": {"app": app}},
+        "spec": {"containers": [{"name": "vllm", "image": "vllm:1"}]},
+    }
+    dep = kube.create(
+        k.DEPLOYMENTS,
+        ns,
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "engine"},
+            "spec": {"replicas": 3, "selector": {"matchLabels": {"app": app}},
+                     "template": template},
+        },
+    )  # fmt: skip
+
+    def replicaset(name: str, revision: int, replicas: int, labels: dict[str, str]) -> None:
+        kube.create(
+            k.REPLICASETS,
+            ns,
+            {
+                "apiVersion": "apps/v1",
+                "kind": "ReplicaSet",
+                "metadata": {
+                    "name": name,
+                    "labels": {**labels, "pod-template-hash": name},
+                    "annotations": {
+                        "deployment.kubernetes.io/revision": str(revision),
+                        "deployment.kubernetes.io/desired-replicas": str(replicas),
+                    },
+                    "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment",
+                                         "name": "engine", "uid": dep["metadata"]["uid"],
+                                         "controller": True}],
+                },
+                "spec": {
+                    "replicas": replicas,
+                    "selector": {"matchLabels": {**labels, "pod-template-hash": name}},
+                    "template": {**template, "metadata": {"labels": {
+                        **labels, "pod-template-hash": name}}},
+                },
+            },
+        )  # fmt: skip
+
+    replicaset("r1", 1, 1, {"app": app})
+    replicaset("r2", 2, 3, {"app": app})
+    cached, live = CachedReads(cluster_cache, LiveReads(kube)), LiveReads(kube, fresh=True)
+
+    def shape(deployments: list[dict[str, Any]]) -> list[tuple[str, int, dict[str, str]]]:
+        return [
+            (
+                d["metadata"]["name"],
+                d["spec"]["replicas"],
+                d["spec"]["template"]["metadata"]["labels"],
+            )
+            for d in deployments
+        ]
+
+    expected = [("engine", 3, {"app": app})]
+    poll(
+        lambda: shape(cached.engine_deployments(ns, {"app": app})) == expected,
+        timeout=30,
+        what="the engine Deployment derived from its ReplicaSets",
+    )
+    assert shape(live.engine_deployments(ns, {"app": app})) == expected
+    assert cluster_cache.engine_replicasets.covering(ns, {"app": app}, 0.1) is not None
+
+    # Scaled: the controller rewrites the newest ReplicaSet's desired-replicas.
+    woken.clear()
+    kube.patch(
+        k.REPLICASETS,
+        ns,
+        "r2",
+        {"metadata": {"annotations": {"deployment.kubernetes.io/desired-replicas": "0"}}},
+        content_type=k.MERGE_PATCH,
+    )
+    poll(
+        lambda: shape(cached.engine_deployments(ns, {"app": app})) == [("engine", 0, {"app": app})],
+        timeout=30,
+        what="the scale seen",
+    )
+    poll(lambda: f"{ns}/cb" in woken, timeout=10, what="the backend woken")
 
 
 def compact_etcd(cp: ControlPlane, revision: str) -> None:

@@ -122,7 +122,9 @@ ALLOWED: dict[str, list[Request]] = {
         Request("create", "events"),
         # The cascade finds the engine Deployment owning an injected pod through its
         # ReplicaSet, then rolls that Deployment (a merge patch of its pod template).
+        # Engine Deployments are read through their ReplicaSets (watched by selector).
         Request("list", "replicasets", "apps"),
+        Request("watch", "replicasets", "apps"),
     ],
     DISPATCHER_SA: [
         *(

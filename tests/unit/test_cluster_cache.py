@@ -17,18 +17,24 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 
-from reconciler import cluster_cache
+from reconciler import cluster_cache, metrics
 from reconciler.cluster_cache import (
     CachedReads,
     ChangeRouter,
     ClusterCache,
-    engine_deployment,
     engine_pod_metadata,
     regroup_needed,
     selector_group_key,
     selector_groups,
     set_selector,
+)
+from reconciler.engine_deployments import (
+    ANNOTATION_DESIRED_REPLICAS,
+    ANNOTATION_REVISION,
+    deployments_from_replicasets,
+    replicaset_metadata,
 )
 from reconciler.reads import LiveReads
 from reconciler.reconcile import Reconciler
@@ -100,6 +106,37 @@ def deployment(name: str, labels: dict[str, str], replicas: int) -> dict[str, An
     return {
         "metadata": {"name": name, "namespace": NS, "resourceVersion": "1"},
         "spec": {"replicas": replicas, "template": {"metadata": {"labels": labels}}},
+    }
+
+
+def replicaset(
+    name: str,
+    owner: str,
+    labels: dict[str, str],
+    *,
+    revision: int | None = 1,
+    replicas: int | None = None,
+    namespace: str = NS,
+) -> dict[str, Any]:
+    """A ReplicaSet as the deployment controller makes it: the pod template's labels
+    plus pod-template-hash, a controller reference, the revision and desired-replicas
+    annotations (None: left out, as on a ReplicaSet no controller made)."""
+    annotations = {}
+    if revision is not None:
+        annotations[ANNOTATION_REVISION] = str(revision)
+    if replicas is not None:
+        annotations[ANNOTATION_DESIRED_REPLICAS] = str(replicas)
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "resourceVersion": "1",
+            "labels": {**labels, "pod-template-hash": name.rsplit("-", 1)[-1]},
+            "annotations": annotations,
+            "ownerReferences": [
+                {"kind": "Deployment", "name": owner, "uid": f"uid-{owner}", "controller": True}
+            ],
+        }
     }
 
 
@@ -229,12 +266,25 @@ def test_a_pod_injected_before_the_label_existed_is_read_by_name(reads_from: str
         ("cachebackends", backend("a", "uid-a", {"app": "llama"})),
         ("pods", engine("legacy", {"app": "llama"}, by="a", uid="uid-a", crash=True)),
     )
+    before = unlabelled_reads()
     st = status_after_reconcile(kube, reads_from, "a")["a"]
     assert st["matchedEnginePods"] == 1
     verdict = compatibility(st)
     assert verdict is not None
     assert "legacy (container vllm)" in verdict[2]
-    assert ("get", f"{NS}/legacy") in kube.calls
+    # One GET per reconcile, counted where an operator can see it.
+    assert kube.calls.count(("get", f"{NS}/legacy")) == 1
+    assert unlabelled_reads() == before + 1
+
+
+def unlabelled_reads() -> float:
+    metrics.register(metrics.WORKER)
+    return (
+        REGISTRY.get_sample_value(
+            "inferencecache_worker_cache_live_reads_total", {"read": "unlabelled-injected-pod"}
+        )
+        or 0.0
+    )
 
 
 def test_engine_deployment_scaled_to_zero_clears_the_message_and_churn_requeues(
@@ -247,13 +297,11 @@ def test_engine_deployment_scaled_to_zero_clears_the_message_and_churn_requeues(
         ("cachebackends", backend("rolling", "uid-r", {"app": "rolling"})),
         ("deployments", deployment("idle", {"app": "idle"}, 0)),
         ("deployments", deployment("rolling", {"app": "rolling", "tier": "gpu"}, 2)),
-        ("replicasets", {
-            "metadata": {"name": "idle-1", "namespace": NS, "labels": {"app": "idle"},
-                         "ownerReferences": [{"kind": "Deployment", "name": "idle", "controller": True}]}}),
-        ("replicasets", {
-            "metadata": {"name": "rolling-1", "namespace": NS,
-                         "labels": {"app": "rolling", "tier": "gpu"},
-                         "ownerReferences": [{"kind": "Deployment", "name": "rolling", "controller": True}]}}),
+        ("replicasets", replicaset("idle-1", "idle", {"app": "idle"}, replicas=0)),
+        ("replicasets", replicaset("rolling-1", "rolling", {"app": "rolling", "tier": "gpu"},
+                                   revision=1, replicas=1)),
+        ("replicasets", replicaset("rolling-2", "rolling", {"app": "rolling", "tier": "gpu"},
+                                   revision=2, replicas=2)),
         ("pods", engine("rolling-1-a", {"app": "rolling", "tier": "gpu"})),
     )  # fmt: skip
     for rec in reconciler(kube, reads_from):
@@ -264,6 +312,50 @@ def test_engine_deployment_scaled_to_zero_clears_the_message_and_churn_requeues(
     assert "engineSelectorMessage" not in idle
     assert kube.objects[("cachebackends", NS, "rolling")]["status"]["matchedEnginePods"] == 1
     assert result.requeue_after == 5.0
+
+
+def test_engine_selector_message_is_set_while_expected_pods_are_missing_and_cleared_by_one(
+    reads_from: str,
+) -> None:
+    # engineSelectorMessage: set while matchedEnginePods is zero and a Deployment the
+    # selector matches expects replicas (with an EngineSelectorUnmatched Event),
+    # cleared once a pod matches.
+    kube = cluster(
+        ("cachebackends", backend("a", "uid-a", {"app": "llama"})),
+        ("deployments", deployment("llama", {"app": "llama"}, 2)),
+        ("replicasets", replicaset("llama-1", "llama", {"app": "llama"}, replicas=2)),
+        ("pods", engine("web", {"app": "web"})),
+    )
+    st = status_after_reconcile(kube, reads_from, "a")["a"]
+    assert st["matchedEnginePods"] == 0
+    assert "matches no Pods in namespace team-a" in st["engineSelectorMessage"]
+    assert [e["reason"] for e in kube.events.values()] == ["EngineSelectorUnmatched"]
+
+    kube.put("pods", engine("llama-1-x", {"app": "llama", "pod-template-hash": "1"}))
+    st = status_after_reconcile(kube, reads_from, "a")["a"]
+    assert st["matchedEnginePods"] == 1
+    assert "engineSelectorMessage" not in st
+
+
+def test_a_same_labelled_pod_in_a_namespace_without_a_backend_counts_for_nothing(
+    reads_from: str,
+) -> None:
+    # matchedEnginePods counts pods of the backend's own namespace only.
+    elsewhere = {
+        **engine("b-1", {"app": "llama"}),
+        "metadata": {**engine("b-1", {"app": "llama"})["metadata"], "namespace": "team-b"},
+    }
+    kube = cluster(
+        ("cachebackends", backend("a", "uid-a", {"app": "llama"})),
+        ("pods", engine("a-1", {"app": "llama"})),
+        ("pods", elsewhere),
+        ("replicasets", replicaset("b-1", "b", {"app": "llama"}, replicas=3,
+                                   namespace="team-b")),
+    )  # fmt: skip
+    for rec in reconciler(kube, reads_from):
+        result = rec.reconcile(f"{NS}/a")
+    assert kube.objects[("cachebackends", NS, "a")]["status"]["matchedEnginePods"] == 1
+    assert result.requeue_after is None  # team-b's Deployment is not a's
 
 
 def test_an_invalid_selector_matches_nothing_without_a_read(reads_from: str) -> None:
@@ -282,13 +374,25 @@ def test_the_cache_holds_only_pods_that_can_matter_to_a_backend() -> None:
         ("pods", engine("a-1", {"app": "llama"}, by="a", uid="uid-a", label_uid="uid-a")),
         ("pods", engine("moved", {"app": "x"}, by="a", uid="uid-a", label_uid="uid-a")),
         *[("pods", engine(f"web-{i}", {"app": f"web-{i}"})) for i in range(20)],
-    )
+        # The same labels in a namespace without a backend: never cached.
+        ("pods", {**engine("b-1", {"app": "llama"}),
+                  "metadata": {**engine("b-1", {"app": "llama"})["metadata"],
+                               "namespace": "team-b"}}),
+        ("replicasets", replicaset("b-1", "b", {"app": "llama"}, replicas=1,
+                                   namespace="team-b")),
+        ("replicasets", replicaset("a-1", "a", {"app": "llama"}, replicas=1)),
+    )  # fmt: skip
     cache = ClusterCache(kube).start()
     try:
         assert cache.wait_synced(10)
-        group = cache.engine_pods.covering({"app": "llama"}, 10)
+        group = cache.engine_pods.covering(NS, {"app": "llama"}, 10)
         assert group is not None
+        assert group.spec.namespace == NS
         assert sorted(p["metadata"]["name"] for p in group.store.all()) == ["a-1"]
+        assert cache.engine_pods.covering("team-b", {"app": "llama"}, 0.1) is None
+        replicasets = cache.engine_replicasets.covering(NS, {"app": "llama"}, 10)
+        assert replicasets is not None
+        assert [r["metadata"]["name"] for r in replicasets.store.all()] == ["a-1"]
         assert sorted(p["metadata"]["name"] for p in cache.injected_pods.store.all()) == [
             "a-1",
             "moved",
@@ -319,13 +423,27 @@ def test_a_read_the_cache_cannot_answer_goes_to_the_api_server(
 # ------------------------------------------------------------------ pure parts
 
 
-def test_engine_pod_watches_group_selectors_by_their_first_key() -> None:
+def test_engine_watches_group_selectors_by_namespace_and_first_key() -> None:
     assert selector_group_key({"tier": "gpu", "app": "llama"}) == "app"
     assert selector_group_key({"app": "", "tier": "gpu"}) == "tier"
     assert selector_group_key({"app": ""}) is None
     assert selector_group_key({"app": "not valid!"}) is None
-    groups = selector_groups([{"app": "a"}, {"app": "b", "tier": "x"}, {"team": "t"}, {}])
-    assert groups == {"app": frozenset({"a", "b"}), "team": frozenset({"t"})}
+    groups = selector_groups(
+        [
+            ("ns-1", {"app": "a"}),
+            ("ns-1", {"app": "b", "tier": "x"}),
+            ("ns-1", {"team": "t"}),
+            ("ns-2", {"app": "a"}),
+            ("ns-2", {}),
+        ]
+    )
+    # By namespace too: ns-2's watch holds ns-2's pods only, and no watch covers a
+    # namespace without a backend.
+    assert groups == {
+        ("ns-1", "app"): frozenset({"a", "b"}),
+        ("ns-1", "team"): frozenset({"t"}),
+        ("ns-2", "app"): frozenset({"a"}),
+    }
     assert set_selector("app", {"b", "a"}) == "app in (a,b)"
 
 
@@ -348,12 +466,48 @@ def test_reduced_objects_keep_what_the_rules_read() -> None:
         c.ANNOTATION_INJECTED_BY_UID: "uid-a",
     }
     assert meta["ownerReferences"] == [{"kind": "ReplicaSet", "name": "rs", "controller": True}]
-    dep = {**deployment("d", {"app": "x"}, 3), "status": {"readyReplicas": 1}}
-    assert engine_deployment(dep)["spec"] == {
-        "replicas": 3,
-        "template": {"metadata": {"labels": {"app": "x"}}},
+    rs = replicaset("d-1", "d", {"app": "x"}, replicas=3)
+    rs["metadata"]["annotations"]["deployment.kubernetes.io/max-replicas"] = "4"
+    rs["spec"] = {"replicas": 3, "template": {"spec": {"containers": []}}}
+    reduced = replicaset_metadata(rs)
+    assert "spec" not in reduced
+    assert reduced["metadata"]["annotations"] == {
+        ANNOTATION_REVISION: "1",
+        ANNOTATION_DESIRED_REPLICAS: "3",
     }
-    assert "status" not in engine_deployment(dep)
+
+
+def test_an_engine_deployment_is_its_newest_replicasets_replicas_and_template_labels() -> None:
+    # The deployment controller's annotations: revision (the newest ReplicaSet holds the
+    # current template) and desired-replicas (the Deployment's spec.replicas).
+    derived = deployments_from_replicasets(
+        [
+            replicaset("d-old", "d", {"app": "x", "v": "1"}, revision=9, replicas=5),
+            replicaset("d-new", "d", {"app": "x", "v": "2"}, revision=10, replicas=3),
+            replicaset("e-1", "e", {"app": "x"}, revision=1, replicas=0),
+            replicaset("e-1", "e", {"app": "x"}, revision=1, replicas=4, namespace="other"),
+            # Not made by a deployment controller: no revision, or no desired replicas.
+            replicaset("f-1", "f", {"app": "x"}, revision=None, replicas=2),
+            replicaset("g-1", "g", {"app": "x"}, revision=1, replicas=None),
+            {**replicaset("h-1", "h", {"app": "x"}, replicas=1),
+             "metadata": {**replicaset("h-1", "h", {"app": "x"}, replicas=1)["metadata"],
+                          "ownerReferences": []}},
+        ]
+    )  # fmt: skip
+    shapes = {
+        (d["metadata"]["namespace"], d["metadata"]["name"]): (
+            d["spec"]["replicas"],
+            d["spec"]["template"]["metadata"]["labels"],
+        )
+        for d in derived
+    }
+    assert shapes == {
+        (NS, "d"): (3, {"app": "x", "v": "2"}),
+        (NS, "e"): (0, {"app": "x"}),
+        ("other", "e"): (4, {"app": "x"}),
+    }
+    d = next(d for d in derived if d["metadata"]["name"] == "d")
+    assert d["metadata"]["uid"] == "uid-d"
 
 
 def router_with(*backends: dict[str, Any]) -> tuple[ChangeRouter, list[str]]:
@@ -385,10 +539,12 @@ def test_a_cached_change_wakes_exactly_the_backends_it_concerns() -> None:
     assert sent == [f"{NS}/a"]
 
     sent.clear()
-    dep = engine_deployment(deployment("d", {"app": "qwen"}, 2))
-    router.deployment(MODIFIED, dep, dep)
-    assert sent == []  # a status-only change (the reduced object is the same)
-    router.deployment(MODIFIED, dep, engine_deployment(deployment("d", {"app": "qwen"}, 0)))
+    rs = replicaset_metadata(replicaset("d-1", "d", {"app": "qwen"}, replicas=2))
+    status_only = {**rs, "metadata": {**rs["metadata"], "resourceVersion": "2"}}
+    router.replicaset(MODIFIED, rs, status_only)
+    assert sent == []  # nothing a Deployment is derived from changed
+    scaled = replicaset_metadata(replicaset("d-1", "d", {"app": "qwen"}, replicas=0))
+    router.replicaset(MODIFIED, rs, scaled)
     assert sent == [f"{NS}/b"]
 
     sent.clear()

@@ -58,7 +58,7 @@ def test_attribution_from_the_workers_cache() -> None:
     cache = ClusterCache(kube).start()
     try:
         assert cache.wait_synced(10)
-        assert cache.engine_pods.covering({"app": "llama"}, 10) is not None
+        assert cache.engine_pods.covering(NS, {"app": "llama"}, 10) is not None
         p = poller(kube, cache)
         pods = p._attributable_pods(NS, p._backends())
         assert sorted({o["metadata"]["name"] for o in pods}) == ["moved", "plain", "wired"]

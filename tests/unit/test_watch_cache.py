@@ -65,6 +65,7 @@ class ScriptedKube(FakeKube):
         label_selector: str | None = None,
         timeout_seconds: int = 300,
         metadata_only: bool = False,
+        namespace: str | None = None,
     ) -> Iterator[dict[str, Any]]:
         self.watch_calls.append({"rv": resource_version, "metadata_only": metadata_only})
         if not self.watches:
@@ -177,6 +178,20 @@ def test_a_failing_watch_makes_the_store_untrusted_until_the_stream_works_again(
     monkeypatch.setattr(cluster_cache, "STALE_AFTER_SECONDS", 0.0)
     assert not cluster_cache.fresh(reflector)
     reflector._progressed()  # an event or bookmark arrived: the stream is alive
+    assert cluster_cache.fresh(reflector)
+
+
+def test_a_watch_silent_for_several_bookmark_intervals_makes_the_store_untrusted() -> None:
+    # The API server sends a bookmark about every minute on a watch that asks for them:
+    # a stream that delivers neither events nor bookmarks is open but not delivering.
+    reflector = Reflector(FakeKube(), WatchSpec(k.PODS))
+    reflector.synced.set()
+    reflector._progressed()
+    assert cluster_cache.fresh(reflector)
+    assert cluster_cache.SILENT_AFTER_SECONDS >= 3 * 60  # bookmarks come every 60-120 s
+    reflector.last_progress = time.monotonic() - cluster_cache.SILENT_AFTER_SECONDS - 1
+    assert not cluster_cache.fresh(reflector)
+    reflector._progressed()  # a bookmark
     assert cluster_cache.fresh(reflector)
 
 
