@@ -156,8 +156,11 @@ def runtime() -> Runtime:
 
 
 # Every cache watch holds a connection for as long as it streams; reconciles' requests
-# must not wait behind them, so the cache has its own pool.
-CACHE_CONNECTIONS: Final = 32
+# must not wait behind them, so the cache has its own pool. Engine watches are per
+# namespace (two per namespace and selector key in use), so the pool keeps room for a
+# few hundred: a watch that re-opens past the pool's size still connects, but urllib3
+# then discards the connection with a warning on every re-open.
+CACHE_CONNECTIONS: Final = 256
 
 
 def _cache_client(kubeconfig: str | None) -> Kube:
