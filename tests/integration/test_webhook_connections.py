@@ -12,7 +12,12 @@ same in live mode):
   latency; idle keep-alive connections are closed after ``--keep-alive-timeout``;
 - bodies declared large and never sent hold no budget: 16 such connections (and 16
   chunked bodies stalled after one byte) leave a normal client every answer;
-- the request limit answers the JSON 503 with Retry-After, like every overload answer.
+- small bodies never wait behind large stalled ones: 16 connections that send all but
+  one byte of a 1 MiB body and stall leave a normal client every answer;
+- a body over the limit is answered 413 from its declared length, before any of it is
+  read; a stalled body 408;
+- the byte budget and the request limit answer the JSON 503 with Retry-After, like
+  every overload answer.
 """
 
 from __future__ import annotations
@@ -121,6 +126,29 @@ def latencies(client: httpx.Client, count: int, pause: float = 0.05) -> list[flo
         assert reply.json()["response"]["allowed"] is True
         time.sleep(pause)
     return out
+
+
+def read_answer(sock: socket.socket, timeout: float = 10) -> tuple[int, dict[str, str], bytes]:
+    """One HTTP/1.1 answer from ``sock``: status, headers (lower-cased), body."""
+    sock.settimeout(timeout)
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, f"connection closed before an answer: {data!r}"
+        data += chunk
+    head, body = data.split(b"\r\n\r\n", 1)
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, v in (line.split(":", 1) for line in lines)}
+    while len(body) < int(headers.get("content-length", "0")):
+        chunk = sock.recv(65536)
+        assert chunk, "connection closed mid-answer"
+        body += chunk
+    return int(status_line.split()[1]), headers, body
+
+
+def post(sock: socket.socket, path: str, body: bytes) -> None:
+    head = f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n"
+    sock.sendall(head.encode() + body)
 
 
 @pytest.fixture(params=["plain", "tls"])
@@ -252,6 +280,156 @@ def test_bodies_declared_and_never_sent_do_not_starve_small_requests(
         finally:
             for sock in stalled:
                 sock.close()
+
+
+MIB = 1024 * 1024
+
+
+@dataclass
+class Stalled:
+    """A connection that sent a request head and part of its body, then stopped."""
+
+    sock: socket.socket
+    sender: threading.Thread
+    sent: threading.Event
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+        self.sock.close()
+        self.sender.join(timeout=10)
+
+
+def inflight_body_bytes(hook: Webhook) -> float:
+    """The webhook's inferencecache_webhook_inflight_body_bytes (summed over workers)."""
+    with hook.client() as client:
+        text = client.get("/metrics").text
+    for line in text.splitlines():
+        if line.startswith("inferencecache_webhook_inflight_body_bytes "):
+            return float(line.split()[1])
+    return 0.0
+
+
+def send_part_then_stall(hook: Webhook, path: str, declared: int, sent: int) -> Stalled:
+    """Declare a ``declared``-byte body and send ``sent`` bytes of it (from a thread:
+    a server that stops reading blocks the sender), then nothing more."""
+    sock = hook.connect()
+    head = f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {declared}\r\n\r\n".encode()
+
+    done = threading.Event()
+
+    def push() -> None:
+        with contextlib.suppress(OSError, ValueError):
+            sock.sendall(head + b"x" * sent)
+            done.set()
+
+    sender = threading.Thread(target=push, daemon=True)
+    sender.start()
+    return Stalled(sock, sender, done)
+
+
+def test_partly_sent_stalled_bodies_do_not_starve_small_requests(tmp_path: Path, tls: bool) -> None:
+    """Rule (small bodies never wait behind large stalled ones): 16 connections each
+    send 1 MiB - 1 byte of a declared 1 MiB body and stall, holding as much of the
+    per-worker budget as a body can; a normal client sending Pod admissions still
+    gets every answer at its normal latency, on a kept-alive connection and on
+    fresh ones."""
+    with webhook(tmp_path, tls) as hook, hook.client() as client:
+        before = latencies(client, 10)
+        stalled: list[Stalled] = []
+        try:
+            stalled = [send_part_then_stall(hook, POD_PATH, MIB, MIB - 1) for _ in range(16)]
+            # A worker reads one such body whole before its budget is taken: two
+            # bodies sent whole are one in each worker's budget.
+            deadline = time.monotonic() + 20
+            while sum(conn.sent.is_set() for conn in stalled) < 2:
+                assert time.monotonic() < deadline, "the stalled bodies never arrived"
+                time.sleep(0.05)
+            during = latencies(client, 20)
+            for _ in range(10):
+                with hook.client() as fresh:
+                    during += latencies(fresh, 1, pause=0)
+        finally:
+            for conn in stalled:
+                conn.close()
+    normal = statistics.median(before)
+    assert statistics.median(during) < max(5 * normal, 0.05), (normal, sorted(during))
+    assert max(during) < 1.0, sorted(during)
+
+
+# ------------------------------------------------------------------ transport answers
+
+
+def test_an_oversized_declared_body_is_answered_413_before_it_is_read(
+    tmp_path: Path, tls: bool
+) -> None:
+    """Rule 413 (--max-body-bytes): a request head declaring a body over the limit is
+    answered 413 from the declared Content-Length alone; not one body byte is sent."""
+    with webhook(tmp_path, tls) as hook:
+        sock = hook.connect()
+        sock.sendall(
+            f"POST {POD_PATH} HTTP/1.1\r\nHost: x\r\nContent-Length: {2 * MIB}\r\n\r\n".encode()
+        )
+        started = time.monotonic()
+        status, headers, body = read_answer(sock, timeout=5)
+        assert time.monotonic() - started < 2
+        sock.close()
+    assert status == 413
+    assert headers["content-type"] == "application/json"
+    assert json.loads(body) == {"error": f"body exceeds {MIB} bytes"}
+
+
+def test_a_stalled_body_is_answered_408(tmp_path: Path, tls: bool) -> None:
+    """Rule 408 (slow body): a body that stops arriving is cut once no byte came for the
+    stall bound (2 s), small or large, with a JSON answer saying so."""
+    with webhook(tmp_path, tls) as hook:
+        for declared, sent in ((5000, 100), (MIB, MIB // 2)):
+            conn = send_part_then_stall(hook, POD_PATH, declared, sent)
+            started = time.monotonic()
+            status, headers, body = read_answer(conn.sock, timeout=10)
+            elapsed = time.monotonic() - started
+            conn.close()
+            assert status == 408, (declared, status, body)
+            assert headers["content-type"] == "application/json"
+            assert json.loads(body) == {"error": "no body bytes received for 2 s"}
+            assert elapsed < 6, elapsed
+
+
+def test_the_byte_budget_answers_json_503_with_retry_after(tmp_path: Path, tls: bool) -> None:
+    """Rule (byte budget): a large body that cannot get arrival budget within 2 s (one
+    worker, its budget held by a nearly complete 1 MiB body that keeps trickling in) is
+    answered the JSON 503 with Retry-After; a small body is still answered 200 meanwhile."""
+    with webhook(tmp_path, tls, "--workers=1") as hook:
+        holder = send_part_then_stall(hook, POD_PATH, MIB, MIB - 64)
+        stop = threading.Event()
+
+        def trickle() -> None:  # one byte at a time, inside the stall bound
+            holder.sent.wait(20)
+            while not stop.wait(0.5):
+                with contextlib.suppress(OSError, ValueError):
+                    holder.sock.sendall(b"x")
+
+        trickler = threading.Thread(target=trickle, daemon=True)
+        trickler.start()
+        try:
+            deadline = time.monotonic() + 20
+            while inflight_body_bytes(hook) < MIB - 64:
+                assert time.monotonic() < deadline, "the holding body never arrived"
+                time.sleep(0.05)
+            with hook.client() as client:
+                started = time.monotonic()
+                reply = client.post(POD_PATH, content=b"x" * 200_000)
+                waited = time.monotonic() - started
+                latencies(client, 3)
+        finally:
+            stop.set()
+            trickler.join(timeout=5)
+            holder.close()
+    assert reply.status_code == 503, (reply.status_code, reply.text)
+    assert reply.headers["retry-after"] == "1"
+    assert reply.headers["content-type"] == "application/json"
+    assert json.loads(reply.content) == {"error": "webhook overloaded: retry shortly"}
+    assert 1.5 < waited < 5, waited
 
 
 # ------------------------------------------------------------------ request limit
