@@ -8,8 +8,9 @@ same in live mode):
 - a connection that has not delivered a complete request head within
   ``--request-head-timeout`` is closed (sending nothing, or trickling header bytes);
 - idle connections, plain and TLS, never crowd out requests: with 500 idle TCP and
-  500 idle TLS connections held, a normal client gets every answer at its normal
-  latency; idle keep-alive connections are closed after ``--keep-alive-timeout``;
+  500 idle TLS connections held, or 500 left idle after a completed request, a
+  normal client gets every answer at its normal latency; idle keep-alive connections
+  are closed after ``--keep-alive-timeout``;
 - bodies declared large and never sent hold no budget: 16 such connections (and 16
   chunked bodies stalled after one byte) leave a normal client every answer;
 - small bodies never wait behind large stalled ones: 16 connections that send all but
@@ -78,9 +79,17 @@ class Webhook:
 
 
 @contextlib.contextmanager
-def webhook(tmp_path: Path, tls: bool, *args: str) -> Iterator[Webhook]:
+def webhook(
+    tmp_path: Path, tls: bool, *args: str, kubeconfig: Path | None = None
+) -> Iterator[Webhook]:
+    """A running `icache webhook` with the shipped sizing (``args`` override it), in
+    embedded mode, or in live mode against ``kubeconfig``."""
     port = free_port()
-    argv = ["--host", "127.0.0.1", "--port", str(port), "--backends-from", str(SAMPLES_DIR)]
+    argv = ["--host", "127.0.0.1", "--port", str(port)]
+    if kubeconfig is None:
+        argv += ["--backends-from", str(SAMPLES_DIR)]
+    else:
+        argv += ["--kubeconfig", str(kubeconfig)]
     client_ctx = None
     if tls:
         ca = CertificateAuthority("icache-connections-test")
@@ -240,6 +249,35 @@ def test_idle_connections_never_crowd_out_requests(tmp_path: Path, tls: bool) ->
             if tls:
                 held += [hook.connect() for _ in range(500)]
             during = latencies(client, 40)
+        finally:
+            for sock in held:
+                sock.close()
+    normal = statistics.median(before)
+    assert statistics.median(during) < max(5 * normal, 0.05), (normal, sorted(during))
+    assert max(during) < 1.0, sorted(during)
+
+
+def test_idle_keep_alive_connections_never_crowd_out_requests(tmp_path: Path, tls: bool) -> None:
+    """Rule: connections left open after a completed request (keep-alive idle) do not
+    count against any request limit either. 500 connections each complete a Pod
+    admission and stay open (the keep-alive timeout set past the test's length) while
+    a normal client sends Pod admissions: every one is answered 200, at its normal
+    latency."""
+    with webhook(tmp_path, tls, "--keep-alive-timeout=120") as hook, hook.client() as client:
+        before = latencies(client, 20)
+        held: list[socket.socket] = []
+        try:
+            for _ in range(500):
+                sock = hook.connect()
+                held.append(sock)
+                post(sock, POD_PATH, POD_REVIEW)
+                status, headers, _ = read_answer(sock)
+                assert status == 200
+                assert headers.get("connection") != "close"
+            during = latencies(client, 40)
+            for sock in held[:10]:  # idle, not closed: each still takes a request
+                post(sock, POD_PATH, POD_REVIEW)
+                assert read_answer(sock)[0] == 200
         finally:
             for sock in held:
                 sock.close()
@@ -445,36 +483,24 @@ def _kubeconfig_via(control_plane: ControlPlane, port: int, path: Path) -> Path:
 
 @pytest.mark.integration
 def test_the_request_limit_answers_json_503_with_retry_after(
-    control_plane: ControlPlane, cachebackend_crd: Any, tmp_path: Path
+    control_plane: ControlPlane, cachebackend_crd: Any, tmp_path: Path, tls: bool
 ) -> None:
     """Rule --limit-concurrency: past the requests one process judges at once, the
-    answer is the JSON 503 with Retry-After (not uvicorn's text/plain 503). Judging
-    is held open by a slow API server (each CacheBackend LIST answered 1.5 s late)."""
+    answer is the JSON 503 with Retry-After (not uvicorn's text/plain 503), plain
+    and TLS. Judging is held open by a slow API server (each CacheBackend LIST
+    answered 1.5 s late)."""
     upstream = ("127.0.0.1", int(control_plane.server_url.rsplit(":", 1)[1]))
     with delay_proxy(upstream) as proxy:
         kubeconfig = _kubeconfig_via(control_plane, proxy.port, tmp_path / "kubeconfig")
-        port = free_port()
-        log = tmp_path / "webhook.log"
-        proc = spawn_webhook(
-            [
-                "--insecure",
-                "--host=127.0.0.1",
-                f"--port={port}",
-                f"--kubeconfig={kubeconfig}",
-                "--workers=1",
-                "--limit-concurrency=2",
-            ],
-            log,
-        )
-        try:
-            url = f"http://127.0.0.1:{port}"
-            wait_healthy(url, proc, log)
+        with webhook(
+            tmp_path, tls, "--workers=1", "--limit-concurrency=2", kubeconfig=kubeconfig
+        ) as hook:
             proxy.delay = 1.5
             replies: list[httpx.Response] = []
 
             def admit() -> None:
-                with httpx.Client(timeout=10) as client:
-                    replies.append(client.post(url + POD_PATH, content=POD_REVIEW))
+                with hook.client() as client:
+                    replies.append(client.post(POD_PATH, content=POD_REVIEW))
 
             threads = [threading.Thread(target=admit) for _ in range(4)]
             for thread in threads:
@@ -482,8 +508,6 @@ def test_the_request_limit_answers_json_503_with_retry_after(
                 time.sleep(0.1)
             for thread in threads:
                 thread.join(timeout=15)
-        finally:
-            terminate_process_group(proc)
     codes = sorted(r.status_code for r in replies)
     assert codes == [200, 200, 503, 503], codes
     for reply in replies:
