@@ -331,6 +331,7 @@ def append_subscriber(
             model_id=model_id,
             runtime=backend.spec.runtime,
             offload=offload,
+            engine=engine,
         ),
     )
     return True

@@ -1,18 +1,29 @@
 """Admission control by body bytes: bounds the memory the admission routes can hold.
 
 Decoding and judging a body costs memory in proportion to its size, up to ~130x for
-the most object-dense JSON (see docs/install.md, "Webhook memory"). A request takes
-each body chunk's size from a per-process byte budget as that chunk arrives (the first
-with a small fixed part for what does not scale with the body), and gives all of it
-back when answered. So at any moment the bodies being read, decoded or judged add up
-to at most the budget, while a connection that declares a large body and sends
-nothing holds nothing: it cannot make a small request wait. A declared Content-Length over the body limit is a
-413 before anything is read. A chunk that does not fit waits; when budget frees up the
-smallest waiter goes first, so a flood of maximum-size bodies cannot starve the small
-AdmissionReviews a real API server sends. A request that waited ``wait_seconds`` in
-vain is answered 503 with Retry-After (the caller decides: the Pod webhook fails open,
-a CacheBackend apply is refused and can be retried). The whole body must arrive within
-``BODY_READ_SECONDS`` (else 408).
+the most object-dense JSON (see docs/install.md, "Webhook memory"); receiving it costs
+its bytes, once. So a body is charged in two stages, each from its own per-process
+byte budget of the same capacity:
+
+- **Arriving.** A large body (declared, or grown, over ``SMALL_BODY_BYTES``) takes
+  each chunk's size from the *arrival* budget as that chunk arrives. A small body is
+  read uncharged: what it can hold is what uvicorn buffers on any connection anyway.
+  A connection that declares a large body and sends nothing holds nothing.
+- **Judging.** A complete body takes its size (plus a small fixed part for what does
+  not scale with it) from the *judging* budget, gives back its arrival bytes, and
+  holds the judging bytes until answered. Only complete bodies hold judging budget,
+  and they are being decoded and judged, not waiting on a client.
+
+So a body that stops arriving, however much of it was sent, can only ever make other
+*large* bodies wait: a small AdmissionReview (what a real API server sends) never
+waits behind it. A body that receives no byte for ``BODY_STALL_SECONDS`` is cut with
+408 (giving its arrival bytes back), and the whole body must arrive within
+``BODY_READ_SECONDS`` (else 408). A declared Content-Length over the body limit is a
+413 before anything is read. A charge that does not fit waits; when budget frees up
+the smallest waiter goes first, so a flood of maximum-size bodies cannot starve the
+small reviews. A request that waited ``BUDGET_WAIT_SECONDS`` in vain is answered 503
+with Retry-After (the caller decides: the Pod webhook fails open, a CacheBackend apply
+is refused and can be retried).
 """
 
 from __future__ import annotations
@@ -39,6 +50,14 @@ MIN_RESERVATION_BYTES: Final = 4096
 BUDGET_WAIT_SECONDS: Final = 2.0
 # The API server sends a body at once; a client trickling one in holds budget.
 BODY_READ_SECONDS: Final = 10.0
+# Longest gap between two chunks of one body. The API server writes a body in one go,
+# so a gap this long means a stalled client, not a slow network.
+BODY_STALL_SECONDS: Final = 2.0
+# Bodies up to this size are read without an arrival charge: it is the body uvicorn's
+# HTTP protocol buffers per connection before it stops reading (its high-water mark),
+# so reading it costs nothing a connection could not already hold. Real
+# AdmissionReviews (a few KiB) are all small.
+SMALL_BODY_BYTES: Final = 64 * 1024
 
 
 class OverloadedError(Exception):
@@ -50,7 +69,8 @@ class BodyTooLargeError(Exception):
 
 
 class BodyTimeoutError(Exception):
-    """The body did not arrive within ``BODY_READ_SECONDS``: answer 408."""
+    """The body stalled for ``BODY_STALL_SECONDS`` or did not arrive within
+    ``BODY_READ_SECONDS``: answer 408 (the message says which)."""
 
 
 class ClientGoneError(Exception):
@@ -78,7 +98,7 @@ class RequestLimit:
 
 
 class ByteBudget:
-    """An asyncio weighted semaphore, smallest request first. One per process (each
+    """An asyncio weighted semaphore, smallest request first. Per process (each
     worker of a multi-process server has its own, so size it per process)."""
 
     def __init__(self, capacity: int, max_waiters: int = DEFAULT_LIMIT_CONCURRENCY) -> None:
@@ -161,14 +181,15 @@ def declared_length(headers: Mapping[str, str]) -> int | None:
 
 
 class _Expiry:
-    """Cancels ``task`` when called, and remembers that it did: ``asyncio.timeout``
-    without its context-manager object, for a bound set on every request."""
+    """Cancels ``task`` when called, and remembers that it did and why: a bound
+    re-armed around every wait for a chunk, cheaper than ``asyncio.timeout``."""
 
-    __slots__ = ("fired", "task")
+    __slots__ = ("fired", "reason", "task")
 
     def __init__(self, task: asyncio.Task[Any]) -> None:
         self.task = task
         self.fired = False
+        self.reason = ""
 
     def __call__(self) -> None:
         self.fired = True
@@ -176,19 +197,32 @@ class _Expiry:
 
 
 class BodyReader:
-    """Reads one admission request's body under the budget (module docstring)."""
+    """Reads one admission request's body under the two budgets (module docstring).
+    ``arriving`` defaults to a budget of ``judging``'s size."""
 
-    def __init__(self, budget: ByteBudget, max_body_bytes: int, gauge: Any = None) -> None:
-        self.budget = budget
+    def __init__(
+        self,
+        judging: ByteBudget,
+        max_body_bytes: int,
+        gauge: Any = None,
+        *,
+        arriving: ByteBudget | None = None,
+        read_seconds: float = BODY_READ_SECONDS,
+        stall_seconds: float = BODY_STALL_SECONDS,
+    ) -> None:
+        self.budget = judging
+        self.arriving = arriving or ByteBudget(judging.capacity, judging.max_waiters)
         self.max_body_bytes = max_body_bytes
+        self.read_seconds = read_seconds
+        self.stall_seconds = stall_seconds
         self._gauge = gauge  # set to the bytes held after every change, when given
 
     def _show(self) -> None:
         if self._gauge is not None:
-            self._gauge.set(self.budget.used)
+            self._gauge.set(self.budget.used + self.arriving.used)
 
     async def read(self, headers: Mapping[str, str], receive: Receive) -> tuple[bytes, int]:
-        """The whole body, and the budget bytes it holds: give them back with
+        """The whole body, and the judging bytes it holds: give them back with
         ``release`` once the request is answered. Raises BodyTooLargeError,
         BodyTimeoutError, OverloadedError or ClientGoneError, holding nothing."""
         declared = declared_length(headers)
@@ -196,16 +230,24 @@ class BodyReader:
             raise BodyTooLargeError
         task = asyncio.current_task()
         assert task is not None
+        loop = asyncio.get_running_loop()
         expiry = _Expiry(task)
-        timer = asyncio.get_running_loop().call_later(BODY_READ_SECONDS, expiry)
-        budget = self.budget
-        held = 0
+        deadline = loop.time() + self.read_seconds
+        large = declared is not None and declared > SMALL_BODY_BYTES
+        arriving = self.arriving
+        arrived_held = 0
         parts: list[bytes] = []
+        size = 0
+        timer: asyncio.TimerHandle | None = None
         try:
-            size = 0
             more = True
             while more:
+                # Armed only while waiting for the client: waits for budget have their own.
+                stall_at = loop.time() + self.stall_seconds
+                expiry.reason = "stall" if stall_at < deadline else "read"
+                timer = loop.call_at(min(stall_at, deadline), expiry)
                 message = await receive()
+                timer.cancel()
                 if message["type"] != "http.request":
                     raise ClientGoneError
                 chunk: bytes = message.get("body", b"")
@@ -215,23 +257,38 @@ class BodyReader:
                 size += len(chunk)
                 if size > self.max_body_bytes:
                     raise BodyTooLargeError
-                charge = len(chunk) + (0 if held else MIN_RESERVATION_BYTES)
-                held += await budget.acquire(charge, BUDGET_WAIT_SECONDS)
                 parts.append(chunk)
-            if not held:  # an empty body still costs its fixed part
-                held = await budget.acquire(MIN_RESERVATION_BYTES, BUDGET_WAIT_SECONDS)
+                if large or size > SMALL_BODY_BYTES:
+                    # Grown past small without a declared length: everything so far.
+                    charge = len(chunk) if large else size
+                    large = True
+                    arrived_held += await arriving.acquire(charge, BUDGET_WAIT_SECONDS)
+                    self._show()
+            held = await self.budget.acquire(size + MIN_RESERVATION_BYTES, BUDGET_WAIT_SECONDS)
         except asyncio.CancelledError:
-            self.release(held)
+            self._give_back_arrived(arrived_held)
             if expiry.fired and task.uncancel() == 0:  # our bound, no one else's cancel
-                raise BodyTimeoutError from None
+                raise BodyTimeoutError(self._timeout_detail(expiry.reason)) from None
             raise
         except BaseException:
-            self.release(held)
+            self._give_back_arrived(arrived_held)
             raise
         finally:
-            timer.cancel()
+            if timer is not None:
+                timer.cancel()
+        self._give_back_arrived(arrived_held)
         self._show()
         return (parts[0] if len(parts) == 1 else b"".join(parts)), held
+
+    def _timeout_detail(self, reason: str) -> str:
+        if reason == "stall":
+            return f"no body bytes received for {self.stall_seconds:g} s"
+        return f"body not received within {self.read_seconds:g} s"
+
+    def _give_back_arrived(self, held: int) -> None:
+        if held:
+            self.arriving.release(held)
+            self._show()
 
     def release(self, held: int) -> None:
         if held:

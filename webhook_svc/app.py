@@ -6,7 +6,7 @@ validating route's SubjectAccessReviews) and then calls a pure function with pla
 data (webhook_svc/cachebackend_admission.py, webhook_svc/pod_admission.py,
 webhook_svc/workload_authz.py): in place, or for a body over ``INLINE_MAX_BYTES`` on a
 worker thread. It answers 200 with an AdmissionReview, or 400/408/413
-for a body that is not one, or 503 + Retry-After when the in-flight byte budget stays
+for a body that is not one, or 503 + Retry-After when the in-flight byte budgets stay
 full (webhook_svc/admission_gate.py). No path returns a 500: an unexpected error on
 the Pod route admits the pod unchanged, on the CacheBackend routes it becomes a
 denial carrying the error.
@@ -31,7 +31,6 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from shared.pod_wiring import OUTCOME_FAIL_OPEN
 from shared.runtime_adapters.base import InjectContext
 from webhook_svc.admission_gate import (
-    BODY_READ_SECONDS,
     DEFAULT_LIMIT_CONCURRENCY,
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_INFLIGHT_BYTES,
@@ -143,14 +142,14 @@ class Admission:
                 except Exception as exc:  # never a 500: the route's own safe answer
                     response, outcome = fallback(req, exc), "error"
                     body = encode_json(response)
+                self.counters.admitted(path, outcome, time.perf_counter() - started)
             finally:
                 self.limit.give_back()
         except BodyTooLargeError:
             detail = f"body exceeds {self.reader.max_body_bytes} bytes"
             return self.bad_request(path, "too_large", detail, 413)
-        except BodyTimeoutError:
-            detail = f"body not received within {BODY_READ_SECONDS:g} s"
-            return self.bad_request(path, "timeout", detail, 408)
+        except BodyTimeoutError as exc:
+            return self.bad_request(path, "timeout", str(exc), 408)
         except OverloadedError:  # the byte budget stayed full, or no request slot
             self.counters.overloaded.labels(path).inc()
             log.warning("admission overloaded: 503", extra={"endpoint": path})
@@ -162,7 +161,6 @@ class Admission:
             return answer(503, UNEXPECTED_BODY, RETRY_AFTER)
         finally:
             self.reader.release(held)
-        self.counters.admitted(path, outcome, time.perf_counter() - started)
         return answer(200, body)
 
 
@@ -296,11 +294,12 @@ def create_app(
     app.state.metrics = counters
     app.state.on_shutdown = list(on_shutdown)
     app.add_middleware(ServingMiddleware)
-    # One body at the limit fits however the budget is sized.
-    budget = ByteBudget(
-        max(max_inflight_bytes, max_body_bytes + MIN_RESERVATION_BYTES), limit_concurrency
-    )
-    reader = BodyReader(budget, max_body_bytes, counters.inflight_bytes)
+    # One body at the limit fits however the budgets are sized: bodies being judged,
+    # and large bodies still arriving (webhook_svc/admission_gate.py).
+    capacity = max(max_inflight_bytes, max_body_bytes + MIN_RESERVATION_BYTES)
+    budget = ByteBudget(capacity, limit_concurrency)
+    arriving = ByteBudget(capacity, limit_concurrency)
+    reader = BodyReader(budget, max_body_bytes, counters.inflight_bytes, arriving=arriving)
     admission = Admission(reader, RequestLimit(limit_concurrency), counters)
     app.state.budget = budget
     app.include_router(admission_router(admission, backends, inject_ctx, access_reviewer))

@@ -55,7 +55,11 @@ from shared.runtime_adapters.podspec import (
     upsert_flag,
     upsert_mount_by_name,
 )
-from shared.runtime_adapters.security import engine_image_security_context, worker_resources
+from shared.runtime_adapters.security import (
+    engine_image_security_context,
+    fit_to_engine,
+    worker_resources,
+)
 from shared.runtime_adapters.sizing import host_memory_bytes, whole_gib
 
 ENABLE_LMCACHE = "--enable-lmcache"
@@ -222,6 +226,7 @@ def render_worker(
     shm_mount: dict[str, Any],
     l1_gib: int,
     security_context: dict[str, Any],
+    engine: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     worker: dict[str, Any] = {
         "name": WORKER_CONTAINER,
@@ -247,8 +252,9 @@ def render_worker(
             {"name": CONFIG_VOLUME, "mountPath": CONFIG_DIR},
             shm_mount,
         ],
-        # Requests and limits for a namespace ResourceQuota; restricted Pod Security.
-        "resources": worker_resources(l1_gib),
+        # Requests and limits for a namespace ResourceQuota, within every LimitRange the
+        # engine container fits; restricted Pod Security.
+        "resources": fit_to_engine(worker_resources(l1_gib), engine),
         "securityContext": security_context,
     }
     if pull_policy:
@@ -314,6 +320,7 @@ class SGLangLMCacheAdapter(RuntimeAdapter):
             shm_mount=shm_mount,
             l1_gib=l1_gib,
             security_context=engine_image_security_context(engine_in),
+            engine=engine_in,
         )
 
         out = json_copy(pod)

@@ -17,7 +17,6 @@ current render rather than duplicated, since two subscribers would double-report
 
 from __future__ import annotations
 
-import copy
 import json
 import re
 from typing import Any
@@ -26,7 +25,11 @@ from shared import constants as c
 from shared.runtime_adapters.base import InjectionRejectedError
 from shared.runtime_adapters.engine import SUBSCRIBER_CONTAINER
 from shared.runtime_adapters.podspec import cli_tokens, find_flag, find_named, merge_container
-from shared.runtime_adapters.security import SUBSCRIBER_RESOURCES, own_image_security_context
+from shared.runtime_adapters.security import (
+    SUBSCRIBER_RESOURCES,
+    fit_to_engine,
+    own_image_security_context,
+)
 
 DEFAULT_KV_EVENTS_PORT = 5557
 KV_EVENTS_CONFIG = "--kv-events-config"
@@ -74,7 +77,14 @@ def _field_env(name: str, path: str) -> dict[str, Any]:
 
 
 def render(
-    *, image: str, port: int, server_address: str, model_id: str, runtime: str, offload: bool
+    *,
+    image: str,
+    port: int,
+    server_address: str,
+    model_id: str,
+    runtime: str,
+    offload: bool,
+    engine: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     return {
         "name": SUBSCRIBER_CONTAINER,
@@ -90,8 +100,9 @@ def render(
             _field_env("POD_NAME", "metadata.name"),
             _field_env("POD_NAMESPACE", "metadata.namespace"),
         ],
-        # Requests and limits for a namespace ResourceQuota; restricted Pod Security.
-        "resources": copy.deepcopy(SUBSCRIBER_RESOURCES),
+        # Requests and limits for a namespace ResourceQuota, within every LimitRange the
+        # engine container fits; restricted Pod Security.
+        "resources": fit_to_engine(SUBSCRIBER_RESOURCES, engine),
         "securityContext": own_image_security_context({}),
     }
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import uuid
 from collections.abc import Iterator
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -21,6 +22,7 @@ from kubernetes.client.rest import ApiException
 
 from shared import constants as c
 from shared.kubeclient import PODS, ApiError, Kube
+from shared.quantity import parse_quantity
 from tests.harness.controlplane import ControlPlane, wait_until
 from tests.webhook_process import TEST_NAMESPACE_LABEL, WebhookProcess, registered, run_webhook
 
@@ -98,6 +100,32 @@ def _quota(api: client.ApiClient, ns: str, hard: dict[str, str] = QUOTA_HARD) ->
     core.replace_namespaced_resource_quota_status("compute", ns, quota)
 
 
+# Per-container bounds every engine shape below fits once the API server has applied
+# the defaults (LimitRanger defaults the engine's missing requests and limits before the
+# Pod webhook runs, and checks every container, added ones included, after it).
+LIMIT_RANGE = {
+    "type": "Container",
+    "min": {"cpu": "50m", "memory": "64Mi"},
+    "max": {"cpu": "8", "memory": "32Gi"},
+    "default": {"cpu": "2", "memory": "4Gi"},
+    "defaultRequest": {"cpu": "500m", "memory": "1Gi"},
+    "maxLimitRequestRatio": {"cpu": "4", "memory": "4"},
+}
+
+
+def _limit_range(api: client.ApiClient, ns: str) -> None:
+    core: Any = client.CoreV1Api(api)
+    core.create_namespaced_limit_range(
+        ns,
+        {
+            "apiVersion": "v1",
+            "kind": "LimitRange",
+            "metadata": {"name": "bounds"},
+            "spec": {"limits": [LIMIT_RANGE]},
+        },
+    )
+
+
 RESTRICTED_LABELS = {
     "pod-security.kubernetes.io/enforce": "restricted",
     "pod-security.kubernetes.io/enforce-version": "latest",
@@ -131,7 +159,10 @@ def namespaces(
         for name, hard in QUOTA_SHAPES.items():
             shaped[name] = _namespace(kube_api_client, name, RESTRICTED_LABELS)
             _quota(kube_api_client, shaped[name], hard)
-        for ns in (restricted, quota, *shaped.values()):
+        limited = _namespace(kube_api_client, "limitrange", RESTRICTED_LABELS)
+        _quota(kube_api_client, limited, QUOTA_SHAPES["quota-limits"])
+        _limit_range(kube_api_client, limited)
+        for ns in (restricted, quota, limited, *shaped.values()):
             _backends(kube_api_client, ns)
         core: Any = client.CoreV1Api(kube_api_client)
 
@@ -141,7 +172,7 @@ def namespaces(
             return c.ANNOTATION_INJECTED_BY in (got.metadata.annotations or {})
 
         wait_until(webhook_wires, timeout=60, description="API server calling the Pod webhook")
-        yield {"restricted": restricted, "quota": quota, **shaped}
+        yield {"restricted": restricted, "quota": quota, "limitrange": limited, **shaped}
 
 
 RESOURCES = {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "4Gi"}}
@@ -246,8 +277,9 @@ def test_quota_counts_the_added_containers(
     before = core.read_namespaced_resource_quota("compute", ns).status.used or {}
     _create(kube_api_client, ns, _sglang_pod(f"sglang-{uuid.uuid4().hex[:5]}"))
     after = core.read_namespaced_resource_quota("compute", ns).status.used or {}
-    # engine 1 + subscriber 10m + worker 100m of cpu.
-    assert _millicores(after["cpu"]) - _millicores(before.get("cpu", "0")) == 1110
+    # engine 1 + subscriber 500m + worker 1 of cpu: each added container requests the
+    # engine's request up to its own limit (security.fit_to_engine).
+    assert _millicores(after["cpu"]) - _millicores(before.get("cpu", "0")) == 2500
 
 
 def _millicores(value: str) -> int:
@@ -304,7 +336,7 @@ def _admitted_unwired(api: client.ApiClient, ns: str, pod: dict[str, Any]) -> bo
         core.create_namespaced_pod(ns, control, dry_run="All")
     except ApiException as exc:
         status = exc.status
-    assert status in (201, 403), status
+    assert status in (201, 403, 422), status
     return status == 201
 
 
@@ -351,3 +383,62 @@ def test_an_admissible_engine_pod_is_admitted_wired_under_every_quota_shape(
         assert "nvidia.com/gpu" not in str(check["resources"])
     else:
         assert "lmcache-mp-worker" in inits
+
+
+def _quantity(value: Any) -> Decimal:
+    return parse_quantity(str(value))
+
+
+def _fits(container: dict[str, Any], bounds: dict[str, Any]) -> list[str]:
+    """What of the LimitRange item ``bounds`` the container breaks (LimitRanger's checks)."""
+    resources = container.get("resources") or {}
+    requests, limits = resources.get("requests") or {}, resources.get("limits") or {}
+    broken = []
+    for name, low in bounds["min"].items():
+        if name not in requests or _quantity(requests[name]) < _quantity(low):
+            broken.append(f"min {name}")
+    for name, high in bounds["max"].items():
+        if name not in limits or _quantity(limits[name]) > _quantity(high):
+            broken.append(f"max {name}")
+    for name, ratio in bounds["maxLimitRequestRatio"].items():
+        declared = name in requests and name in limits
+        if not declared or _quantity(limits[name]) / _quantity(requests[name]) > _quantity(ratio):
+            broken.append(f"ratio {name}")
+    return broken
+
+
+@pytest.mark.parametrize("shape", sorted(ENGINE_SHAPES))
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_an_engine_pod_that_fits_a_limit_range_is_admitted_wired(
+    kube_api_client: client.ApiClient, namespaces: dict[str, str], shape: str, engine: str
+) -> None:
+    """Rule (the Pod webhook never turns an admissible pod into a refused one): in a
+    restricted namespace with a quota on requests and limits and a LimitRange of
+    per-container min, max, default limits and requests and maxLimitRequestRatio,
+    every GPU and CPU engine pod the API server admits on its own is admitted wired,
+    and every container the webhook added (subscriber, kernel check, MP worker) is
+    within the LimitRange."""
+    ns = namespaces["limitrange"]
+    name = f"{engine}-{uuid.uuid4().hex[:5]}"
+    pod = _vllm_pod(name) if engine == "vllm" else _sglang_pod(name)
+    pod["spec"]["containers"][0]["resources"] = copy.deepcopy(ENGINE_SHAPES[shape])
+    if not _admitted_unwired(kube_api_client, ns, pod):
+        # Control: a shape whose request is over the namespace's default limit (no
+        # limit declared) is invalid once defaulted, wired or not.
+        assert shape == "gpu-requests", shape
+        with pytest.raises(ApiError):
+            _create(kube_api_client, ns, pod)
+        return
+    created = _create(kube_api_client, ns, pod)
+    assert c.ANNOTATION_INJECTED_BY in created["metadata"]["annotations"]
+    added = [
+        ct
+        for ct in [*created["spec"]["containers"], *(created["spec"].get("initContainers") or [])]
+        if ct["name"] != engine
+    ]
+    expected = {"kvevent-subscriber"} | (
+        {"lmcache-kernel-check"} if engine == "vllm" else {"lmcache-mp-worker"}
+    )
+    assert {ct["name"] for ct in added} == expected
+    for container in added:
+        assert _fits(container, LIMIT_RANGE) == [], (container["name"], container["resources"])

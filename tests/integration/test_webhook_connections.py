@@ -8,11 +8,17 @@ same in live mode):
 - a connection that has not delivered a complete request head within
   ``--request-head-timeout`` is closed (sending nothing, or trickling header bytes);
 - idle connections, plain and TLS, never crowd out requests: with 500 idle TCP and
-  500 idle TLS connections held, a normal client gets every answer at its normal
-  latency; idle keep-alive connections are closed after ``--keep-alive-timeout``;
+  500 idle TLS connections held, or 500 left idle after a completed request, a
+  normal client gets every answer at its normal latency; idle keep-alive connections
+  are closed after ``--keep-alive-timeout``;
 - bodies declared large and never sent hold no budget: 16 such connections (and 16
   chunked bodies stalled after one byte) leave a normal client every answer;
-- the request limit answers the JSON 503 with Retry-After, like every overload answer.
+- small bodies never wait behind large stalled ones: 16 connections that send all but
+  one byte of a 1 MiB body and stall leave a normal client every answer;
+- a body over the limit is answered 413 from its declared length, before any of it is
+  read; a stalled body 408;
+- the byte budget and the request limit answer the JSON 503 with Retry-After, like
+  every overload answer.
 """
 
 from __future__ import annotations
@@ -73,9 +79,17 @@ class Webhook:
 
 
 @contextlib.contextmanager
-def webhook(tmp_path: Path, tls: bool, *args: str) -> Iterator[Webhook]:
+def webhook(
+    tmp_path: Path, tls: bool, *args: str, kubeconfig: Path | None = None
+) -> Iterator[Webhook]:
+    """A running `icache webhook` with the shipped sizing (``args`` override it), in
+    embedded mode, or in live mode against ``kubeconfig``."""
     port = free_port()
-    argv = ["--host", "127.0.0.1", "--port", str(port), "--backends-from", str(SAMPLES_DIR)]
+    argv = ["--host", "127.0.0.1", "--port", str(port)]
+    if kubeconfig is None:
+        argv += ["--backends-from", str(SAMPLES_DIR)]
+    else:
+        argv += ["--kubeconfig", str(kubeconfig)]
     client_ctx = None
     if tls:
         ca = CertificateAuthority("icache-connections-test")
@@ -121,6 +135,29 @@ def latencies(client: httpx.Client, count: int, pause: float = 0.05) -> list[flo
         assert reply.json()["response"]["allowed"] is True
         time.sleep(pause)
     return out
+
+
+def read_answer(sock: socket.socket, timeout: float = 10) -> tuple[int, dict[str, str], bytes]:
+    """One HTTP/1.1 answer from ``sock``: status, headers (lower-cased), body."""
+    sock.settimeout(timeout)
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, f"connection closed before an answer: {data!r}"
+        data += chunk
+    head, body = data.split(b"\r\n\r\n", 1)
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, v in (line.split(":", 1) for line in lines)}
+    while len(body) < int(headers.get("content-length", "0")):
+        chunk = sock.recv(65536)
+        assert chunk, "connection closed mid-answer"
+        body += chunk
+    return int(status_line.split()[1]), headers, body
+
+
+def post(sock: socket.socket, path: str, body: bytes) -> None:
+    head = f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n"
+    sock.sendall(head.encode() + body)
 
 
 @pytest.fixture(params=["plain", "tls"])
@@ -220,6 +257,35 @@ def test_idle_connections_never_crowd_out_requests(tmp_path: Path, tls: bool) ->
     assert max(during) < 1.0, sorted(during)
 
 
+def test_idle_keep_alive_connections_never_crowd_out_requests(tmp_path: Path, tls: bool) -> None:
+    """Rule: connections left open after a completed request (keep-alive idle) do not
+    count against any request limit either. 500 connections each complete a Pod
+    admission and stay open (the keep-alive timeout set past the test's length) while
+    a normal client sends Pod admissions: every one is answered 200, at its normal
+    latency."""
+    with webhook(tmp_path, tls, "--keep-alive-timeout=120") as hook, hook.client() as client:
+        before = latencies(client, 20)
+        held: list[socket.socket] = []
+        try:
+            for _ in range(500):
+                sock = hook.connect()
+                held.append(sock)
+                post(sock, POD_PATH, POD_REVIEW)
+                status, headers, _ = read_answer(sock)
+                assert status == 200
+                assert headers.get("connection") != "close"
+            during = latencies(client, 40)
+            for sock in held[:10]:  # idle, not closed: each still takes a request
+                post(sock, POD_PATH, POD_REVIEW)
+                assert read_answer(sock)[0] == 200
+        finally:
+            for sock in held:
+                sock.close()
+    normal = statistics.median(before)
+    assert statistics.median(during) < max(5 * normal, 0.05), (normal, sorted(during))
+    assert max(during) < 1.0, sorted(during)
+
+
 # ------------------------------------------------------------------ stalled bodies
 
 
@@ -254,6 +320,156 @@ def test_bodies_declared_and_never_sent_do_not_starve_small_requests(
                 sock.close()
 
 
+MIB = 1024 * 1024
+
+
+@dataclass
+class Stalled:
+    """A connection that sent a request head and part of its body, then stopped."""
+
+    sock: socket.socket
+    sender: threading.Thread
+    sent: threading.Event
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+        self.sock.close()
+        self.sender.join(timeout=10)
+
+
+def inflight_body_bytes(hook: Webhook) -> float:
+    """The webhook's inferencecache_webhook_inflight_body_bytes (summed over workers)."""
+    with hook.client() as client:
+        text = client.get("/metrics").text
+    for line in text.splitlines():
+        if line.startswith("inferencecache_webhook_inflight_body_bytes "):
+            return float(line.split()[1])
+    return 0.0
+
+
+def send_part_then_stall(hook: Webhook, path: str, declared: int, sent: int) -> Stalled:
+    """Declare a ``declared``-byte body and send ``sent`` bytes of it (from a thread:
+    a server that stops reading blocks the sender), then nothing more."""
+    sock = hook.connect()
+    head = f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {declared}\r\n\r\n".encode()
+
+    done = threading.Event()
+
+    def push() -> None:
+        with contextlib.suppress(OSError, ValueError):
+            sock.sendall(head + b"x" * sent)
+            done.set()
+
+    sender = threading.Thread(target=push, daemon=True)
+    sender.start()
+    return Stalled(sock, sender, done)
+
+
+def test_partly_sent_stalled_bodies_do_not_starve_small_requests(tmp_path: Path, tls: bool) -> None:
+    """Rule (small bodies never wait behind large stalled ones): 16 connections each
+    send 1 MiB - 1 byte of a declared 1 MiB body and stall, holding as much of the
+    per-worker budget as a body can; a normal client sending Pod admissions still
+    gets every answer at its normal latency, on a kept-alive connection and on
+    fresh ones."""
+    with webhook(tmp_path, tls) as hook, hook.client() as client:
+        before = latencies(client, 10)
+        stalled: list[Stalled] = []
+        try:
+            stalled = [send_part_then_stall(hook, POD_PATH, MIB, MIB - 1) for _ in range(16)]
+            # A worker reads one such body whole before its budget is taken: two
+            # bodies sent whole are one in each worker's budget.
+            deadline = time.monotonic() + 20
+            while sum(conn.sent.is_set() for conn in stalled) < 2:
+                assert time.monotonic() < deadline, "the stalled bodies never arrived"
+                time.sleep(0.05)
+            during = latencies(client, 20)
+            for _ in range(10):
+                with hook.client() as fresh:
+                    during += latencies(fresh, 1, pause=0)
+        finally:
+            for conn in stalled:
+                conn.close()
+    normal = statistics.median(before)
+    assert statistics.median(during) < max(5 * normal, 0.05), (normal, sorted(during))
+    assert max(during) < 1.0, sorted(during)
+
+
+# ------------------------------------------------------------------ transport answers
+
+
+def test_an_oversized_declared_body_is_answered_413_before_it_is_read(
+    tmp_path: Path, tls: bool
+) -> None:
+    """Rule 413 (--max-body-bytes): a request head declaring a body over the limit is
+    answered 413 from the declared Content-Length alone; not one body byte is sent."""
+    with webhook(tmp_path, tls) as hook:
+        sock = hook.connect()
+        sock.sendall(
+            f"POST {POD_PATH} HTTP/1.1\r\nHost: x\r\nContent-Length: {2 * MIB}\r\n\r\n".encode()
+        )
+        started = time.monotonic()
+        status, headers, body = read_answer(sock, timeout=5)
+        assert time.monotonic() - started < 2
+        sock.close()
+    assert status == 413
+    assert headers["content-type"] == "application/json"
+    assert json.loads(body) == {"error": f"body exceeds {MIB} bytes"}
+
+
+def test_a_stalled_body_is_answered_408(tmp_path: Path, tls: bool) -> None:
+    """Rule 408 (slow body): a body that stops arriving is cut once no byte came for the
+    stall bound (2 s), small or large, with a JSON answer saying so."""
+    with webhook(tmp_path, tls) as hook:
+        for declared, sent in ((5000, 100), (MIB, MIB // 2)):
+            conn = send_part_then_stall(hook, POD_PATH, declared, sent)
+            started = time.monotonic()
+            status, headers, body = read_answer(conn.sock, timeout=10)
+            elapsed = time.monotonic() - started
+            conn.close()
+            assert status == 408, (declared, status, body)
+            assert headers["content-type"] == "application/json"
+            assert json.loads(body) == {"error": "no body bytes received for 2 s"}
+            assert elapsed < 6, elapsed
+
+
+def test_the_byte_budget_answers_json_503_with_retry_after(tmp_path: Path, tls: bool) -> None:
+    """Rule (byte budget): a large body that cannot get arrival budget within 2 s (one
+    worker, its budget held by a nearly complete 1 MiB body that keeps trickling in) is
+    answered the JSON 503 with Retry-After; a small body is still answered 200 meanwhile."""
+    with webhook(tmp_path, tls, "--workers=1") as hook:
+        holder = send_part_then_stall(hook, POD_PATH, MIB, MIB - 64)
+        stop = threading.Event()
+
+        def trickle() -> None:  # one byte at a time, inside the stall bound
+            holder.sent.wait(20)
+            while not stop.wait(0.5):
+                with contextlib.suppress(OSError, ValueError):
+                    holder.sock.sendall(b"x")
+
+        trickler = threading.Thread(target=trickle, daemon=True)
+        trickler.start()
+        try:
+            deadline = time.monotonic() + 20
+            while inflight_body_bytes(hook) < MIB - 64:
+                assert time.monotonic() < deadline, "the holding body never arrived"
+                time.sleep(0.05)
+            with hook.client() as client:
+                started = time.monotonic()
+                reply = client.post(POD_PATH, content=b"x" * 200_000)
+                waited = time.monotonic() - started
+                latencies(client, 3)
+        finally:
+            stop.set()
+            trickler.join(timeout=5)
+            holder.close()
+    assert reply.status_code == 503, (reply.status_code, reply.text)
+    assert reply.headers["retry-after"] == "1"
+    assert reply.headers["content-type"] == "application/json"
+    assert json.loads(reply.content) == {"error": "webhook overloaded: retry shortly"}
+    assert 1.5 < waited < 5, waited
+
+
 # ------------------------------------------------------------------ request limit
 
 
@@ -267,36 +483,24 @@ def _kubeconfig_via(control_plane: ControlPlane, port: int, path: Path) -> Path:
 
 @pytest.mark.integration
 def test_the_request_limit_answers_json_503_with_retry_after(
-    control_plane: ControlPlane, cachebackend_crd: Any, tmp_path: Path
+    control_plane: ControlPlane, cachebackend_crd: Any, tmp_path: Path, tls: bool
 ) -> None:
     """Rule --limit-concurrency: past the requests one process judges at once, the
-    answer is the JSON 503 with Retry-After (not uvicorn's text/plain 503). Judging
-    is held open by a slow API server (each CacheBackend LIST answered 1.5 s late)."""
+    answer is the JSON 503 with Retry-After (not uvicorn's text/plain 503), plain
+    and TLS. Judging is held open by a slow API server (each CacheBackend LIST
+    answered 1.5 s late)."""
     upstream = ("127.0.0.1", int(control_plane.server_url.rsplit(":", 1)[1]))
     with delay_proxy(upstream) as proxy:
         kubeconfig = _kubeconfig_via(control_plane, proxy.port, tmp_path / "kubeconfig")
-        port = free_port()
-        log = tmp_path / "webhook.log"
-        proc = spawn_webhook(
-            [
-                "--insecure",
-                "--host=127.0.0.1",
-                f"--port={port}",
-                f"--kubeconfig={kubeconfig}",
-                "--workers=1",
-                "--limit-concurrency=2",
-            ],
-            log,
-        )
-        try:
-            url = f"http://127.0.0.1:{port}"
-            wait_healthy(url, proc, log)
+        with webhook(
+            tmp_path, tls, "--workers=1", "--limit-concurrency=2", kubeconfig=kubeconfig
+        ) as hook:
             proxy.delay = 1.5
             replies: list[httpx.Response] = []
 
             def admit() -> None:
-                with httpx.Client(timeout=10) as client:
-                    replies.append(client.post(url + POD_PATH, content=POD_REVIEW))
+                with hook.client() as client:
+                    replies.append(client.post(POD_PATH, content=POD_REVIEW))
 
             threads = [threading.Thread(target=admit) for _ in range(4)]
             for thread in threads:
@@ -304,8 +508,6 @@ def test_the_request_limit_answers_json_503_with_retry_after(
                 time.sleep(0.1)
             for thread in threads:
                 thread.join(timeout=15)
-        finally:
-            terminate_process_group(proc)
     codes = sorted(r.status_code for r in replies)
     assert codes == [200, 200, 503, 503], codes
     for reply in replies:

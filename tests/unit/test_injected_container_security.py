@@ -174,3 +174,67 @@ def test_events_only_subscriber_is_restricted_too() -> None:
     wired = _wire(pod, integration={"mode": c.MODE_EVENTS_ONLY})
     sub = _added(pod, wired)["kvevent-subscriber"]
     assert sub["securityContext"] == {**RESTRICTED, "runAsNonRoot": True}
+
+
+# Engine containers as the API server hands them to the webhook (a LimitRange's
+# defaults applied): Guaranteed, burstable within a ratio, requests only, tiny.
+FIT_ENGINES = [
+    {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {"cpu": "4", "memory": "16Gi"}},
+    {"requests": {"cpu": "8", "memory": "64Gi"}, "limits": {"cpu": "8", "memory": "64Gi"}},
+    {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "4Gi"}},
+    {"requests": {"cpu": "1", "memory": "2Gi"}},
+    {"requests": {"cpu": "300m", "memory": "600Mi"}, "limits": {"cpu": "900m", "memory": "1Gi"}},
+]
+
+
+def _bounds_passed_by(resources: dict[str, Any]) -> dict[str, tuple[Any, Any, Any]]:
+    """Per cpu/memory: (request, limit, limit/request), exact."""
+    from shared.quantity import parse_quantity
+
+    out = {}
+    for name in ("cpu", "memory"):
+        req = resources.get("requests", {}).get(name)
+        lim = resources.get("limits", {}).get(name)
+        r = parse_quantity(req) if req else None
+        l_ = parse_quantity(lim) if lim else None
+        out[name] = (r, l_, (l_ / r) if r and l_ else None)
+    return out
+
+
+@pytest.mark.parametrize("engine", FIT_ENGINES)
+@pytest.mark.parametrize(
+    "own", [security.SUBSCRIBER_RESOURCES, security.worker_resources(2)], ids=["sub", "worker"]
+)
+def test_fit_to_engine_passes_every_limit_range_bound_the_engine_passes(
+    engine: dict[str, Any], own: dict[str, Any]
+) -> None:
+    """Rule fit_to_engine: an added container's limit is at most the engine's (any
+    ``max``), its request at least the engine's up to its own limit (any ``min``), its
+    limit-to-request ratio at most the engine's (any ``maxLimitRequestRatio``); it
+    never reserves more than its own limit nor gets less than its own request."""
+    fitted = security.fit_to_engine(own, {"resources": engine})
+    mine, theirs, wanted = (
+        _bounds_passed_by(fitted),
+        _bounds_passed_by(engine),
+        _bounds_passed_by(own),
+    )
+    for name in ("cpu", "memory"):
+        request, limit, ratio = mine[name]
+        e_request, e_limit, e_ratio = theirs[name]
+        own_request, own_limit, _ = wanted[name]
+        assert own_request <= request <= limit <= own_limit, (name, fitted)
+        if e_limit is not None and own_request <= e_limit:
+            assert limit <= e_limit, (name, fitted)
+        assert request >= min(e_request, limit), (name, fitted)
+        if e_ratio is not None:
+            assert ratio <= e_ratio, (name, fitted)
+
+
+def test_fit_to_engine_without_an_engine_keeps_the_containers_own_values() -> None:
+    assert security.fit_to_engine(security.SUBSCRIBER_RESOURCES, None) == (
+        security.SUBSCRIBER_RESOURCES
+    )
+    engine = {"resources": {"limits": {"nvidia.com/gpu": "1"}}}
+    assert security.fit_to_engine(security.worker_resources(1), engine) == (
+        security.worker_resources(1)
+    )

@@ -195,3 +195,40 @@ def test_metrics_count_admissions_by_endpoint_and_outcome(app_client: TestClient
     admissions = {"endpoint": PATH_VALIDATE_CB, "outcome": "allowed"}
     assert sample(app_client, "inferencecache_webhook_admissions_total", admissions) == 1.0
     assert sample(app_client, count, {"endpoint": PATH_VALIDATE_CB}) == 1.0
+
+
+def _raise(*_args: Any) -> Any:
+    raise RuntimeError("unexpected")
+
+
+# (what raises) for each route: an error before judging, and a judge and its own
+# safe answer both failing.
+UNEXPECTED = [
+    (PATH_MUTATE_POD, ["parse_body"]),
+    (PATH_MUTATE_CB, ["parse_body"]),
+    (PATH_VALIDATE_CB, ["parse_body"]),
+    (PATH_MUTATE_POD, ["mutate_pod", "pod_fail_open"]),
+    (PATH_MUTATE_CB, ["mutate_cachebackend", "internal_denial"]),
+    (PATH_VALIDATE_CB, ["validate_cachebackend", "internal_denial"]),
+]
+
+
+@pytest.mark.parametrize(("path", "broken"), UNEXPECTED)
+def test_an_unexpected_exception_in_a_route_is_a_503_with_retry_after_never_a_500(
+    monkeypatch: pytest.MonkeyPatch, path: str, broken: list[str]
+) -> None:
+    """Rule "never a 500": whatever a route raises past its own safe answer is the
+    JSON 503 with Retry-After, through the ASGI app (a server exception would fail
+    the TestClient)."""
+    import webhook_svc.app as webhook_app
+
+    for name in broken:
+        monkeypatch.setattr(webhook_app, name, _raise)
+    client = TestClient(create_app(FileBackendSource(SAMPLES_DIR, load_backends), InjectContext()))
+    obj = pod(labels={"app": "vllm-llama"}, namespace="default")
+    review = _review(obj, kind="Pod") if path == PATH_MUTATE_POD else _review({"spec": {}})
+    response = client.post(path, json=review)
+    assert response.status_code == 503
+    assert response.headers["retry-after"] == "1"
+    assert response.headers["content-type"] == "application/json"
+    assert response.json() == {"error": "webhook error: retry shortly"}
