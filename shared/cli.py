@@ -25,7 +25,7 @@ import argparse
 import importlib
 import os
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from types import ModuleType
 from typing import Any, Final, NoReturn
 
@@ -277,28 +277,18 @@ def describe_failure(exc: BaseException) -> tuple[int, str]:
     return EXIT_FAILURE, f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def _webhook_preflight(args: argparse.Namespace) -> None:
-    """What every webhook worker would find wrong, found once by the parent before it
-    forks them: the TLS flags, and the Kubernetes configuration of live mode."""
-    if not args.insecure and not (args.tls_cert_file and args.tls_key_file):
-        raise UsageError("--tls-cert-file and --tls-key-file are required unless --insecure")
-    if not args.backends_from:
-        from shared.kubeaccess import load_configuration
-
-        load_configuration(args.kubeconfig)
-
-
-# Checks run in the parent before a subcommand's run(), for subcommands that fork.
-PREFLIGHT: Final[dict[str, Callable[[argparse.Namespace], None]]] = {
-    "webhook": _webhook_preflight,
+# Checks run in the parent before a subcommand's run(), for subcommands that fork:
+# subcommand -> module with ``check(args)`` (loaded by name, as the subcommands are).
+PREFLIGHT: Final[dict[str, str]] = {
+    "webhook": "webhook_svc.preflight",
 }
 
 
 def run_command(module: ModuleType, args: argparse.Namespace) -> int:
     try:
-        check = PREFLIGHT.get(args.command)
-        if check is not None:
-            check(args)
+        preflight = PREFLIGHT.get(args.command)
+        if preflight is not None:
+            importlib.import_module(preflight).check(args)
         rc: int = module.run(args)
     except KeyboardInterrupt:
         print(f"icache {args.command}: interrupted", file=sys.stderr)
@@ -332,4 +322,8 @@ def _load(name: str, module_name: str, *, quiet: bool = False) -> ModuleType | N
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # `python -m shared.cli`: run the imported module, not this __main__ copy, so the
+    # UsageError other modules raise is the class describe_failure knows.
+    from shared import cli
+
+    sys.exit(cli.main())

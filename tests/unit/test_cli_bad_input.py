@@ -3,12 +3,14 @@ what and where, exit code 2, nothing on stdout, and never a traceback."""
 
 from __future__ import annotations
 
+import datetime as dt
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from icache_install import certs
 from shared.cli import SUBCOMMANDS
 
 NOPE = "/nonexistent/icache-test"
@@ -22,7 +24,30 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     broken.write_text(BROKEN_YAML)
     junk = d / "junk.pem"
     junk.write_text("not a certificate\n")
-    return {"broken": str(broken), "junk": str(junk), "dir": str(d)}
+    # PEM markers around no certificate or key: passes the marker check, not a TLS load.
+    garbage_cert = d / "garbage-cert.pem"
+    garbage_cert.write_text("-----BEGIN CERTIFICATE-----\ngarbage\n-----END CERTIFICATE-----\n")
+    garbage_key = d / "garbage-key.pem"
+    garbage_key.write_text("-----BEGIN PRIVATE KEY-----\ngarbage\n-----END PRIVATE KEY-----\n")
+    now = dt.datetime.now(dt.UTC)
+    ca = certs.new_ca(now)
+    pairs = {}
+    for n in ("1", "2"):
+        serving = certs.issue_serving(ca, ["127.0.0.1"], now)
+        (d / f"cert{n}.pem").write_bytes(serving.cert_pem)
+        (d / f"key{n}.pem").write_bytes(serving.key_pem)
+        pairs[f"cert{n}"] = str(d / f"cert{n}.pem")
+        pairs[f"key{n}"] = str(d / f"key{n}.pem")
+    empty = tmp_path_factory.mktemp("empty")
+    return {
+        "broken": str(broken),
+        "junk": str(junk),
+        "dir": str(d),
+        "empty": str(empty),
+        "garbage_cert": str(garbage_cert),
+        "garbage_key": str(garbage_key),
+        **pairs,
+    }
 
 
 # What a subcommand requires before it can get as far as an unknown flag.
@@ -51,6 +76,61 @@ CASES: list[tuple[str, list[str], str]] = [
     ),
     ("webhook-junk-cert", ["webhook", "--tls-cert-file", "{junk}"], "no PEM certificate"),
     ("webhook-junk-key", ["webhook", "--tls-key-file", "{junk}"], "no PEM private key"),
+    # The pair is loaded once, by the parent, before it forks its workers.
+    (
+        "webhook-mismatched-pair",
+        [
+            "webhook",
+            "--tls-cert-file",
+            "{cert1}",
+            "--tls-key-file",
+            "{key2}",
+            "--workers",
+            "2",
+            "--backends-from",
+            "{empty}",
+        ],
+        "--tls-key-file {key2} does not match --tls-cert-file {cert1}",
+    ),
+    (
+        "webhook-garbage-cert",
+        [
+            "webhook",
+            "--tls-cert-file",
+            "{garbage_cert}",
+            "--tls-key-file",
+            "{key1}",
+            "--workers",
+            "2",
+            "--backends-from",
+            "{empty}",
+        ],
+        "--tls-cert-file {garbage_cert}: not a PEM certificate",
+    ),
+    (
+        "webhook-garbage-key",
+        [
+            "webhook",
+            "--tls-cert-file",
+            "{cert1}",
+            "--tls-key-file",
+            "{garbage_key}",
+            "--backends-from",
+            "{empty}",
+        ],
+        "--tls-key-file {garbage_key}: not a PEM private key",
+    ),
+    # Embedded mode refuses a file it cannot parse at start, rather than serve without it.
+    (
+        "webhook-broken-backends",
+        ["webhook", "--insecure", "--backends-from", "{dir}"],
+        "--backends-from {dir}: {broken}",
+    ),
+    (
+        "webhook-host",
+        ["webhook", "--insecure", "--host", "not an ip", "--backends-from", "{empty}"],
+        "--host 'not an ip': not an address this machine can listen on",
+    ),
     ("webhook-log-level", ["webhook", "--insecure", "--log-level", "LOUD"], "invalid log level"),
     ("webhook-port", ["webhook", "--port", "99999"], "not a port"),
     ("webhook-workers", ["webhook", "--workers", "-1"], "must not be negative"),
@@ -133,7 +213,7 @@ def test_bad_input_is_one_line_and_exit_2(
     assert done.returncode == 2, (done.returncode, done.stderr)
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
-    assert words in lines[0], lines[0]
+    assert words.format(**files) in lines[0], lines[0]
     assert done.stdout == ""
 
 
