@@ -1,6 +1,6 @@
 """`icache doctor`: read-only checks of the install, the CacheBackends and their engine pods.
 
-    icache doctor [--namespace NS | -A] [-o text|json] [--kubeconfig F] [--context C]
+    icache doctor [--namespace NS | -A] [-o table|json] [--kubeconfig F] [--context C]
 
 It only ever GETs (icache_install/doctor/reader.py has no other verb). Every finding
 has a stable code, a severity, the object and a next step (docs/doctor.md). Exit code
@@ -22,6 +22,13 @@ from shared import cli_types, kubeaccess
 from shared.constants import INSTALL_NAMESPACE
 
 DEFAULTS = InstallNames()
+OUTPUTS = ("table", "json")
+# Earlier spellings of an output format, still accepted.
+OUTPUT_ALIASES = {"text": "table"}
+
+
+def output_format(value: str) -> str:
+    return OUTPUT_ALIASES.get(value, value)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -40,19 +47,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="check every namespace (default: off)",
     )
     parser.add_argument(
-        "-o", "--output", choices=("text", "json"), default="text", help="output format"
+        "-o",
+        "--output",
+        type=output_format,
+        choices=OUTPUTS,
+        default="table",
+        help="table: like kubectl describe ('text' is an alias); json: the report of "
+        "docs/doctor.md",
     )
     parser.add_argument(
         "-v",
         "--verbose",
         action="store_true",
-        help="text output: show info findings too (wired pods, healthy conditions; default: off)",
+        help="table output: show info findings too (wired pods, healthy conditions; default: off)",
     )
     parser.add_argument(
         "--color",
         choices=("auto", "always", "never"),
         default="auto",
-        help="colour the text output: auto colours on a terminal unless NO_COLOR is set",
+        help="colour the table output: auto colours on a terminal unless NO_COLOR is set",
     )
     kubeaccess.add_kubeconfig_argument(parser)
     parser.add_argument(

@@ -200,3 +200,12 @@ def test_the_images_carry_the_build_stamp_version_reads() -> None:
             assert f"{variable}=${variable}" in runtime, (name, variable)
     makefile = (ROOT / "Makefile").read_text()
     assert "--build-arg ICACHE_BUILD_COMMIT=" in makefile
+
+
+@pytest.mark.parametrize(("given", "parsed"), [("table", "table"), ("text", "table")])
+def test_doctor_output_is_table_or_json_with_text_as_an_alias(given: str, parsed: str) -> None:
+    """The issue's `icache doctor -o table|json`; `text`, its first name, still works."""
+    parser, _, _ = build_parser("doctor")
+    assert parser.parse_args(["doctor", "-o", given]).output == parsed
+    assert parser.parse_args(["doctor"]).output == "table"
+    assert parser.parse_args(["doctor", "-o", "json"]).output == "json"
