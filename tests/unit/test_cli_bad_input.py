@@ -153,6 +153,37 @@ CASES: list[tuple[str, list[str], str]] = [
         ["dispatcher", "--lease-namespace", "Bad_NS"],
         "invalid namespace",
     ),
+    (
+        "dispatcher-redis-url",
+        ["dispatcher", "--redis-url", "notaurl"],
+        "argument --redis-url: 'notaurl' is not a Redis URL: the scheme must be redis://, "
+        "rediss:// or unix://",
+    ),
+    (
+        "worker-redis-db",
+        ["worker", "--redis-url", "redis://:s3cret@redis:6379/cache"],
+        "argument --redis-url: 'redis://:***@redis:6379/cache': the database must be a number",
+    ),
+    (
+        "worker-redis-port",
+        ["worker", "--redis-url", "redis://redis:http/0"],
+        "argument --redis-url: 'redis://redis:http/0': the port must be a number",
+    ),
+    (
+        "worker-server-url",
+        ["worker", "--server-url", "notaurl"],
+        "argument --server-url: 'notaurl' is not an http:// or https:// URL",
+    ),
+    (
+        "dispatcher-renew-deadline",
+        ["dispatcher", "--renew-deadline", "20", "--lease-duration", "15"],
+        "--renew-deadline (20s) must be shorter than --lease-duration (15s)",
+    ),
+    (
+        "dispatcher-retry-period",
+        ["dispatcher", "--retry-period", "10"],
+        "--retry-period (10s) must be shorter than --renew-deadline (10s)",
+    ),
     ("worker-concurrency", ["worker", "--concurrency", "0"], "must be at least 1"),
     ("worker-pool", ["worker", "--pool", "gevent"], "invalid choice: 'gevent'"),
     ("worker-kubeconfig", ["worker", "--kubeconfig", NOPE], "does not exist"),
@@ -220,3 +251,23 @@ def test_bad_input_is_one_line_and_exit_2(
 def test_every_subcommand_has_an_unknown_flag_case() -> None:
     named = {n.removesuffix("-unknown-flag") for n, _, _ in CASES if n.endswith("-unknown-flag")}
     assert named == set(SUBCOMMANDS)
+
+
+@pytest.mark.parametrize("command", ["dispatcher", "worker"])
+def test_a_bad_redis_url_in_the_environment_names_the_variable(
+    tmp_path: Path, command: str
+) -> None:
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "ICACHE_REDIS_URL": "notaurl"}
+    done = subprocess.run(
+        [sys.executable, "-m", "shared.cli", command],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=False,
+    )
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == 2, (done.returncode, done.stderr)
+    (line,) = done.stderr.strip().splitlines()
+    assert "environment variable ICACHE_REDIS_URL='notaurl'" in line
+    assert "not a Redis URL" in line
