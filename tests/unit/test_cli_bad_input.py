@@ -39,6 +39,27 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         pairs[f"cert{n}"] = str(d / f"cert{n}.pem")
         pairs[f"key{n}"] = str(d / f"key{n}.pem")
     empty = tmp_path_factory.mktemp("empty")
+    # Manifests of the right kind but the wrong shape, and a YAML alias inside itself.
+    container = "spec: {containers: [{name: a, image: b}]}\n"
+    shapes = {
+        "meta_list": f"apiVersion: v1\nkind: Pod\nmetadata: [1]\n{container}",
+        "tmpl_meta": "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\n"
+        f"spec:\n  template:\n    metadata: 5\n    {container}",
+        "annotations": f"apiVersion: v1\nkind: Pod\nmetadata: {{name: p, annotations: 5}}\n{container}",
+        "labels": f"apiVersion: v1\nkind: Pod\nmetadata: {{name: p, labels: [a]}}\n{container}",
+        "loop": f"apiVersion: v1\nkind: Pod\nmetadata: &m\n  name: p\n  labels: *m\n{container}",
+        "loop_cb": "apiVersion: inferencecache.io/v1alpha1\nkind: CacheBackend\n"
+        "metadata: &m {name: c, labels: *m}\nspec: {runtime: VLLM}\n",
+    }
+    shaped = {}
+    for name, text in shapes.items():
+        (d / "shapes").mkdir(exist_ok=True)
+        path = d / "shapes" / f"{name}.yaml"
+        path.write_text(text)
+        shaped[name] = str(path)
+    loop_dir = tmp_path_factory.mktemp("loop-backends")
+    (loop_dir / "cb.yaml").write_text(shapes["loop_cb"])
+    shaped["loop_dir"] = str(loop_dir)
     return {
         "broken": str(broken),
         "junk": str(junk),
@@ -47,6 +68,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "garbage_cert": str(garbage_cert),
         "garbage_key": str(garbage_key),
         **pairs,
+        **shaped,
     }
 
 
@@ -200,7 +222,11 @@ CASES: list[tuple[str, list[str], str]] = [
         ["admit-pod", "-f", NOPE, "--backends-from", "{dir}"],
         "no such file or directory",
     ),
-    ("admit-pod-broken", ["admit-pod", "-f", "{broken}", "--backends-from", "{dir}"], "not YAML"),
+    (
+        "admit-pod-broken",
+        ["admit-pod", "-f", "{broken}", "--backends-from", "{dir}"],
+        "{broken}: not YAML: expected ',' or ']', but got '<stream end>' at line 3, column 1",
+    ),
     (
         "admit-pod-backends",
         ["admit-pod", "-f", "{broken}", "--backends-from", NOPE],
@@ -208,8 +234,43 @@ CASES: list[tuple[str, list[str], str]] = [
     ),
     (
         "admit-pod-broken-backends",
-        ["admit-pod", "-f", "{dir}", "--backends-from", "{dir}"],
-        "not YAML",
+        ["admit-pod", "-f", "{meta_list}", "--backends-from", "{dir}"],
+        "{broken}: not YAML: expected ',' or ']', but got '<stream end>' at line 3, column 1",
+    ),
+    (
+        "admit-pod-metadata-list",
+        ["admit-pod", "-f", "{meta_list}", "--backends-from", "{empty}"],
+        "{meta_list}, document 1: metadata must be a mapping, not a list",
+    ),
+    (
+        "admit-pod-template-metadata",
+        ["admit-pod", "-f", "{tmpl_meta}", "--backends-from", "{empty}"],
+        "{tmpl_meta}, document 1: spec.template.metadata must be a mapping, not an integer",
+    ),
+    (
+        "admit-pod-annotations",
+        ["admit-pod", "-f", "{annotations}", "--backends-from", "{empty}"],
+        "{annotations}, document 1: metadata.annotations must be a mapping, not an integer",
+    ),
+    (
+        "admit-pod-labels",
+        ["admit-pod", "-f", "{labels}", "--backends-from", "{empty}"],
+        "{labels}, document 1: metadata.labels must be a mapping, not a list",
+    ),
+    (
+        "admit-pod-alias-loop",
+        ["admit-pod", "-f", "{loop}", "--backends-from", "{empty}"],
+        "{loop}, document 1: a YAML alias refers to a node that contains it",
+    ),
+    (
+        "admit-pod-backends-alias-loop",
+        ["admit-pod", "-f", "{annotations}", "--backends-from", "{loop_dir}"],
+        "{loop_dir}/cb.yaml, document 1: a YAML alias refers to a node that contains it",
+    ),
+    (
+        "validate-alias-loop",
+        ["validate", "-f", "{loop_cb}"],
+        "{loop_cb}, document 1: a YAML alias refers to a node that contains it",
     ),
     ("validate-missing", ["validate", "-f", NOPE], "no such file or directory"),
     ("validate-broken", ["validate", "-f", "{broken}"], "not YAML"),
