@@ -246,8 +246,44 @@ def _first_positional(argv: Iterable[str]) -> str | None:
     return None
 
 
+# The flags of `icache` itself, the only ones allowed before the subcommand.
+TOP_LEVEL_FLAGS: Final = frozenset({"-h", "--help", "--version", "--debug"})
+
+
+def _flag_before_subcommand(arguments: Sequence[str]) -> tuple[str, str | None] | None:
+    """The first flag before the subcommand that is not one of icache's own, and the
+    subcommand given after it (None: none given); None when there is no such flag."""
+    flag: str | None = None
+    for arg in arguments:
+        if arg == "--":
+            break
+        if arg in SUBCOMMANDS:
+            return (flag, arg) if flag else None
+        if flag is None and arg.startswith("-") and arg.split("=", 1)[0] not in TOP_LEVEL_FLAGS:
+            flag = arg.split("=", 1)[0]
+    return (flag, None) if flag else None
+
+
+def _misplaced_flag_message(flag: str, command: str | None) -> str:
+    if command is None:
+        return f"{flag} is not a flag of icache; a subcommand's flags go after it (icache --help)"
+    module = _load(command, SUBCOMMANDS[command][0], quiet=True)
+    flags = IcacheParser(prog=f"icache {command}")
+    if module is not None:
+        module.add_arguments(flags)
+    if flag in flags._option_string_actions:
+        return (
+            f"{flag} is a flag of 'icache {command}': give it after the subcommand "
+            f"(icache {command} {flag} ...)"
+        )
+    return f"{flag} is not a flag of icache or of 'icache {command}' (icache {command} --help)"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
+    misplaced = _flag_before_subcommand(arguments)
+    if misplaced is not None:
+        IcacheParser(prog="icache").error(_misplaced_flag_message(*misplaced))
     wanted = _first_positional(arguments)
     parser, module, installed = build_parser(wanted)
     if not installed:

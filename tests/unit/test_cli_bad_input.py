@@ -90,6 +90,28 @@ CASES: list[tuple[str, list[str], str]] = [
     ],
     ("webhook-no-tls", ["webhook"], "--tls-cert-file and --tls-key-file are required"),
     ("no-subcommand", [], "required: COMMAND"),
+    # A subcommand's flag given before the subcommand: named, with where it goes.
+    (
+        "flag-before-subcommand",
+        ["--log-level", "LOUD", "webhook"],
+        "--log-level is a flag of 'icache webhook': give it after the subcommand "
+        "(icache webhook --log-level ...)",
+    ),
+    (
+        "flag-with-value-before-subcommand",
+        ["--kubeconfig=x", "doctor"],
+        "--kubeconfig is a flag of 'icache doctor': give it after the subcommand",
+    ),
+    (
+        "unknown-flag-before-subcommand",
+        ["--loud", "crd"],
+        "--loud is not a flag of icache or of 'icache crd'",
+    ),
+    (
+        "flag-without-subcommand",
+        ["--log-level", "debug"],
+        "--log-level is not a flag of icache; a subcommand's flags go after it",
+    ),
     ("unknown-subcommand", ["frobnicate"], "invalid choice: 'frobnicate'"),
     (
         "webhook-missing-cert",
