@@ -181,7 +181,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--variant",
         choices=sorted(VARIANTS),
         default="default",
-        help="default: certificates from `icache certs`; cert-manager: cert-manager issues them",
+        help="'default': certificates from `icache certs`; 'cert-manager': cert-manager "
+        "issues them",
     )
     parser.add_argument(
         "--manifests-dir",

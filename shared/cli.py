@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import sys
 from collections.abc import Iterable, Sequence
 from types import ModuleType
@@ -88,16 +89,21 @@ def _default_text(value: Any) -> str:
     return str(value)
 
 
+# A help that states its default already: "(default: X)" or "(...; default: X)".
+DEFAULT_NOTE: Final = re.compile(r"(\(|; )default: \S")
+
+
 class DefaultsHelpFormatter(argparse.HelpFormatter):
     """Every flag's help ends with its default and, for a long-running process, its
-    environment variable; a help that already says its default is left alone."""
+    environment variable; a help that states its default already (``DEFAULT_NOTE``)
+    keeps its own wording."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help or ""
         if not action.option_strings or action.default is argparse.SUPPRESS:
             return text
         notes = []
-        if "default" not in text.lower():
+        if not DEFAULT_NOTE.search(text):
             notes.append(f"default: {_default_text(action.default)}")
         env = getattr(action, "env_var", None)
         if env:
