@@ -100,6 +100,47 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="Secret with the bundled Redis's password ('' for an external Redis without one)",
     )
+    parser.add_argument(
+        "--tls-secret",
+        type=cli_types.dns_subdomain,
+        default=DEFAULTS.tls_secret,
+        metavar="NAME",
+        help="the webhook's kubernetes.io/tls Secret (icache certs --secret)",
+    )
+    parser.add_argument(
+        "--lease-name",
+        type=cli_types.dns_subdomain,
+        default=DEFAULTS.lease,
+        metavar="NAME",
+        help="the dispatcher's leader-election Lease (icache dispatcher --lease-name)",
+    )
+    for role, default in (
+        ("webhook", DEFAULTS.webhook_deployment),
+        ("dispatcher", DEFAULTS.dispatcher_deployment),
+        ("worker", DEFAULTS.worker_deployment),
+    ):
+        parser.add_argument(
+            f"--{role}-deployment",
+            type=cli_types.dns_subdomain,
+            default=default,
+            metavar="NAME",
+            help=f"the {role} Deployment of the install",
+        )
+
+
+def install_names(args: argparse.Namespace) -> InstallNames:
+    """Where the install's objects are, from the flags."""
+    return InstallNames(
+        namespace=args.install_namespace,
+        mutating_config=args.mutating_config,
+        validating_config=args.validating_config,
+        tls_secret=args.tls_secret,
+        redis_secret=args.redis_secret,
+        lease=args.lease_name,
+        webhook_deployment=args.webhook_deployment,
+        dispatcher_deployment=args.dispatcher_deployment,
+        worker_deployment=args.worker_deployment,
+    )
 
 
 def _context_namespace(kubeconfig: str | None, context: str | None) -> str:
@@ -131,12 +172,7 @@ def run(args: argparse.Namespace) -> int:
         if args.all_namespaces
         else (args.namespace or _context_namespace(args.kubeconfig, args.context))
     )
-    names = InstallNames(
-        namespace=args.install_namespace,
-        mutating_config=args.mutating_config,
-        validating_config=args.validating_config,
-        redis_secret=args.redis_secret,
-    )
+    names = install_names(args)
     kube = kubeaccess.connect(args.kubeconfig, context=args.context, timeout=15.0)
     try:
         reader = ClusterReader(kube)
