@@ -26,6 +26,7 @@ from typing import Any
 from icache_install import certs
 from shared import cli_types, kubeaccess, redis_auth
 from shared import kubeclient as kc
+from shared.cli import quiet_client_libraries
 from shared.constants import INSTALL_NAMESPACE
 from shared.kubeclient import KubeClient
 
@@ -346,6 +347,7 @@ def reconcile(
 
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="icache certs: %(message)s", stream=sys.stderr)
+    quiet_client_libraries()
     try:
         if args.days < 1 or args.ca_days < 1:
             raise CertsError("--days and --ca-days must be at least 1")

@@ -315,8 +315,40 @@ def describe_failure(exc: BaseException) -> tuple[int, str]:
         return EXIT_USAGE, one_line(str(exc))
     if isinstance(exc, OSError) and exc.filename is not None:
         return EXIT_USAGE, one_line(f"{exc.filename}: {exc.strerror or exc}")
+    unreachable = _unreachable(exc)
+    if unreachable is not None:
+        return EXIT_FAILURE, unreachable
     text = one_line(str(exc))
     return EXIT_FAILURE, f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _unreachable(exc: BaseException) -> str | None:
+    """ "cannot reach URL: why" for urllib3's give-up after its retries (the API server
+    down or unresolvable), instead of the pool's repr; None for anything else."""
+    try:
+        from urllib3.exceptions import MaxRetryError
+    except ImportError:
+        return None
+    if not isinstance(exc, MaxRetryError) or exc.pool is None:
+        return None
+    pool = exc.pool
+    url = f"{pool.scheme}://{pool.host}" + (f":{pool.port}" if pool.port else "")
+    reason = one_line(str(exc.reason or exc))
+    # "HTTPSConnection(host=..., port=...): Failed to establish ...: [Errno 111] ..." ->
+    # the part after the last colon that follows the connection's repr.
+    reason = re.sub(r"^.*?\): ", "", reason).removeprefix("Failed to establish a new connection: ")
+    return f"cannot reach {url}: {reason.strip(chr(34) + chr(39) + ')')}"
+
+
+def quiet_client_libraries() -> None:
+    """For a command that prints its own progress and errors (doctor, certs): the HTTP
+    client's retry warnings and deprecation notices are not for its user; a failure
+    ends as one line (describe_failure) or one finding."""
+    import logging
+    import warnings
+
+    logging.getLogger("urllib3").setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", module="urllib3")
 
 
 # Checks run in the parent before a subcommand's run(), for subcommands that fork:

@@ -19,6 +19,7 @@ from icache_install.doctor.install import InstallNames
 from icache_install.doctor.reader import ClusterReader
 from icache_install.doctor.render import json_report, text_report
 from shared import cli_types, kubeaccess
+from shared.cli import quiet_client_libraries
 from shared.constants import INSTALL_NAMESPACE
 
 DEFAULTS = InstallNames()
@@ -167,6 +168,7 @@ def use_colour(choice: str) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
+    quiet_client_libraries()
     namespace = (
         None
         if args.all_namespaces

@@ -39,6 +39,26 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         pairs[f"cert{n}"] = str(d / f"cert{n}.pem")
         pairs[f"key{n}"] = str(d / f"key{n}.pem")
     empty = tmp_path_factory.mktemp("empty")
+    # Kubeconfigs that parse but cannot work: a server without a scheme, a missing
+    # exec credential plugin.
+    kubeconfigs = {
+        "kc_noscheme": ("{server: notaurl}", "{token: abc}"),
+        "kc_exec": (
+            '{server: "https://127.0.0.1:1"}',
+            "{exec: {apiVersion: client.authentication.k8s.io/v1beta1, "
+            "command: icache-no-such-plugin}}",
+        ),
+    }
+    made = {}
+    for name, (cluster, user) in kubeconfigs.items():
+        path = d / f"{name}.kubeconfig"
+        path.write_text(
+            "apiVersion: v1\nkind: Config\n"
+            f"clusters: [{{name: c, cluster: {cluster}}}]\n"
+            f"users: [{{name: u, user: {user}}}]\n"
+            "contexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n"
+        )
+        made[name] = str(path)
     # Manifests of the right kind but the wrong shape, and a YAML alias inside itself.
     container = "spec: {containers: [{name: a, image: b}]}\n"
     shapes = {
@@ -69,6 +89,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "garbage_key": str(garbage_key),
         **pairs,
         **shaped,
+        **made,
     }
 
 
@@ -232,6 +253,33 @@ CASES: list[tuple[str, list[str], str]] = [
     ("worker-pool", ["worker", "--pool", "gevent"], "invalid choice: 'gevent'"),
     ("worker-kubeconfig", ["worker", "--kubeconfig", NOPE], "does not exist"),
     ("certs-broken-kubeconfig", ["certs", "--kubeconfig", "{broken}"], "ParserError"),
+    (
+        "doctor-kubeconfig-no-scheme",
+        ["doctor", "--kubeconfig", "{kc_noscheme}"],
+        "--kubeconfig {kc_noscheme}: the cluster's server 'notaurl' is not an http:// or "
+        "https:// URL",
+    ),
+    (
+        "certs-kubeconfig-no-scheme",
+        ["certs", "--kubeconfig", "{kc_noscheme}"],
+        "the cluster's server 'notaurl' is not an http:// or https:// URL",
+    ),
+    (
+        "doctor-kubeconfig-exec-plugin",
+        ["doctor", "--kubeconfig", "{kc_exec}"],
+        "--kubeconfig {kc_exec}: the user's exec credential plugin failed: [Errno 2] No such "
+        "file or directory: 'icache-no-such-plugin'",
+    ),
+    (
+        "certs-kubeconfig-dir",
+        ["certs", "--kubeconfig", "{dir}"],
+        "--kubeconfig {dir}: {dir} is a directory, not a kubeconfig file",
+    ),
+    (
+        "manifests-dir-without-rendered",
+        ["manifests", "--manifests-dir", "{empty}"],
+        "--manifests-dir {empty}: no rendered manifests in it (rendered/install.yaml)",
+    ),
     ("certs-days", ["certs", "--days", "0"], "must be at least 1"),
     ("certs-url-base", ["certs", "--url-base", "http://127.0.0.1:1"], "must use https"),
     ("certs-namespace", ["certs", "--namespace", "Bad_NS"], "invalid namespace"),
@@ -354,3 +402,35 @@ def test_a_bad_redis_url_in_the_environment_names_the_variable(
     (line,) = done.stderr.strip().splitlines()
     assert "environment variable ICACHE_REDIS_URL='notaurl'" in line
     assert "not a Redis URL" in line
+
+
+UNREACHABLE = (
+    "apiVersion: v1\nkind: Config\n"
+    'clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]\n'
+    "users: [{name: u, user: {token: abc}}]\n"
+    "contexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n"
+)
+
+
+@pytest.mark.parametrize("command", ["doctor", "certs"])
+def test_an_unreachable_api_server_is_one_line_and_exit_1(tmp_path: Path, command: str) -> None:
+    """A run-time failure: no client-library warnings or retry lines, one error line."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(UNREACHABLE)
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-m", "shared.cli", command, "--kubeconfig", str(kubeconfig)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == 1, (done.returncode, done.stderr)
+    lines = done.stderr.strip().splitlines()
+    assert not [line for line in lines if "urllib3" in line or "Retrying" in line], lines
+    errors = [line for line in lines if "error" in line.lower()]
+    assert len(errors) == 1, lines
+    assert "cannot reach https://127.0.0.1:1: [Errno 111] Connection refused" in errors[0]
+    assert errors[0] == lines[-1]
