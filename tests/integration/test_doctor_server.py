@@ -1046,3 +1046,122 @@ def test_a_forbidden_read_is_a_finding_not_a_crash(
     report = json.loads(done.stdout)
     assert {f["code"] for f in report["findings"]} == {"doctor.ReadForbidden"}
     assert done.returncode == 1  # a check that could not run does not pass a gate
+
+
+# ------------------------------------------------------------------------ the CRD
+
+
+@pytest.fixture(scope="module")
+def crd_plane() -> Iterator[ControlPlane]:
+    """A control plane of this module's own: the CRD checks install another CRD under
+    the one name every other test of the session relies on."""
+    cp = ControlPlane(audit=False)
+    cp.start()
+    try:
+        yield cp
+    finally:
+        cp.stop()
+
+
+CRD_PATH = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{PLURAL}.{GROUP}"
+
+
+def _set_crd(plane: ControlPlane, body: dict[str, Any] | None) -> Kube:
+    """Make the CacheBackend CRD ``body`` (None: no CRD), waiting until the API server
+    has dropped the old one and established the new one."""
+    from shared.kubeclient import ApiError
+
+    kube = Kube(plane.api_client())
+    _delete(kube, CRD_PATH)
+
+    def gone() -> bool:
+        try:
+            kube.request("GET", CRD_PATH)
+        except ApiError as exc:
+            return exc.status == 404
+        return False
+
+    wait_until(gone, timeout=60, interval=0.2, description="the old CRD to be deleted")
+    if body is not None:
+        kube.request("POST", CRD_PATH.rsplit("/", 1)[0], body=body)
+
+        def established() -> bool:
+            conditions = (kube.request("GET", CRD_PATH).get("status") or {}).get("conditions")
+            return any(
+                c_["type"] == "Established" and c_["status"] == "True" for c_ in conditions or []
+            )
+
+        wait_until(established, timeout=60, interval=0.2, description="the CRD to be established")
+    return kube
+
+
+def _diagnose_crd(kube: Kube) -> list[Finding]:
+    return diagnose(ClusterReader(kube), Scope("default")).findings
+
+
+def _our_crd() -> dict[str, Any]:
+    from shared.api.crd import crd
+
+    out: dict[str, Any] = json.loads(json.dumps(crd()))
+    return out
+
+
+def test_a_missing_crd(crd_plane: ControlPlane) -> None:
+    found = _diagnose_crd(_set_crd(crd_plane, None))
+    assert one(found, "install.CRDMissing").object.name == f"{PLURAL}.{GROUP}"
+
+
+def test_a_crd_that_does_not_serve_this_version(crd_plane: ControlPlane) -> None:
+    other = _our_crd()
+    other["spec"]["versions"][0]["name"] = "v1beta9"
+    found = _diagnose_crd(_set_crd(crd_plane, other))
+    assert "v1beta9" in one(found, "install.CRDVersionNotServed").message
+
+
+def test_a_crd_from_another_release(crd_plane: ControlPlane) -> None:
+    other = _our_crd()
+    schema = other["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    schema["properties"]["spec"]["properties"].pop("replicas")
+    found = _diagnose_crd(_set_crd(crd_plane, other))
+    one(found, "install.CRDSchemaDrift")
+    assert "install.CRDVersionNotServed" not in codes(found)
+
+
+def test_a_read_that_fails_is_a_finding(crd_plane: ControlPlane) -> None:
+    """doctor.ReadFailed: the CacheBackend list fails on the API server (500), because
+    the stored objects need a conversion webhook that does not answer."""
+    crd = _our_crd()
+    ours = crd["spec"]["versions"][0]
+    ours["storage"] = False
+    stored = {**json.loads(json.dumps(ours)), "name": "v1beta1", "storage": True}
+    stored["schema"] = {
+        "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    }
+    stored.pop("subresources", None)
+    stored.pop("additionalPrinterColumns", None)
+    crd["spec"]["versions"] = [ours, stored]
+    crd["spec"]["conversion"] = {
+        "strategy": "Webhook",
+        "webhook": {
+            "conversionReviewVersions": ["v1"],
+            "clientConfig": {
+                "url": "https://127.0.0.1:1/convert",
+                "caBundle": _b64(certs.new_ca(_now()).cert_pem),
+            },
+        },
+    }
+    kube = _set_crd(crd_plane, crd)
+    kube.request(
+        "POST",
+        f"/apis/{GROUP}/v1beta1/namespaces/default/{PLURAL}",
+        body={
+            "apiVersion": f"{GROUP}/v1beta1",
+            "kind": "CacheBackend",
+            "metadata": {"name": "stored-in-v1beta1"},
+            "spec": {"runtime": "VLLM"},
+        },
+    )
+    found = _diagnose_crd(kube)
+    failed = one(found, "doctor.ReadFailed")
+    assert failed.object.kind == "CacheBackend"
+    assert "500" in failed.message
