@@ -337,7 +337,7 @@ def _unreachable(exc: BaseException) -> str | None:
     # "HTTPSConnection(host=..., port=...): Failed to establish ...: [Errno 111] ..." ->
     # the part after the last colon that follows the connection's repr.
     reason = re.sub(r"^.*?\): ", "", reason).removeprefix("Failed to establish a new connection: ")
-    return f"cannot reach {url}: {reason.strip(chr(34) + chr(39) + ')')}"
+    return f"cannot reach {url}: {reason}"
 
 
 def quiet_client_libraries() -> None:

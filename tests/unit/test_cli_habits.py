@@ -223,3 +223,25 @@ def test_doctor_output_is_table_or_json_with_text_as_an_alias(given: str, parsed
     assert parser.parse_args(["doctor", "-o", given]).output == parsed
     assert parser.parse_args(["doctor"]).output == "table"
     assert parser.parse_args(["doctor", "-o", "json"]).output == "json"
+
+
+def test_an_unreachable_server_is_described_by_url_and_reason() -> None:
+    """A run-time failure (exit 1) said in words, not as urllib3's pool repr."""
+    import urllib3
+
+    def failure(url: str) -> tuple[int, str]:
+        with pytest.raises(urllib3.exceptions.MaxRetryError) as info:
+            urllib3.PoolManager(retries=urllib3.Retry(0)).request("GET", url)
+        return cli.describe_failure(info.value)
+
+    assert failure("https://127.0.0.1:1/x") == (
+        1,
+        "cannot reach https://127.0.0.1:1: [Errno 111] Connection refused",
+    )
+    code, text = failure("https://no-such-host.invalid/x")
+    assert code == 1
+    # The resolver's own words vary (no DNS at all, or NXDOMAIN); their brackets balance.
+    assert text.startswith(
+        "cannot reach https://no-such-host.invalid:443: Failed to resolve 'no-such-host.invalid' ("
+    )
+    assert text.endswith(")")
