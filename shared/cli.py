@@ -323,7 +323,7 @@ def describe_failure(exc: BaseException) -> tuple[int, str]:
 
 
 def _unreachable(exc: BaseException) -> str | None:
-    """ "cannot reach URL: why" for urllib3's give-up after its retries (the API server
+    """'cannot reach URL: why' for urllib3's give-up after its retries (the API server
     down or unresolvable), instead of the pool's repr; None for anything else."""
     try:
         from urllib3.exceptions import MaxRetryError
@@ -334,8 +334,8 @@ def _unreachable(exc: BaseException) -> str | None:
     pool = exc.pool
     url = f"{pool.scheme}://{pool.host}" + (f":{pool.port}" if pool.port else "")
     reason = one_line(str(exc.reason or exc))
-    # "HTTPSConnection(host=..., port=...): Failed to establish ...: [Errno 111] ..." ->
-    # the part after the last colon that follows the connection's repr.
+    # "HTTPSConnection(host=..., port=...): Failed to establish a new connection: [Errno
+    # 111] Connection refused": without the connection's repr and urllib3's preamble.
     reason = re.sub(r"^.*?\): ", "", reason).removeprefix("Failed to establish a new connection: ")
     return f"cannot reach {url}: {reason}"
 
