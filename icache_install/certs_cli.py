@@ -26,6 +26,7 @@ from typing import Any
 from icache_install import certs
 from shared import cli_types, kubeaccess, redis_auth
 from shared import kubeclient as kc
+from shared.cli import quiet_client_libraries
 from shared.constants import INSTALL_NAMESPACE
 from shared.kubeclient import KubeClient
 
@@ -77,13 +78,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--days",
         type=cli_types.positive_int,
         default=certs.DEFAULT_SERVING_DAYS,
-        help="validity of a newly issued serving certificate (default %(default)s)",
+        help="validity of a newly issued serving certificate (default: %(default)s)",
     )
     parser.add_argument(
         "--ca-days",
         type=cli_types.positive_int,
         default=certs.DEFAULT_CA_DAYS,
-        help="validity of a newly created CA (default %(default)s)",
+        help="validity of a newly created CA (default: %(default)s)",
     )
     parser.add_argument(
         "--rotate-ca",
@@ -113,20 +114,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--mutating-config",
         type=cli_types.optional_dns_subdomain,
         default=DEFAULT_MUTATING_CONFIG,
-        help="MutatingWebhookConfiguration to patch ('' to skip; default %(default)s)",
+        help="MutatingWebhookConfiguration to patch ('' to skip; default: %(default)s)",
     )
     parser.add_argument(
         "--validating-config",
         type=cli_types.optional_dns_subdomain,
         default=DEFAULT_VALIDATING_CONFIG,
-        help="ValidatingWebhookConfiguration to patch ('' to skip; default %(default)s)",
+        help="ValidatingWebhookConfiguration to patch ('' to skip; default: %(default)s)",
     )
     parser.add_argument(
         "--redis-secret",
         type=cli_types.optional_dns_subdomain,
         default=redis_auth.DEFAULT_SECRET,
         help="Secret with the bundled Redis's password: created with a random one when "
-        "missing, never changed ('' to skip; default %(default)s)",
+        "missing, never changed ('' to skip; default: %(default)s)",
     )
     parser.add_argument(
         "--url-base",
@@ -145,7 +146,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--cluster-domain",
         type=cli_types.dns_subdomain,
         default="cluster.local",
-        help="cluster DNS domain (default %(default)s)",
+        help="cluster DNS domain (default: %(default)s)",
     )
     parser.add_argument(
         "--output-dir",
@@ -346,6 +347,7 @@ def reconcile(
 
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="icache certs: %(message)s", stream=sys.stderr)
+    quiet_client_libraries()
     try:
         if args.days < 1 or args.ca_days < 1:
             raise CertsError("--days and --ca-days must be at least 1")

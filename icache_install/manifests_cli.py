@@ -181,7 +181,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--variant",
         choices=sorted(VARIANTS),
         default="default",
-        help="default: certificates from `icache certs`; cert-manager: cert-manager issues them",
+        help="'default': certificates from `icache certs`; 'cert-manager': cert-manager "
+        "issues them",
     )
     parser.add_argument(
         "--manifests-dir",
@@ -207,6 +208,15 @@ def run(args: argparse.Namespace) -> int:
     if args.image_tag == "latest":
         print("icache manifests: warning: 'latest' is not a pinned version", file=sys.stderr)
     root = args.manifests_dir
+    if root is not None and not dist_file(args.variant, root).is_file():
+        # A missing file named on the command line: bad input, exit 2.
+        print(
+            f"icache manifests: error: --manifests-dir {root}: no rendered manifests in it "
+            f"(rendered/{VARIANTS[args.variant][0]}): give the manifests/ directory of a "
+            "checkout, or ICACHE_MANIFESTS_DIR of the worker image",
+            file=sys.stderr,
+        )
+        return 2
     if not args.namespace and not args.image_tag:
         # Nothing to change: the file kustomize wrote, byte for byte.
         try:

@@ -26,7 +26,7 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
         # ICACHE_REDIS_PASSWORD) and the TLS defaults join any URL, and --help shows
         # the URL without the password.
         default=DEFAULT_REDIS_URL,
-        type=redis_url,
+        type=cli_types.checked(redis_url),
         metavar="URL",
         help="Redis URL of the broker and work queue (password from env "
         "ICACHE_REDIS_PASSWORD unless the URL has one)",

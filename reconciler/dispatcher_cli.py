@@ -16,6 +16,7 @@ from reconciler.leader import ElectionSettings
 from reconciler.redis_conn import redis_client
 from reconciler.workqueue import QueueSettings, WorkQueue
 from shared import cli_types, kubeaccess
+from shared.cli import UsageError
 from shared.constants import INSTALL_NAMESPACE
 
 
@@ -85,7 +86,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def check_election(lease_duration: float, renew_deadline: float, retry_period: float) -> None:
+    """The leader-election timings client-go requires: a leader gives up its Lease
+    (renew deadline) before candidates may take it (lease duration), and tries to renew
+    more than once within the deadline (retry period)."""
+    if not renew_deadline < lease_duration:
+        raise UsageError(
+            f"--renew-deadline ({renew_deadline:g}s) must be shorter than --lease-duration "
+            f"({lease_duration:g}s): a leader must step down before another may take over"
+        )
+    if not retry_period < renew_deadline:
+        raise UsageError(
+            f"--retry-period ({retry_period:g}s) must be shorter than --renew-deadline "
+            f"({renew_deadline:g}s): the leader must get to retry a failed renewal"
+        )
+
+
 def run(args: argparse.Namespace) -> int:
+    check_election(args.lease_duration, args.renew_deadline, args.retry_period)
     setup_logging(args.log_level)
     metrics.register(metrics.DISPATCHER)
     queue = WorkQueue(

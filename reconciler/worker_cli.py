@@ -21,6 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_common_arguments(parser)
     parser.add_argument(
         "--server-url",
+        type=cli_types.optional_http_url,
         default="",
         metavar="URL",
         help="cache-index server base URL for /probe; empty turns the functional-probe gate off",

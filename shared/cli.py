@@ -24,8 +24,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from types import ModuleType
 from typing import Any, Final, NoReturn
 
@@ -88,16 +89,21 @@ def _default_text(value: Any) -> str:
     return str(value)
 
 
+# A help that states its default already: "(default: X)" or "(...; default: X)".
+DEFAULT_NOTE: Final = re.compile(r"(\(|; )default: \S")
+
+
 class DefaultsHelpFormatter(argparse.HelpFormatter):
     """Every flag's help ends with its default and, for a long-running process, its
-    environment variable; a help that already says its default is left alone."""
+    environment variable; a help that states its default already (``DEFAULT_NOTE``)
+    keeps its own wording."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help or ""
         if not action.option_strings or action.default is argparse.SUPPRESS:
             return text
         notes = []
-        if "default" not in text.lower():
+        if not DEFAULT_NOTE.search(text):
             notes.append(f"default: {_default_text(action.default)}")
         env = getattr(action, "env_var", None)
         if env:
@@ -246,8 +252,44 @@ def _first_positional(argv: Iterable[str]) -> str | None:
     return None
 
 
+# The flags of `icache` itself, the only ones allowed before the subcommand.
+TOP_LEVEL_FLAGS: Final = frozenset({"-h", "--help", "--version", "--debug"})
+
+
+def _flag_before_subcommand(arguments: Sequence[str]) -> tuple[str, str | None] | None:
+    """The first flag before the subcommand that is not one of icache's own, and the
+    subcommand given after it (None: none given); None when there is no such flag."""
+    flag: str | None = None
+    for arg in arguments:
+        if arg == "--":
+            break
+        if arg in SUBCOMMANDS:
+            return (flag, arg) if flag else None
+        if flag is None and arg.startswith("-") and arg.split("=", 1)[0] not in TOP_LEVEL_FLAGS:
+            flag = arg.split("=", 1)[0]
+    return (flag, None) if flag else None
+
+
+def _misplaced_flag_message(flag: str, command: str | None) -> str:
+    if command is None:
+        return f"{flag} is not a flag of icache; a subcommand's flags go after it (icache --help)"
+    module = _load(command, SUBCOMMANDS[command][0], quiet=True)
+    flags = IcacheParser(prog=f"icache {command}")
+    if module is not None:
+        module.add_arguments(flags)
+    if flag in flags._option_string_actions:
+        return (
+            f"{flag} is a flag of 'icache {command}': give it after the subcommand "
+            f"(icache {command} {flag} ...)"
+        )
+    return f"{flag} is not a flag of icache or of 'icache {command}' (icache {command} --help)"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
+    misplaced = _flag_before_subcommand(arguments)
+    if misplaced is not None:
+        IcacheParser(prog="icache").error(_misplaced_flag_message(*misplaced))
     wanted = _first_positional(arguments)
     parser, module, installed = build_parser(wanted)
     if not installed:
@@ -273,32 +315,54 @@ def describe_failure(exc: BaseException) -> tuple[int, str]:
         return EXIT_USAGE, one_line(str(exc))
     if isinstance(exc, OSError) and exc.filename is not None:
         return EXIT_USAGE, one_line(f"{exc.filename}: {exc.strerror or exc}")
+    unreachable = _unreachable(exc)
+    if unreachable is not None:
+        return EXIT_FAILURE, unreachable
     text = one_line(str(exc))
     return EXIT_FAILURE, f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def _webhook_preflight(args: argparse.Namespace) -> None:
-    """What every webhook worker would find wrong, found once by the parent before it
-    forks them: the TLS flags, and the Kubernetes configuration of live mode."""
-    if not args.insecure and not (args.tls_cert_file and args.tls_key_file):
-        raise UsageError("--tls-cert-file and --tls-key-file are required unless --insecure")
-    if not args.backends_from:
-        from shared.kubeaccess import load_configuration
+def _unreachable(exc: BaseException) -> str | None:
+    """'cannot reach URL: why' for urllib3's give-up after its retries (the API server
+    down or unresolvable), instead of the pool's repr; None for anything else."""
+    try:
+        from urllib3.exceptions import MaxRetryError
+    except ImportError:
+        return None
+    if not isinstance(exc, MaxRetryError) or exc.pool is None:
+        return None
+    pool = exc.pool
+    url = f"{pool.scheme}://{pool.host}" + (f":{pool.port}" if pool.port else "")
+    reason = one_line(str(exc.reason or exc))
+    # "HTTPSConnection(host=..., port=...): Failed to establish a new connection: [Errno
+    # 111] Connection refused": without the connection's repr and urllib3's preamble.
+    reason = re.sub(r"^.*?\): ", "", reason).removeprefix("Failed to establish a new connection: ")
+    return f"cannot reach {url}: {reason}"
 
-        load_configuration(args.kubeconfig)
+
+def quiet_client_libraries() -> None:
+    """For a command that prints its own progress and errors (doctor, certs): the HTTP
+    client's retry warnings and deprecation notices are not for its user; a failure
+    ends as one line (describe_failure) or one finding."""
+    import logging
+    import warnings
+
+    logging.getLogger("urllib3").setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", module="urllib3")
 
 
-# Checks run in the parent before a subcommand's run(), for subcommands that fork.
-PREFLIGHT: Final[dict[str, Callable[[argparse.Namespace], None]]] = {
-    "webhook": _webhook_preflight,
+# Checks run in the parent before a subcommand's run(), for subcommands that fork:
+# subcommand -> module with ``check(args)`` (loaded by name, as the subcommands are).
+PREFLIGHT: Final[dict[str, str]] = {
+    "webhook": "webhook_svc.preflight",
 }
 
 
 def run_command(module: ModuleType, args: argparse.Namespace) -> int:
     try:
-        check = PREFLIGHT.get(args.command)
-        if check is not None:
-            check(args)
+        preflight = PREFLIGHT.get(args.command)
+        if preflight is not None:
+            importlib.import_module(preflight).check(args)
         rc: int = module.run(args)
     except KeyboardInterrupt:
         print(f"icache {args.command}: interrupted", file=sys.stderr)
@@ -332,4 +396,8 @@ def _load(name: str, module_name: str, *, quiet: bool = False) -> ModuleType | N
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # `python -m shared.cli`: run the imported module, not this __main__ copy, so the
+    # UsageError other modules raise is the class describe_failure knows.
+    from shared import cli
+
+    sys.exit(cli.main())

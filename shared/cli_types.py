@@ -15,6 +15,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Final, TypeVar
+from urllib.parse import urlsplit
 
 T = TypeVar("T")
 
@@ -110,6 +111,25 @@ def non_negative_float(value: str) -> float:
     if not number >= 0:
         raise argparse.ArgumentTypeError(f"{value!r} must not be negative")
     return number
+
+
+def http_url(value: str) -> str:
+    """An http:// or https:// URL with a host (and a numeric port, if any)."""
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - urlsplit checks the port when it is read
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a URL: {exc}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not an http:// or https:// URL (e.g. http://server:8080)"
+        )
+    return value
+
+
+def optional_http_url(value: str) -> str:
+    """An http(s) URL, or '' (the feature it configures is off)."""
+    return value if value == "" else http_url(value)
 
 
 def existing_file(value: str) -> Path:

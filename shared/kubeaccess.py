@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
+from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
     from kubernetes.aio.client import ApiClient as AsyncApiClient
@@ -213,7 +214,13 @@ def _from_kubeconfig(paths: str, context: str | None, source: str, tried: list[s
     import yaml
     from kubernetes.config import ConfigException, load_kube_config
 
-    missing = [p for p in paths.split(os.pathsep) if p and not Path(p).expanduser().is_file()]
+    listed = [p for p in paths.split(os.pathsep) if p]
+    folders = [p for p in listed if Path(p).expanduser().is_dir()]
+    if folders:
+        raise KubeConfigError(
+            tried, f"{source}: {', '.join(folders)} is a directory, not a kubeconfig file"
+        )
+    missing = [p for p in listed if not Path(p).expanduser().is_file()]
     if missing:
         raise KubeConfigError(tried, f"{source}: {', '.join(missing)} does not exist")
     for path in paths.split(os.pathsep):
@@ -223,13 +230,45 @@ def _from_kubeconfig(paths: str, context: str | None, source: str, tried: list[s
                 where = source if path == paths else f"{source}: {path}"
                 raise KubeConfigError(tried, f"{where}: {shape}")
     configuration = _new_configuration()
+    # The client reports a failed exec credential plugin only by logging it (on the
+    # root logger) and goes on without credentials: caught here, it is what it is, a
+    # kubeconfig that cannot work.
+    plugin_errors = _ClientErrors()
+    root = logging.getLogger()
+    root.addHandler(plugin_errors)
     try:
         load_kube_config(config_file=paths, context=context, client_configuration=configuration)
     except (ConfigException, OSError, ValueError, KeyError, TypeError, yaml.YAMLError) as exc:
         # The client raises bare KeyError/TypeError on malformed files, and PyYAML's
         # errors on a file that is not YAML.
         raise KubeConfigError(tried, f"{source}: {_describe(exc)}") from exc
+    finally:
+        root.removeHandler(plugin_errors)
+    if plugin_errors.messages:
+        raise KubeConfigError(
+            tried,
+            f"{source}: the user's exec credential plugin failed: {plugin_errors.messages[0]}",
+        )
+    scheme = urlsplit(str(configuration.host)).scheme
+    if scheme not in ("http", "https"):
+        raise KubeConfigError(
+            tried,
+            f"{source}: the cluster's server {configuration.host!r} is not an http:// or "
+            "https:// URL",
+        )
     return Loaded(configuration, source)
+
+
+class _ClientErrors(logging.Handler):
+    """The error records the official client's kubeconfig loader logs while loading."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.name == "root" and record.module == "kube_config":
+            self.messages.append(" ".join(record.getMessage().split()))
 
 
 def _incluster_absent(serviceaccount_dir: Path) -> str | None:

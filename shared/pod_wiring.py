@@ -131,7 +131,11 @@ class BindingError(Exception):
 
 
 def _annotations(pod: dict[str, Any]) -> dict[str, str]:
-    return dict((pod.get("metadata") or {}).get("annotations") or {})
+    """The pod's annotations; none when metadata or annotations is not a mapping (the
+    API server never admits such a pod; offline callers report it before wiring)."""
+    metadata = pod.get("metadata")
+    annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
+    return dict(annotations) if isinstance(annotations, dict) else {}
 
 
 def _set_annotations(pod: dict[str, Any], annotations: dict[str, str]) -> None:

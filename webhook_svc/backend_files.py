@@ -15,6 +15,7 @@ value) stays the string it was written as instead of turning into a YAML 1.1 boo
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -53,13 +54,83 @@ def _is_cache_backend(doc: Any) -> bool:
     )
 
 
+def parse_text(text: str, source: str) -> list[Any]:
+    """The documents of one file's text, as the API server's clients read them: JSON when
+    the text starts with ``{`` or ``[`` (JSON with tabs is not YAML), else YAML 1.2
+    documents. ``BackendFileError`` with one line naming ``source`` and the line when the
+    text is neither, or when a YAML alias refers to a node that contains it (a cycle,
+    which Kubernetes' YAML reader refuses too)."""
+    try:
+        docs = _parsed(text, source)
+    except RecursionError:
+        raise BackendFileError(f"{source}: nested too deeply to read") from None
+    for index, doc in enumerate(docs, 1):
+        if _has_cycle(doc):
+            raise BackendFileError(
+                f"{source}, document {index}: a YAML alias refers to a node that contains it"
+            )
+    return docs
+
+
+def _parsed(text: str, source: str) -> list[Any]:
+    stripped = text.lstrip("\ufeff \t\r\n")
+    if stripped[:1] in ("{", "["):
+        try:
+            return [json.loads(stripped)]
+        except json.JSONDecodeError as exc:
+            if "\t" in text:  # YAML cannot read it either: say what JSON found
+                raise BackendFileError(
+                    f"{source}: not JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}"
+                ) from None
+            # YAML flow style ({a: b}) starts the same way: fall through to YAML.
+    try:
+        return list(yaml.load_all(text, Loader=_Yaml12Loader))
+    except yaml.YAMLError as exc:
+        raise BackendFileError(f"{source}: not YAML: {_yaml_problem(exc)}") from None
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """PyYAML's error in one line: the problem and where (1-based line and column)."""
+    if isinstance(exc, yaml.MarkedYAMLError):
+        mark = exc.problem_mark or exc.context_mark
+        what = exc.problem or exc.context or "invalid"
+        if mark is not None:
+            return f"{what} at line {mark.line + 1}, column {mark.column + 1}"
+        return str(what)
+    return " ".join(str(exc).split())
+
+
+def _has_cycle(root: Any) -> bool:
+    """Whether a list or mapping contains itself (built by a YAML alias to an enclosing
+    anchor). Depth-first without recursion, so depth cannot exhaust the stack, and each
+    node shared by several aliases is walked once."""
+    done: set[int] = set()
+    on_path: set[int] = set()
+    stack: list[tuple[Any, bool]] = [(root, False)]
+    while stack:
+        node, leaving = stack.pop()
+        if leaving:
+            on_path.discard(id(node))
+            done.add(id(node))
+            continue
+        if not isinstance(node, dict | list) or id(node) in done:
+            continue
+        if id(node) in on_path:
+            return True
+        on_path.add(id(node))
+        stack.append((node, True))
+        children = node.values() if isinstance(node, dict) else node
+        stack.extend((child, False) for child in children)
+    return False
+
+
 def _documents(path: Path) -> list[Any]:
     try:
-        docs = list(yaml.load_all(path.read_text(encoding="utf-8"), Loader=_Yaml12Loader))
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise BackendFileError(f"{path}: {exc}") from exc
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BackendFileError(f"{path}: cannot read it: {exc}") from exc
     out: list[Any] = []
-    for doc in docs:
+    for doc in parse_text(text, str(path)):
         if isinstance(doc, list):
             out.extend(doc)
         elif (

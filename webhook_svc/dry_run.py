@@ -150,6 +150,57 @@ def is_workload(doc: Document) -> bool:
     return isinstance(doc.body, dict) and (doc.kind == "Pod" or doc.kind in TEMPLATE_PATHS)
 
 
+def _kind_of(value: Any) -> str:
+    """``value``'s JSON type, with its article, for messages."""
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    return type(value).__name__
+
+
+def _mapping(node: Any, path: str) -> dict[str, Any] | None:
+    """``node`` when it is a mapping, None when absent or null; else InputError naming
+    ``path`` (the API server would refuse to decode the object)."""
+    if node is None:
+        return None
+    if not isinstance(node, dict):
+        raise InputError(f"{path} must be a mapping, not {_kind_of(node)}")
+    return node
+
+
+def check_shape(manifest: dict[str, Any]) -> None:
+    """The parts admission reads are mappings: the metadata (its labels and
+    annotations) and spec of the Pod, or of the workload's pod template and the path to
+    it. InputError naming the field otherwise."""
+    _mapping(manifest.get("metadata"), "metadata")
+    kind = str(manifest.get("kind"))
+    prefix = ""
+    if kind != "Pod":
+        path = TEMPLATE_PATHS[kind]
+        for depth in range(1, len(path) + 1):
+            _mapping(_lookup(manifest, path[:depth]), ".".join(path[:depth]))
+        prefix = ".".join(path) + "."
+    for field in ("metadata", "spec"):
+        node = _mapping(_lookup(manifest, (*prefix.split(".")[:-1], field)), prefix + field)
+        if node is not None and field == "metadata":
+            for key in ("labels", "annotations"):
+                _mapping(node.get(key), f"{prefix}metadata.{key}")
+
+
+def _lookup(manifest: dict[str, Any], path: tuple[str, ...]) -> Any:
+    node: Any = manifest
+    for key in path:
+        node = node.get(key) if isinstance(node, dict) else None
+    return node
+
+
 def _template(manifest: dict[str, Any]) -> dict[str, Any]:
     node: Any = manifest
     for key in TEMPLATE_PATHS[str(manifest["kind"])]:
@@ -210,6 +261,7 @@ def _with_namespace(backends: list[dict[str, Any]], namespace: str) -> list[dict
 def admit(
     manifest: dict[str, Any], backends: list[dict[str, Any]], ctx: InjectContext, namespace: str
 ) -> tuple[dict[str, Any], WiringResult]:
+    check_shape(manifest)
     pod = pod_of(manifest, namespace)
     return pod, wire_pod(pod, _with_namespace(backends, namespace), ctx, namespace=namespace)
 

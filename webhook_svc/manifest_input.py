@@ -16,9 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-import yaml
-
-from webhook_svc.backend_files import SUFFIXES, _Yaml12Loader
+from webhook_svc.backend_files import SUFFIXES, BackendFileError, parse_text
 
 STDIN: Final = "-"
 
@@ -58,9 +56,9 @@ class Document:
 def parse_documents(text: str, source: str) -> list[Document]:
     """The documents of one file's text (empty documents dropped, lists unpacked)."""
     try:
-        raw = list(yaml.load_all(text, Loader=_Yaml12Loader))
-    except yaml.YAMLError as exc:
-        raise InputError(f"{source}: not YAML: {' '.join(str(exc).split())}") from exc
+        raw = parse_text(text, source)
+    except BackendFileError as exc:
+        raise InputError(str(exc)) from None
     out: list[Document] = []
     for doc in raw:
         for item in _unpacked(doc):

@@ -1,6 +1,6 @@
 """`icache doctor`: read-only checks of the install, the CacheBackends and their engine pods.
 
-    icache doctor [--namespace NS | -A] [-o text|json] [--kubeconfig F] [--context C]
+    icache doctor [--namespace NS | -A] [-o table|json] [--kubeconfig F] [--context C]
 
 It only ever GETs (icache_install/doctor/reader.py has no other verb). Every finding
 has a stable code, a severity, the object and a next step (docs/doctor.md). Exit code
@@ -19,9 +19,17 @@ from icache_install.doctor.install import InstallNames
 from icache_install.doctor.reader import ClusterReader
 from icache_install.doctor.render import json_report, text_report
 from shared import cli_types, kubeaccess
+from shared.cli import quiet_client_libraries
 from shared.constants import INSTALL_NAMESPACE
 
 DEFAULTS = InstallNames()
+OUTPUTS = ("table", "json")
+# Earlier spellings of an output format, still accepted.
+OUTPUT_ALIASES = {"text": "table"}
+
+
+def output_format(value: str) -> str:
+    return OUTPUT_ALIASES.get(value, value)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -40,19 +48,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="check every namespace (default: off)",
     )
     parser.add_argument(
-        "-o", "--output", choices=("text", "json"), default="text", help="output format"
+        "-o",
+        "--output",
+        type=output_format,
+        choices=OUTPUTS,
+        default="table",
+        help="table: like kubectl describe ('text' is an alias); json: the report of "
+        "docs/doctor.md",
     )
     parser.add_argument(
         "-v",
         "--verbose",
         action="store_true",
-        help="text output: show info findings too (wired pods, healthy conditions; default: off)",
+        help="table output: show info findings too (wired pods, healthy conditions; default: off)",
     )
     parser.add_argument(
         "--color",
         choices=("auto", "always", "never"),
         default="auto",
-        help="colour the text output: auto colours on a terminal unless NO_COLOR is set",
+        help="colour the table output: auto colours on a terminal unless NO_COLOR is set",
     )
     kubeaccess.add_kubeconfig_argument(parser)
     parser.add_argument(
@@ -87,6 +101,47 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="Secret with the bundled Redis's password ('' for an external Redis without one)",
     )
+    parser.add_argument(
+        "--tls-secret",
+        type=cli_types.dns_subdomain,
+        default=DEFAULTS.tls_secret,
+        metavar="NAME",
+        help="the webhook's kubernetes.io/tls Secret (icache certs --secret)",
+    )
+    parser.add_argument(
+        "--lease-name",
+        type=cli_types.dns_subdomain,
+        default=DEFAULTS.lease,
+        metavar="NAME",
+        help="the dispatcher's leader-election Lease (icache dispatcher --lease-name)",
+    )
+    for role, default in (
+        ("webhook", DEFAULTS.webhook_deployment),
+        ("dispatcher", DEFAULTS.dispatcher_deployment),
+        ("worker", DEFAULTS.worker_deployment),
+    ):
+        parser.add_argument(
+            f"--{role}-deployment",
+            type=cli_types.dns_subdomain,
+            default=default,
+            metavar="NAME",
+            help=f"the {role} Deployment of the install",
+        )
+
+
+def install_names(args: argparse.Namespace) -> InstallNames:
+    """Where the install's objects are, from the flags."""
+    return InstallNames(
+        namespace=args.install_namespace,
+        mutating_config=args.mutating_config,
+        validating_config=args.validating_config,
+        tls_secret=args.tls_secret,
+        redis_secret=args.redis_secret,
+        lease=args.lease_name,
+        webhook_deployment=args.webhook_deployment,
+        dispatcher_deployment=args.dispatcher_deployment,
+        worker_deployment=args.worker_deployment,
+    )
 
 
 def _context_namespace(kubeconfig: str | None, context: str | None) -> str:
@@ -113,17 +168,13 @@ def use_colour(choice: str) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
+    quiet_client_libraries()
     namespace = (
         None
         if args.all_namespaces
         else (args.namespace or _context_namespace(args.kubeconfig, args.context))
     )
-    names = InstallNames(
-        namespace=args.install_namespace,
-        mutating_config=args.mutating_config,
-        validating_config=args.validating_config,
-        redis_secret=args.redis_secret,
-    )
+    names = install_names(args)
     kube = kubeaccess.connect(args.kubeconfig, context=args.context, timeout=15.0)
     try:
         reader = ClusterReader(kube)

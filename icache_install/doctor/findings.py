@@ -75,11 +75,16 @@ CODES: Final[dict[str, tuple[Severity, str]]] = {
     ),
     "install.WebhookConfigMissing": (Severity.ERROR, "a webhook configuration is missing"),
     "install.WebhookMissing": (Severity.ERROR, "a webhook is missing from its configuration"),
-    "install.WebhookFailurePolicy": (Severity.ERROR, "a webhook's failurePolicy is not ours"),
+    "install.WebhookFailurePolicy": (
+        Severity.ERROR,
+        "a webhook's failurePolicy is not the install's: the Pod webhook fails closed, or a "
+        "CacheBackend webhook fails open",
+    ),
     "install.WebhookTimeout": (Severity.WARNING, "a webhook's timeoutSeconds is unsafe"),
     "install.WebhookNamespaceSelector": (
         Severity.ERROR,
-        "the Pod webhook does not exclude the install namespace and kube-system",
+        "the Pod webhook does not exclude the install namespace and kube-system, or a "
+        "CacheBackend webhook leaves other namespaces out",
     ),
     "install.CABundleMissing": (Severity.ERROR, "a webhook has no caBundle"),
     "install.CABundleInvalid": (Severity.ERROR, "a caBundle is not PEM certificates"),
@@ -167,14 +172,8 @@ CODES: Final[dict[str, tuple[Severity, str]]] = {
 
 
 def finding(
-    code: str,
-    obj: ObjectRef,
-    message: str,
-    next_step: str = "",
-    *,
-    severity: Severity | None = None,
-    **details: Any,
+    code: str, obj: ObjectRef, message: str, next_step: str = "", **details: Any
 ) -> Finding:
-    """A finding of a catalogued code, at the code's severity unless given."""
-    default, _ = CODES[code]
-    return Finding(code, severity or default, obj, message, next_step, dict(details))
+    """A finding of a catalogued code, at the code's severity: one severity per code."""
+    severity, _ = CODES[code]
+    return Finding(code, severity, obj, message, next_step, dict(details))

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 
-from icache_install.doctor.findings import Finding, ObjectRef, Severity, finding
+from icache_install.doctor.findings import Finding, ObjectRef, finding
 from shared import constants as c
 from shared import redis_auth
 from shared.api.crd import crd as generated_crd
@@ -25,6 +25,10 @@ EXPIRY_WARNING: Final = dt.timedelta(days=14)
 # the webhook's --backend-list-timeout (2 s by default).
 MIN_POD_TIMEOUT_SECONDS: Final = 3
 MAX_POD_TIMEOUT_SECONDS: Final = 10
+# A CacheBackend write may need two SubjectAccessReviews of up to 3 s each.
+MIN_BACKEND_TIMEOUT_SECONDS: Final = 7
+MAX_TIMEOUT_SECONDS: Final = 30  # the API server's own limit
+API_SERVER_DEFAULT_TIMEOUT_SECONDS: Final = 10
 CRD_NAME: Final = f"{c.PLURAL}.{c.GROUP}"
 NAME_LABEL: Final = "kubernetes.io/metadata.name"
 
@@ -203,7 +207,7 @@ def _check_webhook(
         why = (
             "a Pod webhook that fails closed blocks every engine pod whenever the webhook is down"
             if expected.intercepts_pods
-            else "invalid CacheBackends are admitted whenever the webhook is down"
+            else "CacheBackends are stored undefaulted and unvalidated whenever the webhook is down"
         )
         out.append(
             finding(
@@ -212,43 +216,96 @@ def _check_webhook(
                 f"webhook {expected.name} has failurePolicy {policy}, not "
                 f"{expected.failure_policy}: {why}",
                 f"set failurePolicy: {expected.failure_policy} (re-apply the install manifests)",
-                severity=Severity.ERROR if expected.intercepts_pods else Severity.WARNING,
                 webhook=expected.name,
             )
         )
-    timeout = hook.get("timeoutSeconds")
-    if expected.intercepts_pods and (
-        timeout is None or not MIN_POD_TIMEOUT_SECONDS <= int(timeout) <= MAX_POD_TIMEOUT_SECONDS
-    ):
-        shown = "unset (the API server's 10s)" if timeout is None else f"{timeout}s"
-        out.append(
-            finding(
-                "install.WebhookTimeout",
-                ref,
-                f"webhook {expected.name} has timeoutSeconds {shown}: it must leave the webhook "
-                f"time for its CacheBackend list (>= {MIN_POD_TIMEOUT_SECONDS}s) and not hold "
-                f"pod creation long (<= {MAX_POD_TIMEOUT_SECONDS}s; the install sets 5)",
-                "set timeoutSeconds: 5",
-                webhook=expected.name,
-            )
-        )
-    if expected.intercepts_pods:
-        missing = _selector_excludes(
-            hook.get("namespaceSelector"), [names.namespace, "kube-system"]
-        )
-        if missing:
-            out.append(
-                finding(
-                    "install.WebhookNamespaceSelector",
-                    ref,
-                    f"webhook {expected.name}'s namespaceSelector does not exclude "
-                    f"{', '.join(missing)}: the webhook's own pods and system pods go through it",
-                    f"add to namespaceSelector.matchExpressions: {{key: {NAME_LABEL}, operator: "
-                    f"NotIn, values: [{names.namespace}, kube-system]}}",
-                    webhook=expected.name,
-                )
-            )
+    out += _check_timeout(expected, hook.get("timeoutSeconds"), ref)
+    out += _check_namespace_selector(expected, hook.get("namespaceSelector"), ref, names)
     return out
+
+
+def _check_timeout(expected: ExpectedWebhook, timeout: Any, ref: ObjectRef) -> list[Finding]:
+    if expected.intercepts_pods:
+        low, high, install_value = MIN_POD_TIMEOUT_SECONDS, MAX_POD_TIMEOUT_SECONDS, 5
+        why = (
+            f"it must leave the webhook time for its CacheBackend list (>= {low}s) and not hold "
+            f"pod creation long (<= {high}s; the install sets {install_value})"
+        )
+    else:
+        low, high, install_value = MIN_BACKEND_TIMEOUT_SECONDS, MAX_TIMEOUT_SECONDS, 10
+        why = (
+            f"a CacheBackend write may wait for two 3 s access reviews (>= {low}s; the install "
+            f"sets {install_value})"
+        )
+    # Unset is the API server's default, 10 s (a stored v1 configuration always has it).
+    effective = API_SERVER_DEFAULT_TIMEOUT_SECONDS if timeout is None else timeout
+    if isinstance(effective, int) and low <= effective <= high:
+        return []
+    shown = f"unset (the API server's {effective}s)" if timeout is None else f"{timeout}s"
+    return [
+        finding(
+            "install.WebhookTimeout",
+            ref,
+            f"webhook {expected.name} has timeoutSeconds {shown}: {why}",
+            f"set timeoutSeconds: {install_value}",
+            webhook=expected.name,
+        )
+    ]
+
+
+def _check_namespace_selector(
+    expected: ExpectedWebhook, selector: Any, ref: ObjectRef, names: InstallNames
+) -> list[Finding]:
+    skippable = [names.namespace, "kube-system"]
+    if expected.intercepts_pods:
+        missing = _selector_excludes(selector, skippable)
+        if not missing:
+            return []
+        return [
+            finding(
+                "install.WebhookNamespaceSelector",
+                ref,
+                f"webhook {expected.name}'s namespaceSelector does not exclude "
+                f"{', '.join(missing)}: the webhook's own pods and system pods go through it",
+                f"add to namespaceSelector.matchExpressions: {{key: {NAME_LABEL}, operator: "
+                f"NotIn, values: [{names.namespace}, kube-system]}}",
+                webhook=expected.name,
+            )
+        ]
+    # A CacheBackend webhook needs no selector (its own pods are not CacheBackends); one
+    # may skip the install namespace and kube-system, but anything narrower lets the
+    # CacheBackends of the namespaces it leaves out past defaulting and validation.
+    if _selects_all_but(selector, skippable):
+        return []
+    return [
+        finding(
+            "install.WebhookNamespaceSelector",
+            ref,
+            f"webhook {expected.name}'s namespaceSelector leaves namespaces out: their "
+            "CacheBackends are stored undefaulted and unvalidated",
+            "remove the namespaceSelector (re-apply the install manifests); at most exclude "
+            f"{names.namespace} and kube-system",
+            webhook=expected.name,
+        )
+    ]
+
+
+def _selects_all_but(selector: Any, allowed: Sequence[str]) -> bool:
+    """Whether ``selector`` selects every namespace except, at most, ``allowed``: absent,
+    empty, or only ``kubernetes.io/metadata.name NotIn`` a subset of ``allowed``."""
+    if not selector:
+        return True
+    if not isinstance(selector, Mapping) or selector.get("matchLabels"):
+        return False
+    for expr in selector.get("matchExpressions") or []:
+        if not (
+            isinstance(expr, Mapping)
+            and expr.get("key") == NAME_LABEL
+            and expr.get("operator") == "NotIn"
+            and set(expr.get("values") or []) <= set(allowed)
+        ):
+            return False
+    return True
 
 
 # --------------------------------------------------------------- certificates

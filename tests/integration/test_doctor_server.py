@@ -4,8 +4,9 @@ Each test builds an install (CRD, webhook configurations, TLS and Redis Secrets,
 three Deployments with their status, the dispatcher Lease) in a namespace of its own,
 healthy except for what it breaks, plus CacheBackends and engine pods in an app
 namespace, and requires the finding (code, severity, object) and the exit code. The
-webhook configurations select no namespace, so they change nothing for the session's
-other tests. A last test runs the command as a user RBAC allows only get/list/watch,
+webhook configurations select no object (the CacheBackend webhooks by objectSelector,
+which the doctor does not judge; the Pod webhook by a namespace label no namespace has),
+so they change nothing for the session's other tests. A last test runs the command as a user RBAC allows only get/list/watch,
 and counts the writes the API server received from it: none.
 """
 
@@ -17,6 +18,7 @@ import json
 import subprocess
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +38,6 @@ from tests.kube_helpers import create_namespace
 from tests.webhook_process import ICACHE
 
 GROUP, VERSION, PLURAL = "inferencecache.io", "v1alpha1", "cachebackends"
-# Codes whose severity depends on the case (a CacheBackend webhook failing open is a
-# warning, the Pod webhook failing closed an error).
-VARIABLE_SEVERITY = {"install.WebhookFailurePolicy"}
 NEVER = {"inferencecache.io/doctor-test": "never-matches"}
 
 
@@ -68,6 +67,7 @@ class Install:
         ca_age_days: int = 0,
         ca_days: int = 365,
         hosts: tuple[str, ...] = ("127.0.0.1",),
+        renamed: bool = False,
     ) -> None:
         self.api = api
         self.kube = Kube(api)
@@ -78,6 +78,16 @@ class Install:
             mutating_config=f"doctor-mutating-{tag}",
             validating_config=f"doctor-validating-{tag}",
         )
+        if renamed:  # every object under a name of its own, none of manifests/'s
+            self.names = replace(
+                self.names,
+                tls_secret=f"tls-{tag}",
+                redis_secret=f"redis-{tag}",
+                lease=f"lease-{tag}",
+                webhook_deployment=f"wh-{tag}",
+                dispatcher_deployment=f"disp-{tag}",
+                worker_deployment=f"work-{tag}",
+            )
         now = _now() - dt.timedelta(days=ca_age_days)
         self.ca = certs.new_ca(now, days=ca_days)
         self.serving = certs.issue_serving(self.ca, list(hosts), now, days=ca_days)
@@ -102,7 +112,7 @@ class Install:
                 "sideEffects": "None",
                 "admissionReviewVersions": ["v1"],
                 "timeoutSeconds": timeout,
-                "namespaceSelector": {"matchLabels": NEVER},
+                "objectSelector": {"matchLabels": NEVER},
                 **extra,
             }
 
@@ -115,6 +125,7 @@ class Install:
                 "resources": ["pods"],
             }
         ]
+        pod_hook.pop("objectSelector")
         pod_hook["namespaceSelector"] = {
             "matchLabels": NEVER,
             "matchExpressions": [
@@ -279,7 +290,11 @@ def make_install(
     def make(**kwargs: Any) -> Install:
         install = Install(
             kube_api_client,
-            **{k: kwargs.pop(k) for k in ("ca_age_days", "ca_days", "hosts") if k in kwargs},
+            **{
+                k: kwargs.pop(k)
+                for k in ("ca_age_days", "ca_days", "hosts", "renamed")
+                if k in kwargs
+            },
         )
         made.append(install)
         return install.create(**kwargs)
@@ -305,7 +320,7 @@ def codes(findings: list[Finding]) -> set[str]:
 def one(findings: list[Finding], code: str) -> Finding:
     matching = [f for f in findings if f.code == code]
     assert len(matching) == 1, (code, [(f.code, f.message) for f in findings])
-    if code in CODES and code not in VARIABLE_SEVERITY:
+    if code in CODES:
         assert matching[0].severity == CODES[code][0], matching[0]
     return matching[0]
 
@@ -481,6 +496,86 @@ def test_a_pod_webhook_that_is_not_ours(
         assert "mpod.inferencecache.io" in finding.message
     finally:
         install.close()
+
+
+def _edit_backend_hook(install: Install, **changes: Any) -> dict[str, Any]:
+    _, validating = install.webhooks()
+    validating["webhooks"][0].update(changes)
+    return validating
+
+
+@pytest.mark.parametrize(
+    ("changes", "code"),
+    [
+        ({"failurePolicy": "Ignore"}, "install.WebhookFailurePolicy"),
+        ({"timeoutSeconds": 2}, "install.WebhookTimeout"),
+        ({"namespaceSelector": {"matchLabels": NEVER}}, "install.WebhookNamespaceSelector"),
+    ],
+)
+def test_a_cachebackend_webhook_that_is_not_ours(
+    kube_api_client: client.ApiClient,
+    cachebackend_crd: dict[str, Any],
+    app_ns: str,
+    changes: dict[str, Any],
+    code: str,
+) -> None:
+    """The ValidatingWebhookConfiguration is checked like the Pod webhook: failurePolicy,
+    timeoutSeconds, namespaceSelector; each code at its one severity."""
+    install = Install(kube_api_client)
+    try:
+        install.create(validating=_edit_backend_hook(install, **changes))
+        found = run_doctor(kube_api_client, install, app_ns)
+        finding = one(found, code)
+        assert finding.object.name == install.names.validating_config
+        assert "vcachebackend.inferencecache.io" in finding.message
+    finally:
+        install.close()
+
+
+def test_an_install_under_other_names_is_checked_under_them(
+    control_plane: ControlPlane, make_install: Any, app_ns: str
+) -> None:
+    """icache certs --secret, dispatcher --lease-name, renamed Deployments: the flags
+    point the doctor at them, and it finds nothing missing."""
+    install = make_install(renamed=True)
+    names = install.names
+    done = subprocess.run(
+        [
+            ICACHE,
+            "doctor",
+            "--kubeconfig",
+            str(control_plane.kubeconfig_path),
+            "-n",
+            app_ns,
+            "-o",
+            "json",
+            "--install-namespace",
+            names.namespace,
+            "--mutating-config",
+            names.mutating_config,
+            "--validating-config",
+            names.validating_config,
+            "--tls-secret",
+            names.tls_secret,
+            "--redis-secret",
+            names.redis_secret,
+            "--lease-name",
+            names.lease,
+            "--webhook-deployment",
+            names.webhook_deployment,
+            "--dispatcher-deployment",
+            names.dispatcher_deployment,
+            "--worker-deployment",
+            names.worker_deployment,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    assert report["summary"]["error"] == 0, report["findings"]
 
 
 def test_a_webhook_missing_from_its_configuration(
@@ -951,3 +1046,122 @@ def test_a_forbidden_read_is_a_finding_not_a_crash(
     report = json.loads(done.stdout)
     assert {f["code"] for f in report["findings"]} == {"doctor.ReadForbidden"}
     assert done.returncode == 1  # a check that could not run does not pass a gate
+
+
+# ------------------------------------------------------------------------ the CRD
+
+
+@pytest.fixture(scope="module")
+def crd_plane() -> Iterator[ControlPlane]:
+    """A control plane of this module's own: the CRD checks install another CRD under
+    the one name every other test of the session relies on."""
+    cp = ControlPlane(audit=False)
+    cp.start()
+    try:
+        yield cp
+    finally:
+        cp.stop()
+
+
+CRD_PATH = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{PLURAL}.{GROUP}"
+
+
+def _set_crd(plane: ControlPlane, body: dict[str, Any] | None) -> Kube:
+    """Make the CacheBackend CRD ``body`` (None: no CRD), waiting until the API server
+    has dropped the old one and established the new one."""
+    from shared.kubeclient import ApiError
+
+    kube = Kube(plane.api_client())
+    _delete(kube, CRD_PATH)
+
+    def gone() -> bool:
+        try:
+            kube.request("GET", CRD_PATH)
+        except ApiError as exc:
+            return exc.status == 404
+        return False
+
+    wait_until(gone, timeout=60, interval=0.2, description="the old CRD to be deleted")
+    if body is not None:
+        kube.request("POST", CRD_PATH.rsplit("/", 1)[0], body=body)
+
+        def established() -> bool:
+            conditions = (kube.request("GET", CRD_PATH).get("status") or {}).get("conditions")
+            return any(
+                c_["type"] == "Established" and c_["status"] == "True" for c_ in conditions or []
+            )
+
+        wait_until(established, timeout=60, interval=0.2, description="the CRD to be established")
+    return kube
+
+
+def _diagnose_crd(kube: Kube) -> list[Finding]:
+    return diagnose(ClusterReader(kube), Scope("default")).findings
+
+
+def _our_crd() -> dict[str, Any]:
+    from shared.api.crd import crd
+
+    out: dict[str, Any] = json.loads(json.dumps(crd()))
+    return out
+
+
+def test_a_missing_crd(crd_plane: ControlPlane) -> None:
+    found = _diagnose_crd(_set_crd(crd_plane, None))
+    assert one(found, "install.CRDMissing").object.name == f"{PLURAL}.{GROUP}"
+
+
+def test_a_crd_that_does_not_serve_this_version(crd_plane: ControlPlane) -> None:
+    other = _our_crd()
+    other["spec"]["versions"][0]["name"] = "v1beta9"
+    found = _diagnose_crd(_set_crd(crd_plane, other))
+    assert "v1beta9" in one(found, "install.CRDVersionNotServed").message
+
+
+def test_a_crd_from_another_release(crd_plane: ControlPlane) -> None:
+    other = _our_crd()
+    schema = other["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    schema["properties"]["spec"]["properties"].pop("replicas")
+    found = _diagnose_crd(_set_crd(crd_plane, other))
+    one(found, "install.CRDSchemaDrift")
+    assert "install.CRDVersionNotServed" not in codes(found)
+
+
+def test_a_read_that_fails_is_a_finding(crd_plane: ControlPlane) -> None:
+    """doctor.ReadFailed: the CacheBackend list fails on the API server (500), because
+    the stored objects need a conversion webhook that does not answer."""
+    crd = _our_crd()
+    ours = crd["spec"]["versions"][0]
+    ours["storage"] = False
+    stored = {**json.loads(json.dumps(ours)), "name": "v1beta1", "storage": True}
+    stored["schema"] = {
+        "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    }
+    stored.pop("subresources", None)
+    stored.pop("additionalPrinterColumns", None)
+    crd["spec"]["versions"] = [ours, stored]
+    crd["spec"]["conversion"] = {
+        "strategy": "Webhook",
+        "webhook": {
+            "conversionReviewVersions": ["v1"],
+            "clientConfig": {
+                "url": "https://127.0.0.1:1/convert",
+                "caBundle": _b64(certs.new_ca(_now()).cert_pem),
+            },
+        },
+    }
+    kube = _set_crd(crd_plane, crd)
+    kube.request(
+        "POST",
+        f"/apis/{GROUP}/v1beta1/namespaces/default/{PLURAL}",
+        body={
+            "apiVersion": f"{GROUP}/v1beta1",
+            "kind": "CacheBackend",
+            "metadata": {"name": "stored-in-v1beta1"},
+            "spec": {"runtime": "VLLM"},
+        },
+    )
+    found = _diagnose_crd(kube)
+    failed = one(found, "doctor.ReadFailed")
+    assert failed.object.kind == "CacheBackend"
+    assert "500" in failed.message

@@ -7,9 +7,12 @@ import copy
 import json
 from typing import Any
 
+import pytest
+
 from icache_install.doctor import conditions
+from icache_install.doctor.cli import install_names
 from icache_install.doctor.findings import CODES, ObjectRef, Severity, finding
-from icache_install.doctor.install import check_crd
+from icache_install.doctor.install import InstallNames, check_crd, check_webhook_configs
 from icache_install.doctor.render import json_report, text_report
 from shared import constants as c
 from shared.api.crd import crd
@@ -161,3 +164,149 @@ def test_a_failing_api_server_is_a_finding_not_a_crash() -> None:
     assert result.findings
     assert {f.code for f in result.findings} == {"doctor.ReadFailed"}
     assert all(f.severity == Severity.ERROR for f in result.findings)
+
+
+# ------------------------------------------------------------ webhook configurations
+
+
+def _hook(name: str, policy: str, timeout: int | None, selector: Any = None) -> dict[str, Any]:
+    hook: dict[str, Any] = {"name": name, "failurePolicy": policy}
+    if timeout is not None:
+        hook["timeoutSeconds"] = timeout
+    if selector is not None:
+        hook["namespaceSelector"] = selector
+    return hook
+
+
+def _excluding(*namespaces: str) -> dict[str, Any]:
+    return {
+        "matchExpressions": [
+            {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": list(namespaces)}
+        ]
+    }
+
+
+def _configs(**changes: dict[str, Any]) -> dict[str, dict[str, Any] | None]:
+    """The install's webhook configurations (as manifests/ renders them), with
+    ``changes`` merged into the webhook of that name."""
+    names = InstallNames()
+    hooks = {
+        "mcachebackend": _hook("mcachebackend.inferencecache.io", "Fail", 10),
+        "mpod": _hook(
+            "mpod.inferencecache.io", "Ignore", 5, _excluding(names.namespace, "kube-system")
+        ),
+        "vcachebackend": _hook("vcachebackend.inferencecache.io", "Fail", 10),
+    }
+    for key, change in changes.items():
+        hooks[key].update(change)
+    return {
+        "MutatingWebhookConfiguration": {
+            "metadata": {"name": names.mutating_config},
+            "webhooks": [hooks["mcachebackend"], hooks["mpod"]],
+        },
+        "ValidatingWebhookConfiguration": {
+            "metadata": {"name": names.validating_config},
+            "webhooks": [hooks["vcachebackend"]],
+        },
+    }
+
+
+def test_the_install_webhook_configurations_pass() -> None:
+    assert check_webhook_configs(_configs(), InstallNames()) == []
+
+
+@pytest.mark.parametrize(
+    ("changes", "code"),
+    [
+        ({"mpod": {"failurePolicy": "Fail"}}, "install.WebhookFailurePolicy"),
+        ({"vcachebackend": {"failurePolicy": "Ignore"}}, "install.WebhookFailurePolicy"),
+        ({"mcachebackend": {"failurePolicy": "Ignore"}}, "install.WebhookFailurePolicy"),
+        ({"mpod": {"timeoutSeconds": 30}}, "install.WebhookTimeout"),
+        ({"vcachebackend": {"timeoutSeconds": 2}}, "install.WebhookTimeout"),
+        ({"mcachebackend": {"timeoutSeconds": 3}}, "install.WebhookTimeout"),
+        ({"mpod": {"namespaceSelector": {}}}, "install.WebhookNamespaceSelector"),
+        (
+            {"vcachebackend": {"namespaceSelector": {"matchLabels": {"team": "a"}}}},
+            "install.WebhookNamespaceSelector",
+        ),
+        (
+            {"mcachebackend": {"namespaceSelector": _excluding("team-b")}},
+            "install.WebhookNamespaceSelector",
+        ),
+    ],
+)
+def test_every_webhook_is_checked_and_each_code_has_one_severity(
+    changes: dict[str, dict[str, Any]], code: str
+) -> None:
+    """The Mutating/ValidatingWebhookConfigurations: failurePolicy, timeoutSeconds and
+    namespaceSelector of each of the three webhooks; a code's severity is the one
+    docs/doctor.md lists, whichever webhook it is about."""
+    (found,) = check_webhook_configs(_configs(**changes), InstallNames())
+    assert found.code == code
+    assert found.severity == CODES[code][0]
+    (name,) = changes
+    assert f"{name}.inferencecache.io" in found.message
+
+
+def test_a_cachebackend_webhook_may_skip_the_install_namespace_and_kube_system() -> None:
+    skip = _excluding(InstallNames().namespace, "kube-system")
+    configs = _configs(
+        mcachebackend={"namespaceSelector": skip}, vcachebackend={"namespaceSelector": skip}
+    )
+    assert check_webhook_configs(configs, InstallNames()) == []
+
+
+def test_no_finding_overrides_its_catalogued_severity() -> None:
+    """One severity per code: the catalogue (and docs/doctor.md) is the whole truth."""
+    import inspect
+
+    from icache_install.doctor import findings
+
+    assert "severity" not in inspect.signature(findings.finding).parameters
+
+
+# ------------------------------------------------------------ install object names
+
+
+def test_every_install_object_name_has_a_doctor_flag() -> None:
+    """An install made with other names (icache certs --secret, dispatcher --lease-name,
+    renamed Deployments) is checked under those names, not reported missing."""
+    from shared.cli import build_parser
+
+    parser, _, _ = build_parser("doctor")
+    args = parser.parse_args(
+        [
+            "doctor",
+            "--install-namespace",
+            "ops",
+            "--mutating-config",
+            "m",
+            "--validating-config",
+            "v",
+            "--tls-secret",
+            "tls",
+            "--redis-secret",
+            "redis",
+            "--lease-name",
+            "lease",
+            "--webhook-deployment",
+            "wh",
+            "--dispatcher-deployment",
+            "disp",
+            "--worker-deployment",
+            "work",
+        ]
+    )
+    assert install_names(args) == InstallNames(
+        namespace="ops",
+        mutating_config="m",
+        validating_config="v",
+        tls_secret="tls",
+        redis_secret="redis",
+        lease="lease",
+        webhook_deployment="wh",
+        dispatcher_deployment="disp",
+        worker_deployment="work",
+    )
+    defaults = install_names(parser.parse_args(["doctor"]))
+    assert defaults == InstallNames()

@@ -490,11 +490,12 @@ def test_the_command_prints_the_rendered_file_and_fails_cleanly(
     assert [d for d in yaml.safe_load_all(capsys.readouterr().out) if d] == render(
         image_tag="9.9.9"
     )
+    # A --manifests-dir without the rendered file is bad input (exit 2).
     args.manifests_dir = tmp_path / "absent"
-    assert manifests_cli.run(args) == 1
+    assert manifests_cli.run(args) == 2
     assert "ICACHE_MANIFESTS_DIR" in capsys.readouterr().err
     args.image_tag = None
-    assert manifests_cli.run(args) == 1
+    assert manifests_cli.run(args) == 2
     assert "no rendered manifests" in capsys.readouterr().err
 
 

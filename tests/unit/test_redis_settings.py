@@ -9,7 +9,7 @@ import argparse
 import pytest
 
 from reconciler.cli_common import add_common_arguments
-from reconciler.redis_settings import redis_url, with_password, with_tls_defaults
+from reconciler.redis_settings import check_url, redis_url, with_password, with_tls_defaults
 
 
 def test_with_password_fills_in_a_missing_password_only() -> None:
@@ -76,3 +76,42 @@ def test_celery_gets_verified_tls_from_a_bare_rediss_url() -> None:
     assert app.connection_for_write().ssl == {"ssl_cert_reqs": ssl.CERT_REQUIRED}
     assert app.backend.connparams["ssl_cert_reqs"] == ssl.CERT_REQUIRED
     assert app.backend.connparams["password"] == "pw"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://127.0.0.1:6379/0",
+        "redis://redis",
+        "rediss://user:pw@redis.example:6380/15?ssl_cert_reqs=none",
+        "redis://redis:6379/?db=2",
+        "unix:///run/redis.sock?db=1",
+    ],
+)
+def test_a_redis_url_redis_py_accepts_passes(url: str) -> None:
+    check_url(url)
+
+
+@pytest.mark.parametrize(
+    ("url", "words"),
+    [
+        ("notaurl", "the scheme must be redis://, rediss:// or unix://"),
+        ("http://redis:6379/0", "the scheme must be redis://, rediss:// or unix://"),
+        ("redis://redis:port/0", "the port must be a number"),
+        ("redis://redis:99999/0", "the port must be a number"),
+        ("redis://redis:6379/x", "the database must be a number"),
+        ("redis://redis:6379/0/1", "the database must be a number"),
+        ("redis://redis:6379/?db=one", "the database must be a number"),
+        ("unix://", "a unix:// URL needs the socket's path"),
+    ],
+)
+def test_a_bad_redis_url_says_what_is_wrong(url: str, words: str) -> None:
+    with pytest.raises(ValueError, match=words):
+        check_url(url)
+
+
+def test_a_bad_redis_url_never_shows_its_password() -> None:
+    with pytest.raises(ValueError, match="the database must be a number") as info:
+        redis_url("redis://:s3cret@redis:6379/x")
+    assert "s3cret" not in str(info.value)
+    assert "redis://:***@redis:6379/x" in str(info.value)
