@@ -184,7 +184,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=cli_types.non_negative_int,
         default=0,
         metavar="N",
-        help="worker processes (default 0: the CPUs the container gets, its CPU limit rounded up)",
+        help="worker processes; 0 means the CPUs the container gets, its CPU limit rounded up",
     )
 
 
