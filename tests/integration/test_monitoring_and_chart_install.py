@@ -109,10 +109,10 @@ def test_the_operator_schema_check_can_fail(
     (monitor,) = [
         copy.deepcopy(d) for d in MONITORING if _id(d) == "ServiceMonitor/inference-cache-webhook"
     ]
-    monitor["spec"]["endpoints"][0]["tlsConfig"]["serverNmae"] = "x"
+    monitor["spec"]["endpoints"][0]["tlsConfig"]["insecureSkipVerfy"] = True
     with pytest.raises(ApiError) as refused:
         applier.apply(monitor, dry_run=True)
-    assert "serverNmae" in refused.value.body
+    assert "insecureSkipVerfy" in refused.value.body
 
 
 def _pod_specs(docs: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:

@@ -291,12 +291,25 @@ def test_every_value_lands_where_it_should(helm_bin: Path, tmp_path: Path) -> No
     assert config["ICACHE_SERVER_ADDRESS"] == "index.ops:50051"
     monitor = objects[("ServiceMonitor", "inference-cache-webhook")]
     assert monitor["metadata"]["labels"]["release"] == "prometheus"
-    assert (
-        monitor["spec"]["endpoints"][0]["tlsConfig"]["serverName"]
-        == "inference-cache-webhook.cache-ops.svc"
-    )
+    # Not verified: an expired serving certificate must still be scraped (its alert).
+    assert monitor["spec"]["endpoints"][0]["tlsConfig"] == {"insecureSkipVerify": True}
     crd = objects[("CustomResourceDefinition", "cachebackends.inferencecache.io")]
     assert "helm.sh/resource-policy" not in (crd["metadata"].get("annotations") or {})
+
+
+def test_an_alert_can_be_left_out_of_the_prometheusrule(helm_bin: Path, tmp_path: Path) -> None:
+    """InferenceCacheAPIServerFailingOpen reads kube-apiserver's metrics: where
+    Prometheus does not scrape kube-apiserver it can be left out, and only it."""
+
+    def alerts(values: dict[str, Any]) -> set[str]:
+        (rule,) = [d for d in template(helm_bin, values, tmp_path) if d["kind"] == "PrometheusRule"]
+        return {r["alert"] for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r}
+
+    every = alerts({"monitoring": {"enabled": True}})
+    skipped = "InferenceCacheAPIServerFailingOpen"
+    fewer = alerts({"monitoring": {"enabled": True, "rules": {"disabled": [skipped]}}})
+    assert skipped in every
+    assert fewer == every - {skipped}
 
 
 def test_external_redis_replaces_the_bundled_one(helm_bin: Path, tmp_path: Path) -> None:
@@ -331,6 +344,10 @@ def test_external_redis_replaces_the_bundled_one(helm_bin: Path, tmp_path: Path)
     [
         ({"redis": {"enabled": False}}, "externalRedis.url is required"),
         ({"certificates": {"mode": "vault"}}, "certificates.mode must be"),
+        (
+            {"monitoring": {"enabled": True, "rules": {"disabled": ["NoSuchAlert"]}}},
+            "monitoring.rules.disabled: NoSuchAlert is not an alert",
+        ),
     ],
 )
 def test_a_bad_value_set_fails_to_render_with_a_reason(

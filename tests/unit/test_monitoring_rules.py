@@ -135,3 +135,16 @@ def test_the_servicemonitors_select_the_metrics_services_the_rules_name() -> Non
             assert endpoint["port"] in ports
         selected.add(matches[0])
     assert selected == set(services)
+
+
+def test_the_webhook_scrape_does_not_depend_on_the_certificate_being_valid() -> None:
+    """An expired serving certificate must still be scraped: a verifying scrape would
+    fail and take the expiry gauge, and InferenceCacheWebhookCertificateExpiring,
+    with it (the Helm chart's copy: tests/unit/test_helm_chart.py)."""
+    monitors = {
+        m["metadata"]["name"]: m
+        for m in yaml.safe_load_all((MONITORING / "servicemonitors.yaml").read_text())
+    }
+    (endpoint,) = monitors["inference-cache-webhook"]["spec"]["endpoints"]
+    assert endpoint["scheme"] == "https"
+    assert endpoint["tlsConfig"] == {"insecureSkipVerify": True}
