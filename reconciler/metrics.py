@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final
 
@@ -32,6 +33,9 @@ from prometheus_client import (
 )
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
+
+from reconciler import kube as k
+from reconciler.reads import OWNED_RESOURCES
 
 # No `<name>_created` series beside every counter and histogram: Prometheus does not
 # read them from the text format, and they would double the series count.
@@ -379,16 +383,67 @@ _FAMILIES: Final[dict[str, tuple[Collector, ...]]] = {
         CACHE_LIVE_READS,
     ),
 }
-_registered: dict[int, set[int]] = {}  # by registry: the families registered there
+# The label values the counters take, created at zero when a process registers its
+# series (register()): a counter child otherwise appears on its first increment only,
+# so a healthy process would not expose the series docs/metrics.md lists, and rate()
+# would miss the first increment. tests/unit/test_reconciler_metrics.py checks these
+# lists against the call sites.
+WATCH_CAUSES: Final = ("timeout", "expired", "error")  # reconciler/watch_cache.py
+DISPATCHER_RETRY_CAUSES: Final = ("lease_expired", "redispatch")
+WORKER_RETRY_CAUSES: Final = ("error",)
+# The dispatcher's watches, by resource (reconciler/dispatcher.py _start_leading).
+DISPATCHER_WATCHES: Final = tuple(r.plural for r in (k.CACHEBACKENDS, *OWNED_RESOURCES, k.PODS))
+# The worker cache's watches and the reads it can fall back on (reconciler/cluster_cache.py).
+CACHE_WATCHES: Final = (
+    k.CACHEBACKENDS.plural,
+    *(r.plural for r in OWNED_RESOURCES),
+    "server-pods",
+    "injected-pods",
+    "engine-deployments",
+    "engine-pods",
+)
+CACHE_READS: Final = ("cachebackend", "owned", "injected-pods", "engine-deployments", "engine-pods")
+# (verb, resource) of every write a reconcile makes (reconciler/reconcile.py).
+API_WRITE_LABELS: Final = (
+    *((verb, r.kind) for verb in ("apply", "delete") for r in OWNED_RESOURCES),
+    ("update", "CacheBackend/status"),
+    ("create", "Event"),
+    ("patch", "Deployment"),
+)
+_CHILDREN: Final[dict[str, tuple[tuple[Any, tuple[tuple[str, ...], ...]], ...]]] = {
+    DISPATCHER: (
+        (_RETRIES, tuple((QUEUE, cause) for cause in DISPATCHER_RETRY_CAUSES)),
+        (
+            WATCH_RESTARTS,
+            tuple((res, cause) for res in DISPATCHER_WATCHES for cause in WATCH_CAUSES),
+        ),
+    ),
+    WORKER: (
+        (_RETRIES, tuple((QUEUE, cause) for cause in WORKER_RETRY_CAUSES)),
+        (_RECONCILES, tuple((CONTROLLER, result) for result in (SUCCESS, ERROR, REQUEUE_AFTER))),
+        (
+            CACHE_WATCH_RESTARTS,
+            tuple((watch, cause) for watch in CACHE_WATCHES for cause in WATCH_CAUSES),
+        ),
+        (CACHE_LIVE_READS, tuple((read,) for read in CACHE_READS)),
+        (API_WRITES, API_WRITE_LABELS),
+    ),
+}
+# By registry: the families registered there (weak: a registry's id can be reused).
+_registered: weakref.WeakKeyDictionary[CollectorRegistry, set[int]] = weakref.WeakKeyDictionary()
 _register_lock = threading.Lock()
 
 
 def register(role: str, registry: CollectorRegistry = REGISTRY) -> None:
-    """Expose the series ``role`` (dispatcher, worker) feeds on ``registry``; idempotent,
-    and a family both roles feed is registered once."""
+    """Expose the series ``role`` (dispatcher, worker) feeds on ``registry``, with the
+    counter children of its known label values at zero; idempotent, and a family both
+    roles feed is registered once."""
     with _register_lock:
-        done = _registered.setdefault(id(registry), set())
+        done = _registered.setdefault(registry, set())
         for family in _FAMILIES[role]:
             if id(family) not in done:
                 registry.register(family)
                 done.add(id(family))
+        for counter, children in _CHILDREN[role]:
+            for labels in children:
+                counter.labels(*labels)

@@ -139,3 +139,113 @@ def family_of(name: str, docs: dict[str, Documented]) -> str | None:
     if base in docs and docs[base].type == "histogram":
         return base
     return None
+
+
+# ---------------------------------------------------------------- PromQL labels
+
+# Labels Prometheus adds to every series it scrapes (job, instance) and those the
+# Prometheus Operator's ServiceMonitors add (namespace, pod); not in docs/metrics.md.
+SCRAPE_LABELS = frozenset({"job", "instance", "namespace", "pod", "service", "container"})
+_SELECTOR = re.compile(r"(?<![\w:.])([a-zA-Z_:][a-zA-Z0-9_:]*)\s*\{([^{}]*)\}")
+_MATCHER_LABEL = re.compile(r"([a-zA-Z_][a-zA-Z0-9_]*)\s*(?:=~|!~|!=|=)")
+_AGGREGATION_GROUPING = re.compile(r"\b(by|without)\s*\(([^()]*)\)")
+_VECTOR_MATCHING = re.compile(r"\b(on|ignoring|group_left|group_right)\s*\(([^()]*)\)")
+
+
+@dataclass(frozen=True)
+class LabelUse:
+    """A label an expression filters or groups by, and the metric names it must be a
+    label of (every one for a matcher or an aggregation; at least one for vector
+    matching, whose sides are not told apart here)."""
+
+    label: str
+    names: frozenset[str]
+    how: str
+    every: bool = True
+
+
+def _balanced(text: str, open_at: int) -> int:
+    """The index just past the parenthesis closing the one at ``open_at``."""
+    depth = 0
+    for index in range(open_at, len(text)):
+        if text[index] == "(":
+            depth += 1
+        elif text[index] == ")":
+            depth -= 1
+            if depth == 0:
+                return index + 1
+    raise ValueError(f"unbalanced parentheses in {text!r}")
+
+
+def _opening(text: str, close_at: int) -> int:
+    """The index of the parenthesis opening the one that closes at ``close_at``."""
+    depth = 0
+    for index in range(close_at, -1, -1):
+        if text[index] == ")":
+            depth += 1
+        elif text[index] == "(":
+            depth -= 1
+            if depth == 0:
+                return index
+    raise ValueError(f"unbalanced parentheses in {text!r}")
+
+
+def label_uses(expr: str) -> list[LabelUse]:
+    """Every label ``expr`` filters by (a selector's matchers) or groups by (``by``,
+    ``without``, ``on``, ``ignoring``, ``group_left``/``group_right``), with the metric
+    names it must belong to. An aggregation's labels belong to the series in its
+    argument: ``sum by (l) (arg)`` and ``sum (arg) by (l)``."""
+    uses: list[LabelUse] = []
+    unquoted = _STRINGS.sub('""', expr)
+    for match in _SELECTOR.finditer(unquoted):
+        name = match.group(1)
+        if name.lower() in _KEYWORDS:
+            continue
+        for label in _MATCHER_LABEL.findall(match.group(2)):
+            if label != "__name__":
+                uses.append(LabelUse(label, frozenset({name}), f"{name}{{{label}...}}"))
+    text = _MATCHERS.sub("{}", unquoted)
+    text = _RANGES.sub("[]", text)
+    for match in _AGGREGATION_GROUPING.finditer(text):
+        after = text[match.end() :].lstrip()
+        if after.startswith("("):
+            start = match.end() + (len(text[match.end() :]) - len(after))
+            scope = text[start : _balanced(text, start)]
+        else:  # postfix: sum (arg) by (labels)
+            before = text[: match.start()].rstrip()
+            if not before.endswith(")"):
+                raise ValueError(f"{match.group(0)!r} without an argument in {expr!r}")
+            scope = before[_opening(before, len(before) - 1) :]
+        names = frozenset(metric_names(scope))
+        for label in re.findall(r"[a-zA-Z_][a-zA-Z0-9_]*", match.group(2)):
+            uses.append(LabelUse(label, names, f"{match.group(1)} ({label})"))
+    everything = frozenset(metric_names(text))
+    for match in _VECTOR_MATCHING.finditer(text):
+        for label in re.findall(r"[a-zA-Z_][a-zA-Z0-9_]*", match.group(2)):
+            uses.append(LabelUse(label, everything, f"{match.group(1)} ({label})", every=False))
+    return uses
+
+
+def labels_of(name: str, docs: dict[str, Documented]) -> frozenset[str]:
+    """The labels series ``name`` can carry: its documented ones, the scrape's, and
+    ``le`` on a histogram's buckets."""
+    family = family_of(name, docs)
+    if family is None:
+        return SCRAPE_LABELS
+    extra = {"le"} if docs[family].type == "histogram" and name.endswith("_bucket") else set()
+    return docs[family].labels | SCRAPE_LABELS | extra
+
+
+def undocumented_labels(expr: str, docs: dict[str, Documented]) -> list[str]:
+    """What ``expr`` filters or groups by that docs/metrics.md does not list for the
+    series it reads (empty: nothing)."""
+    problems: list[str] = []
+    for use in label_uses(expr):
+        holders = [name for name in sorted(use.names) if use.label in labels_of(name, docs)]
+        if use.every:
+            missing = sorted(use.names - set(holders))
+            if missing:
+                problems.append(f"{use.how}: {', '.join(missing)} has no label {use.label!r}")
+        elif not holders:
+            problems.append(f"{use.how}: no series of the expression has label {use.label!r}")
+    return problems

@@ -157,6 +157,7 @@ class Admission:
         except ClientGoneError:
             return Response(status_code=400)  # nobody is left to read it
         except Exception:  # never a 500
+            self.counters.failed(path)
             log.exception("admission request failed: 503", extra={"endpoint": path})
             return answer(503, UNEXPECTED_BODY, RETRY_AFTER)
         finally:

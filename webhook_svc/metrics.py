@@ -10,7 +10,7 @@ share counters. A registry the app creates itself also carries ``process_*`` and
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Final
 
 from prometheus_client import (
     CollectorRegistry,
@@ -24,11 +24,57 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
+from shared.pod_wiring import (
+    OUTCOME_FAIL_OPEN,
+    OUTCOME_INJECTED,
+    OUTCOME_SKIPPED,
+    REASON_EVENTS_ONLY,
+    REASON_INJECTED,
+    REASON_SKIP_INJECT,
+)
+from webhook_svc.pod_admission import ADMISSION_REASONS, REASON_NOT_CREATE
 from webhook_svc.process_metrics import ReplicaProcessCollector, start_gc_flusher
 
 # No `<name>_created` series beside every counter and histogram (as the reconciler):
 # Prometheus does not read them from the text format.
 disable_created_metrics()
+
+
+# The label values every counter below can take. Each child is created at zero when
+# the metrics are built: a labelled series otherwise appears only on its first
+# increment, so with several workers (whose /metrics shows only what a worker wrote)
+# it is missing from the scrape, and rate() misses that first increment.
+# The admission routes (webhook_svc/app.py; a unit test keeps the two lists equal).
+ADMISSION_ENDPOINTS: Final = (
+    "/mutate-inferencecache-io-v1alpha1-cachebackend",
+    "/validate-inferencecache-io-v1alpha1-cachebackend",
+    "/mutate--v1-pod",
+)
+POD_ENDPOINT: Final = "/mutate--v1-pod"
+# An answer whose judging raised is counted "error" on every route.
+OUTCOME_ERROR: Final = "error"
+CACHEBACKEND_OUTCOMES: Final = ("allowed", "patched", "denied", OUTCOME_ERROR)
+POD_OUTCOMES: Final = (OUTCOME_INJECTED, OUTCOME_SKIPPED, OUTCOME_FAIL_OPEN, OUTCOME_ERROR)
+# The reasons of a 400/408/413 (webhook_svc/codec.py BadBodyError, webhook_svc/app.py).
+BAD_REQUEST_REASONS: Final = ("malformed", "too_deep", "too_large", "timeout")
+TLS_RELOAD_RESULTS: Final = ("reloaded", "failed")
+_INJECTED_REASONS: Final = frozenset({REASON_INJECTED, REASON_EVENTS_ONLY})
+_SKIPPED_REASONS: Final = frozenset({REASON_SKIP_INJECT, REASON_NOT_CREATE})
+
+
+def pod_decision_labels() -> tuple[tuple[str, str], ...]:
+    """Every (outcome, reason) the Pod route can count: the wired reasons are
+    ``injected``, the opted-out and non-CREATE ones ``skipped``, the rest
+    ``fail_open``."""
+
+    def outcome(reason: str) -> str:
+        if reason in _INJECTED_REASONS:
+            return OUTCOME_INJECTED
+        if reason in _SKIPPED_REASONS:
+            return OUTCOME_SKIPPED
+        return OUTCOME_FAIL_OPEN
+
+    return tuple((outcome(reason), reason) for reason in ADMISSION_REASONS)
 
 
 def multiprocess() -> bool:
@@ -55,7 +101,7 @@ class WebhookMetrics:
         )
         self.pod_wiring = Counter(
             "inferencecache_pod_webhook_decisions_total",
-            "Pod webhook decisions: outcome (injected, skipped, fail_open, unchanged) and reason.",
+            "Pod webhook decisions: outcome (injected, skipped, fail_open) and reason.",
             ["outcome", "reason"],
             registry=self.registry,
         )
@@ -75,8 +121,16 @@ class WebhookMetrics:
         )
         self.overloaded = Counter(
             "inferencecache_webhook_overloaded_total",
-            "Admission requests answered 503 (Retry-After) because the in-flight body "
-            "budget stayed full.",
+            "Admission requests answered 503 (Retry-After) because the webhook was at "
+            "capacity: the in-flight body budget stayed full, or every request slot "
+            "(--limit-concurrency) was taken.",
+            ["endpoint"],
+            registry=self.registry,
+        )
+        self.internal_errors = Counter(
+            "inferencecache_webhook_internal_errors_total",
+            "Admission requests answered 503 (Retry-After) because answering failed "
+            "unexpectedly (a bug: the log has the traceback).",
             ["endpoint"],
             registry=self.registry,
         )
@@ -91,6 +145,8 @@ class WebhookMetrics:
             multiprocess_mode="livesum",
         )
 
+        self._create_children()
+
         if own_registry:
             if multiprocess():
                 start_gc_flusher()  # python_gc_* of this worker, into the shared files
@@ -98,6 +154,26 @@ class WebhookMetrics:
                 ProcessCollector(registry=self.registry)
                 PlatformCollector(registry=self.registry)
                 GCCollector(registry=self.registry)
+
+    def _create_children(self) -> None:
+        """Every known label child, at zero (see ADMISSION_ENDPOINTS)."""
+        for endpoint in ADMISSION_ENDPOINTS:
+            outcomes = POD_OUTCOMES if endpoint == POD_ENDPOINT else CACHEBACKEND_OUTCOMES
+            for outcome in outcomes:
+                self.admissions.labels(endpoint, outcome)
+            self.admission_latency.labels(endpoint)
+            for reason in BAD_REQUEST_REASONS:
+                self.bad_requests.labels(endpoint, reason)
+            self.overloaded.labels(endpoint)
+            self.internal_errors.labels(endpoint)
+        for outcome, reason in pod_decision_labels():
+            self.pod_wiring.labels(outcome, reason)
+        for result in TLS_RELOAD_RESULTS:
+            self.tls_reloads.labels(result)
+
+    def failed(self, endpoint: str) -> None:
+        """An admission request answered 503 because answering it raised."""
+        self.internal_errors.labels(endpoint).inc()
 
     def admitted(self, endpoint: str, outcome: str, seconds: float) -> None:
         """One answered AdmissionReview. The labelled children are looked up once per

@@ -16,6 +16,8 @@ which labels, and that the leader and webhook alerts stay quiet.
 
 from __future__ import annotations
 
+import datetime as dt
+import os
 import signal
 import ssl
 import subprocess
@@ -28,6 +30,7 @@ import yaml
 from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
+from icache_install import certs
 from tests.e2e.conftest import Cluster, Stack, create_pod, poll
 from tests.harness.controlplane import ControlPlane, free_port
 from tests.webhook_process import labelled_namespace, registered, run_webhook
@@ -48,12 +51,15 @@ def _quote(value: str) -> str:
 
 
 class Timeline:
-    """Samples by series, one value per step (``_``: not scraped at that step)."""
+    """Samples by series, one value per step (``_``: not scraped at that step). With
+    ``backends``, the per-CacheBackend series of other backends (other tests' on the
+    shared API server) are left out."""
 
-    def __init__(self) -> None:
+    def __init__(self, backends: str | None = None) -> None:
         self.values: dict[str, list[str]] = {}
         self.steps = 0
         self.started = time.time()
+        self.backends = backends
 
     def _put(self, series: str, value: float) -> None:
         column = self.values.setdefault(series, ["_"] * self.steps)
@@ -70,6 +76,9 @@ class Timeline:
             )
             for family in text_string_to_metric_families(text or ""):
                 for sample in family.samples:
+                    backend = sample.labels.get("backend")
+                    if self.backends and backend and not backend.startswith(self.backends):
+                        continue
                     labels = {**sample.labels, **base}
                     rendered = ",".join(f"{k}={_quote(v)}" for k, v in sorted(labels.items()))
                     self._put(f"{sample.name}{{{rendered}}}", sample.value)
@@ -100,6 +109,39 @@ def _rules_without_annotations(tmp_path: Path) -> Path:
     path = tmp_path / "rules.yaml"
     path.write_text(yaml.safe_dump({"groups": groups}))
     return path
+
+
+def _alert_test(
+    tmp_path: Path, timeline: Timeline, expected: list[tuple[str, list[dict[str, str]]]]
+) -> Path:
+    """A `promtool test rules` file: the shipped rules on the scraped timeline, with the
+    alerts expected at its last step."""
+    test_file = tmp_path / "alerts-from-real-scrapes.yaml"
+    test_file.write_text(
+        yaml.safe_dump(
+            {
+                "rule_files": [str(_rules_without_annotations(tmp_path))],
+                "evaluation_interval": "1m",
+                "tests": [
+                    {
+                        "name": "real scrapes",
+                        "interval": "1m",
+                        "start_timestamp": str(int(timeline.started)),
+                        "input_series": timeline.input_series(),
+                        "alert_rule_test": [
+                            {
+                                "eval_time": f"{timeline.steps - 1}m",
+                                "alertname": name,
+                                "exp_alerts": [{"exp_labels": labels} for labels in alerts],
+                            }
+                            for name, alerts in expected
+                        ],
+                    }
+                ],
+            }
+        )
+    )
+    return test_file
 
 
 def _promtool(promtool_bin: Path, test_file: Path) -> subprocess.CompletedProcess[str]:
@@ -148,7 +190,7 @@ def test_the_alerts_fire_on_a_fail_open_storm_a_short_certificate_a_stuck_backen
             what="the stuck backend's conditions on the leader",
         )
         ctx = ssl.create_default_context(cadata=hook.ca_pem.decode())
-        timeline = Timeline()
+        timeline = Timeline(backends=f"{stuck_ns}/")
         for step in range(STEPS):
             if step == KILL_AT:
                 worker.kill(signal.SIGKILL)
@@ -180,7 +222,6 @@ def test_the_alerts_fire_on_a_fail_open_storm_a_short_certificate_a_stuck_backen
     reason = not_ready[0].split('reason="', 1)[1].split('"', 1)[0]
     assert reason != "ScaledToZero"
 
-    eval_time = f"{STEPS - 1}m"
     expected: list[tuple[str, list[dict[str, str]]]] = [
         ("InferenceCachePodWebhookFailingOpen", [{"severity": "warning", "reason": "list_error"}]),
         (
@@ -196,30 +237,64 @@ def test_the_alerts_fire_on_a_fail_open_storm_a_short_certificate_a_stuck_backen
         ("InferenceCacheWebhookAbsent", []),
         ("InferenceCacheNoDispatcherLeader", []),
     ]
-    test_file = tmp_path / "alerts-from-real-scrapes.yaml"
-    test_file.write_text(
-        yaml.safe_dump(
-            {
-                "rule_files": [str(_rules_without_annotations(tmp_path))],
-                "evaluation_interval": "1m",
-                "tests": [
-                    {
-                        "name": "real scrapes",
-                        "interval": "1m",
-                        "start_timestamp": str(int(timeline.started)),
-                        "input_series": timeline.input_series(),
-                        "alert_rule_test": [
-                            {
-                                "eval_time": eval_time,
-                                "alertname": name,
-                                "exp_alerts": [{"exp_labels": labels} for labels in alerts],
-                            }
-                            for name, alerts in expected
-                        ],
-                    }
-                ],
-            }
+    done = _promtool(promtool_bin, _alert_test(tmp_path, timeline, expected))
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
+
+
+def _scrape_error(url: str, ctx: ssl.SSLContext) -> str | None:
+    """Why a scrape failed (None: it succeeded)."""
+    try:
+        with urllib.request.urlopen(url, context=ctx, timeout=5) as resp:
+            resp.read()
+        return None
+    except OSError as exc:
+        return str(exc)
+
+
+def test_an_expired_serving_certificate_is_scraped_and_fires_the_expiry_alert(
+    control_plane: ControlPlane, promtool_bin: Path, tmp_path: Path
+) -> None:
+    """The serving certificate in use has already expired: a scrape that verifies it
+    fails (as the API server's calls do), the ServiceMonitor's scrape, which does not
+    verify it, still reads the expiry gauge, and InferenceCacheWebhookCertificateExpiring
+    fires on it while the webhook is not reported absent."""
+    with run_webhook(control_plane.kubeconfig_path, ["--workers", "1"]) as hook:
+        long_ago = dt.datetime.now(dt.UTC) - dt.timedelta(days=30)
+        expired = certs.issue_serving(
+            hook.ca.key_pair, ["127.0.0.1", "localhost"], long_ago, days=1
         )
-    )
-    done = _promtool(promtool_bin, test_file)
+        for path, pem in ((hook.key_path, expired.key_pem), (hook.cert_path, expired.cert_pem)):
+            staged = path.with_suffix(".new")
+            staged.write_bytes(pem)
+            os.replace(staged, path)  # the webhook reloads a changed pair within 0.5 s
+        url = f"{hook.url}/metrics"
+        verifying = ssl.create_default_context(cadata=hook.ca_pem.decode())
+        # What the ServiceMonitor does: TLS without verifying the certificate.
+        unverified = ssl.create_default_context()
+        unverified.check_hostname = False
+        unverified.verify_mode = ssl.CERT_NONE
+        poll(
+            lambda: (error := _scrape_error(url, verifying)) and "expired" in error,
+            timeout=30,
+            what="the webhook serving the expired certificate",
+        )
+        expiry = "inferencecache_webhook_certificate_expiry_timestamp_seconds"
+        scraped = _scrape(url, unverified) or ""
+        (value,) = [
+            float(line.split()[-1]) for line in scraped.splitlines() if line.startswith(expiry)
+        ]
+        assert value < time.time() - 28 * 86400
+        job = "inference-cache-webhook-metrics"
+        instance = hook.url.removeprefix("https://")
+        timeline = Timeline()
+        for _ in range(7):  # the rule's `for: 5m`, one scrape a promtool minute
+            text = _scrape(url, unverified)
+            assert text is not None, "the unverified scrape failed"
+            timeline.step({(job, instance): text})
+
+    expected: list[tuple[str, list[dict[str, str]]]] = [
+        ("InferenceCacheWebhookCertificateExpiring", [{"severity": "warning", "job": job}]),
+        ("InferenceCacheWebhookAbsent", []),
+    ]
+    done = _promtool(promtool_bin, _alert_test(tmp_path, timeline, expected))
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]

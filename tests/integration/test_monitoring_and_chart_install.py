@@ -12,7 +12,10 @@ included, is admitted under Pod Security "restricted".
 from __future__ import annotations
 
 import copy
+import os
 import subprocess
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +24,8 @@ import yaml
 from kubernetes import client
 
 from icache_install.manifests_cli import render
-from reconciler.kube import ApiError
-from tests.harness.controlplane import wait_until
+from reconciler.kube import ApiError, Kube
+from tests.harness.controlplane import ControlPlane, wait_until
 from tests.integration.manifest_apply import Applier
 from tests.samples import ROOT
 from tests.unit.test_helm_chart import VALUE_SETS, template
@@ -109,10 +112,10 @@ def test_the_operator_schema_check_can_fail(
     (monitor,) = [
         copy.deepcopy(d) for d in MONITORING if _id(d) == "ServiceMonitor/inference-cache-webhook"
     ]
-    monitor["spec"]["endpoints"][0]["tlsConfig"]["serverNmae"] = "x"
+    monitor["spec"]["endpoints"][0]["tlsConfig"]["insecureSkipVerfy"] = True
     with pytest.raises(ApiError) as refused:
         applier.apply(monitor, dry_run=True)
-    assert "serverNmae" in refused.value.body
+    assert "insecureSkipVerfy" in refused.value.body
 
 
 def _pod_specs(docs: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
@@ -172,3 +175,161 @@ def test_every_chart_object_applies_and_every_pod_is_admitted_restricted(
         # for that reason, not for Pod Security.
         pod["spec"] = {k: v for k, v in spec.items() if k != "priorityClassName"}
         applier.create(pod, dry_run=True)
+
+
+# ---------------------------------------------------------------- helm itself
+
+RELEASE = "ic-smoke"
+RELEASE_NAMESPACE = "default"
+CRD = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/cachebackends.inferencecache.io"
+
+
+@pytest.fixture(scope="module")
+def helm_plane() -> Iterator[ControlPlane]:
+    """A control plane of this module's own, with kube-controller-manager, the
+    scheduler and kwok's fake nodes: the hook Jobs' pods are scheduled and complete
+    (kwok completes Job pods without running their container, so `icache certs` does
+    not really run and writes no Secret), and the CRD and webhook configurations the
+    chart installs and uninstalls touch no other test's objects."""
+    plane = ControlPlane(controllers=True)
+    plane.start()
+    try:
+        yield plane
+    finally:
+        plane.stop()
+
+
+class Helm:
+    """The pinned helm against ``plane``, with its own config, cache and data dirs."""
+
+    def __init__(self, helm_bin: Path, plane: ControlPlane, home: Path) -> None:
+        self.helm_bin = helm_bin
+        self.env = {
+            **os.environ,
+            "KUBECONFIG": str(plane.kubeconfig_path),
+            "HELM_CONFIG_HOME": str(home / "config"),
+            "HELM_CACHE_HOME": str(home / "cache"),
+            "HELM_DATA_HOME": str(home / "data"),
+        }
+
+    def __call__(self, *args: str) -> str:
+        done = subprocess.run(
+            [str(self.helm_bin), *args, "--namespace", RELEASE_NAMESPACE],
+            capture_output=True,
+            text=True,
+            timeout=400,
+            env=self.env,
+            check=False,
+        )
+        assert done.returncode == 0, f"helm {' '.join(args)}:\n{done.stdout}\n{done.stderr}"
+        return done.stdout
+
+
+def _get(kube: Kube, path: str) -> dict[str, Any] | None:
+    try:
+        return kube.request("GET", path)
+    except ApiError as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def _gone(kube: Kube, path: str) -> bool:
+    return _get(kube, path) is None
+
+
+def test_helm_installs_upgrades_rolls_back_and_uninstalls_on_a_real_api_server(
+    helm_bin: Path, helm_plane: ControlPlane, tmp_path: Path
+) -> None:
+    """The chart's install lifecycle with real `helm` (self-signed certificates, so the
+    hook Jobs run; namespace.create=true into a namespace that does not exist yet,
+    the release stored in `default`). docs/install.md "Install with Helm":
+
+    - install: the Namespace (with its Pod Security labels) exists before the
+      certificate hooks, and the release's objects are created;
+    - upgrade: a changed value lands; rollback: the earlier value is back;
+    - uninstall: the release's objects go, the CRD and every CacheBackend stay
+      (crds.keep, the default), and so does the Namespace; installing again under the
+      same release name takes the kept CRD back, with the namespace already there.
+    """
+    kube = Kube(helm_plane.api_client())
+    helm = Helm(helm_bin, helm_plane, tmp_path / "helm")
+    ns = f"ic-helm-{uuid.uuid4().hex[:6]}"
+    chart = str(ROOT / "charts" / "inference-cache")
+    values = ["--set", f"namespace.name={ns}", "--set", "namespace.create=true"]
+    worker = f"/apis/apps/v1/namespaces/{ns}/deployments/inference-cache-worker"
+    release_objects = [
+        f"/apis/apps/v1/namespaces/{ns}/deployments/inference-cache-webhook",
+        f"/apis/apps/v1/namespaces/{ns}/deployments/inference-cache-dispatcher",
+        worker,
+        f"/api/v1/namespaces/{ns}/services/inference-cache-webhook",
+        f"/api/v1/namespaces/{ns}/configmaps/inference-cache-config",
+        f"/apis/batch/v1/namespaces/{ns}/cronjobs/inference-cache-cert-rotation",
+        "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/inference-cache-mutating",
+        "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/inference-cache-validating",
+        "/apis/rbac.authorization.k8s.io/v1/clusterroles/inference-cache-webhook",
+    ]
+    hook_identity = f"/api/v1/namespaces/{ns}/serviceaccounts/inference-cache-certs"
+
+    def replicas() -> int:
+        deployment = _get(kube, worker)
+        assert deployment is not None
+        return int(deployment["spec"]["replicas"])
+
+    def installed() -> None:
+        namespace = _get(kube, f"/api/v1/namespaces/{ns}")
+        assert namespace is not None
+        assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+        missing = [path for path in release_objects if _get(kube, path) is None]
+        assert not missing, missing
+        assert _get(kube, CRD) is not None
+        # The hooks' identity is a hook deleted once the Jobs succeeded.
+        wait_until(lambda: _gone(kube, hook_identity), timeout=60, description="hook RBAC gone")
+
+    def uninstalled() -> None:
+        helm("uninstall", RELEASE, "--wait", "--timeout", "3m")
+        wait_until(
+            lambda: not [path for path in release_objects if not _gone(kube, path)],
+            timeout=60,
+            description="the release's objects gone",
+        )
+        assert _get(kube, CRD) is not None, "crds.keep: the CRD stays"
+        assert _get(kube, f"/api/v1/namespaces/{ns}") is not None, "the Namespace stays"
+
+    helm("install", RELEASE, chart, *values, "--timeout", "4m")
+    installed()
+    assert replicas() == 2
+
+    helm(
+        "upgrade", RELEASE, chart, "--reuse-values", "--set", "worker.replicas=3", "--timeout", "4m"
+    )
+    assert replicas() == 3
+    helm("rollback", RELEASE, "1", "--timeout", "4m")
+    assert replicas() == 2
+    revisions = [line.split()[0] for line in helm("history", RELEASE).splitlines()[1:]]
+    assert revisions == ["1", "2", "3"]
+
+    uninstalled()
+    # Nothing calls the CacheBackend webhooks now (their configurations are gone): a
+    # CacheBackend can be written, and survives the next install and uninstall.
+    backends = f"/apis/inferencecache.io/v1alpha1/namespaces/{ns}/cachebackends"
+    kube.request(
+        "POST",
+        backends,
+        body={
+            "apiVersion": "inferencecache.io/v1alpha1",
+            "kind": "CacheBackend",
+            "metadata": {"name": "kept", "namespace": ns},
+            "spec": {
+                "runtime": "VLLM",
+                "integration": {"mode": "EventsOnly"},
+                "engineSelector": {"matchLabels": {"app": "vllm"}},
+                "observation": {"modelID": "m"},
+            },
+        },
+    )
+    helm("install", RELEASE, chart, *values, "--timeout", "4m")  # the namespace exists now
+    installed()
+    assert _get(kube, f"{backends}/kept") is not None
+    uninstalled()
+    assert _get(kube, f"{backends}/kept") is not None, "CacheBackends stay with the CRD"

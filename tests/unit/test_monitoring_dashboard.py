@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from tests.metrics_doc import documented, family_of, metric_names
+from tests.metrics_doc import documented, family_of, labels_of, metric_names, undocumented_labels
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD = REPO / "manifests" / "components" / "monitoring" / "dashboard.json"
@@ -87,6 +87,27 @@ def test_every_query_names_only_documented_series() -> None:
         assert names, f"{title}: no series in {expr!r}"
         for name in names:
             assert family_of(name, docs), f"panel {title!r} reads {name}, not in docs/metrics.md"
+
+
+def test_every_query_filters_and_groups_only_by_documented_labels() -> None:
+    """A panel filtering or grouping by a label its series do not carry shows nothing
+    or one lumped line; the legend's {{label}}s must be labels of the query's series.
+    Documented labels, or those the scrape adds (job, instance, namespace, pod)."""
+    docs = documented()
+    problems: list[str] = []
+    for panel in _panels(_dashboard()):
+        for target in panel.get("targets") or []:
+            expr = _as_prometheus(target["expr"])
+            problems += [f"{panel['title']}: {p}" for p in undocumented_labels(expr, docs)]
+            carried = set().union(*(labels_of(n, docs) for n in metric_names(expr)))
+            for label in re.findall(
+                r"\{\{\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*\}\}", target.get("legendFormat", "")
+            ):
+                if label not in carried:
+                    problems.append(
+                        f"{panel['title']}: legend {{{{{label}}}}} is no label of its series"
+                    )
+    assert not problems, "\n".join(problems)
 
 
 def test_every_query_parses(promtool_bin: Path, tmp_path: Path) -> None:

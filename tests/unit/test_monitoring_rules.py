@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from tests.metrics_doc import documented, family_of, metric_names
+from tests.metrics_doc import documented, family_of, metric_names, undocumented_labels
 
 REPO = Path(__file__).resolve().parents[2]
 MONITORING = REPO / "manifests" / "components" / "monitoring"
@@ -103,6 +103,40 @@ def test_rules_read_only_documented_series() -> None:
             assert family_of(name, docs), f"{rule.get('alert')}: {name} is not in docs/metrics.md"
 
 
+def test_rules_filter_and_group_only_by_documented_labels() -> None:
+    """A matcher or a grouping on a label the series does not carry selects nothing
+    (or collapses what it should split), and the alert never fires: every label a
+    rule filters or groups by is one docs/metrics.md lists for that series, or one the
+    scrape adds (job, instance, namespace, pod)."""
+    docs = documented()
+    problems = [
+        f"{rule.get('alert') or rule.get('record')}: {problem}"
+        for rule in _rules()
+        for problem in undocumented_labels(rule["expr"], docs)
+    ]
+    assert not problems, "\n".join(problems)
+
+
+def test_the_label_check_catches_a_wrong_label() -> None:
+    """The control: misspelt or misplaced labels, in matchers and in each grouping."""
+    docs = documented()
+    decisions = "inferencecache_pod_webhook_decisions_total"
+    for expr in (
+        f'sum(rate({decisions}{{outcom="fail_open"}}[5m]))',
+        f"sum by (endpoint) (rate({decisions}[5m]))",
+        f"sum(rate({decisions}[5m])) by (backend)",
+        f"sum without (result) (rate({decisions}[5m]))",
+        f"sum by (reason) (rate({decisions}[5m])) / ignoring (resaon) group_left sum(up)",
+        "histogram_quantile(0.9, sum by (le) (rate(inferencecache_reconcile_total[5m])))",
+    ):
+        assert undocumented_labels(expr, docs), expr
+    assert not undocumented_labels(
+        "histogram_quantile(0.9, sum by (le, controller, job) "
+        "(rate(inferencecache_reconcile_time_seconds_bucket[5m])))",
+        docs,
+    )
+
+
 def test_the_prometheusrule_holds_exactly_the_plain_rules() -> None:
     """prometheusrule.yaml is generated from the rules file by `make manifests`."""
     rule = yaml.safe_load((MONITORING / "prometheusrule.yaml").read_text())
@@ -135,3 +169,16 @@ def test_the_servicemonitors_select_the_metrics_services_the_rules_name() -> Non
             assert endpoint["port"] in ports
         selected.add(matches[0])
     assert selected == set(services)
+
+
+def test_the_webhook_scrape_does_not_depend_on_the_certificate_being_valid() -> None:
+    """An expired serving certificate must still be scraped: a verifying scrape would
+    fail and take the expiry gauge, and InferenceCacheWebhookCertificateExpiring,
+    with it (the Helm chart's copy: tests/unit/test_helm_chart.py)."""
+    monitors = {
+        m["metadata"]["name"]: m
+        for m in yaml.safe_load_all((MONITORING / "servicemonitors.yaml").read_text())
+    }
+    (endpoint,) = monitors["inference-cache-webhook"]["spec"]["endpoints"]
+    assert endpoint["scheme"] == "https"
+    assert endpoint["tlsConfig"] == {"insecureSkipVerify": True}

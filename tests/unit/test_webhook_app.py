@@ -127,7 +127,7 @@ def test_pod_route_fails_open_and_counts_the_reason(app_client: TestClient) -> N
     substring match on a process-global registry passed on other tests' leftovers)."""
     labels = {"outcome": "fail_open", "reason": "no_match"}
     name = "inferencecache_pod_webhook_decisions_total"
-    assert sample(app_client, name, labels) is None
+    assert sample(app_client, name, labels) == 0.0  # created at zero
     response = app_client.post(
         PATH_MUTATE_POD,
         json=_review(pod(labels={"app": "nothing-matches"}, namespace="default"), kind="Pod"),
@@ -149,7 +149,7 @@ def test_each_app_has_its_own_metrics_registry() -> None:
     )
     labels = {"outcome": "fail_open", "reason": "no_match"}
     assert sample(first, "inferencecache_pod_webhook_decisions_total", labels) == 1.0
-    assert sample(second, "inferencecache_pod_webhook_decisions_total", labels) is None
+    assert sample(second, "inferencecache_pod_webhook_decisions_total", labels) == 0.0
 
 
 def test_an_app_can_be_given_a_registry() -> None:
@@ -190,7 +190,7 @@ def test_pod_route_admits_when_listing_backends_fails(tmp_path: Path) -> None:
 def test_metrics_count_admissions_by_endpoint_and_outcome(app_client: TestClient) -> None:
     obj = {"metadata": {"name": "m"}, "spec": {"runtime": "VLLM"}}
     count = "inferencecache_webhook_admission_duration_seconds_count"
-    assert sample(app_client, count, {"endpoint": PATH_VALIDATE_CB}) is None
+    assert sample(app_client, count, {"endpoint": PATH_VALIDATE_CB}) == 0.0
     app_client.post(PATH_VALIDATE_CB, json=_review(obj))
     admissions = {"endpoint": PATH_VALIDATE_CB, "outcome": "allowed"}
     assert sample(app_client, "inferencecache_webhook_admissions_total", admissions) == 1.0
