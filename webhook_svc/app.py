@@ -9,7 +9,8 @@ worker thread. It answers 200 with an AdmissionReview, or 400/408/413
 for a body that is not one, or 503 + Retry-After when the in-flight byte budgets stay
 full (webhook_svc/admission_gate.py). No path returns a 500: an unexpected error on
 the Pod route admits the pod unchanged, on the CacheBackend routes it becomes a
-denial carrying the error.
+denial carrying the error, and one that escapes even that is a 503 + Retry-After,
+counted in ``inferencecache_webhook_internal_errors_total``.
 
 Connections and the request concurrency limit are the serving layer's
 (webhook_svc/serving.py); draining is webhook_svc/lifecycle.py's.
