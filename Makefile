@@ -105,7 +105,8 @@ compose-up:
 # Debian's packages (no registry needed; cached), then run: the webhook read-only in
 # embedded mode against examples/admission/, the worker's dispatcher and worker
 # against the test control plane with real controllers. Installs and starts a Docker
-# engine first where none runs (root or passwordless sudo). See docs/testing.md.
+# engine first where none runs. Run as root: installing the engine, starting dockerd
+# and building the base (debootstrap, chroot) need it. See docs/testing.md.
 images-test: install controlplane
 	bash tests/images/docker-engine.sh
 	$(PY) -m tests.images.check

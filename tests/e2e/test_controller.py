@@ -23,6 +23,7 @@ from tests.e2e.workloads import (
     hold_pool,
     open_pool,
     pods_of,
+    reconciled_since,
     trigger,
     wait_rolled_out,
     wait_workload,
@@ -420,12 +421,15 @@ def test_steady_state_resync_makes_zero_write_requests(cluster: Cluster, stack: 
     assert writes == [], [(e.verb, e.resource, e.name) for e in writes]
 
 
-def test_autoscaled_workload_starts_at_the_hpa_floor_and_leaves_replicas_to_the_hpa(
+@pytest.mark.real_controllers
+def test_dropping_autoscaling_sheds_the_hpa_and_returns_the_replicas_to_spec_replicas(
     cluster: Cluster, stack: Stack
 ) -> None:
-    """With autoscaling the workload is created with replicas = minReplicas; after that the
-    replica count is the HPA's — a later apply (here: a template change) keeps what the
-    HPA wrote through the scale subresource instead of resetting it."""
+    """Spec: with spec.autoscaling the controller renders an HPA and the replica count
+    is the HPA's (test_rollouts.py drives the HPA controller's own scale writes);
+    without it the count is spec.replicas again. Dropping autoscaling sheds the HPA
+    (an object the spec no longer renders), so the HPA controller stops holding the
+    Deployment at its floor, and the Deployment really rolls to spec.replicas."""
     stack.start_dispatcher()
     stack.start_worker()
     ns = cluster.namespace()
@@ -437,38 +441,24 @@ def test_autoscaled_workload_starts_at_the_hpa_floor_and_leaves_replicas_to_the_
     }
     cluster.create_cb(ns, "hpa", spec, NO_GATE)
     name = "hpa-lmcache-server"
-    dep = poll(
-        lambda: cluster.kube.get_or_none(k.DEPLOYMENTS, ns, name),
-        timeout=30,
-        what="the autoscaled Deployment",
-    )
+    dep = wait_rolled_out(cluster, ns, "Deployment", name)
     assert dep["spec"]["replicas"] == 3
+    assert cluster.kube.get(k.HPAS, ns, name)["spec"]["minReplicas"] == 3
 
-    # The HPA controller scales through the scale subresource (an Update).
-    scale_path = k.DEPLOYMENTS.item(ns, name) + "/scale"
-    scale = cluster.kube.request("GET", scale_path)
-    scale["spec"]["replicas"] = 5
-    cluster.kube.request(
-        "PUT", scale_path, query={"fieldManager": "horizontal-pod-autoscaler"}, body=scale
-    )
-    # A spec change makes the controller re-apply the Deployment.
-    cluster.patch_cb(ns, "hpa", {"spec": {"template": {"nodeSelector": {"pool": "cache"}}}})
-
-    def reapplied() -> dict[str, Any] | None:
-        d = cluster.kube.get(k.DEPLOYMENTS, ns, name)
-        pod_spec = d["spec"]["template"]["spec"]
-        return d if pod_spec.get("nodeSelector") == {"pool": "cache"} else None
-
-    dep = poll(reapplied, timeout=30, what="the Deployment re-applied")
-    assert dep["spec"]["replicas"] == 5, "the controller fought the HPA"
-
-    # Without autoscaling the count is spec.replicas again.
     cluster.patch_cb(ns, "hpa", {"spec": {"autoscaling": None, "replicas": 2}})
     poll(
-        lambda: cluster.kube.get(k.DEPLOYMENTS, ns, name)["spec"]["replicas"] == 2 or None,
+        lambda: cluster.kube.get_or_none(k.HPAS, ns, name) is None or None,
         timeout=30,
-        what="replicas back to spec.replicas",
+        what="the HPA shed",
     )
+    dep = wait_workload(
+        cluster, ns, "Deployment", name, lambda d: d["spec"]["replicas"] == 2, "spec.replicas"
+    )
+    dep = wait_rolled_out(cluster, ns, "Deployment", name)
+    assert len(pods_of(cluster, ns, dep)) == 2
+    obj = reconciled_since(stack, cluster, ns, "hpa")
+    assert condition(obj, "Ready") == ("True", "BackendReady")
+    assert workload(cluster, ns, "Deployment", name)["spec"]["replicas"] == 2
 
 
 def test_worker_killed_mid_reconcile_and_redis_restart_still_converge(

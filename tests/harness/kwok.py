@@ -14,8 +14,11 @@ over the object and the status to write next. The harness runs it with
   ``harness.inferencecache.io/restarts: '{"<container>": <n>}'``
       the named containers restart in place until their ``restartCount`` is
       ``n`` (same pod UID, ``lastState.terminated`` set): a crashed container
-      respawned by the kubelet. Level-based, so each bump restarts once;
-      :func:`restart_patch` computes the annotation from the live pod.
+      respawned by the kubelet. Native sidecars (init containers with
+      ``restartPolicy: Always``, reported in ``initContainerStatuses``) restart the
+      same way; other init containers have run to completion and are left alone.
+      Level-based, so each bump restarts once; :func:`restart_patch` computes the
+      annotation from the live pod.
   ``harness.inferencecache.io/fail: "true"``
       the pod fails (phase ``Failed``, its containers terminated with exit code 1);
       a ReplicaSet replaces it with a new pod.
@@ -117,27 +120,45 @@ _POD = {"apiGroup": "v1", "kind": "Pod"}
 _NOT_DELETING = {"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"}
 _RUNNING = {"key": ".status.phase", "operator": "In", "values": ["Running"]}
 
-# jq over the pod: does a container's restartCount lag the annotation's target?
+# jq over the pod: does the restartCount of a container, or of a native sidecar (an
+# init container with restartPolicy Always), lag the annotation's target?
 _RESTART_PENDING = (
     f'(.metadata.annotations["{RESTARTS_ANNOTATION}"] // "{{}}" | fromjson) as $want'
-    " | [.status.containerStatuses[]?"
+    ' | [.spec.initContainers[]? | select(.restartPolicy == "Always") | .name] as $sidecars'
+    " | [(.status.containerStatuses[]?),"
+    " (.status.initContainerStatuses[]? | select(.name as $n | $sidecars | any(. == $n)))"
     " | select($want[.name] != null and $want[.name] != .restartCount)] | length > 0"
 )
 
 # Go templates (kwok renders them with sprig) producing the status to patch in.
-# containerStatuses is a list the patch replaces whole, so every entry is written.
-_RESTART_STATUS = f"""\
-{{{{ $now := Now }}}}
-{{{{ $want := fromJson (index .metadata.annotations "{RESTARTS_ANNOTATION}") }}}}
-containerStatuses:
-{{{{ range .status.containerStatuses }}}}
-{{{{ if and (hasKey $want .name) (ne (int64 (index $want .name)) (int64 .restartCount)) }}}}
+# A status list is replaced whole by the patch, so every entry is written. One
+# entry, restarted in place when the annotation asks for more restarts than it has:
+_RESTARTED_ENTRY = """\
+{{{{ if and (hasKey $want .name) (ne (int64 (index $want .name)) (int64 .restartCount)) {cond}}}}}
 - {{{{ toJson (merge (dict "restartCount" (int64 (index $want .name)) "ready" true "started" true
      "lastState" (dict "terminated" (dict "exitCode" 137 "reason" "Error"
                     "startedAt" (dig "state" "running" "startedAt" $now .) "finishedAt" $now))
      "state" (dict "running" (dict "startedAt" $now))) (omit . "state" "lastState")) }}}}
 {{{{ else }}}}
 - {{{{ toJson . }}}}
+{{{{ end }}}}"""
+# initContainerStatuses only for a pod that has them (an empty list would clear the
+# field); of those, only native sidecars restart.
+_RESTART_STATUS = f"""\
+{{{{ $now := Now }}}}
+{{{{ $want := fromJson (index .metadata.annotations "{RESTARTS_ANNOTATION}") }}}}
+{{{{ $sidecars := list }}}}
+{{{{ range .spec.initContainers }}}}
+{{{{ if eq .restartPolicy "Always" }}}}{{{{ $sidecars = append $sidecars .name }}}}{{{{ end }}}}
+{{{{ end }}}}
+containerStatuses:
+{{{{ range .status.containerStatuses }}}}
+{_RESTARTED_ENTRY.format(cond="")}
+{{{{ end }}}}
+{{{{ with .status.initContainerStatuses }}}}
+initContainerStatuses:
+{{{{ range . }}}}
+{_RESTARTED_ENTRY.format(cond="(has .name $sidecars)")}
 {{{{ end }}}}
 {{{{ end }}}}
 """
@@ -273,10 +294,13 @@ def _annotations(pod: Mapping[str, Any]) -> Mapping[str, str]:
 
 
 def restart_count(pod: Mapping[str, Any], container: str) -> int:
-    """The live restartCount of ``container`` in ``pod`` (0 before it has a status)."""
-    for status in (pod.get("status") or {}).get("containerStatuses") or []:
-        if status.get("name") == container:
-            return int(status.get("restartCount") or 0)
+    """The live restartCount of ``container`` (or init container, a native sidecar
+    among them) in ``pod``; 0 before it has a status."""
+    st = pod.get("status") or {}
+    for key in ("containerStatuses", "initContainerStatuses"):
+        for status in st.get(key) or []:
+            if status.get("name") == container:
+                return int(status.get("restartCount") or 0)
     return 0
 
 

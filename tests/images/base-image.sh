@@ -57,7 +57,10 @@ flock 9
 if [[ ! -s "$tarball" ]]; then
     command -v debootstrap >/dev/null 2>&1 || {
         log "debootstrap is not installed (apt-get install debootstrap)"; exit 1; }
-    [[ "$(id -u)" -eq 0 ]] || { log "debootstrap needs root"; exit 1; }
+    [[ "$(id -u)" -eq 0 ]] || {
+        log "building the base rootfs needs root (debootstrap, chroot); run make images-test as root"
+        exit 1
+    }
     start=$(date +%s)
     rootfs="$(mktemp -d "${cache_dir}/.rootfs.XXXXXX")"
     trap 'rm -rf "$rootfs" "${tarball}.tmp"' EXIT

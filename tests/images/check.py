@@ -4,17 +4,20 @@
 
 1. The base: ``tests/images/base-image.sh`` (a python:3.11-slim-bookworm stand-in
    built from Debian's packages, cached), passed as the Dockerfiles' ``BASE_IMAGE``
-   build argument. Nothing else differs from ``make images``.
+   build argument. The other build arguments are those of ``make images``
+   (``ICACHE_BUILD_COMMIT``, ``ICACHE_BUILD_DATE``); nothing else differs.
 2. Both images, built from ``git archive HEAD`` (what a clean clone holds: no venv,
    no caches, no uncommitted edits). Docker's layer cache is kept between runs.
 3. The webhook image, run as the Deployment runs it (read-only root filesystem, a
    tmpfs at /tmp, no capabilities, the TLS secret mounted) in embedded mode
    (``--backends-from`` the samples): its HEALTHCHECK turns healthy, it runs as
-   65532:65532 and cannot write its root filesystem, and every replay file of
-   examples/admission/ gets the answer the unit tests expect
-   (tests/unit/test_cachebackend_admission.py, tests/unit/test_pod_examples.py); the
-   preStop command of its Deployment (``sleep``) runs. The compose shape (plain
-   HTTP) turns healthy too.
+   65532:65532 and cannot write its root filesystem, ``icache --version`` names the
+   commit built, and every replay file of examples/admission/ gets the answer the
+   unit tests' tables expect (tests/unit/test_cachebackend_admission.py,
+   tests/unit/test_pod_examples.py: allowed, causes, warnings and patch; for Pods the
+   decision ``auditAnnotations`` outcome and reason and the annotations the patch
+   stamps), under the request's uid; the preStop command of its Deployment
+   (``sleep``) runs. The compose shape (plain HTTP) turns healthy too.
 4. The worker image: ``icache certs --help``; then ``icache dispatcher`` and
    ``icache worker`` containers on the host network, read-only, against the test
    control plane with real controllers (tests/harness) and a real Redis, converge a
@@ -30,6 +33,7 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
+import copy
 import datetime as dt
 import json
 import os
@@ -46,17 +50,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import jsonpatch
+
 from icache_install import certs
 from reconciler import kube as k
+from shared import constants as c
 from tests.harness.controlplane import ControlPlane, free_port, wait_until
 from tests.harness.redis_server import RedisServer
+from tests.unit.test_pod_examples import SUBSCRIBER_IMAGE
 
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 IMAGE_REPO = "inference-cache-images-test"
 UID_GID = "65532:65532"
 NO_GATE = {"inferencecache.io/require-kv-events": "false"}
-SUBSCRIBER_IMAGE = "ghcr.io/inference-cache/kvevent-subscriber:0.1.0"
 # The Deployments' /tmp: an emptyDir with sizeLimit 64Mi (manifests/base/*-deployment.yaml).
 HARDENED = [
     "--read-only",
@@ -163,12 +170,17 @@ def drop_older_builds(image: str) -> None:
         docker("rmi", *old, check=False)
 
 
-def build(context: Path, name: str, base: str, tag: str) -> None:
+def build(context: Path, name: str, base: str, tag: str, commit: str) -> None:
+    """``docker build`` as ``make images`` runs it (the same build arguments), on
+    ``base``."""
+    built = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     docker(
         "build",
         "--quiet",
         "--force-rm",  # no container left behind by a failed step
         f"--build-arg=BASE_IMAGE={base}",
+        f"--build-arg=ICACHE_BUILD_COMMIT={commit}",
+        f"--build-arg=ICACHE_BUILD_DATE={built}",
         f"--file={context / f'Dockerfile.{name}'}",
         f"--tag={tag}",
         str(context),
@@ -244,16 +256,35 @@ def post(url: str, body: bytes, ctx: ssl.SSLContext | None) -> dict[str, Any]:
         return data
 
 
+def answer(url: str, body: bytes, ctx: ssl.SSLContext | None, what: str) -> dict[str, Any]:
+    """The AdmissionReview response to ``body``; its uid must be the request's."""
+    response: dict[str, Any] = post(url, body, ctx)["response"]
+    uid = json.loads(body)["request"]["uid"]
+    expect(response.get("uid") == uid, f"{what}: response uid {response.get('uid')!r} != {uid!r}")
+    return response
+
+
+def patched(request_body: bytes, response: dict[str, Any]) -> dict[str, Any]:
+    """The request's object with the response's JSONPatch applied."""
+    obj: dict[str, Any] = json.loads(request_body)["request"]["object"]
+    if not response.get("patch"):
+        return obj
+    ops = json.loads(base64.b64decode(response["patch"]))
+    out: dict[str, Any] = jsonpatch.apply_patch(copy.deepcopy(obj), ops)
+    return out
+
+
 def check_admission_examples(base_url: str, ctx: ssl.SSLContext | None) -> int:
-    """Every replay file, through the container, against the unit tests' table."""
+    """Every replay file, through the container, against the unit tests' tables
+    (the webhook runs with their kvevent-subscriber image)."""
     from tests.unit.test_cachebackend_admission import EXAMPLES, EXPECTED_EXAMPLES
     from tests.unit.test_pod_examples import EXPECTED as POD_EXPECTED
 
     count = 0
-    for name, (allowed, causes, patched, warned) in sorted(EXPECTED_EXAMPLES.items()):
+    for name, (allowed, causes, patch_expected, warned) in sorted(EXPECTED_EXAMPLES.items()):
         body = (EXAMPLES / name).read_bytes()
-        valid = post(f"{base_url}/validate-inferencecache-io-v1alpha1-cachebackend", body, ctx)
-        r = valid["response"]
+        url = f"{base_url}/validate-inferencecache-io-v1alpha1-cachebackend"
+        r = answer(url, body, ctx, f"validate {name}")
         got = (
             r["allowed"],
             len((r.get("status") or {}).get("details", {}).get("causes", [])),
@@ -263,21 +294,25 @@ def check_admission_examples(base_url: str, ctx: ssl.SSLContext | None) -> int:
             got == (allowed, causes, warned),
             f"validate {name}: {got} != {(allowed, causes, warned)}",
         )
-        mutated = post(f"{base_url}/mutate-inferencecache-io-v1alpha1-cachebackend", body, ctx)
-        m = mutated["response"]
-        expect(m["allowed"] is True and ("patch" in m) is patched, f"mutate {name}: {m}")
+        url = f"{base_url}/mutate-inferencecache-io-v1alpha1-cachebackend"
+        m = answer(url, body, ctx, f"mutate {name}")
+        expect(m["allowed"] is True and ("patch" in m) is patch_expected, f"mutate {name}: {m}")
         count += 2
-    for name, (_, _, backend) in sorted(POD_EXPECTED.items()):
+    for name, (outcome, reason, backend) in sorted(POD_EXPECTED.items()):
         body = (EXAMPLES / name).read_bytes()
-        r = post(f"{base_url}/mutate--v1-pod", body, ctx)["response"]
+        r = answer(f"{base_url}/mutate--v1-pod", body, ctx, f"pod {name}")
         expect(r["allowed"] is True, f"pod {name}: not allowed: {r}")
-        patch = base64.b64decode(r["patch"]).decode() if r.get("patch") else ""
-        if backend:
-            expect(f'"{backend}"' in patch, f"pod {name}: not wired to {backend}: {patch[:400]}")
-        else:
-            expect(
-                "inferencecache.io/injected-by" not in patch, f"pod {name}: wired: {patch[:400]}"
-            )
+        decision = r.get("auditAnnotations") or {}
+        expect(
+            (decision.get("outcome"), decision.get("reason")) == (outcome, reason),
+            f"pod {name}: decision {decision} != outcome {outcome}, reason {reason}",
+        )
+        annotations = (patched(body, r).get("metadata") or {}).get("annotations") or {}
+        stamped = annotations.get(c.ANNOTATION_INJECTED_BY)
+        expect(stamped == backend, f"pod {name}: injected-by {stamped!r} != {backend!r}")
+        skipped = annotations.get(c.ANNOTATION_INJECT_SKIPPED)
+        want_skipped = c.INJECT_SKIPPED_VALUE if outcome == "skipped" else None
+        expect(skipped == want_skipped, f"pod {name}: inject-skipped {skipped!r}")
         count += 1
     return count
 
@@ -321,6 +356,10 @@ def webhook_checks(report: Report, image: str, work: Path) -> None:
             expect(root_filesystem_read_only(name), "a write under /opt/venv did not get EROFS")
         with report.check("webhook: the Deployment's preStop command runs (sleep 0)"):
             docker("exec", name, "sleep", "0")
+        with report.check("webhook: icache --version names the commit built"):
+            commit = image.rpartition(":")[2]
+            version = docker("exec", name, "icache", "--version").strip()
+            expect(f"(commit {commit}, built 20" in version, version)
         with report.check("webhook: examples/admission answered as the unit tests expect"):
             ctx = ssl.create_default_context(cadata=ca_pem.decode())
             count = check_admission_examples(f"https://127.0.0.1:{port}", ctx)
@@ -461,7 +500,7 @@ def main(argv: list[str] | None = None) -> int:
             for name in ("webhook", "worker"):
                 t = time.monotonic()
                 images[name] = f"{IMAGE_REPO}/{name}:{commit}"
-                build(context, name, base, images[name])
+                build(context, name, base, images[name], commit)
                 drop_older_builds(images[name])
                 print(f"     {name}: {time.monotonic() - t:.1f}s", flush=True)
         steps: list[Callable[[Report, str, Path], None]] = [webhook_checks, worker_checks]

@@ -1,0 +1,281 @@
+"""The engine cascade on real rollouts, beyond one engine Deployment: which engine
+Deployments the reconciler restarts when the cache server is replaced, and which
+container restarts count.
+
+Spec, Status, observedServerInstance: on a transition that reflects an actual
+replacement the reconciler "cascade-restarts every engine Deployment that owns pods
+carrying this backend's inferencecache.io/injected-by + matching injected-by-uid, by
+patching inferencecache.io/cache-server-restart-trigger onto each Deployment's pod
+template"; <restart-sum> counts only "the container names declared on the owned
+Deployment's pod template", so sidecars injected by other admission plugins are
+excluded. kube-controller-manager, kube-scheduler and kwok drive every workload here;
+the real ``icache webhook`` wires the engine pods at admission.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from reconciler import kube as k
+from shared import constants as c
+from tests.e2e import test_rollouts as rollouts
+from tests.e2e.conftest import WORKER_USER, Cluster, Stack, condition, poll
+from tests.e2e.workloads import (
+    owner_name,
+    pods_of,
+    reconciled_since,
+    replicasets_of,
+    restart_in_place,
+    wait_rolled_out,
+    wait_workload,
+    workload,
+)
+
+pytestmark = pytest.mark.real_controllers
+
+SERVER = rollouts.SERVER
+INJECTED = ("vllm-a", "vllm-b")
+SKIPPED = "vllm-skip"
+NATIVE_SIDECAR = "mesh-native"
+
+
+# test_rollouts' fixtures, requested here under the same names: ``wired`` (the real
+# Pod webhook registered for a namespace) and ``sidecar_policies`` (deletes the
+# admission policies a test creates).
+wired = rollouts.wired
+sidecar_policies = rollouts.sidecar_policies
+
+
+def engine(name: str, template_annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    """test_rollouts' vLLM Deployment under ``name``: still selected by the backend's
+    engineSelector (app=vllm), with a label of its own so each Deployment's selector
+    (and :func:`pods_of`) sees only its pods."""
+    dep = rollouts.engine_deployment()
+    dep["metadata"]["name"] = name
+    labels = {**rollouts.ENGINE_LABELS, "engine": name}
+    dep["spec"]["selector"]["matchLabels"] = labels
+    meta = dep["spec"]["template"]["metadata"]
+    meta["labels"] = labels
+    if template_annotations:
+        meta["annotations"] = template_annotations
+    return dep
+
+
+def trigger_of(cluster: Cluster, ns: str, name: str) -> str | None:
+    dep = workload(cluster, ns, "Deployment", name)
+    annotations = dep["spec"]["template"]["metadata"].get("annotations") or {}
+    return annotations.get(c.ANNOTATION_CACHE_SERVER_RESTART_TRIGGER)
+
+
+def worker_writes(cluster: Cluster, ns: str, name: str, mark: int) -> list[str]:
+    """The verbs of the worker's writes to Deployment ``name`` since ``mark``."""
+    events = cluster.cp.write_events(
+        mark, user=WORKER_USER, resource="deployments", namespace=ns, name=name
+    )
+    return [e.verb for e in events]
+
+
+def annotations_of(obj: dict[str, Any]) -> dict[str, str]:
+    return dict(obj["metadata"].get("annotations") or {})
+
+
+def test_a_replaced_cache_server_pod_restarts_each_injected_engine_deployment_once_and_no_other(
+    cluster: Cluster, stack: Stack, wired: str
+) -> None:
+    """Spec, Status, observedServerInstance cascade: a replacement of the cache-server
+    pod (the ReplicaSet really recreates a deleted pod) restarts every engine
+    Deployment owning pods injected by this backend — both of them, each once, each
+    really rolling to a new ReplicaSet — and not an engine Deployment the backend's
+    engineSelector matches whose pods opted out (inferencecache.io/skip-inject on its
+    template: admitted unwired, so it owns no injected pod)."""
+    stack.start_dispatcher()
+    stack.start_worker()
+    ns = wired
+    cluster.create_cb(ns, "cb", rollouts.WIRED_SPEC, rollouts.WIRED_ANNOTATIONS)
+    server = wait_rolled_out(cluster, ns, "Deployment", SERVER)
+    (first,) = pods_of(cluster, ns, server)
+    cluster.wait_cb(
+        ns, "cb",
+        lambda o: rollouts.server_instance(o) == f"{first['metadata']['uid']}:0",
+        "the baseline",
+    )  # fmt: skip
+    cb = cluster.cb(ns, "cb")
+    rollouts.wait_webhook_wires(cluster, ns, "cb")
+    for name in INJECTED:
+        cluster.kube.create(k.DEPLOYMENTS, ns, engine(name))
+    cluster.kube.create(k.DEPLOYMENTS, ns, engine(SKIPPED, {c.ANNOTATION_SKIP_INJECT: "true"}))
+    old_pods: dict[str, set[str]] = {}
+    for name in (*INJECTED, SKIPPED):
+        dep = wait_rolled_out(cluster, ns, "Deployment", name)
+        pods = pods_of(cluster, ns, dep)
+        assert len(pods) == 2
+        old_pods[name] = {p["metadata"]["uid"] for p in pods}
+        for pod in pods:
+            annotations = annotations_of(pod)
+            if name == SKIPPED:
+                assert c.ANNOTATION_INJECTED_BY not in annotations
+                assert annotations.get(c.ANNOTATION_INJECT_SKIPPED) == c.INJECT_SKIPPED_VALUE
+            else:
+                assert annotations.get(c.ANNOTATION_INJECTED_BY) == f"{ns}/cb"
+                assert annotations.get(c.ANNOTATION_INJECTED_BY_UID) == cb["metadata"]["uid"]
+        assert trigger_of(cluster, ns, name) is None
+    skipped = workload(cluster, ns, "Deployment", SKIPPED)
+
+    mark = cluster.cp.audit_offset()
+    cluster.kube.delete(k.PODS, ns, first["metadata"]["name"])
+    server = wait_rolled_out(cluster, ns, "Deployment", SERVER)
+    (second,) = pods_of(cluster, ns, server)
+    assert second["metadata"]["uid"] != first["metadata"]["uid"]
+    assert owner_name(second, "ReplicaSet") == owner_name(first, "ReplicaSet")
+    cluster.wait_cb(
+        ns, "cb",
+        lambda o: rollouts.server_instance(o) == f"{second['metadata']['uid']}:0",
+        "observedServerInstance on the replacement",
+    )  # fmt: skip
+    stamps = poll(
+        lambda: (
+            {name: trigger_of(cluster, ns, name) for name in INJECTED}
+            if all(trigger_of(cluster, ns, name) for name in INJECTED)
+            else None
+        ),
+        timeout=30,
+        what="the restart trigger on both injected engine Deployments",
+    )
+
+    # Each injected engine Deployment really rolls: a new ReplicaSet, new (wired) pods.
+    for name in INJECTED:
+        dep = wait_workload(
+            cluster, ns, "Deployment", name,
+            lambda d: (d.get("status") or {}).get("observedGeneration") == 2,
+            "the new generation",
+        )  # fmt: skip
+        dep = wait_rolled_out(cluster, ns, "Deployment", name)
+        assert len(replicasets_of(cluster, ns, dep)) == 2
+        new_pods = pods_of(cluster, ns, dep)
+        assert len(new_pods) == 2
+        assert not old_pods[name] & {p["metadata"]["uid"] for p in new_pods}
+        for pod in new_pods:
+            assert annotations_of(pod).get(c.ANNOTATION_INJECTED_BY) == f"{ns}/cb"
+
+    # Exactly once each, and the opted-out Deployment untouched, after later reconciles
+    # (the engine pods changed under the backend meanwhile).
+    obj = reconciled_since(stack, cluster, ns, "cb")
+    for name in INJECTED:
+        assert trigger_of(cluster, ns, name) == stamps[name]
+        assert worker_writes(cluster, ns, name, mark) == ["patch"], name
+    after = workload(cluster, ns, "Deployment", SKIPPED)
+    assert after["metadata"]["generation"] == skipped["metadata"]["generation"]
+    assert trigger_of(cluster, ns, SKIPPED) is None
+    assert worker_writes(cluster, ns, SKIPPED, mark) == []
+    assert len(replicasets_of(cluster, ns, after)) == 1
+    assert {p["metadata"]["uid"] for p in pods_of(cluster, ns, after)} == old_pods[SKIPPED]
+    assert rollouts.server_instance(obj) == f"{second['metadata']['uid']}:0"
+    assert condition(obj, "Ready") == ("True", "BackendReady")
+
+
+def inject_native_sidecar(
+    cluster: Cluster, ns: str, match_labels: dict[str, str], created: list[str]
+) -> None:
+    """A MutatingAdmissionPolicy adding a native sidecar (an init container with
+    ``restartPolicy: Always``, as Istio's native-sidecar mode does) to the pods of
+    ``ns`` carrying ``match_labels``; waits until the API server applies it."""
+    labels = " && ".join(
+        f"{key!r} in object.metadata.labels && object.metadata.labels[{key!r}] == {value!r}"
+        for key, value in match_labels.items()
+    )
+    name = f"native-sidecar-{ns}"
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1beta1",
+        "kind": "MutatingAdmissionPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                                                    "operations": ["CREATE"],
+                                                    "resources": ["pods"]}]},
+            "matchConditions": [{"name": "server-pods",
+                                 "expression": f"has(object.metadata.labels) && {labels}"}],
+            "failurePolicy": "Fail",
+            "reinvocationPolicy": "Never",
+            "mutations": [{"patchType": "ApplyConfiguration", "applyConfiguration": {
+                "expression": "Object{spec: Object.spec{initContainers: ["
+                              "Object.spec.initContainers{"
+                              f'name: "{NATIVE_SIDECAR}", image: "mesh/proxy:1", '
+                              'restartPolicy: "Always"}]}}'}}],
+        },
+    }  # fmt: skip
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1beta1",
+        "kind": "MutatingAdmissionPolicyBinding",
+        "metadata": {"name": name},
+        "spec": {
+            "policyName": name,
+            "matchResources": {
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}
+            },
+        },
+    }
+    created.append(name)
+    cluster.kube.request("POST", f"{rollouts.MAP_API}/mutatingadmissionpolicies", body=policy)
+    cluster.kube.request(
+        "POST", f"{rollouts.MAP_API}/mutatingadmissionpolicybindings", body=binding
+    )
+    probe = {"apiVersion": "v1", "kind": "Pod",
+             "metadata": {"name": "native-sidecar-probe", "labels": match_labels},
+             "spec": {"containers": [{"name": "c", "image": "x"}]}}  # fmt: skip
+
+    def applied() -> bool:
+        pod = cluster.kube.request(
+            "POST", k.PODS.collection(ns), query={"dryRun": "All"}, body=probe
+        )
+        return NATIVE_SIDECAR in {i["name"] for i in pod["spec"].get("initContainers") or []}
+
+    poll(applied, timeout=30, what="the native sidecar policy in effect")
+
+
+def test_a_native_sidecar_restart_on_the_cache_server_pod_neither_advances_nor_cascades(
+    cluster: Cluster, stack: Stack, wired: str, sidecar_policies: list[str]
+) -> None:
+    """Spec, Status, observedServerInstance: <restart-sum> counts only the containers
+    declared on the owned Deployment's pod template; "sidecars injected by other
+    admission webhooks ... are intentionally excluded — a sidecar crash-loop must not
+    advance the identifier and roll the engine fleet". Here the sidecar is a native
+    one (an init container with restartPolicy Always, reported in
+    initContainerStatuses), injected at pod admission by another plugin, so the
+    Deployment's template never carries it."""
+    stack.start_dispatcher()
+    stack.start_worker()
+    ns = wired
+    inject_native_sidecar(cluster, ns, {"app.kubernetes.io/instance": "cb"}, sidecar_policies)
+    cluster.create_cb(ns, "cb", rollouts.WIRED_SPEC, rollouts.WIRED_ANNOTATIONS)
+    server = wait_rolled_out(cluster, ns, "Deployment", SERVER)
+    template = server["spec"]["template"]["spec"]
+    declared = {
+        x["name"] for key in ("containers", "initContainers") for x in template.get(key) or []
+    }
+    assert NATIVE_SIDECAR not in declared
+    (pod,) = pods_of(cluster, ns, server)
+    (sidecar,) = (x for x in pod["spec"]["initContainers"] if x["name"] == NATIVE_SIDECAR)
+    assert sidecar["restartPolicy"] == "Always"
+    uid = pod["metadata"]["uid"]
+    cluster.wait_cb(ns, "cb", lambda o: rollouts.server_instance(o) == f"{uid}:0", "the baseline")
+    rollouts.start_wired_engine(cluster, ns, cluster.cb(ns, "cb"))
+    mark = cluster.cp.audit_offset()
+
+    # kwok restarts the native sidecar in place: same pod, its restartCount 1 in
+    # initContainerStatuses, the server's own containers untouched.
+    assert restart_in_place(cluster, ns, pod["metadata"]["name"], NATIVE_SIDECAR) == 1
+    live = cluster.kube.get(k.PODS, ns, pod["metadata"]["name"])
+    assert live["metadata"]["uid"] == uid
+    (status,) = (s for s in live["status"]["initContainerStatuses"] if s["name"] == NATIVE_SIDECAR)
+    assert status["restartCount"] == 1
+    assert status["lastState"]["terminated"]["exitCode"] == 137
+    assert "running" in status["state"]
+    assert all(s["restartCount"] == 0 for s in live["status"]["containerStatuses"])
+
+    obj = reconciled_since(stack, cluster, ns, "cb")
+    assert rollouts.server_instance(obj) == f"{uid}:0"
+    assert rollouts.restart_trigger(cluster, ns) is None
+    assert rollouts.engine_writes(cluster, ns, mark) == []
+    assert condition(obj, "Ready") == ("True", "BackendReady")
