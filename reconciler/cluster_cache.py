@@ -56,7 +56,7 @@ from reconciler.engine_deployments import (
 )
 from reconciler.enqueue_keys import match_labels, owner_key, pod_backend_key
 from reconciler.reads import OWNED_RESOURCES, LiveReads, template_labels, with_kind
-from reconciler.watch_cache import Reflector, WatchSpec, resource_version
+from reconciler.watch_cache import Reflector, WatchSpec, reduced_metadata, resource_version
 from shared import constants as c
 from shared.labels import labels_match, valid_selector
 from shared.storage_providers.render import (
@@ -104,21 +104,7 @@ ENGINE_POD_ANNOTATIONS: Final = (c.ANNOTATION_INJECTED_BY, c.ANNOTATION_INJECTED
 def engine_pod_metadata(obj: Obj) -> Obj:
     """What an engine pod contributes: identity, labels, the decision annotations and
     the controller reference (to find the Deployment that owns it)."""
-    meta = obj.get("metadata") or {}
-    annotations = meta.get("annotations") or {}
-    return {
-        "metadata": {
-            "name": meta.get("name"),
-            "namespace": meta.get("namespace"),
-            "uid": meta.get("uid"),
-            "resourceVersion": meta.get("resourceVersion"),
-            "labels": dict(meta.get("labels") or {}),
-            "annotations": {a: annotations[a] for a in ENGINE_POD_ANNOTATIONS if a in annotations},
-            "ownerReferences": [
-                r for r in meta.get("ownerReferences") or [] if r.get("controller")
-            ],
-        }
-    }
+    return reduced_metadata(obj, ENGINE_POD_ANNOTATIONS)
 
 
 # ------------------------------------------------------------------ engine selectors

@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Final
 
+from reconciler.watch_cache import reduced_metadata
+
 LABEL_POD_TEMPLATE_HASH: Final = "pod-template-hash"
 ANNOTATION_REVISION: Final = "deployment.kubernetes.io/revision"
 ANNOTATION_DESIRED_REPLICAS: Final = "deployment.kubernetes.io/desired-replicas"
@@ -37,21 +39,7 @@ def _int_or_none(value: object) -> int | None:
 def replicaset_metadata(obj: Obj) -> Obj:
     """What a ReplicaSet contributes: identity, labels, the deployment controller's two
     annotations and its controller reference."""
-    meta = obj.get("metadata") or {}
-    annotations = meta.get("annotations") or {}
-    return {
-        "metadata": {
-            "name": meta.get("name"),
-            "namespace": meta.get("namespace"),
-            "uid": meta.get("uid"),
-            "resourceVersion": meta.get("resourceVersion"),
-            "labels": dict(meta.get("labels") or {}),
-            "annotations": {a: annotations[a] for a in REPLICASET_ANNOTATIONS if a in annotations},
-            "ownerReferences": [
-                r for r in meta.get("ownerReferences") or [] if r.get("controller")
-            ],
-        }
-    }
+    return reduced_metadata(obj, REPLICASET_ANNOTATIONS)
 
 
 def replicaset_template_labels(replicaset: Obj) -> dict[str, str]:

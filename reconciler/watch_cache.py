@@ -74,6 +74,26 @@ def resource_version(obj: dict[str, Any] | None) -> str:
     return str(((obj or {}).get("metadata") or {}).get("resourceVersion") or "")
 
 
+def reduced_metadata(obj: dict[str, Any], annotations: tuple[str, ...]) -> dict[str, Any]:
+    """An object as a metadata-only store keeps it: identity, labels, the named
+    annotations and the controller owner reference, nothing else."""
+    meta = obj.get("metadata") or {}
+    kept = meta.get("annotations") or {}
+    return {
+        "metadata": {
+            "name": meta.get("name"),
+            "namespace": meta.get("namespace"),
+            "uid": meta.get("uid"),
+            "resourceVersion": meta.get("resourceVersion"),
+            "labels": dict(meta.get("labels") or {}),
+            "annotations": {a: kept[a] for a in annotations if a in kept},
+            "ownerReferences": [
+                r for r in meta.get("ownerReferences") or [] if r.get("controller")
+            ],
+        }
+    }
+
+
 def list_then_watch(
     kube: k.KubeClient,
     spec: WatchSpec,
