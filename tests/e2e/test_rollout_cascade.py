@@ -180,58 +180,13 @@ def inject_native_sidecar(
 ) -> None:
     """A MutatingAdmissionPolicy adding a native sidecar (an init container with
     ``restartPolicy: Always``, as Istio's native-sidecar mode does) to the pods of
-    ``ns`` carrying ``match_labels``; waits until the API server applies it."""
-    labels = " && ".join(
-        f"{key!r} in object.metadata.labels && object.metadata.labels[{key!r}] == {value!r}"
-        for key, value in match_labels.items()
-    )
-    name = f"native-sidecar-{ns}"
-    policy = {
-        "apiVersion": "admissionregistration.k8s.io/v1beta1",
-        "kind": "MutatingAdmissionPolicy",
-        "metadata": {"name": name},
-        "spec": {
-            "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
-                                                    "operations": ["CREATE"],
-                                                    "resources": ["pods"]}]},
-            "matchConditions": [{"name": "server-pods",
-                                 "expression": f"has(object.metadata.labels) && {labels}"}],
-            "failurePolicy": "Fail",
-            "reinvocationPolicy": "Never",
-            "mutations": [{"patchType": "ApplyConfiguration", "applyConfiguration": {
-                "expression": "Object{spec: Object.spec{initContainers: ["
-                              "Object.spec.initContainers{"
-                              f'name: "{NATIVE_SIDECAR}", image: "mesh/proxy:1", '
-                              'restartPolicy: "Always"}]}}'}}],
-        },
-    }  # fmt: skip
-    binding = {
-        "apiVersion": "admissionregistration.k8s.io/v1beta1",
-        "kind": "MutatingAdmissionPolicyBinding",
-        "metadata": {"name": name},
-        "spec": {
-            "policyName": name,
-            "matchResources": {
-                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}
-            },
-        },
-    }
-    created.append(name)
-    cluster.kube.request("POST", f"{rollouts.MAP_API}/mutatingadmissionpolicies", body=policy)
-    cluster.kube.request(
-        "POST", f"{rollouts.MAP_API}/mutatingadmissionpolicybindings", body=binding
-    )
-    probe = {"apiVersion": "v1", "kind": "Pod",
-             "metadata": {"name": "native-sidecar-probe", "labels": match_labels},
-             "spec": {"containers": [{"name": "c", "image": "x"}]}}  # fmt: skip
-
-    def applied() -> bool:
-        pod = cluster.kube.request(
-            "POST", k.PODS.collection(ns), query={"dryRun": "All"}, body=probe
-        )
-        return NATIVE_SIDECAR in {i["name"] for i in pod["spec"].get("initContainers") or []}
-
-    poll(applied, timeout=30, what="the native sidecar policy in effect")
+    ``ns`` carrying ``match_labels``."""
+    rollouts.inject_container(
+        cluster, ns, match_labels, created,
+        policy_name=f"native-sidecar-{ns}", field="initContainers",
+        container=f'name: "{NATIVE_SIDECAR}", image: "mesh/proxy:1", restartPolicy: "Always"',
+        container_name=NATIVE_SIDECAR,
+    )  # fmt: skip
 
 
 def test_a_native_sidecar_restart_on_the_cache_server_pod_neither_advances_nor_cascades(

@@ -457,17 +457,38 @@ def inject_sidecar(
     cluster: Cluster, ns: str, match_labels: dict[str, str], created: list[str]
 ) -> None:
     """A MutatingAdmissionPolicy adding a ``mesh-proxy`` container to the pods of
-    ``ns`` carrying ``match_labels``, as a service mesh's webhook would; waits until
-    the API server applies it (dry-run pod creations)."""
+    ``ns`` carrying ``match_labels``, as a service mesh's webhook would."""
+    inject_container(
+        cluster, ns, match_labels, created,
+        policy_name=f"sidecar-{ns}", field="containers",
+        container=f'name: "{SIDECAR}", image: "mesh/proxy:1"',
+        container_name=SIDECAR,
+    )  # fmt: skip
+
+
+def inject_container(
+    cluster: Cluster,
+    ns: str,
+    match_labels: dict[str, str],
+    created: list[str],
+    *,
+    policy_name: str,
+    field: str,
+    container: str,
+    container_name: str,
+) -> None:
+    """A MutatingAdmissionPolicy adding one container (``container``: its CEL fields)
+    to ``spec.<field>`` of the pods of ``ns`` carrying ``match_labels``, as another
+    admission plugin would; waits until the API server applies it (dry-run pod
+    creations)."""
     labels = " && ".join(
         f"{key!r} in object.metadata.labels && object.metadata.labels[{key!r}] == {value!r}"
         for key, value in match_labels.items()
     )
-    name = f"sidecar-{ns}"
     policy = {
         "apiVersion": "admissionregistration.k8s.io/v1beta1",
         "kind": "MutatingAdmissionPolicy",
-        "metadata": {"name": name},
+        "metadata": {"name": policy_name},
         "spec": {
             "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
                                                     "operations": ["CREATE"],
@@ -477,35 +498,35 @@ def inject_sidecar(
             "failurePolicy": "Fail",
             "reinvocationPolicy": "Never",
             "mutations": [{"patchType": "ApplyConfiguration", "applyConfiguration": {
-                "expression": "Object{spec: Object.spec{containers: [Object.spec.containers{"
-                              f'name: "{SIDECAR}", image: "mesh/proxy:1"}}]}}}}'}}],
+                "expression": f"Object{{spec: Object.spec{{{field}: ["
+                              f"Object.spec.{field}{{{container}}}]}}}}"}}],
         },
     }  # fmt: skip
     binding = {
         "apiVersion": "admissionregistration.k8s.io/v1beta1",
         "kind": "MutatingAdmissionPolicyBinding",
-        "metadata": {"name": name},
+        "metadata": {"name": policy_name},
         "spec": {
-            "policyName": name,
+            "policyName": policy_name,
             "matchResources": {
                 "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}
             },
         },
     }
-    created.append(name)
+    created.append(policy_name)
     cluster.kube.request("POST", f"{MAP_API}/mutatingadmissionpolicies", body=policy)
     cluster.kube.request("POST", f"{MAP_API}/mutatingadmissionpolicybindings", body=binding)
     probe = {"apiVersion": "v1", "kind": "Pod",
-             "metadata": {"name": "sidecar-probe", "labels": match_labels},
+             "metadata": {"name": f"{policy_name}-probe", "labels": match_labels},
              "spec": {"containers": [{"name": "c", "image": "x"}]}}  # fmt: skip
 
     def applied() -> bool:
         pod = cluster.kube.request(
             "POST", k.PODS.collection(ns), query={"dryRun": "All"}, body=probe
         )
-        return SIDECAR in {c["name"] for c in pod["spec"]["containers"]}
+        return container_name in {c["name"] for c in pod["spec"].get(field) or []}
 
-    poll(applied, timeout=30, what="the sidecar policy in effect")
+    poll(applied, timeout=30, what=f"the {policy_name} policy in effect")
 
 
 def test_an_in_place_restart_of_the_server_container_cascades_but_a_sidecar_restart_does_not(
