@@ -150,8 +150,8 @@ def list_then_watch(
             backoff = 0.5
             if on_restart:
                 on_restart("timeout")
-        except k.ApiError as exc:
-            if exc.gone:
+        except Exception as exc:  # an API error, connection reset, read timeout, bad JSON
+            if isinstance(exc, k.ApiError) and exc.gone:
                 log.info(
                     "watch resourceVersion expired; re-listing",
                     extra={"resource": spec.describe(), "resource_version": rv},
@@ -160,12 +160,8 @@ def list_then_watch(
                     on_restart("expired")
                 rv = None
                 continue
-            log.warning("watch failed", extra={"resource": spec.describe(), "error": str(exc)})
-            if on_restart:
-                on_restart("error")
-            wait(backoff)
-            backoff = min(backoff * 2, MAX_BACKOFF_SECONDS)
-        except Exception as exc:  # connection reset, read timeout, bad JSON
+            if not running():
+                return  # stopped while its stream was failing: nothing to report
             log.warning("watch failed", extra={"resource": spec.describe(), "error": str(exc)})
             if on_restart:
                 on_restart("error")

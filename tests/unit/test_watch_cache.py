@@ -203,3 +203,34 @@ def test_store_wait_until_returns_once_the_object_shows_the_change() -> None:
         "ns", "a", lambda o: o is not None and o["metadata"]["resourceVersion"] == "2", 5
     )
     assert not store.wait_until("ns", "a", lambda o: o is None, 0.05)
+
+
+def test_a_stream_that_fails_after_its_watch_was_stopped_ends_quietly(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Stopping a watch closes its stream under it (the process or the API server going
+    away): that ends the loop without a "watch failed" warning, a restart or a
+    back-off, which are for streams that fail while they are wanted."""
+    stopped = threading.Event()
+
+    def events() -> Iterator[dict[str, Any]]:
+        stopped.set()
+        raise ConnectionResetError("closed")
+        yield {}  # a generator
+
+    kube = ScriptedKube(lists=[[]], watches=[events()])
+    restarts: list[str] = []
+    waits: list[float] = []
+    with caplog.at_level("WARNING"):
+        list_then_watch(
+            kube,
+            WatchSpec(k.PODS),
+            on_list=lambda _items: None,
+            on_event=lambda _kind, _obj: None,
+            running=lambda: not stopped.is_set(),
+            wait=waits.append,
+            on_restart=restarts.append,
+        )
+    assert "watch failed" not in caplog.text
+    assert restarts == []
+    assert waits == []
