@@ -121,7 +121,10 @@ def test_engine_pod_watches_follow_new_selectors_and_hold_only_matching_pods(
         *cluster_cache.engine_pods.reflectors(),
         *cluster_cache.engine_replicasets.reflectors(),
     ]
-    assert {r.spec.namespace for r in grouped} == {ns}
+    # (Other tests' backends on this shared API server have watches of their own.)
+    watched_namespaces = {r.spec.namespace for r in grouped}
+    assert ns in watched_namespaces
+    assert other not in watched_namespaces
     for store in [r.store for r in [*cluster_cache.reflectors(), *grouped]]:
         assert "web" not in names(store.in_namespace(ns))
         assert "stray" not in names(list(store.all()))
