@@ -423,6 +423,9 @@ def test_a_stalled_body_is_answered_408(tmp_path: Path, tls: bool) -> None:
     with webhook(tmp_path, tls) as hook:
         for declared, sent in ((5000, 100), (MIB, MIB // 2)):
             conn = send_part_then_stall(hook, POD_PATH, declared, sent)
+            # Read only once the sender is done: one TLS socket is not to be written and
+            # read from two threads at once. The stall bound counts from the last byte.
+            assert conn.sent.wait(10), "the webhook stopped reading the body's first part"
             started = time.monotonic()
             status, headers, body = read_answer(conn.sock, timeout=10)
             elapsed = time.monotonic() - started

@@ -49,7 +49,11 @@ def _port(hook: WebhookProcess) -> int:
 
 
 class SlowRequest:
-    """A POST whose headers and first half of the body are sent now, the rest later."""
+    """A POST whose headers and first half of the body are sent now, then one byte every
+    half second (a slow client, not a stalled one: the webhook cuts a body that gets no
+    byte for 2 s), and the rest on ``finish``."""
+
+    TRICKLE_SECONDS = 0.5
 
     def __init__(self, hook: WebhookProcess, uid: str) -> None:
         self.uid = uid
@@ -61,11 +65,23 @@ class SlowRequest:
             f"POST {POD_PATH} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
             f"Content-Type: application/json\r\nContent-Length: {len(self.body)}\r\n\r\n"
         ).encode()
-        self.sock.sendall(head + self.body[: len(self.body) // 2])
+        self.sent = len(self.body) // 2
+        self.sock.sendall(head + self.body[: self.sent])
+        self._stop = threading.Event()
+        self._trickle = threading.Thread(target=self._trickle_bytes, daemon=True)
+        self._trickle.start()
+
+    def _trickle_bytes(self) -> None:
+        # Always leaves the last byte for finish(): the body is complete only then.
+        while not self._stop.wait(self.TRICKLE_SECONDS) and self.sent < len(self.body) - 1:
+            self.sock.sendall(self.body[self.sent : self.sent + 1])
+            self.sent += 1
 
     def finish(self) -> dict[str, Any]:
         """Send the rest; the complete AdmissionReview that comes back."""
-        self.sock.sendall(self.body[len(self.body) // 2 :])
+        self._stop.set()
+        self._trickle.join(timeout=10)  # one TLS socket, one writer at a time
+        self.sock.sendall(self.body[self.sent :])
         reply = b""
         while b"\r\n\r\n" not in reply:
             chunk = self.sock.recv(65536)
