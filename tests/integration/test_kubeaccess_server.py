@@ -144,7 +144,12 @@ def test_the_worker_reconciler_connects_through_kubeconfig_env(
     monkeypatch.setattr(tasks, "_config", None)
     monkeypatch.setattr(tasks, "_runtime", None)
     tasks.configure(tasks.WorkerConfig(kubeconfig=None, redis_url="redis://127.0.0.1:1/0"))
-    _lists_cachebackends(tasks.runtime().reconciler.kube, namespace)
+    runtime = tasks.runtime()
+    try:
+        _lists_cachebackends(runtime.reconciler.kube, namespace)
+    finally:
+        if runtime.cache is not None:  # its watches would outlive the test
+            runtime.cache.stop()
 
 
 def test_the_dispatcher_connects_through_kubeconfig_env(
