@@ -250,6 +250,22 @@ def vllm_env(
     ]
     if serde:
         env.append({"name": "LMCACHE_REMOTE_SERDE", "value": serde})
+    if remote and remote.startswith("mooncakestore://"):
+        # LMCache's Mooncake connector reads the master from extra_config, not the URL;
+        # local_hostname expands the downward-API pod IP defined just before it.
+        master = remote.removeprefix("mooncakestore://")
+        env += [
+            {
+                "name": "INFERENCECACHE_POD_IP",
+                "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "status.podIP"}},
+            },
+            {
+                "name": "LMCACHE_EXTRA_CONFIG",
+                "value": '{"local_hostname":"$(INFERENCECACHE_POD_IP)",'
+                f'"master_server_address":"{master}",'
+                '"metadata_server":"P2PHANDSHAKE","protocol":"tcp"}',
+            },
+        ]
     return env
 
 
@@ -646,8 +662,9 @@ def test_mc_external_mooncake_scheme_not_doubled_with_host_network(hook: Webhook
         )
     )
     result, _ = hook.admit(pod(dnsPolicy="ClusterFirst"))
-    engine_env = {e["name"]: e["value"] for e in result["spec"]["containers"][0]["env"]}
+    engine_env = {e["name"]: e.get("value") for e in result["spec"]["containers"][0]["env"]}
     assert engine_env["LMCACHE_REMOTE_URL"] == "mooncakestore://m.example:50051"
+    assert '"master_server_address":"m.example:50051"' in str(engine_env["LMCACHE_EXTRA_CONFIG"])
     assert result["spec"]["hostNetwork"] is True
     assert result["spec"]["dnsPolicy"] == "ClusterFirstWithHostNet"
 
