@@ -239,7 +239,10 @@ def vllm_env(
     always names the serializer (``naive`` unless spec.lmCache.remoteSerde)."""
     if remote and serde is None:
         serde = "naive"
-    env = [{"name": "VLLM_USE_V1", "value": "1"}, {"name": "PYTHONHASHSEED", "value": "0"}]
+    env: list[dict[str, Any]] = [
+        {"name": "VLLM_USE_V1", "value": "1"},
+        {"name": "PYTHONHASHSEED", "value": "0"},
+    ]
     if remote:
         env.append({"name": "LMCACHE_REMOTE_URL", "value": remote})
     env += [
