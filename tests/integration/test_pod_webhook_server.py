@@ -229,7 +229,7 @@ def test_sglang_mp_pod_with_native_sidecar_is_accepted(
             "sglang-0",
             {"app": "sglang-mp"},
             "sglang",
-            "lmsysorg/sglang:v0.5.3",
+            "lmsysorg/sglang:v0.5.13-cu129",
             ["--model-path", "m"],
         ),
     )
@@ -252,7 +252,7 @@ def test_hicache_pod_gets_hierarchical_cache_flags(
             "hicache-0",
             {"app": "sglang-hicache"},
             "server",
-            "lmsysorg/sglang:v0.5.3",
+            "lmsysorg/sglang:v0.5.13-cu129",
             ["--model-path", "m"],
         ),
     )

@@ -51,7 +51,7 @@ from webhook_svc.backend_source import FileBackendSource
 IMG = "ghcr.io/example/kvevent-subscriber:v1"
 SERVER = InjectContext().server_address
 NS = "team-a"
-SGLANG_IMAGE = "lmsysorg/sglang:v0.5.3"
+SGLANG_IMAGE = "lmsysorg/sglang:v0.5.13-cu129"
 INJECTED_BY = c.ANNOTATION_INJECTED_BY
 INJECTED_BY_UID = c.ANNOTATION_INJECTED_BY_UID
 UID_LABEL = c.LABEL_INJECTED_BY_UID
