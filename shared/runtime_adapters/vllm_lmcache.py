@@ -25,6 +25,9 @@ Engine wire (all upserts, so repeat injection converges):
   in front of the remote one (stores land there first, remote hits are promoted into
   it), and the spec sizes it from spec.lmCache.hostMemory for remote bindings too;
 - ``VLLM_USE_V1=1``, ``PYTHONHASHSEED=0``, ``INFERENCECACHE_FAIL_OPEN=true|false``;
+  ``VLLM_USE_V1`` is left out when the engine's command line (or engineOverrides.args)
+  ends with ``--fail-on-environ-validation``: vLLM 0.33 no longer knows the variable and
+  that flag turns its "Unknown vLLM environment variable" warning into a startup error;
 - the ``lmcache-kernel-check`` init container, per the backend's kernel-check annotation.
 """
 
@@ -41,7 +44,9 @@ from shared.jsoncopy import json_copy
 from shared.runtime_adapters import kernel_check
 from shared.runtime_adapters.base import InjectContext, InjectionRejectedError, RuntimeAdapter
 from shared.runtime_adapters.engine import select_vllm_engine
+from shared.runtime_adapters.overrides import entry_tokens
 from shared.runtime_adapters.podspec import (
+    cli_tokens,
     env_index,
     runs_shell_script,
     upsert_arg,
@@ -58,6 +63,11 @@ KV_ROLE = {
     c.ROLE_READ_WRITE: "kv_both",
 }
 REMOTE_URL_SCHEME: dict[str, str] = {"lm": "lm://", "mooncakestore": "mooncakestore://"}
+
+# vLLM 0.33's validate_environ raises for a VLLM_* variable envs.py does not know when
+# this flag is set (VLLM_USE_V1 is one there); it only warns otherwise.
+FAIL_ON_ENVIRON_VALIDATION = "--fail-on-environ-validation"
+NO_FAIL_ON_ENVIRON_VALIDATION = "--no-fail-on-environ-validation"
 
 # LMCache parses this env var with json.loads into its extra_config; its Mooncake
 # connector builds the transfer engine's setup from that dict.
@@ -175,10 +185,33 @@ def fail_open_value(backend: CacheBackend) -> str:
     return "true" if effective.fail_open(backend.spec) else "false"
 
 
-def lmcache_env(backend: CacheBackend, binding: Binding | None) -> dict[str, str]:
-    """Env name -> desired value, in render order."""
+def fails_on_unknown_vllm_env(engine: dict[str, Any], backend: CacheBackend) -> bool:
+    """Whether vLLM is told to fail at startup on a ``VLLM_*`` variable it does not know:
+    the last of ``--fail-on-environ-validation`` / ``--no-fail-on-environ-validation``
+    (argparse BooleanOptionalAction) on the engine's command line, then in
+    engineOverrides.args (appended after it), wins."""
+    integration = backend.spec.integration
+    overrides = integration.engine_overrides if integration else None
+    tokens = cli_tokens(engine)
+    for entry in (overrides.args if overrides else None) or []:
+        tokens += entry_tokens(entry)
+    fails = False
+    for token in tokens:
+        if token == FAIL_ON_ENVIRON_VALIDATION:
+            fails = True
+        elif token == NO_FAIL_ON_ENVIRON_VALIDATION:
+            fails = False
+    return fails
+
+
+def lmcache_env(
+    backend: CacheBackend, binding: Binding | None, *, vllm_use_v1: bool = True
+) -> dict[str, str]:
+    """Env name -> desired value, in render order; ``vllm_use_v1=False`` leaves
+    ``VLLM_USE_V1`` out (see ``fails_on_unknown_vllm_env``)."""
     spec = backend.spec
-    env: dict[str, str] = {"VLLM_USE_V1": "1", "PYTHONHASHSEED": "0"}
+    env: dict[str, str] = {"VLLM_USE_V1": "1"} if vllm_use_v1 else {}
+    env["PYTHONHASHSEED"] = "0"
     if binding is not None:
         env["LMCACHE_REMOTE_URL"] = remote_url(binding)
     env |= {
@@ -226,11 +259,13 @@ class VLLMLMCacheAdapter(RuntimeAdapter):
         role = effective.integration_role(backend.spec)
         # Everything that can reject is decided before the copy is touched.
         index = self.engine_container_index(pod)
-        env = lmcache_env(backend, binding)
+        template = pod["spec"]["containers"][index]
+        env = lmcache_env(
+            backend, binding, vllm_use_v1=not fails_on_unknown_vllm_env(template, backend)
+        )
         mode = kernel_check.requested_mode(backend.metadata.annotations)
         extra = None
         if binding is not None and binding.protocol == "mooncakestore":
-            template = pod["spec"]["containers"][index]
             extra = mooncake_extra_config(binding, operator_extra_config(template, backend))
 
         out = json_copy(pod)

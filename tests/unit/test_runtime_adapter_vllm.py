@@ -173,6 +173,37 @@ def test_vllm_use_v1_pythonhashseed_and_fail_open_mirror() -> None:
     assert env_of(engine_of(inject(make_pod(), closed)))["INFERENCECACHE_FAIL_OPEN"] == "false"
 
 
+@pytest.mark.parametrize(
+    ("args", "injected"),
+    [
+        (["--model", "m"], True),
+        (["--fail-on-environ-validation"], False),
+        (["--fail-on-environ-validation", "--no-fail-on-environ-validation"], True),
+        (["--no-fail-on-environ-validation", "--fail-on-environ-validation"], False),
+    ],
+)
+def test_vllm_use_v1_is_left_out_when_vllm_fails_on_unknown_env(
+    args: list[str], injected: bool
+) -> None:
+    """Engine fact: vLLM 0.33.0's envs.py no longer knows VLLM_USE_V1, and with
+    --fail-on-environ-validation (argparse BooleanOptionalAction, the last one wins)
+    validate_environ raises "Unknown vLLM environment variable detected" at startup."""
+    env = env_of(engine_of(inject(make_pod(make_container(args=args)))))
+    assert ("VLLM_USE_V1" in env) is injected
+
+
+def test_vllm_use_v1_is_left_out_when_an_override_asks_vllm_to_fail_on_unknown_env() -> None:
+    cb = backend(integration={"engineOverrides": {"args": ["--fail-on-environ-validation"]}})
+    assert "VLLM_USE_V1" not in env_of(engine_of(inject(make_pod(), cb)))
+
+
+def test_vllm_use_v1_of_the_template_is_the_operators_when_left_out() -> None:
+    own = make_container(
+        args=["--fail-on-environ-validation"], env=[{"name": "VLLM_USE_V1", "value": "1"}]
+    )
+    assert env_of(engine_of(inject(make_pod(own))))["VLLM_USE_V1"] == "1"
+
+
 # ------------------------------------------------------------- container selection
 
 
