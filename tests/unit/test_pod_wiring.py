@@ -646,6 +646,20 @@ def test_mooncake_extra_config_that_cannot_be_merged_fails_open() -> None:
     assert "hostNetwork" not in result.pod["spec"]
 
 
+def test_vllm_use_v1_left_out_under_an_override_fail_on_environ_validation() -> None:
+    """vLLM 0.33.0 raises "Unknown vLLM environment variable detected" at startup for
+    VLLM_USE_V1 under --fail-on-environ-validation; the override appends the flag and
+    the re-admitted pod (which now carries it itself) is an empty patch."""
+    backend = make_backend(
+        integration={"engineOverrides": {"args": ["--fail-on-environ-validation"]}}
+    )
+    result = wire_pod(make_pod(), [backend], CTX)
+    engine = containers_of(result.pod)["vllm"]
+    assert "--fail-on-environ-validation" in engine["args"]
+    assert "VLLM_USE_V1" not in env_of(engine)
+    assert_idempotent(result, [backend], CTX)
+
+
 # -------------------------------------------------------------------- overrides
 
 
