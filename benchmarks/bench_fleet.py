@@ -120,7 +120,7 @@ def engine_container(name: str, runtime: str) -> dict[str, Any]:
     if runtime == "SGLang":
         command = ["python3", "-m", "sglang.launch_server"]
         args = ["--model-path", "Qwen/Qwen3-8B", "--port", "30000", "--tp", "1"]
-        image = "lmsysorg/sglang:v0.5.3-cu126"
+        image = "lmsysorg/sglang:v0.5.13-cu129"
         port = 30000
     else:
         command = ["vllm", "serve"]

@@ -101,11 +101,11 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     ),
     "sglang+lmcache MP worker + redis L2 + subscriber": pod(
         "sglang",
-        {"name": "sglang", "image": "lmsysorg/sglang:v0.5.3", "resources": GPU,
+        {"name": "sglang", "image": "lmsysorg/sglang:v0.5.13-cu129", "resources": GPU,
          "args": ["--model-path", "Qwen/Qwen3-8B"]},
     ),
     "sglang hicache + subscriber": pod(
-        "hicache", {"name": "sglang", "image": "lmsysorg/sglang:v0.5.3", "args": ["--model-path", "m"]}
+        "hicache", {"name": "sglang", "image": "lmsysorg/sglang:v0.5.13-cu129", "args": ["--model-path", "m"]}
     ),
     "no matching backend (fail-open)": pod("web", {"name": "web", "image": "nginx"}),
 }  # fmt: skip

@@ -355,7 +355,11 @@ def apply_engine_host_network(
 
 
 def apply_overrides(
-    original: dict[str, Any], wired: dict[str, Any], adapter: RuntimeAdapter, backend: CacheBackend
+    original: dict[str, Any],
+    wired: dict[str, Any],
+    adapter: RuntimeAdapter,
+    backend: CacheBackend,
+    binding: Binding | None,
 ) -> None:
     """spec.integration.engineOverrides on the engine container, diffed before/after."""
     integration = backend.spec.integration
@@ -367,7 +371,12 @@ def apply_overrides(
     for i, container in enumerate(containers):
         if container.get("name") == before.get("name"):
             containers[i] = apply_engine_overrides(
-                before, container, overrides, adapter.reserved_args, adapter.reserved_env
+                before,
+                container,
+                overrides,
+                adapter.reserved_args,
+                adapter.reserved_env,
+                adapter.merged_env(binding),
             )
             return
 
@@ -501,7 +510,7 @@ def wire_offload(
         )
     try:
         out = adapter.inject(pod, backend, binding, ctx)
-        apply_overrides(pod, out, adapter, backend)
+        apply_overrides(pod, out, adapter, backend, binding)
     except InjectionRejectedError as exc:
         return _fail_open(pod, REASON_ADAPTER_REJECTED, f"{adapter.name}: {exc}", key)
     except Exception as exc:  # an adapter bug must not block admission

@@ -37,6 +37,14 @@ class RuntimeAdapter(ABC):
     def supports_binding(self, binding: Binding | None) -> bool:
         return (binding.protocol if binding else None) in self.accepted_protocols
 
+    def merged_env(self, binding: Binding | None) -> tuple[str, ...]:
+        """Env names the adapter merges with the operator's own value itself (the pod
+        template's and spec.integration.engineOverrides.env's): an engineOverrides.env
+        entry of such a name is already in the injected value and is not upserted over
+        it again. suppressEnv still applies to them."""
+        del binding
+        return ()
+
     def inject(
         self,
         pod: dict[str, Any],

@@ -12,7 +12,9 @@ protected, so a CacheBackend cannot silently rewrite the engine owner's template
 - ``suppressArgs``: the adapter must not inject these: a flag it added is removed, a
   template flag it modified gets the template's own value back; anything else
   (user-template flags it did not touch) is a no-op.
-- ``env``: adapter-owned names are upserted, new names appended, user-owned names left.
+- ``env``: adapter-owned names are upserted, new names appended, user-owned names left;
+  a name the adapter merges itself (``merged_env``: the operator's value is already
+  merged into the injected one) is left as the adapter rendered it.
 - ``suppressEnv``: as suppressArgs, by env name; user-owned env is protected.
 
 Reserved args/env (the adapter's ReservedArgs/ReservedEnv) are never amended: the
@@ -169,10 +171,11 @@ def apply_env(
     owned: set[str],
     user: set[str],
     reserved: set[str],
+    merged: frozenset[str] = frozenset(),
 ) -> None:
     for var in env:
         name = var.get("name")
-        if not name or name in reserved:
+        if not name or name in reserved or name in merged:
             continue
         if name in user and name not in owned:
             continue  # user-owned env the adapter did not touch: protected
@@ -212,6 +215,7 @@ def apply_engine_overrides(
     overrides: EngineOverrides | None,
     reserved_args: tuple[str, ...] = (),
     reserved_env: tuple[str, ...] = (),
+    merged_env: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """The engine container ``after`` with ``overrides`` applied (``after`` is not mutated).
 
@@ -228,6 +232,6 @@ def apply_engine_overrides(
     apply_args(out, list(overrides.args or []), owned_args, user_args, r_args)
     apply_suppress_args(before, out, list(overrides.suppress_args or []), owned_args, r_args)
     env = [v.model_dump(by_alias=True, exclude_none=True) for v in overrides.env or []]
-    apply_env(out, env, owned_env, user_env, r_env)
+    apply_env(out, env, owned_env, user_env, r_env, frozenset(merged_env))
     apply_suppress_env(before, out, list(overrides.suppress_env or []), owned_env, r_env)
     return out

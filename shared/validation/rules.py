@@ -25,6 +25,7 @@ Precedence, to give each mistake one error rather than several on the same field
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -814,6 +815,62 @@ def reject_reserved_engine_overrides(ctx: RuleContext) -> list[FieldError]:
     return errors
 
 
+LMCACHE_EXTRA_CONFIG: Final = "LMCACHE_EXTRA_CONFIG"
+
+
+def extra_config_error(value: str) -> str | None:
+    """Why an LMCACHE_EXTRA_CONFIG value is not a JSON object; None when it is one or is
+    empty (LMCache reads an empty value as unset)."""
+    if not value.strip():
+        return None
+    try:
+        parsed = json.loads(value)
+    except ValueError as exc:
+        return f"not JSON ({exc})"
+    if isinstance(parsed, dict):
+        return None
+    kind = {list: "array", str: "string", bool: "boolean"}.get(type(parsed), "scalar")
+    return f"a JSON {kind}, not an object"
+
+
+def reject_non_object_lmcache_extra_config(ctx: RuleContext) -> list[FieldError]:
+    """An engineOverrides.env ``LMCACHE_EXTRA_CONFIG`` must be a JSON object: LMCache
+    parses it with json.loads into its extra_config dict, and for a Mooncake binding the
+    Pod webhook merges the master address into it (so there it must be a literal value,
+    not valueFrom). Reported at the entry's value."""
+    spec = ctx.parsed
+    overrides = spec.integration.engine_overrides if spec.integration else None
+    if overrides is None or effective.cache_type(spec) != c.TYPE_LMCACHE:
+        return []
+    merged_by_webhook = spec.runtime == c.RUNTIME_VLLM and _mooncake(spec)
+    errors = []
+    for i, env in enumerate(overrides.env or []):
+        if env.name != LMCACHE_EXTRA_CONFIG:
+            continue
+        path = OVERRIDES.child("env").item(i)
+        if env.value is None and env.value_from is not None and merged_by_webhook:
+            errors.append(
+                invalid(
+                    path.child("valueFrom"),
+                    "",
+                    "must be a literal JSON object value: the Pod webhook merges the Mooncake "
+                    "master address into it",
+                )
+            )
+            continue
+        problem = extra_config_error(env.value or "")
+        if problem:
+            errors.append(
+                invalid(
+                    path.child("value"),
+                    env.value,
+                    f"{problem}: LMCache reads {LMCACHE_EXTRA_CONFIG} as a JSON object of "
+                    'extra_config keys, e.g. {"protocol":"rdma","device_name":"mlx5_0"}',
+                )
+            )
+    return errors
+
+
 # --------------------------------------------------------------- events-only
 
 
@@ -1257,6 +1314,7 @@ RULES: list[Rule] = [
     Rule(reject_min_replicas_above_max_replicas, (_MIN_REPLICAS, "autoscaling.maxReplicas")),
     # Engine overrides (a list the schema pruned is absent: its entries were reported).
     Rule(reject_reserved_engine_overrides, _PAIR),
+    Rule(reject_non_object_lmcache_extra_config, (*_PAIR, *_SELECTION)),
     # Events-only mode.
     Rule(reject_events_only_with_non_lmcache_type, ("type", _MODE)),
     Rule(reject_events_only_with_remote_storage, (_MODE,)),

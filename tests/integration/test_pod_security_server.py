@@ -213,7 +213,7 @@ def _sglang_pod(name: str) -> dict[str, Any]:
             "containers": [
                 {
                     "name": "sglang",
-                    "image": "lmsysorg/sglang:v0.5.3-cu126",
+                    "image": "lmsysorg/sglang:v0.5.13-cu129",
                     "command": ["python3", "-m", "sglang.launch_server"],
                     "args": ["--model-path", "Qwen/Qwen3-8B"],
                     "resources": RESOURCES,

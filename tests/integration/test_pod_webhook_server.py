@@ -103,6 +103,23 @@ def pod_ns(
                 hiCache={"sizeGB": 16, "writePolicy": "write_through"},
             ),
         )
+        custom.create_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            ns,
+            PLURAL,
+            _backend(
+                "d-mooncake",
+                {"app": "vllm-mooncake"},
+                runtime="VLLM",
+                remoteStorage={
+                    "provider": "Mooncake",
+                    "ownership": "External",
+                    "endpoint": "mooncake-master:50051",
+                },
+                integration={"engineHostNetwork": True},
+            ),
+        )
         # The typed client wants V1Pod; a plain manifest dict is what it sends anyway.
         core: Any = client.CoreV1Api(kube_api_client)
 
@@ -162,6 +179,44 @@ def test_vllm_pod_comes_back_wired_and_annotated(
     assert pod["status"]["phase"] == "Pending"
 
 
+def test_mooncake_pod_carries_the_master_address_in_extra_config(
+    kube_api_client: client.ApiClient, pod_ns: str
+) -> None:
+    """Engine fact (LMCache 0.4.7, 0.5.6): the Mooncake connector reads the master address
+    from LMCACHE_EXTRA_CONFIG (json.loads), never from the mooncakestore:// URL. The API
+    server stores the pod with the downward-API pod-IP variable before the JSON that
+    references it (Kubernetes expands $(VAR) only from earlier variables), and the
+    template's own object merged in (its protocol wins)."""
+    pod = _pod(
+        "vllm-mooncake-0",
+        {"app": "vllm-mooncake"},
+        "vllm",
+        "vllm/vllm-openai:v0.11.0",
+        ["--model", "m"],
+    )
+    pod["spec"]["containers"][0]["env"] = [
+        {"name": "LMCACHE_EXTRA_CONFIG", "value": '{"protocol":"rdma","device_name":"mlx5_0"}'}
+    ]
+    created = _create(kube_api_client, pod_ns, pod)
+    assert created["metadata"]["annotations"][c.ANNOTATION_INJECTED_BY] == f"{pod_ns}/d-mooncake"
+    assert created["spec"]["hostNetwork"] is True
+    env = created["spec"]["containers"][0]["env"]
+    names = [e["name"] for e in env]
+    pod_ip = env[names.index("INFERENCECACHE_POD_IP")]
+    assert pod_ip["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+    assert names.index("INFERENCECACHE_POD_IP") < names.index("LMCACHE_EXTRA_CONFIG")
+    assert json.loads(env[names.index("LMCACHE_EXTRA_CONFIG")]["value"]) == {
+        "device_name": "mlx5_0",
+        "local_hostname": "$(INFERENCECACHE_POD_IP)",
+        "master_server_address": "mooncake-master:50051",
+        "metadata_server": "P2PHANDSHAKE",
+        "protocol": "rdma",
+    }
+    assert _env(created["spec"]["containers"][0])["LMCACHE_REMOTE_URL"] == (
+        "mooncakestore://mooncake-master:50051"
+    )
+
+
 def test_sglang_mp_pod_with_native_sidecar_is_accepted(
     kube_api_client: client.ApiClient, pod_ns: str
 ) -> None:
@@ -174,7 +229,7 @@ def test_sglang_mp_pod_with_native_sidecar_is_accepted(
             "sglang-0",
             {"app": "sglang-mp"},
             "sglang",
-            "lmsysorg/sglang:v0.5.3",
+            "lmsysorg/sglang:v0.5.13-cu129",
             ["--model-path", "m"],
         ),
     )
@@ -197,7 +252,7 @@ def test_hicache_pod_gets_hierarchical_cache_flags(
             "hicache-0",
             {"app": "sglang-hicache"},
             "server",
-            "lmsysorg/sglang:v0.5.3",
+            "lmsysorg/sglang:v0.5.13-cu129",
             ["--model-path", "m"],
         ),
     )

@@ -55,7 +55,9 @@ def _sglang_pod(engine_sc: dict[str, Any] | None = ENGINE_SC, **spec: Any) -> di
     extra: dict[str, Any] = {}
     if engine_sc is not None:
         extra["securityContext"] = copy.deepcopy(engine_sc)
-    return make_pod(make_container("sglang", image="lmsysorg/sglang:v0.5.3", **extra), **spec)
+    return make_pod(
+        make_container("sglang", image="lmsysorg/sglang:v0.5.13-cu129", **extra), **spec
+    )
 
 
 def _wire(pod: dict[str, Any], runtime: str = "VLLM", **backend: Any) -> dict[str, Any]:

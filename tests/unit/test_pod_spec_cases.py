@@ -51,7 +51,7 @@ from webhook_svc.backend_source import FileBackendSource
 IMG = "ghcr.io/example/kvevent-subscriber:v1"
 SERVER = InjectContext().server_address
 NS = "team-a"
-SGLANG_IMAGE = "lmsysorg/sglang:v0.5.3"
+SGLANG_IMAGE = "lmsysorg/sglang:v0.5.13-cu129"
 INJECTED_BY = c.ANNOTATION_INJECTED_BY
 INJECTED_BY_UID = c.ANNOTATION_INJECTED_BY_UID
 UID_LABEL = c.LABEL_INJECTED_BY_UID
@@ -239,7 +239,10 @@ def vllm_env(
     always names the serializer (``naive`` unless spec.lmCache.remoteSerde)."""
     if remote and serde is None:
         serde = "naive"
-    env = [{"name": "VLLM_USE_V1", "value": "1"}, {"name": "PYTHONHASHSEED", "value": "0"}]
+    env: list[dict[str, Any]] = [
+        {"name": "VLLM_USE_V1", "value": "1"},
+        {"name": "PYTHONHASHSEED", "value": "0"},
+    ]
     if remote:
         env.append({"name": "LMCACHE_REMOTE_URL", "value": remote})
     env += [
@@ -250,6 +253,22 @@ def vllm_env(
     ]
     if serde:
         env.append({"name": "LMCACHE_REMOTE_SERDE", "value": serde})
+    if remote and remote.startswith("mooncakestore://"):
+        # LMCache's Mooncake connector reads the master from extra_config, not the URL;
+        # local_hostname expands the downward-API pod IP defined just before it.
+        master = remote.removeprefix("mooncakestore://")
+        env += [
+            {
+                "name": "INFERENCECACHE_POD_IP",
+                "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "status.podIP"}},
+            },
+            {
+                "name": "LMCACHE_EXTRA_CONFIG",
+                "value": '{"local_hostname":"$(INFERENCECACHE_POD_IP)",'
+                f'"master_server_address":"{master}",'
+                '"metadata_server":"P2PHANDSHAKE","protocol":"tcp"}',
+            },
+        ]
     return env
 
 
@@ -646,8 +665,9 @@ def test_mc_external_mooncake_scheme_not_doubled_with_host_network(hook: Webhook
         )
     )
     result, _ = hook.admit(pod(dnsPolicy="ClusterFirst"))
-    engine_env = {e["name"]: e["value"] for e in result["spec"]["containers"][0]["env"]}
+    engine_env = {e["name"]: e.get("value") for e in result["spec"]["containers"][0]["env"]}
     assert engine_env["LMCACHE_REMOTE_URL"] == "mooncakestore://m.example:50051"
+    assert '"master_server_address":"m.example:50051"' in str(engine_env["LMCACHE_EXTRA_CONFIG"])
     assert result["spec"]["hostNetwork"] is True
     assert result["spec"]["dnsPolicy"] == "ClusterFirstWithHostNet"
 

@@ -7,6 +7,7 @@ share.
 from __future__ import annotations
 
 import copy
+import json
 import re
 from typing import Any
 
@@ -589,6 +590,74 @@ def test_engine_host_network_ignored_for_non_mooncake_binding() -> None:
     )
     result = wire_pod(make_pod(), [backend], CTX)
     assert "hostNetwork" not in result.pod["spec"]
+
+
+def _extra_config(result: WiringResult) -> dict[str, Any]:
+    env = env_of(containers_of(result.pod)["vllm"])
+    parsed: dict[str, Any] = json.loads(env["LMCACHE_EXTRA_CONFIG"])
+    return parsed
+
+
+def test_mooncake_external_master_address_is_the_operators_endpoint() -> None:
+    """LMCache's Mooncake connector reads the master from extra_config, not the URL."""
+    backend = make_backend(remote=external("Mooncake", "mooncakestore://mc.infra.svc:50051"))
+    result = wire_pod(make_pod(), [backend], CTX)
+    assert result.outcome == OUTCOME_INJECTED
+    assert _extra_config(result)["master_server_address"] == "mc.infra.svc:50051"
+    assert_idempotent(result, [backend], CTX)
+
+
+def test_mooncake_extra_config_override_is_merged_and_readmission_is_empty() -> None:
+    """engineOverrides.env LMCACHE_EXTRA_CONFIG: the operator's transfer-engine keys win,
+    the master address is the binding's; re-admitting the wired pod is an empty patch."""
+    override = {
+        "name": "LMCACHE_EXTRA_CONFIG",
+        "value": '{"protocol":"rdma","device_name":"mlx5_0","master_server_address":"x:1"}',
+    }
+    backend = mooncake_backend(True)
+    backend["spec"]["integration"]["engineOverrides"] = {"env": [override]}
+    result = wire_pod(make_pod(), [backend], CTX)
+    assert result.outcome == OUTCOME_INJECTED
+    assert _extra_config(result) == {
+        "device_name": "mlx5_0",
+        "local_hostname": "$(INFERENCECACHE_POD_IP)",
+        "master_server_address": "mc-master.team-a.svc:50051",
+        "metadata_server": "P2PHANDSHAKE",
+        "protocol": "rdma",
+    }
+    assert_idempotent(result, [backend], CTX)
+
+
+def test_mooncake_extra_config_can_be_suppressed() -> None:
+    """suppressEnv still applies: an operator who sets the transfer engine up by
+    MOONCAKE_CONFIG_PATH (which LMCache reads first) takes the injected object out."""
+    backend = mooncake_backend(True)
+    backend["spec"]["integration"]["engineOverrides"] = {"suppressEnv": ["LMCACHE_EXTRA_CONFIG"]}
+    result = wire_pod(make_pod(), [backend], CTX)
+    assert "LMCACHE_EXTRA_CONFIG" not in env_of(containers_of(result.pod)["vllm"])
+    assert_idempotent(result, [backend], CTX)
+
+
+def test_mooncake_extra_config_that_cannot_be_merged_fails_open() -> None:
+    pod = make_pod(make_container(env=[{"name": "LMCACHE_EXTRA_CONFIG", "value": "[]"}]))
+    result = wire_pod(pod, [mooncake_backend(True)], CTX)
+    assert (result.outcome, result.reason) == (OUTCOME_FAIL_OPEN, "adapter_rejected")
+    assert "LMCACHE_EXTRA_CONFIG" in result.message
+    assert "hostNetwork" not in result.pod["spec"]
+
+
+def test_vllm_use_v1_left_out_under_an_override_fail_on_environ_validation() -> None:
+    """vLLM 0.33.0 raises "Unknown vLLM environment variable detected" at startup for
+    VLLM_USE_V1 under --fail-on-environ-validation; the override appends the flag and
+    the re-admitted pod (which now carries it itself) is an empty patch."""
+    backend = make_backend(
+        integration={"engineOverrides": {"args": ["--fail-on-environ-validation"]}}
+    )
+    result = wire_pod(make_pod(), [backend], CTX)
+    engine = containers_of(result.pod)["vllm"]
+    assert "--fail-on-environ-validation" in engine["args"]
+    assert "VLLM_USE_V1" not in env_of(engine)
+    assert_idempotent(result, [backend], CTX)
 
 
 # -------------------------------------------------------------------- overrides

@@ -22,7 +22,7 @@ from tests.unit.test_pod_wiring import (
 
 ADAPTER = SGLangHiCacheAdapter()
 CTX = InjectContext()
-IMAGE = "lmsysorg/sglang:v0.5.3"
+IMAGE = "lmsysorg/sglang:v0.5.13-cu129"
 
 
 def backend(**hi: Any) -> CacheBackend:

@@ -31,7 +31,7 @@ from tests.unit.test_pod_wiring import (
 ADAPTER = SGLangLMCacheAdapter()
 CTX = InjectContext()
 REDIS = Binding("resp", "cache-redis.team-a.svc:6379")
-IMAGE = "lmsysorg/sglang:v0.5.3-cu126"
+IMAGE = "lmsysorg/sglang:v0.5.13-cu129"
 
 
 def backend(**kw: Any) -> CacheBackend:

@@ -173,6 +173,37 @@ def test_vllm_use_v1_pythonhashseed_and_fail_open_mirror() -> None:
     assert env_of(engine_of(inject(make_pod(), closed)))["INFERENCECACHE_FAIL_OPEN"] == "false"
 
 
+@pytest.mark.parametrize(
+    ("args", "injected"),
+    [
+        (["--model", "m"], True),
+        (["--fail-on-environ-validation"], False),
+        (["--fail-on-environ-validation", "--no-fail-on-environ-validation"], True),
+        (["--no-fail-on-environ-validation", "--fail-on-environ-validation"], False),
+    ],
+)
+def test_vllm_use_v1_is_left_out_when_vllm_fails_on_unknown_env(
+    args: list[str], injected: bool
+) -> None:
+    """Engine fact: vLLM 0.33.0's envs.py no longer knows VLLM_USE_V1, and with
+    --fail-on-environ-validation (argparse BooleanOptionalAction, the last one wins)
+    validate_environ raises "Unknown vLLM environment variable detected" at startup."""
+    env = env_of(engine_of(inject(make_pod(make_container(args=args)))))
+    assert ("VLLM_USE_V1" in env) is injected
+
+
+def test_vllm_use_v1_is_left_out_when_an_override_asks_vllm_to_fail_on_unknown_env() -> None:
+    cb = backend(integration={"engineOverrides": {"args": ["--fail-on-environ-validation"]}})
+    assert "VLLM_USE_V1" not in env_of(engine_of(inject(make_pod(), cb)))
+
+
+def test_vllm_use_v1_of_the_template_is_the_operators_when_left_out() -> None:
+    own = make_container(
+        args=["--fail-on-environ-validation"], env=[{"name": "VLLM_USE_V1", "value": "1"}]
+    )
+    assert env_of(engine_of(inject(make_pod(own))))["VLLM_USE_V1"] == "1"
+
+
 # ------------------------------------------------------------- container selection
 
 
@@ -312,3 +343,156 @@ def test_wired_pod_passes_pod_validation_basics() -> None:
     )
     assert_valid_pod(out)
     assert list(init_containers_of(out)) == ["fetch", "lmcache-kernel-check"]
+
+
+# ------------------------------------------------------------ Mooncake extra config
+#
+# Engine fact (LMCache 0.4.7 and 0.5.6): MooncakestoreConnectorAdapter.create_connector
+# never reads the mooncakestore:// URL's address; MooncakestoreConnector takes its setup
+# from MOONCAKE_CONFIG_PATH or LMCache's extra_config (load_from_lmcache_config raises
+# "The extra config is not set." without it), and lmcache/v1/config.py reads
+# LMCACHE_EXTRA_CONFIG with json.loads. So the master address must travel in that JSON.
+
+EXTRA = "LMCACHE_EXTRA_CONFIG"
+POD_IP = "INFERENCECACHE_POD_IP"
+
+
+def env_names(container: dict[str, Any]) -> list[str]:
+    return [e["name"] for e in container.get("env") or []]
+
+
+def extra_config(container: dict[str, Any]) -> dict[str, Any]:
+    parsed: dict[str, Any] = json.loads(env_of(container)[EXTRA])
+    return parsed
+
+
+def test_mooncake_binding_carries_the_master_address_in_extra_config() -> None:
+    engine = engine_of(inject(make_pod(), binding=MOONCAKE))
+    assert extra_config(engine) == {
+        "master_server_address": "mc.team-a.svc:50051",
+        "metadata_server": "P2PHANDSHAKE",
+        "protocol": "tcp",
+        "local_hostname": f"$({POD_IP})",
+    }
+    # The spec's URL stays: LMCache picks the Mooncake connector by its scheme.
+    assert env_of(engine)["LMCACHE_REMOTE_URL"] == "mooncakestore://mc.team-a.svc:50051"
+
+
+def test_mooncake_master_address_never_carries_the_scheme() -> None:
+    engine = engine_of(inject(make_pod(), binding=Binding("mooncakestore", "mooncakestore://h:2")))
+    assert extra_config(engine)["master_server_address"] == "h:2"
+
+
+def test_pod_ip_comes_from_the_downward_api_before_the_extra_config() -> None:
+    """Kubernetes expands $(VAR) only from variables defined earlier in the container."""
+    engine = engine_of(inject(make_pod(), binding=MOONCAKE))
+    names = env_names(engine)
+    assert names.index(POD_IP) < names.index(EXTRA)
+    assert env_of(engine)[POD_IP] == {"fieldRef": {"apiVersion": "v1", "fieldPath": "status.podIP"}}
+
+
+def test_pod_ip_is_moved_before_an_extra_config_the_template_lists_first() -> None:
+    own = make_container(
+        env=[
+            {"name": EXTRA, "value": '{"protocol":"rdma"}'},
+            {"name": POD_IP, "value": "stale"},
+        ]
+    )
+    engine = engine_of(inject(make_pod(own), binding=MOONCAKE))
+    names = env_names(engine)
+    assert names.count(POD_IP) == 1
+    assert names.index(POD_IP) == names.index(EXTRA) - 1
+    assert "value" not in engine["env"][names.index(POD_IP)]
+
+
+@pytest.mark.parametrize("binding", [None, LM], ids=["host-only", "lm"])
+def test_only_a_mooncake_binding_gets_extra_config(binding: Binding | None) -> None:
+    env = env_of(engine_of(inject(make_pod(), binding=binding)))
+    assert EXTRA not in env
+    assert POD_IP not in env
+    own = make_container(env=[{"name": EXTRA, "value": "not json: not ours to judge"}])
+    assert env_of(engine_of(inject(make_pod(own), binding=binding)))[EXTRA] == (
+        "not json: not ours to judge"
+    )
+
+
+def test_templates_extra_config_is_merged_its_keys_win_but_the_master_is_ours() -> None:
+    own = make_container(
+        env=[
+            {
+                "name": EXTRA,
+                "value": json.dumps(
+                    {
+                        "protocol": "rdma",
+                        "device_name": "mlx5_0",
+                        "metadata_server": "http://mc:8080/metadata",
+                        "master_server_address": "elsewhere:1",
+                        "mooncake_master_server_address": "elsewhere:2",
+                        "global_segment_size": 1,
+                    }
+                ),
+            }
+        ]
+    )
+    assert extra_config(engine_of(inject(make_pod(own), binding=MOONCAKE))) == {
+        "protocol": "rdma",
+        "device_name": "mlx5_0",
+        "metadata_server": "http://mc:8080/metadata",
+        "master_server_address": "mc.team-a.svc:50051",
+        "global_segment_size": 1,
+        "local_hostname": f"$({POD_IP})",
+    }
+
+
+def test_engine_overrides_extra_config_is_merged_over_the_templates() -> None:
+    own = make_container(env=[{"name": EXTRA, "value": '{"protocol":"rdma","device_name":"a"}'}])
+    cb = backend(
+        integration={
+            "engineOverrides": {"env": [{"name": EXTRA, "value": '{"device_name":"mlx5_1"}'}]}
+        }
+    )
+    got = extra_config(engine_of(inject(make_pod(own), cb, MOONCAKE)))
+    assert got["protocol"] == "rdma"
+    assert got["device_name"] == "mlx5_1"
+    assert got["master_server_address"] == "mc.team-a.svc:50051"
+
+
+@pytest.mark.parametrize(
+    "var",
+    [
+        {"name": EXTRA, "value": "protocol=rdma"},
+        {"name": EXTRA, "value": '["rdma"]'},
+        {"name": EXTRA, "valueFrom": {"configMapKeyRef": {"name": "mc", "key": "extra"}}},
+    ],
+    ids=["not-json", "json-list", "value-from"],
+)
+def test_templates_extra_config_that_is_not_a_json_object_is_rejected(var: dict[str, Any]) -> None:
+    """Decision: neither dropped (the operator's transfer-engine setup would be lost) nor
+    kept (the master address would not reach the connector): the pod fails open."""
+    with pytest.raises(InjectionRejectedError, match=EXTRA):
+        inject(make_pod(make_container(env=[var])), binding=MOONCAKE)
+
+
+def test_an_empty_template_extra_config_is_none() -> None:
+    """LMCache reads an empty LMCACHE_EXTRA_CONFIG as unset (``json.loads(x) if x``)."""
+    own = make_container(env=[{"name": EXTRA, "value": ""}])
+    got = extra_config(engine_of(inject(make_pod(own), binding=MOONCAKE)))
+    assert got["master_server_address"] == "mc.team-a.svc:50051"
+
+
+def test_mooncake_repeat_injection_is_idempotent() -> None:
+    own = make_container(env=[{"name": EXTRA, "value": '{"protocol":"rdma"}'}])
+    once = inject(make_pod(own), binding=MOONCAKE)
+    assert inject(once, binding=MOONCAKE) == once
+
+
+def test_mooncake_wired_pod_passes_pod_validation_basics() -> None:
+    assert_valid_pod(inject(make_pod(), binding=MOONCAKE))
+
+
+def test_mooncake_merges_extra_config_itself() -> None:
+    """engineOverrides.env's LMCACHE_EXTRA_CONFIG is already in the merged value: the
+    override pass must not write the raw object over it."""
+    assert ADAPTER.merged_env(MOONCAKE) == (EXTRA,)
+    assert ADAPTER.merged_env(LM) == ()
+    assert ADAPTER.merged_env(None) == ()

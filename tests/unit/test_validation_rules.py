@@ -938,6 +938,70 @@ def test_reject_reserved_engine_overrides_rejects_sglang_reserved_set() -> None:
     assert all("SGLang+LMCache adapter" in e for e in errors)
 
 
+def test_reject_non_object_lmcache_extra_config_accepts_a_json_object() -> None:
+    """LMCache reads LMCACHE_EXTRA_CONFIG with json.loads into its extra_config dict; an
+    empty value is unset there, and other env names are not judged."""
+    spec = overrides(
+        "VLLM",
+        env=[
+            {"name": "LMCACHE_EXTRA_CONFIG", "value": '{"protocol":"rdma","device_name":"m"}'},
+            {"name": "LMCACHE_EXTRA_CONFIG", "value": ""},
+            {"name": "OTHER", "value": "[not an object]"},
+        ],
+    )
+    assert run(r.reject_non_object_lmcache_extra_config, spec) == []
+    hicache = {
+        **HICACHE,
+        "integration": {
+            "engineOverrides": {"env": [{"name": "LMCACHE_EXTRA_CONFIG", "value": "x"}]}
+        },
+    }
+    assert run(r.reject_non_object_lmcache_extra_config, hicache) == []
+
+
+def test_reject_non_object_lmcache_extra_config_rejects_non_objects_at_the_value() -> None:
+    """LMCache cannot load a non-JSON value, has no keys in a JSON non-object, and the
+    Pod webhook merges the Mooncake master address into the object: field-scoped."""
+    spec = overrides(
+        "VLLM",
+        env=[
+            {"name": "LMCACHE_CHUNK_SIZE", "value": "512"},
+            {"name": "LMCACHE_EXTRA_CONFIG", "value": "protocol=rdma"},
+            {"name": "LMCACHE_EXTRA_CONFIG", "value": '["rdma"]'},
+        ],
+    )
+    errors = r.reject_non_object_lmcache_extra_config(r.context_for(cb(spec), NS))
+    assert [e.field for e in errors] == [
+        "spec.integration.engineOverrides.env[1].value",
+        "spec.integration.engineOverrides.env[2].value",
+    ]
+    assert all(e.type is ErrorType.INVALID for e in errors)
+    assert "not JSON" in errors[0].detail
+    assert "a JSON array, not an object" in errors[1].detail
+
+
+def test_reject_non_object_lmcache_extra_config_rejects_value_from_on_mooncake() -> None:
+    """The webhook can merge the master address only into a literal value."""
+    spec = {
+        "runtime": "VLLM",
+        "remoteStorage": managed("Mooncake"),
+        "integration": {
+            "engineOverrides": {
+                "env": [
+                    {
+                        "name": "LMCACHE_EXTRA_CONFIG",
+                        "valueFrom": {"configMapKeyRef": {"name": "mc", "key": "extra"}},
+                    }
+                ]
+            }
+        },
+    }
+    errors = r.reject_non_object_lmcache_extra_config(r.context_for(cb(spec), NS))
+    assert [e.field for e in errors] == ["spec.integration.engineOverrides.env[0].valueFrom"]
+    spec["remoteStorage"] = managed("LMCacheServer")
+    assert run(r.reject_non_object_lmcache_extra_config, spec) == []
+
+
 def test_leading_flag_token() -> None:
     assert r.leading_flag("--kv-transfer-config={}") == "--kv-transfer-config"
     assert r.leading_flag("  --kv-transfer-config {} ") == "--kv-transfer-config"
