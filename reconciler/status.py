@@ -699,7 +699,7 @@ def engine_kernels_healthy_condition(
             c.COND_ENGINE_KERNELS_HEALTHY,
             FALSE,
             c.REASON_KERNEL_LOAD_FAILED,
-            "LMCache native kernels (lmcache c_ops) failed to load on "
+            "LMCache native kernels (lmcache.c_ops, or lmcache.cuda_ops from 0.5) failed to load on "
             f"{len(by_state[KERNEL_FAILED])}/{len(reports)} engine pod(s): "
             f"{_pod_list(by_state[KERNEL_FAILED])}. Align the engine image's lmcache build "
             "with its CUDA runtime.",
