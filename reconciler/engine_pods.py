@@ -12,7 +12,9 @@ these functions turn the raw pod dicts into the small observations
   read from its termination message (current state, else the last termination — a
   strict check that failed is restarted by the kubelet and waits in CrashLoopBackOff
   with the verdict on ``lastState``); the mode comes from the pod, never from the
-  backend's current annotation.
+  backend's current annotation. A verdict also carries the versions the check read
+  from the image's installed package metadata (``versions``: lmcache, vllm, torch, each
+  absent when not installed); a verdict from before that field parses with none.
 - ``crash_looping_engine_containers``: the pod's containers other than the
   kvevent-subscriber whose waiting reason is CrashLoopBackOff.
 - ``server_pods``: the managed workload's pods, with the restart sum over the
@@ -42,14 +44,24 @@ KERNEL_PENDING: Final = "pending"
 MAX_DETAIL_CHARS: Final = 300
 
 
+# The packages whose installed version the kernel check reports.
+VERSIONED_PACKAGES: Final = ("lmcache", "vllm", "torch")
+MAX_VERSION_CHARS: Final = 64
+
+
 @dataclass(frozen=True)
 class KernelCheckReport:
-    """One pod's kernel check: ``state`` is ok | failed | error | pending."""
+    """One pod's kernel check: ``state`` is ok | failed | error | pending; ``versions``
+    the (package, version) pairs its verdict reported, sorted by package."""
 
     pod: str
     mode: str
     state: str
     detail: str = ""
+    versions: tuple[tuple[str, str], ...] = ()
+
+    def version(self, package: str) -> str | None:
+        return dict(self.versions).get(package)
 
 
 @dataclass(frozen=True)
@@ -129,6 +141,21 @@ def parse_kernel_check_verdict(message: str | None) -> dict[str, Any] | None:
     return None
 
 
+def reported_versions(verdict: dict[str, Any] | None) -> tuple[tuple[str, str], ...]:
+    """The installed versions a verdict reports: its ``versions`` object's string values
+    for the packages the check reads. A verdict without the field (a check from before
+    it existed), or with a malformed one, reports none; never guessed."""
+    raw = (verdict or {}).get("versions")
+    if not isinstance(raw, dict):
+        return ()
+    out = []
+    for package in VERSIONED_PACKAGES:
+        value = raw.get(package)
+        if isinstance(value, str) and value.strip():
+            out.append((package, value.strip()[:MAX_VERSION_CHARS]))
+    return tuple(sorted(out))
+
+
 def _status_named(statuses: Iterable[dict[str, Any]] | None, name: str) -> dict[str, Any] | None:
     for st in statuses or ():
         if st.get("name") == name:
@@ -165,11 +192,12 @@ def kernel_check_report(pod: dict[str, Any]) -> KernelCheckReport | None:
         return KernelCheckReport(name, mode, KERNEL_PENDING)
     verdict = parse_kernel_check_verdict(terminated.get("message"))
     result = verdict.get("result") if verdict else None
+    versions = reported_versions(verdict)
     if result == "ok":
-        return KernelCheckReport(name, mode, KERNEL_OK)
+        return KernelCheckReport(name, mode, KERNEL_OK, versions=versions)
     if result == "failed":
         error = str((verdict or {}).get("error") or "") or "no error text"
-        return KernelCheckReport(name, mode, KERNEL_FAILED, _clip(error))
+        return KernelCheckReport(name, mode, KERNEL_FAILED, _clip(error), versions)
     code = terminated.get("exitCode")
     reason = terminated.get("reason") or ""
     detail = f"exit code {code}" + (f" ({reason})" if reason else "")
@@ -177,7 +205,7 @@ def kernel_check_report(pod: dict[str, Any]) -> KernelCheckReport | None:
         detail += f", result {result!r}"
     elif terminated.get("message"):
         detail += f", message {_clip(str(terminated['message']), 120)!r}"
-    return KernelCheckReport(name, mode, KERNEL_ERROR, detail)
+    return KernelCheckReport(name, mode, KERNEL_ERROR, detail, versions)
 
 
 def engine_container_names(pod: dict[str, Any]) -> list[str]:

@@ -45,24 +45,42 @@ COPIED_RESOURCES: Final = ("cpu", "memory", "ephemeral-storage")
 SMALL_REQUESTS: Final[dict[str, str]] = {"cpu": "10m", "memory": "64Mi"}
 
 # The verdict is one JSON object on the termination message: {"mode", "result", "error",
-# "extension"}; "extension" (absent when no extension file was found) names the module the
-# check loaded, or tried to load when "result" is "failed". A wheel ships one of the two
-# names, so the check loads the file it finds: cuda_ops*.so (LMCache >= 0.5), else
-# c_ops*.so (LMCache <= 0.4). It loads it with ExtensionFileLoader under the module name
-# the release imports (the name selects the PyInit_<name> entry point), after
-# `import torch` (the extension links libtorch). find_spec('lmcache') locates the package
-# without running its __init__, which is what installs the fallback.
+# "extension", "versions"}.
+# - "extension" (absent when no extension file was found) names the module the check
+#   loaded, or tried to load when "result" is "failed". A wheel ships one of the two names:
+#   the check loads cuda_ops*.so (LMCache >= 0.5) or c_ops*.so (LMCache <= 0.4), the one
+#   the installed release imports first when its version is known, with
+#   ExtensionFileLoader under that module name (the name selects the PyInit_<name> entry
+#   point), after `import torch` (the extension links libtorch). find_spec('lmcache')
+#   locates the package without running its __init__, which installs the fallback.
+# - "versions": the installed releases of lmcache, vllm and torch, read from the image's
+#   package metadata (importlib.metadata, which imports nothing); a package that is not
+#   installed is absent from it, so a client the engine pip-installs at start is absent,
+#   never guessed. Read before anything can fail, so a failed verdict carries them too.
 SCRIPT = """\
-import glob, importlib.machinery, importlib.util, json, os, sys
+import glob, importlib.machinery, importlib.util, json, os, re, sys
 mode = os.environ.get("INFERENCECACHE_KERNEL_CHECK_MODE", "report-only")
-verdict = {"mode": mode, "result": "failed", "error": ""}
+verdict = {"mode": mode, "result": "failed", "error": "", "versions": {}}
+try:
+    from importlib import metadata
+    for package in ("lmcache", "vllm", "torch"):
+        try:
+            verdict["versions"][package] = str(metadata.version(package))
+        except Exception:
+            pass
+except Exception:
+    pass
+names = ("cuda_ops", "c_ops")
+release = re.match(r"(\\d+)\\.(\\d+)", verdict["versions"].get("lmcache", ""))
+if release and (int(release.group(1)), int(release.group(2))) < (0, 5):
+    names = ("c_ops", "cuda_ops")
 try:
     import torch  # noqa: F401  the extension links libtorch
     spec = importlib.util.find_spec("lmcache")
     if spec is None or not spec.submodule_search_locations:
         raise ImportError("lmcache is not importable in the engine image")
     found = []
-    for name in ("cuda_ops", "c_ops"):
+    for name in names:
         for location in spec.submodule_search_locations:
             for path in sorted(glob.glob(os.path.join(location, name + "*.so"))):
                 found.append((name, path))

@@ -179,9 +179,16 @@ def _fake_image(
     torch: bool = True,
     lmcache: bool = True,
     extensions: dict[str, str] | None = None,
+    installed: dict[str, str] | None = None,
 ) -> Path:
     """A fake engine image: ``extensions`` maps an extension module name (``c_ops``,
-    ``cuda_ops``) to the shared object copied in as ``lmcache/<name><EXT_SUFFIX>``."""
+    ``cuda_ops``) to the shared object copied in as ``lmcache/<name><EXT_SUFFIX>``;
+    ``installed`` maps a distribution name to the version of the ``<name>-<version>
+    .dist-info/METADATA`` written beside them (what pip leaves in site-packages)."""
+    for dist, version in (installed or {}).items():
+        info = root / f"{dist}-{version}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
     if torch:
         (root / "torch.py").write_text("LOADED = True\n")
     if lmcache:
@@ -255,7 +262,71 @@ def test_detector_ok_when_the_extension_loads(
         "result": "ok",
         "error": "",
         "extension": f"lmcache.{name}",
+        "versions": {},
     }
+
+
+def test_detector_reports_installed_versions_from_package_metadata(
+    tmp_path: Path, compiled: dict[str, str]
+) -> None:
+    """The verdict carries the lmcache, vllm and torch releases the image has installed,
+    read from their dist-info metadata (nothing imported for it)."""
+    (tmp_path / "img").mkdir()
+    installed = {"lmcache": "0.4.7", "vllm": "0.11.0", "torch": "2.8.0+cu128"}
+    image = _fake_image(
+        tmp_path / "img", extensions={"c_ops": compiled["c_ops"]}, installed=installed
+    )
+    code, printed, verdict = _run(tmp_path, image, "report-only")
+    assert code == 0
+    assert printed == verdict
+    assert verdict["result"] == "ok"
+    assert verdict["versions"] == installed
+
+
+def test_detector_reports_a_package_not_installed_as_absent(
+    tmp_path: Path, compiled: dict[str, str]
+) -> None:
+    """A client the engine pip-installs at start is not in the image when the check runs:
+    absent from ``versions``, never guessed (here the package directory is importable
+    but carries no metadata, as a vendored or copied-in tree would)."""
+    (tmp_path / "img").mkdir()
+    image = _fake_image(
+        tmp_path / "img",
+        extensions={"cuda_ops": compiled["cuda_ops"]},
+        installed={"vllm": "0.33.0", "torch": "2.9.0"},
+    )
+    _, _, verdict = _run(tmp_path, image, "strict")
+    assert verdict["result"] == "ok"
+    assert verdict["versions"] == {"vllm": "0.33.0", "torch": "2.9.0"}
+
+
+def test_detector_reports_versions_on_a_failed_check(tmp_path: Path) -> None:
+    (tmp_path / "img").mkdir()
+    image = _fake_image(tmp_path / "img", installed={"lmcache": "0.5.6"})
+    code, _, verdict = _run(tmp_path, image, "strict")
+    assert code == 1
+    assert verdict["result"] == "failed"
+    assert verdict["versions"] == {"lmcache": "0.5.6"}
+
+
+@pytest.mark.parametrize(
+    ("release", "loaded"), [("0.4.7", "c_ops"), ("0.5.6", "cuda_ops"), (None, "cuda_ops")]
+)
+def test_detector_loads_the_name_the_installed_release_imports(
+    tmp_path: Path, compiled: dict[str, str], release: str | None, loaded: str
+) -> None:
+    """With both files present (a tree where a build left the other one), the check loads
+    the name the installed release imports: c_ops below 0.5, cuda_ops from 0.5; with no
+    metadata, cuda_ops first."""
+    (tmp_path / "img").mkdir()
+    image = _fake_image(
+        tmp_path / "img",
+        extensions=dict(compiled),
+        installed={"lmcache": release} if release else None,
+    )
+    _, _, verdict = _run(tmp_path, image, "strict")
+    assert verdict["result"] == "ok"
+    assert verdict["extension"] == f"lmcache.{loaded}"
 
 
 def test_detector_loads_each_name_under_its_own_module_name(
