@@ -24,12 +24,18 @@ these functions turn the raw pod dicts into the small observations
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from shared import constants as c
+from shared.client_versions import (
+    kernel_check_termination,
+    reported_versions,
+)
+from shared.client_versions import (
+    parse_kernel_check_verdict as parse_kernel_check_verdict,
+)
 from shared.runtime_adapters import kernel_check
 from shared.runtime_adapters.engine import SUBSCRIBER_CONTAINER
 
@@ -42,11 +48,6 @@ KERNEL_PENDING: Final = "pending"
 
 # Bounds on what a pod contributes to a condition message.
 MAX_DETAIL_CHARS: Final = 300
-
-
-# The packages whose installed version the kernel check reports.
-VERSIONED_PACKAGES: Final = ("lmcache", "vllm", "torch")
-MAX_VERSION_CHARS: Final = 64
 
 
 @dataclass(frozen=True)
@@ -125,37 +126,6 @@ def injected_by_backend(pod: dict[str, Any], namespace: str, name: str, uid: str
     )
 
 
-def parse_kernel_check_verdict(message: str | None) -> dict[str, Any] | None:
-    """The JSON verdict of the termination message; with FallbackToLogsOnError the
-    message may be log lines, so the last line that is a JSON object counts."""
-    text = (message or "").strip()
-    if not text:
-        return None
-    for candidate in (text, *reversed(text.splitlines())):
-        try:
-            value = json.loads(candidate)
-        except ValueError:
-            continue
-        if isinstance(value, dict):
-            return value
-    return None
-
-
-def reported_versions(verdict: dict[str, Any] | None) -> tuple[tuple[str, str], ...]:
-    """The installed versions a verdict reports: its ``versions`` object's string values
-    for the packages the check reads. A verdict without the field (a check from before
-    it existed), or with a malformed one, reports none; never guessed."""
-    raw = (verdict or {}).get("versions")
-    if not isinstance(raw, dict):
-        return ()
-    out = []
-    for package in VERSIONED_PACKAGES:
-        value = raw.get(package)
-        if isinstance(value, str) and value.strip():
-            out.append((package, value.strip()[:MAX_VERSION_CHARS]))
-    return tuple(sorted(out))
-
-
 def _status_named(statuses: Iterable[dict[str, Any]] | None, name: str) -> dict[str, Any] | None:
     for st in statuses or ():
         if st.get("name") == name:
@@ -180,14 +150,7 @@ def kernel_check_report(pod: dict[str, Any]) -> KernelCheckReport | None:
         return None
     name = str(_meta(pod).get("name") or "")
     mode = kernel_check_mode_of_pod(pod)
-    st = _status_named(
-        (pod.get("status") or {}).get("initContainerStatuses"), kernel_check.CONTAINER_NAME
-    )
-    terminated = None
-    if st is not None:
-        terminated = (st.get("state") or {}).get("terminated") or (st.get("lastState") or {}).get(
-            "terminated"
-        )
+    terminated = kernel_check_termination(pod)
     if not terminated:
         return KernelCheckReport(name, mode, KERNEL_PENDING)
     verdict = parse_kernel_check_verdict(terminated.get("message"))

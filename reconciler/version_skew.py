@@ -17,78 +17,19 @@ and stays fail-open), and a pod list that failed this time keeps the prior condi
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, Final
 
 from reconciler.conditions import FALSE, TRUE, UNKNOWN, DesiredCondition
 from reconciler.engine_pods import KERNEL_PENDING, InjectedPodsObservation, KernelCheckReport
 from shared import constants as c
 from shared import engine_versions as ev
+from shared.client_versions import LMCACHE, VLLM, client_skewed, server_version_of_image
 
-LMCACHE: Final = "lmcache"
-VLLM: Final = "vllm"
 # Packages whose minimum release the worker checks (the kernel check runs on vLLM+LMCache).
 MINIMUM_CHECKED: Final = (VLLM, LMCACHE)
-# A tag that names a release: v0.4.7, 0.4.7, v0.5.6-cu128 ... (at least major.minor).
-_RELEASE_TAG: Final = re.compile(r"^v?(\d+)\.(\d+)(?:\.\d+)?(?:[-.+_][0-9A-Za-z.+_-]*)?$")
 # Bounds on a condition message: this many pods named, then a count.
 MAX_PODS_NAMED: Final = 10
-
-
-@dataclass(frozen=True)
-class ServerVersion:
-    """The managed server's version as read from its image: ``version`` None when the
-    image does not name one (``why`` says what it names instead)."""
-
-    image: str
-    version: str | None
-    why: str = ""
-
-
-def image_tag(image: str) -> str | None:
-    """The tag of an image reference, None when it has none (or is pinned by digest):
-    the last ``:`` after the last ``/`` separates it (a registry port is before a ``/``)."""
-    if "@" in image:
-        return None
-    last = image.rsplit("/", 1)[-1]
-    if ":" not in last:
-        return None
-    return last.rsplit(":", 1)[1] or None
-
-
-def server_version_of_image(image: str) -> ServerVersion:
-    """Rule: the LMCache server's version is its image tag (``lmcache/standalone:v0.4.7``
-    is 0.4.7). A digest, a missing tag or a tag that is not a release (``latest``,
-    ``nightly``) is an unknown version: the image could hold any release."""
-    image = image.strip()
-    if "@" in image:
-        return ServerVersion(image, None, "it is pinned by digest, which names no release")
-    tag = image_tag(image)
-    if tag is None:
-        return ServerVersion(image, None, "it has no tag")
-    match = _RELEASE_TAG.match(tag)
-    if match is None:
-        return ServerVersion(image, None, f"its tag {tag!r} is not a release number")
-    return ServerVersion(image, tag.lstrip("vV"))
-
-
-def major_minor(version: str) -> tuple[int, int] | None:
-    """(major, minor) of a release; None when it does not start with major.minor."""
-    parts = ev.version_tuple(version)
-    if parts is None or len(parts) < 2:
-        return None
-    return parts[0], parts[1]
-
-
-def client_skewed(client: str, server: str) -> bool | None:
-    """Rule: a client differs from its server when their major.minor differ; None when
-    either does not parse (unknown, not a skew)."""
-    a, b = major_minor(client), major_minor(server)
-    if a is None or b is None:
-        return None
-    return a != b
 
 
 def _named(items: Sequence[str]) -> str:

@@ -20,15 +20,13 @@ from reconciler.engine_pods import InjectedPodsObservation, KernelCheckReport
 from reconciler.events import transition_events
 from reconciler.status import Observed, WorkloadObservation, compute_status
 from reconciler.version_skew import (
-    client_skewed,
     engine_version_below_minimum_condition,
     lmcache_version_skew_condition,
-    major_minor,
     releases_below_minimum,
-    server_version_of_image,
 )
 from shared import constants as c
 from shared import engine_versions as ev
+from shared.client_versions import client_skewed, major_minor, server_version_of_image
 from tests.builders import backend, external, managed
 
 T0 = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
