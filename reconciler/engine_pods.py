@@ -12,7 +12,9 @@ these functions turn the raw pod dicts into the small observations
   read from its termination message (current state, else the last termination — a
   strict check that failed is restarted by the kubelet and waits in CrashLoopBackOff
   with the verdict on ``lastState``); the mode comes from the pod, never from the
-  backend's current annotation.
+  backend's current annotation. A verdict also carries the versions the check read
+  from the image's installed package metadata (``versions``: lmcache, vllm, torch, each
+  absent when not installed); a verdict from before that field parses with none.
 - ``crash_looping_engine_containers``: the pod's containers other than the
   kvevent-subscriber whose waiting reason is CrashLoopBackOff.
 - ``server_pods``: the managed workload's pods, with the restart sum over the
@@ -22,12 +24,18 @@ these functions turn the raw pod dicts into the small observations
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from shared import constants as c
+from shared.client_versions import (
+    kernel_check_termination,
+    reported_versions,
+)
+from shared.client_versions import (
+    parse_kernel_check_verdict as parse_kernel_check_verdict,
+)
 from shared.runtime_adapters import kernel_check
 from shared.runtime_adapters.engine import SUBSCRIBER_CONTAINER
 
@@ -44,12 +52,17 @@ MAX_DETAIL_CHARS: Final = 300
 
 @dataclass(frozen=True)
 class KernelCheckReport:
-    """One pod's kernel check: ``state`` is ok | failed | error | pending."""
+    """One pod's kernel check: ``state`` is ok | failed | error | pending; ``versions``
+    the (package, version) pairs its verdict reported, sorted by package."""
 
     pod: str
     mode: str
     state: str
     detail: str = ""
+    versions: tuple[tuple[str, str], ...] = ()
+
+    def version(self, package: str) -> str | None:
+        return dict(self.versions).get(package)
 
 
 @dataclass(frozen=True)
@@ -113,22 +126,6 @@ def injected_by_backend(pod: dict[str, Any], namespace: str, name: str, uid: str
     )
 
 
-def parse_kernel_check_verdict(message: str | None) -> dict[str, Any] | None:
-    """The JSON verdict of the termination message; with FallbackToLogsOnError the
-    message may be log lines, so the last line that is a JSON object counts."""
-    text = (message or "").strip()
-    if not text:
-        return None
-    for candidate in (text, *reversed(text.splitlines())):
-        try:
-            value = json.loads(candidate)
-        except ValueError:
-            continue
-        if isinstance(value, dict):
-            return value
-    return None
-
-
 def _status_named(statuses: Iterable[dict[str, Any]] | None, name: str) -> dict[str, Any] | None:
     for st in statuses or ():
         if st.get("name") == name:
@@ -153,23 +150,17 @@ def kernel_check_report(pod: dict[str, Any]) -> KernelCheckReport | None:
         return None
     name = str(_meta(pod).get("name") or "")
     mode = kernel_check_mode_of_pod(pod)
-    st = _status_named(
-        (pod.get("status") or {}).get("initContainerStatuses"), kernel_check.CONTAINER_NAME
-    )
-    terminated = None
-    if st is not None:
-        terminated = (st.get("state") or {}).get("terminated") or (st.get("lastState") or {}).get(
-            "terminated"
-        )
+    terminated = kernel_check_termination(pod)
     if not terminated:
         return KernelCheckReport(name, mode, KERNEL_PENDING)
     verdict = parse_kernel_check_verdict(terminated.get("message"))
     result = verdict.get("result") if verdict else None
+    versions = reported_versions(verdict)
     if result == "ok":
-        return KernelCheckReport(name, mode, KERNEL_OK)
+        return KernelCheckReport(name, mode, KERNEL_OK, versions=versions)
     if result == "failed":
         error = str((verdict or {}).get("error") or "") or "no error text"
-        return KernelCheckReport(name, mode, KERNEL_FAILED, _clip(error))
+        return KernelCheckReport(name, mode, KERNEL_FAILED, _clip(error), versions)
     code = terminated.get("exitCode")
     reason = terminated.get("reason") or ""
     detail = f"exit code {code}" + (f" ({reason})" if reason else "")
@@ -177,7 +168,7 @@ def kernel_check_report(pod: dict[str, Any]) -> KernelCheckReport | None:
         detail += f", result {result!r}"
     elif terminated.get("message"):
         detail += f", message {_clip(str(terminated['message']), 120)!r}"
-    return KernelCheckReport(name, mode, KERNEL_ERROR, detail)
+    return KernelCheckReport(name, mode, KERNEL_ERROR, detail, versions)
 
 
 def engine_container_names(pod: dict[str, Any]) -> list[str]:

@@ -131,6 +131,34 @@ def injected_engine_crash_looping_event(
     return None
 
 
+def _entered_true(old: dict[str, Any], new: dict[str, Any], type_: str, reason: str) -> str | None:
+    """The new message when condition ``type_`` enters True/``reason`` (a preserved or
+    unchanged condition is no transition); None otherwise."""
+    o_status, o_reason, _ = _cond(old, type_)
+    n_status, n_reason, n_msg = _cond(new, type_)
+    entered = n_status == "True" and n_reason == reason
+    already = o_status == "True" and o_reason == reason
+    return n_msg if entered and not already else None
+
+
+def lmcache_version_skew_event(old: dict[str, Any], new: dict[str, Any]) -> EventSpec | None:
+    """Warning LMCacheVersionSkew once, when LMCacheVersionSkew enters
+    True/ClientServerVersionSkew; not again while it stays, whichever pods it names."""
+    msg = _entered_true(old, new, c.COND_LMCACHE_VERSION_SKEW, c.REASON_CLIENT_SERVER_VERSION_SKEW)
+    return None if msg is None else EventSpec(WARNING, c.EVENT_LMCACHE_VERSION_SKEW, msg)
+
+
+def engine_version_below_minimum_event(
+    old: dict[str, Any], new: dict[str, Any]
+) -> EventSpec | None:
+    """Warning EngineVersionBelowMinimum once, when EngineVersionBelowMinimum enters
+    True/ReleaseBelowMinimum."""
+    msg = _entered_true(
+        old, new, c.COND_ENGINE_VERSION_BELOW_MINIMUM, c.REASON_RELEASE_BELOW_MINIMUM
+    )
+    return None if msg is None else EventSpec(WARNING, c.EVENT_ENGINE_VERSION_BELOW_MINIMUM, msg)
+
+
 def name_conflict_event(old: dict[str, Any], new: dict[str, Any]) -> EventSpec | None:
     """Warning NameConflict when Ready enters NameConflict, or its message changes
     (a different set of foreign objects); an unchanged conflict stays silent."""
@@ -155,7 +183,12 @@ def transition_events(old: dict[str, Any] | None, new: dict[str, Any]) -> list[E
         if event is not None:
             out.append(event)
     out.extend(kv_gate_events(old, new))
-    for rule in (engine_selector_unmatched_event, injected_engine_crash_looping_event):
+    for rule in (
+        engine_selector_unmatched_event,
+        injected_engine_crash_looping_event,
+        lmcache_version_skew_event,
+        engine_version_below_minimum_event,
+    ):
         event = rule(old, new)
         if event is not None:
             out.append(event)

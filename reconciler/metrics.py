@@ -168,6 +168,14 @@ T2_HIT_RATE = Gauge(
     ["backend"],
     registry=None,
 )
+LMCACHE_VERSION_SKEW = Gauge(
+    "inferencecache_backend_lmcache_version_skew",
+    "1 while a Managed LMCacheServer CacheBackend's engine pods run an lmcache client of "
+    "another major.minor than its server (LMCacheVersionSkew=True), 0 otherwise. By backend "
+    "(namespace/name). Leading dispatcher only.",
+    ["backend"],
+    registry=None,
+)
 BACKEND_CONDITION = Gauge(
     "inferencecache_backend_condition",
     "1 for each condition a CacheBackend has (status.conditions[]), by backend "
@@ -215,6 +223,19 @@ def reconciled(result: str, seconds: float) -> None:
     RECONCILE_TIME.observe(seconds)
 
 
+# The condition the version-skew gauge mirrors.
+LMCACHE_VERSION_SKEW_CONDITION: Final = "LMCacheVersionSkew"
+
+
+def lmcache_version_skew_value(obj: Mapping[str, Any]) -> float:
+    """1 when the backend's LMCacheVersionSkew condition is True; 0 otherwise (aligned,
+    unknown, or not published: the condition gauge tells those apart)."""
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if isinstance(cond, Mapping) and cond.get("type") == LMCACHE_VERSION_SKEW_CONDITION:
+            return 1.0 if cond.get("status") == "True" else 0.0
+    return 0.0
+
+
 def condition_series(obj: Mapping[str, Any]) -> set[tuple[str, str, str]]:
     """(type, status, reason) of every condition in a CacheBackend's status."""
     conditions = (obj.get("status") or {}).get("conditions") or []
@@ -241,8 +262,10 @@ class LeaderSeries:
         t2: Gauge = T2_HIT_RATE,
         depth: Gauge = _DEPTH,
         failing: Gauge = _FAILING,
+        skew: Gauge = LMCACHE_VERSION_SKEW,
     ) -> None:
         self._conditions, self._t2, self._depth, self._failing = conditions, t2, depth, failing
+        self._skew = skew
         self._exported: dict[str, set[tuple[str, str, str]]] = {}
         self._leading = False
         self._lock = threading.Lock()
@@ -254,7 +277,7 @@ class LeaderSeries:
     def stop(self) -> None:
         with self._lock:
             self._leading = False
-            for gauge in (self._conditions, self._t2, self._depth, self._failing):
+            for gauge in (self._conditions, self._t2, self._depth, self._failing, self._skew):
                 gauge.clear()
             self._exported.clear()
 
@@ -266,8 +289,10 @@ class LeaderSeries:
 
     def backend(self, key: str, obj: Mapping[str, Any] | None, t2_rate: float | None) -> None:
         """The gauges of backend ``key`` (namespace/name): ``obj`` None, it is gone;
-        ``t2_rate`` None, its tier 2 has not been exercised."""
+        ``t2_rate`` None, its tier 2 has not been exercised. The version-skew gauge
+        follows its LMCacheVersionSkew condition."""
         wanted = condition_series(obj) if obj is not None else set()
+        skew = lmcache_version_skew_value(obj) if obj is not None else None
         with self._lock:
             if not self._leading:
                 return
@@ -284,6 +309,11 @@ class LeaderSeries:
                     self._t2.remove(key)
             else:
                 self._t2.labels(key).set(t2_rate)
+            if skew is None:
+                with contextlib.suppress(KeyError):
+                    self._skew.remove(key)
+            else:
+                self._skew.labels(key).set(skew)
 
 
 LEADER_SERIES = LeaderSeries()
@@ -366,6 +396,7 @@ _FAMILIES: Final[dict[str, tuple[Collector, ...]]] = {
         _LEADER,
         WATCH_RESTARTS,
         T2_HIT_RATE,
+        LMCACHE_VERSION_SKEW,
         BACKEND_CONDITION,
     ),
     WORKER: (

@@ -9,9 +9,11 @@ Modes (``backend_mode``) and what each publishes:
 
 =================  =========================================================
 Managed            Ready, Degraded, Progressing (+FunctionalProbeOK, T2Degraded,
-                   EngineKernelsHealthy, EngineCompatibility)
+                   EngineKernelsHealthy, EngineCompatibility,
+                   EngineVersionBelowMinimum, LMCacheVersionSkew [LMCacheServer])
 HostOnly           Ready, Degraded, Progressing (base reason HostOnlyActive)
-                   (+EngineKernelsHealthy, EngineCompatibility: engine-side)
+                   (+EngineKernelsHealthy, EngineCompatibility,
+                   EngineVersionBelowMinimum: engine-side)
 EventsOnly         exactly Ready, Degraded, Progressing (base EventsOnlyActive)
 External           Ready + Progressing only (ExternalEndpoint* reasons)
 HiCache            Progressing only (no Ready by design; see ``hicache_conditions``)
@@ -27,6 +29,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from reconciler import version_skew
 from reconciler.conditions import (
     FALSE,
     TRUE,
@@ -97,6 +100,8 @@ ALLOWED_TYPES: Final[dict[Mode, frozenset[str]]] = {
             c.COND_ENGINE_KERNELS_HEALTHY,
             c.COND_T2_DEGRADED,
             c.COND_ENGINE_COMPATIBILITY,
+            c.COND_ENGINE_VERSION_BELOW_MINIMUM,
+            c.COND_LMCACHE_VERSION_SKEW,
         }
     ),
     Mode.HOST_ONLY: frozenset(
@@ -106,6 +111,7 @@ ALLOWED_TYPES: Final[dict[Mode, frozenset[str]]] = {
             c.COND_PROGRESSING,
             c.COND_ENGINE_KERNELS_HEALTHY,
             c.COND_ENGINE_COMPATIBILITY,
+            c.COND_ENGINE_VERSION_BELOW_MINIMUM,
         }
     ),
     Mode.EVENTS_ONLY: frozenset({c.COND_READY, c.COND_DEGRADED, c.COND_PROGRESSING}),
@@ -125,6 +131,8 @@ ADVISORY_TYPES: Final = frozenset(
         c.COND_T2_DEGRADED,
         c.COND_ENGINE_KERNELS_HEALTHY,
         c.COND_ENGINE_COMPATIBILITY,
+        c.COND_ENGINE_VERSION_BELOW_MINIMUM,
+        c.COND_LMCACHE_VERSION_SKEW,
     }
 )
 
@@ -699,7 +707,7 @@ def engine_kernels_healthy_condition(
             c.COND_ENGINE_KERNELS_HEALTHY,
             FALSE,
             c.REASON_KERNEL_LOAD_FAILED,
-            "LMCache native kernels (lmcache c_ops) failed to load on "
+            "LMCache native kernels (lmcache.c_ops, or lmcache.cuda_ops from 0.5) failed to load on "
             f"{len(by_state[KERNEL_FAILED])}/{len(reports)} engine pod(s): "
             f"{_pod_list(by_state[KERNEL_FAILED])}. Align the engine image's lmcache build "
             "with its CUDA runtime.",
@@ -764,6 +772,45 @@ def engine_kernel_strict_gate(
         "Engine pod(s) admitted in strict kernel-check mode failed to load the LMCache "
         f"native kernels and cannot serve: {_pod_list(strict)}. See EngineKernelsHealthy.",
     )
+
+
+def lmcache_server_image(cb: CacheBackend, mode: Mode) -> str | None:
+    """The image of the LMCache server this backend provisions: Managed ownership of the
+    LMCacheServer provider only (External runs the operator's server, whose version the
+    controller cannot see)."""
+    if mode != Mode.MANAGED:
+        return None
+    provider = managed_provider(cb)
+    if provider is None or provider.provider != c.PROVIDER_LMCACHE_SERVER:
+        return None
+    return provider.image(cb.spec)
+
+
+def engine_version_conditions(
+    cb: CacheBackend, mode: Mode, observed: Observed, prev_conditions: list[dict[str, Any]]
+) -> list[DesiredCondition]:
+    """The two advisory version conditions of an engine-side advisory mode (never
+    gating Ready): EngineVersionBelowMinimum for the wiring, and LMCacheVersionSkew when
+    the backend provisions an LMCache server."""
+    rs = cb.spec.remote_storage
+    provider = rs.provider if rs is not None and rs.provider else None
+    out = [
+        version_skew.engine_version_below_minimum_condition(
+            cb.spec.runtime,
+            effective.cache_type(cb.spec),
+            provider,
+            observed.injected_pods,
+            find(prev_conditions, c.COND_ENGINE_VERSION_BELOW_MINIMUM),
+        )
+    ]
+    image = lmcache_server_image(cb, mode)
+    if image is not None:
+        out.append(
+            version_skew.lmcache_version_skew_condition(
+                image, observed.injected_pods, find(prev_conditions, c.COND_LMCACHE_VERSION_SKEW)
+            )
+        )
+    return [x for x in out if x is not None]
 
 
 def engine_compatibility_condition(
@@ -1007,6 +1054,7 @@ def compute_status(cb_obj: dict[str, Any], observed: Observed, now: dt.datetime)
                 observed.injected_pods, find(prev_conditions, c.COND_ENGINE_COMPATIBILITY)
             )
             extra.extend(x for x in (kernels, compatibility) if x is not None)
+            extra.extend(engine_version_conditions(cb, mode, observed, prev_conditions))
         degraded_reason = (
             c.REASON_NO_KV_EVENTS_OBSERVED
             if verdict.reason == c.REASON_NO_KV_EVENTS_OBSERVED

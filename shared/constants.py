@@ -73,6 +73,10 @@ COND_FUNCTIONAL_PROBE_OK: Final = "FunctionalProbeOK"
 COND_ENGINE_KERNELS_HEALTHY: Final = "EngineKernelsHealthy"
 COND_T2_DEGRADED: Final = "T2Degraded"
 COND_ENGINE_COMPATIBILITY: Final = "EngineCompatibility"
+# Advisory: the engine pods' LMCache client against the managed LMCache server, and the
+# engine releases against the minimum the engine-contract tests prove.
+COND_LMCACHE_VERSION_SKEW: Final = "LMCacheVersionSkew"
+COND_ENGINE_VERSION_BELOW_MINIMUM: Final = "EngineVersionBelowMinimum"
 
 # Condition reasons.
 REASON_BACKEND_READY: Final = "BackendReady"
@@ -103,6 +107,12 @@ REASON_KERNEL_CHECK_PENDING: Final = "KernelCheckPending"
 REASON_T2_ZERO_HIT_RATE: Final = "T2ZeroHitRate"
 REASON_T2_SERVING: Final = "T2Serving"
 REASON_INJECTED_ENGINE_CRASH_LOOPING: Final = "InjectedEngineCrashLooping"
+REASON_CLIENT_SERVER_VERSION_SKEW: Final = "ClientServerVersionSkew"
+REASON_VERSIONS_ALIGNED: Final = "VersionsAligned"
+REASON_SERVER_VERSION_UNKNOWN: Final = "ServerVersionUnknown"
+REASON_CLIENT_VERSION_UNKNOWN: Final = "ClientVersionUnknown"
+REASON_RELEASE_BELOW_MINIMUM: Final = "ReleaseBelowMinimum"
+REASON_RELEASES_AT_MINIMUM: Final = "ReleasesAtMinimum"
 
 # Event reasons.
 EVENT_BACKEND_DEGRADED: Final = "BackendDegraded"
@@ -114,5 +124,7 @@ EVENT_KV_EVENTS_OBSERVED: Final = "KVEventsObserved"
 EVENT_NO_KV_EVENTS_OBSERVED: Final = "NoKVEventsObserved"
 EVENT_ENGINE_SELECTOR_UNMATCHED: Final = "EngineSelectorUnmatched"
 EVENT_INJECTED_ENGINE_CRASH_LOOPING: Final = "InjectedEngineCrashLooping"
+EVENT_LMCACHE_VERSION_SKEW: Final = "LMCacheVersionSkew"
+EVENT_ENGINE_VERSION_BELOW_MINIMUM: Final = "EngineVersionBelowMinimum"
 EVENT_INJECTED_BY_CACHE_BACKEND: Final = "InjectedByCacheBackend"
 EVENT_SKIPPED_BY_OPERATOR: Final = "SkippedByOperator"

@@ -208,6 +208,39 @@ TABLE: Final[dict[tuple[str, str], Explanation]] = {
         "read the engine logs; for a hybrid-attention model set spec.integration.mode: "
         "EventsOnly (not skip-inject, which drops routing too)",
     ),
+    # LMCacheVersionSkew
+    (c.COND_LMCACHE_VERSION_SKEW, c.REASON_CLIENT_SERVER_VERSION_SKEW): Explanation(
+        W,
+        "an engine pod's lmcache client differs from the LMCache server in major.minor: "
+        "remote stores may fail and tier 2 serve no reload",
+        "align spec.remoteStorage.lmCacheServer.image with the engine image's lmcache "
+        "(the message lists both), then roll the engines: kubectl -n {ns} describe cb {name}",
+    ),
+    (c.COND_LMCACHE_VERSION_SKEW, c.REASON_VERSIONS_ALIGNED): Explanation(
+        OK, "every reporting engine pod's lmcache client matches the server in major.minor", ""
+    ),
+    (c.COND_LMCACHE_VERSION_SKEW, c.REASON_SERVER_VERSION_UNKNOWN): Explanation(
+        OK,
+        "the LMCache server image names no release (a digest or another tag): client/server "
+        "skew is not checked",
+        "",
+    ),
+    (c.COND_LMCACHE_VERSION_SKEW, c.REASON_CLIENT_VERSION_UNKNOWN): Explanation(
+        OK,
+        "no engine pod reported its lmcache client (not installed in the image, e.g. "
+        "pip-installed at start, or a kernel check from an older release)",
+        "",
+    ),
+    # EngineVersionBelowMinimum
+    (c.COND_ENGINE_VERSION_BELOW_MINIMUM, c.REASON_RELEASE_BELOW_MINIMUM): Explanation(
+        W,
+        "an engine pod runs a vLLM or LMCache release older than the minimum the "
+        "engine-contract tests prove for this wiring",
+        "move the engine image to a newer release (docs/api.md, Engine versions)",
+    ),
+    (c.COND_ENGINE_VERSION_BELOW_MINIMUM, c.REASON_RELEASES_AT_MINIMUM): Explanation(
+        OK, "every reporting engine pod runs releases at or above the proven minimum", ""
+    ),
 }
 
 

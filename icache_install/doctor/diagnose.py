@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from icache_install.doctor import backends as cb_checks
-from icache_install.doctor import install, pods
+from icache_install.doctor import install, pods, versions
 from icache_install.doctor.findings import Finding, ObjectRef, finding
 from icache_install.doctor.reader import CRDS, ClusterReader, ReadError
 from shared import kubeclient as kc
@@ -152,8 +152,25 @@ def diagnose(reader: ClusterReader, scope: Scope) -> Diagnosis:
     for backend in backends:
         backends_by_ns[cb_checks.ref_of(backend).namespace].append(backend)
 
+    # The kernel-check verdicts are in the pods' status: the pods of a namespace are read
+    # in full only when one of its backends has an injected pod that runs the check.
+    full_pods: dict[str, list[dict[str, Any]] | None] = {}
     for backend in sorted(backends, key=cb_checks.key_of):
-        out += cb_checks.check_backend(backend, by_ns[cb_checks.ref_of(backend).namespace])
+        namespace = cb_checks.ref_of(backend).namespace
+        out += cb_checks.check_backend(backend, by_ns[namespace])
+        if not versions.wants_versions(backend, by_ns[namespace]):
+            continue
+        if namespace not in full_pods:
+            listed, ok = _read(
+                out,
+                ObjectRef("Pod", "*", namespace),
+                functools.partial(reader.list, kc.PODS, namespace),
+                none,
+            )
+            full_pods[namespace] = listed if ok else None
+        namespace_pods = full_pods[namespace]
+        if namespace_pods is not None:
+            out += versions.check_versions(backend, namespace_pods)
     for namespace in sorted(backends_by_ns):
         out += cb_checks.check_overlaps(backends_by_ns[namespace], by_ns[namespace])
     checked = pods.engine_pods(pod_list, backends)

@@ -131,6 +131,15 @@ CODES: Final[dict[str, tuple[Severity, str]]] = {
         "failOpen: false makes the cache a serving dependency",
     ),
     "backend.UnknownCondition": (Severity.WARNING, "a condition reason the spec does not define"),
+    "backend.EngineVersions": (
+        Severity.INFO,
+        "the lmcache, vllm and torch releases each injected engine pod's kernel check "
+        "reported, and the managed LMCache server's version",
+    ),
+    "backend.ClientServerSkew": (
+        Severity.WARNING,
+        "an engine pod's lmcache client differs from the managed LMCache server in major.minor",
+    ),
     # Per engine pod
     "pod.Wired": (Severity.INFO, "the pod is wired to the live backend"),
     "pod.StaleUID": (Severity.ERROR, "the pod was wired by a backend since re-created"),

@@ -1,8 +1,12 @@
 """The ``lmcache-kernel-check`` init container (vLLM + LMCache only).
 
-``import lmcache.c_ops`` is replaced by a slow pure-torch fallback when the native
+LMCache replaces its native extension by a slow pure-torch fallback when the
 extension fails to load (e.g. a CUDA-13 wheel on a CUDA-12 image), so importing it
-proves nothing. The check force-loads the compiled extension *from disk* in the
+proves nothing. The extension has two names: ``lmcache.c_ops`` up to 0.4.x (``import
+lmcache`` imports it, and installs the fallback under that name when it fails) and
+``lmcache.cuda_ops`` from 0.5 (``CudaDeviceOps.ensure_native`` in
+``lmcache/v1/platform/devices/cuda/device_ops.py`` imports it, and stays on the torch
+baseline when it fails). The check force-loads the compiled extension *from disk* in the
 engine's own image and reports a machine-readable verdict through the termination
 message, which the controller turns into the EngineKernelsHealthy condition.
 
@@ -40,26 +44,56 @@ COPIED_RESOURCES: Final = ("cpu", "memory", "ephemeral-storage")
 # request, so a ResourceQuota or LimitRange that demands requests is still satisfied.
 SMALL_REQUESTS: Final[dict[str, str]] = {"cpu": "10m", "memory": "64Mi"}
 
-# The verdict is one JSON object on the termination message: {"mode", "result", "error"}.
-# A c_ops*.so is loaded with ExtensionFileLoader after `import torch` (the extension
-# links libtorch). find_spec('lmcache') locates the package without running its
-# __init__, which is what installs the fallback shim.
+# The verdict is one JSON object on the termination message: {"mode", "result", "error",
+# "extension", "versions"}.
+# - "extension" (absent when no extension file was found) names the module the check
+#   loaded, or tried to load when "result" is "failed". A wheel ships one of the two names:
+#   the check loads cuda_ops*.so (LMCache >= 0.5) or c_ops*.so (LMCache <= 0.4), the one
+#   the installed release imports first when its version is known, with
+#   ExtensionFileLoader under that module name (the name selects the PyInit_<name> entry
+#   point), after `import torch` (the extension links libtorch). find_spec('lmcache')
+#   locates the package without running its __init__, which installs the fallback.
+# - "versions": the installed releases of lmcache, vllm and torch, read from the image's
+#   package metadata (importlib.metadata, which imports nothing); a package that is not
+#   installed is absent from it, so a client the engine pip-installs at start is absent,
+#   never guessed. Read before anything can fail, so a failed verdict carries them too.
 SCRIPT = """\
-import glob, importlib.machinery, importlib.util, json, os, sys
+import glob, importlib.machinery, importlib.util, json, os, re, sys
 mode = os.environ.get("INFERENCECACHE_KERNEL_CHECK_MODE", "report-only")
-verdict = {"mode": mode, "result": "failed", "error": ""}
+verdict = {"mode": mode, "result": "failed", "error": "", "versions": {}}
+try:
+    from importlib import metadata
+    for package in ("lmcache", "vllm", "torch"):
+        try:
+            verdict["versions"][package] = str(metadata.version(package))
+        except Exception:
+            pass
+except Exception:
+    pass
+names = ("cuda_ops", "c_ops")
+release = re.match(r"(\\d+)\\.(\\d+)", verdict["versions"].get("lmcache", ""))
+if release and (int(release.group(1)), int(release.group(2))) < (0, 5):
+    names = ("c_ops", "cuda_ops")
 try:
     import torch  # noqa: F401  the extension links libtorch
     spec = importlib.util.find_spec("lmcache")
     if spec is None or not spec.submodule_search_locations:
         raise ImportError("lmcache is not importable in the engine image")
-    paths = []
-    for location in spec.submodule_search_locations:
-        paths.extend(sorted(glob.glob(os.path.join(location, "c_ops*.so"))))
-    if not paths:
-        raise ImportError("no compiled lmcache c_ops extension (c_ops*.so) in the lmcache package")
-    loader = importlib.machinery.ExtensionFileLoader("lmcache.c_ops", paths[0])
-    module_spec = importlib.util.spec_from_file_location("lmcache.c_ops", paths[0], loader=loader)
+    found = []
+    for name in names:
+        for location in spec.submodule_search_locations:
+            for path in sorted(glob.glob(os.path.join(location, name + "*.so"))):
+                found.append((name, path))
+    if not found:
+        raise ImportError(
+            "no compiled lmcache native extension in the lmcache package: neither "
+            "cuda_ops*.so (LMCache >= 0.5) nor c_ops*.so (LMCache <= 0.4)"
+        )
+    name, path = found[0]
+    module = "lmcache." + name
+    verdict["extension"] = module
+    loader = importlib.machinery.ExtensionFileLoader(module, path)
+    module_spec = importlib.util.spec_from_file_location(module, path, loader=loader)
     loader.exec_module(importlib.util.module_from_spec(module_spec))
     verdict["result"] = "ok"
 except BaseException as exc:

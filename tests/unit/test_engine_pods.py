@@ -125,6 +125,50 @@ def test_kernel_check_failed_carries_the_error() -> None:
     assert (report.state, report.detail) == ("failed", error)
 
 
+def versioned_verdict(result: str, versions: Any, error: str = "") -> str:
+    body = {"mode": "report-only", "result": result, "error": error, "versions": versions}
+    return json.dumps(body, sort_keys=True)
+
+
+@pytest.mark.parametrize("result", ["ok", "failed"])
+def test_kernel_check_reads_the_reported_versions(result: str) -> None:
+    """The verdict's versions (installed package metadata) come with the report, whatever
+    the kernels' result."""
+    versions = {"lmcache": "0.5.6", "vllm": "0.33.0", "torch": "2.9.0+cu128"}
+    st = {"state": {"terminated": terminated(versioned_verdict(result, versions, "x"))}}
+    report = kernel_check_report(engine_pod(check_status=st))
+    assert report is not None
+    assert report.versions == (("lmcache", "0.5.6"), ("torch", "2.9.0+cu128"), ("vllm", "0.33.0"))
+    assert report.version("lmcache") == "0.5.6"
+
+
+def test_a_verdict_from_before_versions_parses_with_none() -> None:
+    """The field is additive: a verdict without it is still read as before."""
+    st = {"state": {"terminated": terminated(verdict("ok"))}}
+    report = kernel_check_report(engine_pod(check_status=st))
+    assert report == KernelCheckReport("engine-0", "report-only", "ok")
+    assert report.version("lmcache") is None
+
+
+@pytest.mark.parametrize(
+    ("versions", "expected"),
+    [
+        ({}, ()),  # nothing installed: a client pip-installed at engine start
+        ("0.4.7", ()),
+        (["lmcache"], ()),
+        ({"lmcache": 47, "vllm": "", "torch": " 2.8.0 "}, (("torch", "2.8.0"),)),
+        ({"lmcache": "0.4.7", "sglang": "0.5.13"}, (("lmcache", "0.4.7"),)),
+    ],
+    ids=["empty", "not-an-object", "a-list", "non-strings-and-blanks", "unknown-package"],
+)
+def test_malformed_versions_report_none_never_a_guess(versions: Any, expected: Any) -> None:
+    st = {"state": {"terminated": terminated(versioned_verdict("ok", versions))}}
+    report = kernel_check_report(engine_pod(check_status=st))
+    assert report is not None
+    assert report.state == "ok"
+    assert report.versions == expected
+
+
 def test_strict_failure_is_read_from_the_last_termination_while_crash_looping() -> None:
     # A strict check exits 1; the kubelet restarts it and it waits in CrashLoopBackOff.
     st = {

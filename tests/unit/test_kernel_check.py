@@ -2,7 +2,8 @@
 
 The detector script itself is executed against fake engine images (a temp directory on
 PYTHONPATH with a fake ``torch`` and a fake ``lmcache`` package, with and without a
-compiled ``c_ops`` extension) to check its verdicts and exit codes.
+compiled native extension under LMCache's two names: ``c_ops`` up to 0.4.x, ``cuda_ops``
+from 0.5) to check its verdicts and exit codes.
 """
 
 from __future__ import annotations
@@ -126,7 +127,7 @@ def test_script_force_loads_from_disk_after_torch() -> None:
     script = kernel_check.SCRIPT
     assert script.index("import torch") < script.index("ExtensionFileLoader")
     assert 'find_spec("lmcache")' in script
-    assert "c_ops*.so" in script
+    assert '("cuda_ops", "c_ops")' in script
     compile(script, "<kernel-check>", "exec")
 
 
@@ -173,8 +174,21 @@ def test_mode_on_pod_reads_the_admitted_mode() -> None:
 
 
 def _fake_image(
-    root: Path, *, torch: bool = True, lmcache: bool = True, c_ops: str | None = None
+    root: Path,
+    *,
+    torch: bool = True,
+    lmcache: bool = True,
+    extensions: dict[str, str] | None = None,
+    installed: dict[str, str] | None = None,
 ) -> Path:
+    """A fake engine image: ``extensions`` maps an extension module name (``c_ops``,
+    ``cuda_ops``) to the shared object copied in as ``lmcache/<name><EXT_SUFFIX>``;
+    ``installed`` maps a distribution name to the version of the ``<name>-<version>
+    .dist-info/METADATA`` written beside them (what pip leaves in site-packages)."""
+    for dist, version in (installed or {}).items():
+        info = root / f"{dist}-{version}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
     if torch:
         (root / "torch.py").write_text("LOADED = True\n")
     if lmcache:
@@ -182,9 +196,9 @@ def _fake_image(
         pkg.mkdir()
         # The fallback shim LMCache installs on import: must never be what the check runs.
         (pkg / "__init__.py").write_text("raise RuntimeError('lmcache __init__ must not run')\n")
-        if c_ops is not None:
-            suffix = sysconfig.get_config_var("EXT_SUFFIX")
-            shutil.copy(c_ops, pkg / f"c_ops{suffix}")
+        suffix = sysconfig.get_config_var("EXT_SUFFIX")
+        for name, built in (extensions or {}).items():
+            shutil.copy(built, pkg / f"{name}{suffix}")
     return root
 
 
@@ -203,31 +217,129 @@ def _run(tmp_path: Path, image: Path, mode: str) -> tuple[int, dict[str, Any], d
 
 
 @pytest.fixture(scope="module")
-def compiled_c_ops(tmp_path_factory: pytest.TempPathFactory) -> str:
+def compiled(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """A real tiny extension module per LMCache name: ``PyInit_<name>`` is the entry point
+    the loader looks up, so each only loads under the module name the release imports."""
     gcc = shutil.which("gcc") or shutil.which("cc")
     if gcc is None:
-        pytest.skip("no C compiler to build a fake c_ops extension")
-    build = tmp_path_factory.mktemp("c_ops")
-    source = build / "c_ops.c"
-    source.write_text(
-        "#include <Python.h>\n"
-        'static struct PyModuleDef m = {PyModuleDef_HEAD_INIT, "c_ops", NULL, -1, NULL};\n'
-        "PyMODINIT_FUNC PyInit_c_ops(void) { return PyModule_Create(&m); }\n"
-    )
-    out = build / "c_ops.so"
+        pytest.skip("no C compiler to build a fake lmcache extension")
+    build = tmp_path_factory.mktemp("ext")
     include = sysconfig.get_paths()["include"]
-    subprocess.run(
-        [gcc, "-shared", "-fPIC", f"-I{include}", str(source), "-o", str(out)], check=True
-    )
-    return str(out)
+    out: dict[str, str] = {}
+    for name in ("c_ops", "cuda_ops"):
+        source = build / f"{name}.c"
+        source.write_text(
+            "#include <Python.h>\n"
+            f'static struct PyModuleDef m = {{PyModuleDef_HEAD_INIT, "{name}", NULL, -1, NULL}};\n'
+            f"PyMODINIT_FUNC PyInit_{name}(void) {{ return PyModule_Create(&m); }}\n"
+        )
+        built = build / f"{name}.so"
+        subprocess.run(
+            [gcc, "-shared", "-fPIC", f"-I{include}", str(source), "-o", str(built)], check=True
+        )
+        out[name] = str(built)
+    return out
 
 
-def test_detector_ok_when_the_extension_loads(tmp_path: Path, compiled_c_ops: str) -> None:
+@pytest.mark.parametrize(
+    "name",
+    ["c_ops", "cuda_ops"],
+    ids=["lmcache-0.4-c_ops", "lmcache-0.5-cuda_ops"],
+)
+def test_detector_ok_when_the_extension_loads(
+    tmp_path: Path, compiled: dict[str, str], name: str
+) -> None:
+    """LMCache <= 0.4.x ships lmcache/c_ops*.so (``import lmcache`` imports lmcache.c_ops);
+    >= 0.5 ships lmcache/cuda_ops*.so (``CudaDeviceOps.ensure_native`` imports
+    lmcache.cuda_ops). Either layout loads, and the verdict names the module loaded."""
     (tmp_path / "img").mkdir()
-    image = _fake_image(tmp_path / "img", c_ops=compiled_c_ops)
+    image = _fake_image(tmp_path / "img", extensions={name: compiled[name]})
     code, printed, verdict = _run(tmp_path, image, "strict")
     assert code == 0
-    assert verdict == printed == {"mode": "strict", "result": "ok", "error": ""}
+    assert verdict == printed
+    assert verdict == {
+        "mode": "strict",
+        "result": "ok",
+        "error": "",
+        "extension": f"lmcache.{name}",
+        "versions": {},
+    }
+
+
+def test_detector_reports_installed_versions_from_package_metadata(
+    tmp_path: Path, compiled: dict[str, str]
+) -> None:
+    """The verdict carries the lmcache, vllm and torch releases the image has installed,
+    read from their dist-info metadata (nothing imported for it)."""
+    (tmp_path / "img").mkdir()
+    installed = {"lmcache": "0.4.7", "vllm": "0.11.0", "torch": "2.8.0+cu128"}
+    image = _fake_image(
+        tmp_path / "img", extensions={"c_ops": compiled["c_ops"]}, installed=installed
+    )
+    code, printed, verdict = _run(tmp_path, image, "report-only")
+    assert code == 0
+    assert printed == verdict
+    assert verdict["result"] == "ok"
+    assert verdict["versions"] == installed
+
+
+def test_detector_reports_a_package_not_installed_as_absent(
+    tmp_path: Path, compiled: dict[str, str]
+) -> None:
+    """A client the engine pip-installs at start is not in the image when the check runs:
+    absent from ``versions``, never guessed (here the package directory is importable
+    but carries no metadata, as a vendored or copied-in tree would)."""
+    (tmp_path / "img").mkdir()
+    image = _fake_image(
+        tmp_path / "img",
+        extensions={"cuda_ops": compiled["cuda_ops"]},
+        installed={"vllm": "0.33.0", "torch": "2.9.0"},
+    )
+    _, _, verdict = _run(tmp_path, image, "strict")
+    assert verdict["result"] == "ok"
+    assert verdict["versions"] == {"vllm": "0.33.0", "torch": "2.9.0"}
+
+
+def test_detector_reports_versions_on_a_failed_check(tmp_path: Path) -> None:
+    (tmp_path / "img").mkdir()
+    image = _fake_image(tmp_path / "img", installed={"lmcache": "0.5.6"})
+    code, _, verdict = _run(tmp_path, image, "strict")
+    assert code == 1
+    assert verdict["result"] == "failed"
+    assert verdict["versions"] == {"lmcache": "0.5.6"}
+
+
+@pytest.mark.parametrize(
+    ("release", "loaded"), [("0.4.7", "c_ops"), ("0.5.6", "cuda_ops"), (None, "cuda_ops")]
+)
+def test_detector_loads_the_name_the_installed_release_imports(
+    tmp_path: Path, compiled: dict[str, str], release: str | None, loaded: str
+) -> None:
+    """With both files present (a tree where a build left the other one), the check loads
+    the name the installed release imports: c_ops below 0.5, cuda_ops from 0.5; with no
+    metadata, cuda_ops first."""
+    (tmp_path / "img").mkdir()
+    image = _fake_image(
+        tmp_path / "img",
+        extensions=dict(compiled),
+        installed={"lmcache": release} if release else None,
+    )
+    _, _, verdict = _run(tmp_path, image, "strict")
+    assert verdict["result"] == "ok"
+    assert verdict["extension"] == f"lmcache.{loaded}"
+
+
+def test_detector_loads_each_name_under_its_own_module_name(
+    tmp_path: Path, compiled: dict[str, str]
+) -> None:
+    """The module name selects the PyInit_<name> entry point: a c_ops object shipped as
+    cuda_ops*.so does not load, so a check that used one name for both files would fail."""
+    (tmp_path / "img").mkdir()
+    image = _fake_image(tmp_path / "img", extensions={"cuda_ops": compiled["c_ops"]})
+    code, _, verdict = _run(tmp_path, image, "strict")
+    assert code == 1
+    assert verdict["extension"] == "lmcache.cuda_ops"
+    assert verdict["error"].startswith("ImportError")
 
 
 @pytest.mark.parametrize(("mode", "exit_code"), [("report-only", 0), ("strict", 1)])
@@ -238,19 +350,25 @@ def test_detector_no_compiled_extension(tmp_path: Path, mode: str, exit_code: in
     assert code == exit_code
     assert verdict["mode"] == mode
     assert verdict["result"] == "failed"
-    assert "c_ops" in verdict["error"]
+    assert "cuda_ops*.so" in verdict["error"]
+    assert "c_ops*.so" in verdict["error"]
+    assert "extension" not in verdict
 
 
+@pytest.mark.parametrize("name", ["c_ops", "cuda_ops"])
 @pytest.mark.parametrize(("mode", "exit_code"), [("report-only", 0), ("strict", 1)])
-def test_detector_extension_that_fails_to_load(tmp_path: Path, mode: str, exit_code: int) -> None:
+def test_detector_extension_that_fails_to_load(
+    tmp_path: Path, mode: str, exit_code: int, name: str
+) -> None:
     (tmp_path / "img").mkdir()
     broken = tmp_path / "broken.so"
     broken.write_bytes(b"not an ELF object")
-    image = _fake_image(tmp_path / "img", c_ops=str(broken))
+    image = _fake_image(tmp_path / "img", extensions={name: str(broken)})
     code, _, verdict = _run(tmp_path, image, mode)
     assert code == exit_code
     assert verdict["result"] == "failed"
     assert verdict["error"].startswith("ImportError")
+    assert verdict["extension"] == f"lmcache.{name}"
 
 
 def test_detector_lmcache_not_importable(tmp_path: Path) -> None:

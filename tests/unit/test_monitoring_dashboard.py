@@ -28,6 +28,7 @@ REQUIRED_PANELS = {
     "Overload",
     "Certificate expiry",
     "CacheBackends by Ready reason",
+    "LMCache client/server version skew",
     "Reconcile rate",
     "Reconcile latency p50 / p99",
     "Reconcile errors and retries",

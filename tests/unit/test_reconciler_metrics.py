@@ -46,6 +46,7 @@ def _leader_series() -> tuple[CollectorRegistry, LeaderSeries]:
         Gauge("t2", "t", ["backend"], registry=registry),
         Gauge("depth", "d", ["name"], registry=registry),
         Gauge("failing", "f", ["name"], registry=registry),
+        Gauge("skew", "s", ["backend"], registry=registry),
     )
     return registry, series
 
@@ -66,19 +67,52 @@ def test_backend_condition_gauge_keeps_only_the_current_reason_and_goes_with_the
     assert _samples(registry, "t2") == []
 
 
+def test_version_skew_gauge_follows_the_condition_and_goes_with_the_backend() -> None:
+    """1 while LMCacheVersionSkew is True, 0 otherwise (False, Unknown, absent), and no
+    series left behind by a deleted backend."""
+    registry, series = _leader_series()
+    series.start()
+
+    def skew() -> float | None:
+        return registry.get_sample_value("skew", {"backend": "ns/cb"})
+
+    series.backend(
+        "ns/cb", _backend(("LMCacheVersionSkew", "True", "ClientServerVersionSkew")), None
+    )
+    assert skew() == 1.0
+    series.backend("ns/cb", _backend(("LMCacheVersionSkew", "False", "VersionsAligned")), None)
+    assert skew() == 0.0
+    series.backend(
+        "ns/cb", _backend(("LMCacheVersionSkew", "Unknown", "ServerVersionUnknown")), None
+    )
+    assert skew() == 0.0
+    series.backend(
+        "ns/cb", _backend(("LMCacheVersionSkew", "True", "ClientServerVersionSkew")), None
+    )
+    series.backend("ns/cb", _backend(("Ready", "True", "BackendReady")), None)
+    assert skew() == 0.0
+    series.backend(
+        "ns/cb", _backend(("LMCacheVersionSkew", "True", "ClientServerVersionSkew")), None
+    )
+    series.backend("ns/cb", None, None)
+    assert _samples(registry, "skew") == []
+
+
 def test_a_dispatcher_that_lost_the_lease_exports_nothing_until_it_leads_again() -> None:
     """A watch or pump thread finishing its last step after the Lease was lost must not
     leave a standby reporting a backend's (possibly stale) state or the queue's."""
     registry, series = _leader_series()
     series.backend("ns/cb", _backend(("Ready", "False", "X")), 0.0)  # never led: dropped
     series.start()
-    series.backend("ns/cb", _backend(("Ready", "True", "Y")), 0.2)
+    series.backend(
+        "ns/cb", _backend(("Ready", "True", "Y"), ("LMCacheVersionSkew", "True", "S")), 0.2
+    )
     series.queue(depth=3, failing=1)
     assert registry.get_sample_value("depth", {"name": "cachebackend"}) == 3
     series.stop()
     series.backend("ns/cb", _backend(("Ready", "False", "Z")), 0.0)
     series.queue(depth=9, failing=9)
-    for name in ("cond", "t2", "depth", "failing"):
+    for name in ("cond", "t2", "depth", "failing", "skew"):
         assert _samples(registry, name) == [], name
 
 
