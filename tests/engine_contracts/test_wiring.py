@@ -1,0 +1,60 @@
+"""Every injected item of every sample backend, CRD enum value and Pod example, checked
+against the published source of both pinned engine sets (shared/engine_versions.py).
+
+A failure names the item, the release and why. Variables no reader reads are collected
+for the report (test_unread.py), not failed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.engine_contracts.cases import (
+    OWN_IMAGES,
+    example_case,
+    example_pods,
+    sample_backends,
+    sample_cases,
+)
+from tests.engine_contracts.checks import check_pod
+from tests.engine_contracts.releases import SETS, releases
+
+pytestmark = pytest.mark.engine_contracts
+
+
+@pytest.mark.parametrize("set_name", sorted(SETS))
+@pytest.mark.parametrize(
+    ("sample", "doc"), sample_backends(), ids=[n for n, _ in sample_backends()]
+)
+def test_sample_wiring_is_accepted_by_the_engines(
+    set_name: str, sample: str, doc: dict[str, Any]
+) -> None:
+    rel = releases(set_name)
+    failures: dict[str, list[str]] = {}
+    cases = list(sample_cases(sample, doc, SETS[set_name]))
+    assert cases, f"{sample}: not one wired pod (the sample must wire once it has an endpoint)"
+    assert cases[0].label == sample, f"{sample}: the sample itself does not wire"
+    for case in cases:
+        report = check_pod(rel, case.runtime, case.original, case.wired, case.endpoint, OWN_IMAGES)
+        for failure in report.failures:
+            failures.setdefault(failure, []).append(case.label)
+    assert not failures, f"{rel.name}:\n" + "\n".join(
+        f"{failure}\n    in: {', '.join(labels[:4])}"
+        + (f" and {len(labels) - 4} more" if len(labels) > 4 else "")
+        for failure, labels in failures.items()
+    )
+
+
+@pytest.mark.parametrize("set_name", sorted(SETS))
+@pytest.mark.parametrize(("name", "pod"), example_pods(), ids=[n for n, _ in example_pods()])
+def test_pod_example_wiring_is_accepted_by_the_engines(
+    set_name: str, name: str, pod: dict[str, Any]
+) -> None:
+    rel = releases(set_name)
+    case = example_case(name, pod)
+    if case is None:
+        return  # a fail-open or skip example: nothing injected, nothing to check
+    report = check_pod(rel, case.runtime, case.original, case.wired, case.endpoint, OWN_IMAGES)
+    assert not report.failures, f"{rel.name} [{name}]:\n" + "\n".join(report.failures)
