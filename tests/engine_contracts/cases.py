@@ -12,6 +12,7 @@ import copy
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 import yaml
@@ -45,6 +46,7 @@ class Case:
 
     label: str
     runtime: str
+    backend: dict[str, Any]
     original: dict[str, Any]
     wired: dict[str, Any]
     endpoint: str | None
@@ -108,6 +110,7 @@ def engine_deployment(backend: dict[str, Any], releases: ReleaseSet) -> dict[str
     }
 
 
+@cache
 def crd_enums() -> dict[tuple[str, ...], list[str]]:
     """spec path -> the values the generated CRD's enum allows."""
     crd = yaml.safe_load(CRD_PATH.read_text())
@@ -135,16 +138,21 @@ def set_path(obj: dict[str, Any], path: tuple[str, ...], value: str) -> dict[str
     return out
 
 
+@cache
+def _documents() -> tuple[tuple[str, dict[str, Any]], ...]:
+    return tuple(sample_documents())
+
+
 def sample_backends() -> list[tuple[str, dict[str, Any]]]:
     return [
-        (name, doc)
-        for name, doc in sample_documents()
+        (name, copy.deepcopy(doc))
+        for name, doc in _documents()
         if doc.get("kind") == c.KIND and (doc["spec"].get("engineSelector") or {})
     ]
 
 
 def sample_workloads() -> list[dict[str, Any]]:
-    return [doc for _, doc in sample_documents() if doc.get("kind") in WORKLOAD_KINDS]
+    return [doc for _, doc in _documents() if doc.get("kind") in WORKLOAD_KINDS]
 
 
 def _selects(backend: dict[str, Any], workload: dict[str, Any]) -> bool:
@@ -168,10 +176,18 @@ def admitted(label: str, workload: dict[str, Any], backends: list[dict[str, Any]
     return Case(
         label=label,
         runtime=str(chosen["spec"]["runtime"]),
+        backend=chosen,
         original=pod,
         wired=result.pod,
         endpoint=endpoint_of(chosen),
     )
+
+
+@cache
+def cases_of(sample: str, releases: ReleaseSet) -> tuple[Case, ...]:
+    """``sample_cases`` of the sample file's backend, computed once per session."""
+    doc = next(d for n, d in sample_backends() if n == sample)
+    return tuple(sample_cases(sample, doc, releases))
 
 
 def sample_cases(sample: str, doc: dict[str, Any], releases: ReleaseSet) -> Iterator[Case]:

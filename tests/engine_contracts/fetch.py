@@ -2,7 +2,8 @@
 
     python -m tests.engine_contracts.fetch [--print]
 
-For every release of ``SAMPLE_TARGETS`` and ``NEWEST`` (shared/engine_versions.py):
+For every release of ``SAMPLE_TARGETS``, ``NEWEST`` and ``REJECTED``
+(shared/engine_versions.py):
 ``pip download --no-deps --only-binary=:all:`` the CPython 3.11 manylinux x86_64 wheel
 (the one the engine images run) into a scratch directory, keep its ``.py`` files and the
 list of its file names (tests/engine_contracts/cache.py), write the stamp last, delete
@@ -24,7 +25,7 @@ import time
 import zipfile
 from pathlib import Path
 
-from shared.engine_versions import NEWEST, PACKAGES, SAMPLE_TARGETS
+from shared.engine_versions import NEWEST, PACKAGES, REJECTED, SAMPLE_TARGETS
 from tests.engine_contracts.cache import (
     LAYOUT,
     MANIFEST,
@@ -65,13 +66,14 @@ PIP_TARGET = (
 
 
 def releases() -> list[tuple[str, str]]:
-    """(package, version) of both pinned sets, each once, in a stable order."""
+    """(package, version) of both pinned sets and of the rejected releases, each once,
+    in a stable order."""
     seen: list[tuple[str, str]] = []
-    for release_set in (SAMPLE_TARGETS, NEWEST):
-        for package in PACKAGES:
-            item = (package, release_set.of(package))
-            if item not in seen:
-                seen.append(item)
+    wanted = [(p, s.of(p)) for s in (SAMPLE_TARGETS, NEWEST) for p in PACKAGES]
+    wanted += [(p, v) for p, versions in REJECTED.items() for v in versions]
+    for item in wanted:
+        if item not in seen:
+            seen.append(item)
     return seen
 
 

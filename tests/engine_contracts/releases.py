@@ -17,7 +17,22 @@ SETS: Final[dict[str, ReleaseSet]] = {"samples": SAMPLE_TARGETS, "newest": NEWES
 def releases(name: str) -> Releases:
     """The surfaces of pinned set ``name`` ("samples" or "newest"); fails naming
     ``make engine-sources`` when a release is not in the cache."""
-    pinned = SETS[name]
+    return read_set(name, SETS[name])
+
+
+@cache
+def with_release(package: str, version: str) -> Releases:
+    """The sample-target set with ``package`` moved to ``version`` (a rejected release)."""
+    pinned = SAMPLE_TARGETS
+    moved = ReleaseSet(
+        vllm=version if package == VLLM else pinned.vllm,
+        sglang=version if package == SGLANG else pinned.sglang,
+        lmcache=version if package == LMCACHE else pinned.lmcache,
+    )
+    return read_set(f"{package} {version} (rejected)", moved)
+
+
+def read_set(name: str, pinned: ReleaseSet) -> Releases:
     vllm = require_release(VLLM, pinned.vllm)
     sglang = require_release(SGLANG, pinned.sglang)
     lmcache = require_release(LMCACHE, pinned.lmcache)

@@ -13,10 +13,10 @@ import pytest
 
 from tests.engine_contracts.cases import (
     OWN_IMAGES,
+    cases_of,
     example_case,
     example_pods,
     sample_backends,
-    sample_cases,
 )
 from tests.engine_contracts.checks import check_pod
 from tests.engine_contracts.releases import SETS, releases
@@ -33,7 +33,7 @@ def test_sample_wiring_is_accepted_by_the_engines(
 ) -> None:
     rel = releases(set_name)
     failures: dict[str, list[str]] = {}
-    cases = list(sample_cases(sample, doc, SETS[set_name]))
+    cases = list(cases_of(sample, SETS[set_name]))
     assert cases, f"{sample}: not one wired pod (the sample must wire once it has an endpoint)"
     assert cases[0].label == sample, f"{sample}: the sample itself does not wire"
     for case in cases:
