@@ -7,6 +7,7 @@ Pure: nothing of the engine is imported (the engines need torch and CUDA). A
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -82,8 +83,15 @@ class SourceTree:
             p.read_text(encoding="utf-8", errors="replace") for p in sorted(self.root.rglob("*.py"))
         )
 
+    @cached_property
+    def identifier_strings(self) -> frozenset[str]:
+        """Every quoted identifier-like string (``"LMCACHE_CHUNK_SIZE"``) in the release."""
+        return frozenset(re.findall(r"[\"']([A-Za-z_][A-Za-z0-9_]*)[\"']", self.text))
+
     def mentions_string(self, value: str) -> bool:
         """True when ``value`` appears as a whole string literal somewhere in the release."""
+        if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value):
+            return value in self.identifier_strings
         return f'"{value}"' in self.text or f"'{value}'" in self.text
 
     # ---------------------------------------------------------------- names
