@@ -14,6 +14,7 @@ import pytest
 from tests.engine_contracts.cases import (
     OWN_IMAGES,
     cases_of,
+    crd_enums,
     example_case,
     example_pods,
     sample_backends,
@@ -58,3 +59,29 @@ def test_pod_example_wiring_is_accepted_by_the_engines(
         return  # a fail-open or skip example: nothing injected, nothing to check
     report = check_pod(rel, case.runtime, case.original, case.wired, case.endpoint, OWN_IMAGES)
     assert not report.failures, f"{rel.name} [{name}]:\n" + "\n".join(report.failures)
+
+
+def _value_at(backend: dict[str, Any], path: tuple[str, ...]) -> Any:
+    node: Any = backend.get("spec") or {}
+    for key in path:
+        node = node.get(key) if isinstance(node, dict) else None
+    return node
+
+
+def test_every_crd_enum_value_is_wired_by_some_case() -> None:
+    """The CRD's enum lists (manifests/crd/) are all exercised: each value appears in at
+    least one sample variant the webhook wires (so the checks above saw it)."""
+    seen: set[tuple[tuple[str, ...], str]] = set()
+    for sample, _ in sample_backends():
+        for case in cases_of(sample, SETS["samples"]):
+            for path in crd_enums():
+                value = _value_at(case.backend, path)
+                if value is not None:
+                    seen.add((path, str(value)))
+    missing = [
+        f"spec.{'.'.join(path)}={value}"
+        for path, values in crd_enums().items()
+        for value in values
+        if (path, value) not in seen
+    ]
+    assert not missing, f"CRD enum values no wired sample variant carries: {missing}"
