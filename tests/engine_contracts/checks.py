@@ -501,11 +501,24 @@ def check_native_extension(surface: LmcacheSurface, container: dict[str, Any]) -
 # --------------------------------------------------------------------- env readers
 
 
+def expansion_references(container: dict[str, Any]) -> set[str]:
+    """Variables another variable, the command or the args of the container reference
+    as ``$(VAR)``: Kubernetes reads them while expanding (a downward-API source of
+    ``local_hostname``, say)."""
+    texts = [str(v.get("value", "")) for v in container.get("env") or []]
+    texts += [str(t) for t in [*(container.get("command") or []), *(container.get("args") or [])]]
+    return {m for t in texts for m in re.findall(r"(?<!\$)\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)", t)}
+
+
 def env_readers(
-    releases: Releases, runtime: str | None, script: str | None
+    releases: Releases,
+    runtime: str | None,
+    script: str | None,
+    referenced: frozenset[str] = frozenset(),
 ) -> tuple[str, list[tuple[str, Any]]]:
     """(label, readers) of a container's variables: the engine and the LMCache release
-    it loads, its own ``-c`` script, the interpreter and the container runtime."""
+    it loads, its own ``-c`` script, Kubernetes' ``$(VAR)`` expansion of the container's
+    other variables and argv, the interpreter and the container runtime."""
     lm = releases.lmcache
     readers: list[tuple[str, Any]] = []
     if runtime == c.RUNTIME_VLLM:
@@ -536,6 +549,7 @@ def env_readers(
     )
     if script is not None:
         readers.append(("its script", lambda n: f'"{n}"' in script or f"'{n}'" in script))
+    readers.append(("kubernetes $(VAR) expansion", referenced.__contains__))
     readers.append(("python", INTERPRETER_ENV.__contains__))
     readers.append(("container runtime", CONTAINER_RUNTIME_ENV.__contains__))
     return label, readers
@@ -551,7 +565,9 @@ def check_env(
     """Each injected variable: read by someone (else reported), and an ``LMCACHE_*``
     config variable's value converts as LMCache converts it."""
     env = container_env(container)
-    label, readers = env_readers(releases, runtime, script_of(container))
+    label, readers = env_readers(
+        releases, runtime, script_of(container), frozenset(expansion_references(container))
+    )
     for name in names:
         report.items += 1
         if not any(read(name) for _, read in readers):

@@ -1,6 +1,7 @@
 """The engine images the samples, Pod examples and benchmarks name are the releases the
 contract tests prove (``SAMPLE_TARGETS``): a sample on another release would run wiring
-nothing checked. Pure: reads the repository, not the engine sources."""
+nothing checked; and ``MINIMUM`` names only proven releases. Pure: reads the
+repository, not the engine sources."""
 
 from __future__ import annotations
 
@@ -8,7 +9,17 @@ import re
 
 import pytest
 
-from shared.engine_versions import LMCACHE, SAMPLE_TARGETS, SGLANG, VLLM, version_tuple
+from shared.engine_versions import (
+    LMCACHE,
+    MINIMUM,
+    NEWEST,
+    REJECTED,
+    SAMPLE_TARGETS,
+    SGLANG,
+    VLLM,
+    older_than,
+    version_tuple,
+)
 from tests.samples import ROOT
 
 # image repository -> the package whose release its tag names
@@ -51,3 +62,18 @@ def test_engine_image_is_a_sample_target(path: str, repo: str, tag: str) -> None
         f"{path}: {repo}:{tag} is {package} {release_of(tag)}, but the contract tests prove "
         f"the wiring against {package} {want} (SAMPLE_TARGETS, shared/engine_versions.py)"
     )
+
+
+@pytest.mark.parametrize("key", sorted(MINIMUM, key=str), ids=str)
+def test_every_minimum_is_a_release_the_contract_tests_prove(
+    key: tuple[str, str, str | None],
+) -> None:
+    """MINIMUM (docs/api.md "Engine versions") claims only what the contract tests
+    prove: each minimum is a pinned release, and every rejected release is older."""
+    for package, version in MINIMUM[key].items():
+        proven = (SAMPLE_TARGETS.of(package), NEWEST.of(package))
+        assert version in proven, f"{key}: {package} {version} is not a pinned release {proven}"
+        for rejected in REJECTED.get(package, ()):
+            assert older_than(rejected, version), (
+                f"{key}: {package} minimum {version} is not newer than rejected {rejected}"
+            )

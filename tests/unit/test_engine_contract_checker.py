@@ -30,6 +30,7 @@ from tests.engine_contracts.checks import (
     check_vllm_json_flag,
     container_env,
     exec_argv,
+    expansion_references,
     options,
 )
 from tests.engine_contracts.surfaces import read_lmcache, read_sglang, read_vllm
@@ -302,3 +303,14 @@ def test_the_fetcher_covers_both_pinned_sets_and_the_rejected_releases() -> None
     wanted |= {(p, v) for p, versions in REJECTED.items() for v in versions}
     assert set(fetch.releases()) == wanted
     assert len(fetch.releases()) == len(wanted)
+
+
+def test_a_variable_only_kubernetes_expands_counts_as_read() -> None:
+    container = {
+        "env": [
+            {"name": "NODE_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}},
+            {"name": "CONF", "value": '{"local_hostname":"$(NODE_IP)","x":"$$(ESCAPED)"}'},
+        ],
+        "args": ["--host", "$(ARG_VAR)"],
+    }
+    assert expansion_references(container) == {"NODE_IP", "ARG_VAR"}
