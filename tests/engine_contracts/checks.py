@@ -249,6 +249,24 @@ def check_lmcache_value(surface: LmcacheSurface, variable: str, key: str, value:
     return [f"{what}: the checker does not model converter {converter}"]
 
 
+def check_vllm_env_value(surface: VllmSurface, variable: str, value: str) -> list[str]:
+    """A ``VLLM_*`` value converts the way vllm/envs.py converts it (``int(os.getenv(...))``)."""
+    kind = surface.env_types[variable]
+    problem = converts(kind, value)
+    return (
+        [f"vllm {surface.version}: {variable}={value!r} {problem} (vllm/envs.py)"]
+        if problem
+        else []
+    )
+
+
+def check_hash_seed(value: str) -> list[str]:
+    """CPython accepts ``random`` or an integer in [0, 4294967295]; else it refuses to start."""
+    if value == "random" or (value.isdigit() and int(value) <= 4294967295):
+        return []
+    return [f"python: PYTHONHASHSEED={value!r} is neither 'random' nor an integer in [0, 2**32-1]"]
+
+
 def lmcache_key_of(surface: LmcacheSurface, variable: str) -> str | None:
     return surface.env_names().get(variable)
 
@@ -575,8 +593,14 @@ def check_env(
             continue
         key = lmcache_key_of(releases.lmcache, name)
         value = env.get(name)
-        if key is not None and value is not None:
+        if value is None:
+            continue
+        if key is not None:
             report.failures += check_lmcache_value(releases.lmcache, name, key, value)
+        elif runtime == c.RUNTIME_VLLM and name in releases.vllm.env_types:
+            report.failures += check_vllm_env_value(releases.vllm, name, value)
+        elif name == "PYTHONHASHSEED":
+            report.failures += check_hash_seed(value)
 
 
 # ------------------------------------------------------------------------- the pod

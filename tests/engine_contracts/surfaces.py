@@ -26,6 +26,8 @@ VLLM_KV_EVENTS = "vllm.config.kv_events"
 VLLM_FACTORY = "vllm.distributed.kv_transfer.kv_connector.factory"
 VLLM_EVENTS = "vllm.distributed.kv_events"
 VLLM_ENVS = "vllm.envs"
+# Where ``vllm serve`` keeps its frontend flags (--host, --port ...), by release.
+VLLM_FRONTEND = ("vllm.entrypoints.openai.cli_args", "vllm.entrypoints.common.cli_args")
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,8 @@ class VllmSurface:
     connectors: frozenset[str]
     publishers: frozenset[str]
     envs: frozenset[str]
+    # VLLM_* variable -> "int" / "float" when envs.py converts it so, else "str".
+    env_types: dict[str, str]
     tree: SourceTree
 
 
@@ -76,9 +80,19 @@ def _json_config(tree: SourceTree, module: str, cls: str) -> JsonConfig:
 
 def read_vllm(root: Path, version: str) -> VllmSurface:
     tree = SourceTree(root, f"vllm {version}")
-    flags = tree.argparse_flags(VLLM_ARG_UTILS, "EngineArgs.add_cli_args")
+    flags = tree.argparse_flags(VLLM_ARG_UTILS, "AsyncEngineArgs.add_cli_args")
     engine_fields = tree.class_fields(VLLM_ARG_UTILS, "EngineArgs")
     typed: dict[str, Flag] = {}
+    # The frontend's flags are its dataclass fields, kebab-cased (cli_args.py
+    # ``frontend_group.add_argument(f"--{key.replace('_', '-')}", ...)``).
+    for module in VLLM_FRONTEND:
+        if tree.has_module(module):
+            for field_name, field_type in tree.class_fields(module, "FrontendArgs").items():
+                option = "--" + field_name.replace("_", "-")
+                takes_value, kind = _vllm_flag_type(ast.unparse(field_type))
+                typed[option] = Flag((option,), takes_value, kind)
+                if kind == "bool":
+                    typed[f"--no-{option[2:]}"] = typed[option]
     for name, flag in flags.items():
         snake = flag.names[0].lstrip("-").replace("-", "_")
         annotation = engine_fields.get(snake)
@@ -109,11 +123,17 @@ def read_vllm(root: Path, version: str) -> VllmSurface:
         if (s := first_string_arg(c))
     }
     env_dict = tree.top_level(VLLM_ENVS, "environment_variables")
-    envs = (
-        {str(k.value) for k in env_dict.keys if isinstance(k, ast.Constant)}
-        if isinstance(env_dict, ast.Dict)
-        else set()
-    )
+    env_types: dict[str, str] = {}
+    if isinstance(env_dict, ast.Dict):
+        for key, value in zip(env_dict.keys, env_dict.values, strict=True):
+            if isinstance(key, ast.Constant):
+                source = ast.unparse(value) if value is not None else ""
+                kind = next(
+                    (t for t in ("int", "float") if re.search(rf"\b{t}\(\s*os\.", source)),
+                    "str",
+                )
+                env_types[str(key.value)] = kind
+    envs = set(env_types)
     return VllmSurface(
         version=version,
         flags=typed,
@@ -124,6 +144,7 @@ def read_vllm(root: Path, version: str) -> VllmSurface:
         connectors=frozenset(connectors),
         publishers=frozenset(registry),
         envs=frozenset(envs),
+        env_types=env_types,
         tree=tree,
     )
 

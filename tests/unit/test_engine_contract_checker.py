@@ -23,10 +23,12 @@ from tests.engine_contracts.checks import (
     Option,
     Releases,
     check_flag,
+    check_hash_seed,
     check_lmcache_value,
     check_module_command,
     check_mooncake_address,
     check_remote_url,
+    check_vllm_env_value,
     check_vllm_json_flag,
     container_env,
     exec_argv,
@@ -90,7 +92,11 @@ SOURCES = {
             _registry: dict = {"null": 1, "zmq": 2}
         """,
     "vllm/envs.py": """
-        environment_variables: dict = {"VLLM_USE_V1": lambda: 1}
+        import os
+        environment_variables: dict = {
+            "VLLM_USE_V1": lambda: bool(int(os.getenv("VLLM_USE_V1", "1"))),
+            "VLLM_HOST_IP": lambda: os.getenv("VLLM_HOST_IP", ""),
+        }
         """,
     "lmcache/v1/config.py": """
         import json
@@ -314,3 +320,13 @@ def test_a_variable_only_kubernetes_expands_counts_as_read() -> None:
         "args": ["--host", "$(ARG_VAR)"],
     }
     assert expansion_references(container) == {"NODE_IP", "ARG_VAR"}
+
+
+def test_vllm_and_interpreter_variables_convert(synthetic: Releases) -> None:
+    assert synthetic.vllm.env_types == {"VLLM_USE_V1": "int", "VLLM_HOST_IP": "str"}
+    assert check_vllm_env_value(synthetic.vllm, "VLLM_USE_V1", "1") == []
+    (not_int,) = check_vllm_env_value(synthetic.vllm, "VLLM_USE_V1", "true")
+    assert "VLLM_USE_V1='true' does not convert to int" in not_int
+    assert check_hash_seed("0") == []
+    assert check_hash_seed("random") == []
+    assert check_hash_seed("-1")
