@@ -91,7 +91,13 @@ def download(package: str, version: str, into: Path) -> Path:
         str(into),
         f"{package}=={version}",
     ]
-    subprocess.run(cmd, check=True)
+    try:
+        subprocess.run(cmd, check=True)
+    except subprocess.CalledProcessError as exc:
+        raise SystemExit(
+            f"engine-sources: pip download {package}=={version} failed (exit {exc.returncode}); "
+            "pip's error is above (PIP_INDEX_URL / PIP_FIND_LINKS choose where it looks)"
+        ) from exc
     wheels = sorted(into.glob("*.whl"))
     if len(wheels) != 1:
         raise SystemExit(f"engine-sources: expected one wheel for {package}=={version}: {wheels}")
