@@ -164,14 +164,23 @@ class SglangSurface:
 
 
 def _arg_group_flags(tree: SourceTree) -> dict[str, Flag]:
-    """Flags SGLang >= 0.5.2x derives from ``A[T, "help" | Arg(...)]`` fields under
+    """Flags SGLang >= 0.5.2x derives from ``A[T, "help" | Arg(...)]`` fields of the
+    ``_NS_PATH`` classes under
     sglang/srt/arg_groups/fields/ (``add_cli_args_from_dataclass``, arg_groups/arg_utils.py):
     ``--`` + the field name in kebab case (or ``Arg(cli_name=...)``) plus ``aliases``;
     bool -> store_true; ``choices`` or a ``Literal`` type -> argparse choices."""
     flags: dict[str, Flag] = {}
     for module in tree.modules_under(SGLANG_ARG_FIELDS):
         for cls in tree.parse(module).body:
-            if not isinstance(cls, ast.ClassDef):
+            # ServerArgs collects the input fields of the classes carrying _NS_PATH
+            # (arg_groups/fields/__init__.py).
+            if not isinstance(cls, ast.ClassDef) or "_NS_PATH" not in {
+                t.id
+                for n in cls.body
+                if isinstance(n, ast.Assign)
+                for t in n.targets
+                if isinstance(t, ast.Name)
+            }:
                 continue
             for node in cls.body:
                 if not (

@@ -52,6 +52,20 @@ SOURCES = {
         def add_more(parser):
             parser.add_argument("--model-path", "--model", type=str)
         """,
+    "sglang/srt/arg_groups/fields/memory.py": """
+        from sglang.srt.arg_groups.arg_utils import A, Arg
+        LAYOUTS = ["layer_first", "page_first"]
+
+        class Memory(msgspec.Struct):
+            _NS_PATH = "memory"
+            enable_hierarchical_cache: A[bool, Arg(help="x", aliases=["--enable-hicache"])] = False
+            hicache_mem_layout: A[str, Arg(help="x", choices=LAYOUTS)] = None
+            hicache_ratio: A[Optional[float], "help"] = None
+            internal_only: A[int, Arg(help="x", no_cli=True)] = 0
+
+        class Derived:
+            not_a_flag: A[int, "help"] = 0
+        """,
     "vllm/engine/arg_utils.py": """
         from dataclasses import dataclass
         from typing import Optional
@@ -183,6 +197,17 @@ def test_the_reader_follows_calls_and_resolves_module_level_choices(synthetic: R
     }
     assert synthetic.lmcache.schemes["lm"].reads_url
     assert not synthetic.lmcache.schemes["mooncakestore"].reads_url
+
+
+def test_sglang_flags_derived_from_namespace_fields(synthetic: Releases) -> None:
+    """SGLang >= 0.5.2x: ``A[T, Arg(...)]`` fields of ``_NS_PATH`` classes become flags."""
+    flags = synthetic.sglang.flags
+    assert flags["--enable-hicache"] is flags["--enable-hierarchical-cache"]
+    assert not flags["--enable-hierarchical-cache"].takes_value
+    assert flags["--hicache-mem-layout"].choices == ("layer_first", "page_first")
+    assert flags["--hicache-ratio"].type == "float"
+    assert "--internal-only" not in flags
+    assert "--not-a-flag" not in flags
 
 
 def test_a_missing_flag_is_reported(synthetic: Releases) -> None:
