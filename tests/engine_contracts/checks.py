@@ -105,6 +105,22 @@ def container_env(container: dict[str, Any]) -> dict[str, str | None]:
     return out
 
 
+def unexpanded_references(container: dict[str, Any]) -> dict[str, list[str]]:
+    """variable -> the ``$(VAR)`` references in its value that Kubernetes leaves as
+    written because VAR is not defined earlier in the container's env."""
+    out: dict[str, list[str]] = {}
+    defined: set[str] = set()
+    for var in container.get("env") or []:
+        name = str(var.get("name"))
+        if "value" in var:
+            refs = re.findall(r"(?<!\$)\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)", str(var["value"]))
+            missing = [r for r in refs if r not in defined]
+            if missing:
+                out[name] = missing
+        defined.add(name)
+    return out
+
+
 def argv(container: dict[str, Any]) -> list[str]:
     env = {k: v for k, v in container_env(container).items() if v is not None}
     return [
@@ -583,11 +599,17 @@ def check_env(
     """Each injected variable: read by someone (else reported), and an ``LMCACHE_*``
     config variable's value converts as LMCache converts it."""
     env = container_env(container)
+    dangling = unexpanded_references(container)
     label, readers = env_readers(
         releases, runtime, script_of(container), frozenset(expansion_references(container))
     )
     for name in names:
         report.items += 1
+        for ref in dangling.get(name, []):
+            report.failures.append(
+                f"{releases.name}: {name} references $({ref}), which is not defined before "
+                f"it in container {container.get('name')}: Kubernetes passes it as written"
+            )
         if not any(read(name) for _, read in readers):
             report.unread.append(Unread(name, str(container.get("name")), label))
             continue

@@ -34,6 +34,7 @@ from tests.engine_contracts.checks import (
     exec_argv,
     expansion_references,
     options,
+    unexpanded_references,
 )
 from tests.engine_contracts.surfaces import read_lmcache, read_sglang, read_vllm
 
@@ -318,6 +319,7 @@ def test_kubernetes_expands_earlier_variables_and_the_downward_api() -> None:
     env = container_env(container)
     assert env["CONF"] == '{"local_hostname":"10.0.0.7","later":"$(LATER)"}'
     assert env["ESCAPED"] == "$(POD_IP)"
+    assert unexpanded_references(container) == {"CONF": ["LATER"]}
 
 
 def test_a_missing_cache_fails_naming_make_engine_sources(
