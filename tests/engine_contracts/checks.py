@@ -637,6 +637,22 @@ def _changed_env(before: dict[str, Any] | None, after: dict[str, Any]) -> list[s
     return [str(e["name"]) for e in after.get("env") or [] if old.get(e.get("name")) != e]
 
 
+def engine_cli(releases: Releases, runtime: str) -> tuple[dict[str, Flag], str, str]:
+    """(flags, CLI name, release label) of the runtime's engine in the set."""
+    if runtime == c.RUNTIME_VLLM:
+        return releases.vllm.flags, VLLM_CLI, f"vllm {releases.vllm.version}"
+    return releases.sglang.flags, SGLANG_CLI, f"sglang {releases.sglang.version}"
+
+
+def check_engine_command(releases: Releases, runtime: str, wired: dict[str, Any]) -> list[str]:
+    """Every flag on the wired engine container, the workload's own included: for the
+    project's samples and examples, which must start as shipped."""
+    select = select_vllm_engine if runtime == c.RUNTIME_VLLM else select_sglang_engine
+    engine = wired["spec"]["containers"][select(wired)]
+    flags, cli, release = engine_cli(releases, runtime)
+    return [f for o in options(argv(engine), flags) for f in check_flag(release, cli, flags, o)]
+
+
 def check_pod(
     releases: Releases,
     runtime: str,
@@ -653,10 +669,7 @@ def check_pod(
     index = select(wired)
     engine = wired["spec"]["containers"][index]
     engine_before = _named(original["spec"].get("containers")).get(str(engine.get("name")))
-    if runtime == c.RUNTIME_VLLM:
-        flags, cli, release = releases.vllm.flags, VLLM_CLI, f"vllm {releases.vllm.version}"
-    else:
-        flags, cli, release = releases.sglang.flags, SGLANG_CLI, f"sglang {releases.sglang.version}"
+    flags, cli, release = engine_cli(releases, runtime)
     after = options(argv(engine), flags)
     new = injected(options(argv(engine_before or {}), flags), after)
     for option in new:

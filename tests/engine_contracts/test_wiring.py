@@ -19,7 +19,7 @@ from tests.engine_contracts.cases import (
     example_pods,
     sample_backends,
 )
-from tests.engine_contracts.checks import check_pod
+from tests.engine_contracts.checks import check_engine_command, check_pod
 from tests.engine_contracts.releases import SETS, releases
 
 pytestmark = pytest.mark.engine_contracts
@@ -59,6 +59,21 @@ def test_pod_example_wiring_is_accepted_by_the_engines(
         return  # a fail-open or skip example: nothing injected, nothing to check
     report = check_pod(rel, case.runtime, case.original, case.wired, case.endpoint, OWN_IMAGES)
     assert not report.failures, f"{rel.name} [{name}]:\n" + "\n".join(report.failures)
+
+
+@pytest.mark.parametrize("set_name", sorted(SETS))
+def test_shipped_engine_commands_are_accepted_whole(set_name: str) -> None:
+    """The samples' and examples' engine containers start as shipped: every flag on
+    them, the workload's own included, is a flag of the engine release."""
+    rel = releases(set_name)
+    cases = [cases_of(sample, SETS[set_name])[0] for sample, _ in sample_backends()]
+    cases += [case for name, pod in example_pods() if (case := example_case(name, pod))]
+    failures = [
+        f"[{case.label}] {failure}"
+        for case in cases
+        for failure in check_engine_command(rel, case.runtime, case.wired)
+    ]
+    assert not failures, f"{rel.name}:\n" + "\n".join(dict.fromkeys(failures))
 
 
 def _value_at(backend: dict[str, Any], path: tuple[str, ...]) -> Any:
