@@ -17,7 +17,7 @@ define pytest
 	exit $$rc
 endef
 
-.PHONY: install controlplane kustomize kubectl promtool helm test unit fuzz lint cluster-up cluster-down run e2e manifests images images-test compose-up bench-webhook
+.PHONY: install controlplane kustomize kubectl promtool helm engine-sources engine-contracts test unit fuzz lint cluster-up cluster-down run e2e manifests images images-test compose-up bench-webhook
 
 install: $(VENV)/.install-stamp
 
@@ -47,7 +47,17 @@ promtool:
 helm:
 	bash tests/tools/helm.sh
 
-test: install controlplane kustomize kubectl promtool helm
+# The pinned vLLM, SGLang and LMCache releases' sources (shared/engine_versions.py),
+# from PyPI, cached outside the tree (tests/engine_contracts/fetch.py); seconds when
+# cached.
+engine-sources: install
+	$(PY) -m tests.engine_contracts.fetch
+
+# The injected wiring checked against those releases' CLI and config surface.
+engine-contracts: install engine-sources
+	$(call pytest,tests/engine_contracts)
+
+test: install controlplane kustomize kubectl promtool helm engine-sources
 	$(call pytest,tests)
 
 # The pure tests only: no Go, no control plane, no Redis; seconds, for the

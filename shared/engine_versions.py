@@ -42,6 +42,12 @@ class ReleaseSet:
 SAMPLE_TARGETS: Final = ReleaseSet(vllm="0.11.0", sglang="0.5.13", lmcache="0.4.7")
 NEWEST: Final = ReleaseSet(vllm="0.33.0", sglang="0.5.23", lmcache="0.5.6")
 
+# Releases proven NOT to run the wiring. The contract tests check that the checker still
+# rejects them, so a checker that accepts everything cannot pass unnoticed. SGLang 0.5.3:
+# no --lmcache-config-file, and argparse refuses hiCache ioBackend kernel_ascend and
+# memoryLayout page_first_kv_split / page_head.
+REJECTED: Final[dict[str, tuple[str, ...]]] = {SGLANG: ("0.5.3",)}
+
 # Provider None: host-only (no remote tier) or any provider the pair accepts.
 WiringKey = tuple[str, str, str | None]
 
