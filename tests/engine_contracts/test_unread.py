@@ -6,7 +6,9 @@ is a change the docs must follow."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -23,6 +25,8 @@ from tests.engine_contracts.releases import SETS, releases
 from tests.engine_contracts.unread import UNREAD_BY_ENGINES
 
 pytestmark = pytest.mark.engine_contracts
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def unread_listing() -> dict[str, tuple[str, ...]]:
@@ -50,4 +54,17 @@ def test_unread_variables_are_the_documented_ones(
     assert found == UNREAD_BY_ENGINES, (
         "the injected variables no engine release reads changed; update UNREAD_BY_ENGINES "
         "(tests/engine_contracts/unread.py) and docs/api.md to:\n" + json.dumps(found, indent=2)
+    )
+
+
+def test_docs_list_exactly_the_unread_variables() -> None:
+    """docs/api.md's delimited "Injected items no engine reads" table names the same
+    variables as UNREAD_BY_ENGINES, so the docs cannot drift from what the tests find."""
+    text = (REPO / "docs" / "api.md").read_text()
+    begin, end = "<!-- unread-by-engines:begin -->", "<!-- unread-by-engines:end -->"
+    table = text[text.index(begin) + len(begin) : text.index(end)]
+    documented = set(re.findall(r"^\| `([A-Z0-9_]+)` \|", table, flags=re.MULTILINE))
+    assert documented == set(UNREAD_BY_ENGINES), (
+        f"docs/api.md lists {sorted(documented)}, the contract tests find "
+        f"{sorted(UNREAD_BY_ENGINES)}"
     )
