@@ -25,6 +25,8 @@ from reconciler.diff import needs_apply
 from shared import constants as c
 from shared.api.models import CacheBackend
 from shared.network_policy import PodRef, ingress_allowed, selector_matches
+from shared.pod_wiring import OUTCOME_FAIL_OPEN, OUTCOME_INJECTED, WiringResult, wire_pod
+from shared.runtime_adapters.base import InjectContext
 from shared.storage_providers.base import AUTH_PASSWORD_ENV
 from shared.storage_providers.lmcache_server import LMCACHE_SERVER_PORT
 from shared.storage_providers.redis import REDIS_PORT
@@ -35,6 +37,7 @@ from shared.storage_providers.render import (
     render,
     secret_password,
 )
+from tests import builders
 from tests.builders import ENGINE_LABELS, managed_spec
 
 NS = "team-a"
@@ -307,3 +310,79 @@ def test_evaluator_follows_the_networkpolicy_semantics() -> None:
     assert selector_matches(expressions, {"tier": "gold"})
     assert not selector_matches(expressions, {"tier": "gold", "banned": "1"})
     assert not selector_matches(expressions, {"tier": "silver"})
+
+
+# ------------------------------------------------------------------ engine wiring
+
+SGLANG = {
+    "name": "sglang",
+    "image": "lmsysorg/sglang:v0.5.3",
+    "command": ["python3", "-m", "sglang.launch_server"],
+    "args": ["--model-path", "Qwen/Qwen3-8B"],
+}
+REDIS_ENDPOINT = "cache-redis.team-a.svc:6379"
+
+
+def sglang_backend(remote: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    return builders.backend(runtime=c.RUNTIME_SGLANG, type_=c.TYPE_LMCACHE, remote=remote, **kwargs)
+
+
+def worker_of(result: WiringResult) -> dict[str, Any]:
+    assert result.outcome == OUTCOME_INJECTED, result.message
+    return next(i for i in result.pod["spec"]["initContainers"] if i["name"] == "lmcache-mp-worker")
+
+
+def l2_adapter(worker: dict[str, Any]) -> dict[str, Any]:
+    args = worker["args"]
+    config: dict[str, Any] = json.loads(args[args.index("--l2-adapter") + 1])
+    return config
+
+
+def test_the_mp_worker_reads_the_managed_redis_password_through_a_secret_key_ref() -> None:
+    """LMCache's resp L2 adapter reads "password" from --l2-adapter (0.4.7 and 0.5.6):
+    it is $(LMCACHE_RESP_PASSWORD), which the kubelet expands from the worker's own
+    secretKeyRef env var, so no pod spec ever holds the value."""
+    cb = sglang_backend(builders.managed(c.PROVIDER_REDIS), status_endpoint=REDIS_ENDPOINT)
+    worker = worker_of(wire_pod(builders.pod(SGLANG), [cb], InjectContext()))
+    assert l2_adapter(worker) == {
+        "type": "resp",
+        "host": "cache-redis.team-a.svc",
+        "port": 6379,
+        "password": "$(LMCACHE_RESP_PASSWORD)",
+    }
+    env = {e["name"]: e for e in worker["env"]}
+    assert env["LMCACHE_RESP_PASSWORD"] == {
+        "name": "LMCACHE_RESP_PASSWORD",
+        "valueFrom": {"secretKeyRef": {"name": "cache-redis-auth", "key": "password"}},
+    }
+    assert auth_secret_name("cache") == "cache-redis-auth", "the name the reconciler renders"
+
+
+def test_no_password_reference_before_the_endpoint_is_published() -> None:
+    """The gate endpoints already have: a pod admitted before the backend publishes
+    status.endpoint (so before its Secret exists) is not wired at all (fail-open)."""
+    cb = sglang_backend(builders.managed(c.PROVIDER_REDIS))
+    result = wire_pod(builders.pod(SGLANG), [cb], InjectContext())
+    assert result.outcome == OUTCOME_FAIL_OPEN
+    assert "secretKeyRef" not in json.dumps(result.pod)
+
+
+@pytest.mark.parametrize(
+    "remote",
+    [
+        pytest.param(builders.external(c.PROVIDER_REDIS, "redis.example:6379"), id="external"),
+        pytest.param(
+            builders.external(c.PROVIDER_REDIS, "cache-redis.team-a.svc:6379"),
+            id="cross-namespace managed Redis",
+        ),
+    ],
+)
+def test_an_external_redis_is_wired_without_credentials(remote: dict[str, Any]) -> None:
+    """External tiers carry no credentials from us, and a Secret of another namespace
+    cannot be referenced: an engine in team-b reaching team-a's managed Redis through an
+    External backend gets the endpoint only (and is refused by that Redis)."""
+    cb = sglang_backend(remote, namespace="team-b", allowCrossNamespace=True)
+    p = builders.pod(SGLANG, namespace="team-b")
+    worker = worker_of(wire_pod(p, [cb], InjectContext()))
+    assert "password" not in l2_adapter(worker)
+    assert "secretKeyRef" not in json.dumps(worker)
