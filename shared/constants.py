@@ -49,6 +49,7 @@ ANNOTATION_CACHE_SERVER_RESTART_TRIGGER: Final = "inferencecache.io/cache-server
 # Operator opt-out of the per-backend NetworkPolicy of a managed cache tier ("true" |
 # "false"; unset is "false"). Never a default: the tier is isolated unless asked.
 ANNOTATION_SKIP_NETWORK_POLICY: Final = "inferencecache.io/skip-network-policy"
+SKIP_NETWORK_POLICY_VALUES: Final = ("true", "false")
 # On a managed Redis pod template: a digest of the password it was started with, so a
 # changed or re-created password Secret rolls Redis (and, through the cache-server
 # cascade, its engines). A digest, never the password.

@@ -340,15 +340,11 @@ def current_password(
     return secret_password(secret) or generate()
 
 
-TRUE_VALUES: Final = ("true",)
-SKIP_NETWORK_POLICY_VALUES: Final = ("true", "false")
-
-
 def network_policy_skipped(cb: CacheBackend) -> bool:
     """The operator's explicit opt-out: ``inferencecache.io/skip-network-policy: "true"``
     (validated at admission to "true" or "false"; anything else keeps the policy)."""
     value = (cb.metadata.annotations or {}).get(c.ANNOTATION_SKIP_NETWORK_POLICY) or ""
-    return value.strip().lower() in TRUE_VALUES
+    return value.strip().lower() == "true"
 
 
 def engine_peer(cb: CacheBackend) -> dict[str, Any] | None:
