@@ -30,8 +30,9 @@ import pytest
 
 from reconciler import kube as k
 from shared import constants as c
+from shared.api.models import CacheBackend
 from shared.network_policy import PodRef, applies_to_ingress, ingress_allowed
-from shared.storage_providers.render import password_digest, secret_password
+from shared.storage_providers.render import password_digest, render, secret_password
 from tests.e2e.conftest import Cluster, Stack, condition, poll
 from tests.harness.redis_server import RedisServer
 from tests.webhook_process import TEST_NAMESPACE_LABEL, WebhookProcess, registered, run_webhook
@@ -53,17 +54,23 @@ VAR = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 
 
 @pytest.fixture
-def wired(cluster: Cluster) -> Iterator[str]:
-    """A namespace where the real `icache webhook` is registered (Pod wiring and
-    CacheBackend admission)."""
+def webhook_suffix(cluster: Cluster) -> Iterator[str]:
+    """The real `icache webhook`, registered (Pod wiring and CacheBackend admission) for
+    the namespaces labelled with the suffix this yields."""
     suffix = f"isolation-{uuid.uuid4().hex[:6]}"
     api = cluster.cp.api_client()
     hook: WebhookProcess
     try:
         with run_webhook(cluster.cp.kubeconfig_path) as hook, registered(api, hook, suffix):
-            yield cluster.namespace(labels={TEST_NAMESPACE_LABEL: suffix})
+            yield suffix
     finally:
         api.close()
+
+
+@pytest.fixture
+def wired(cluster: Cluster, webhook_suffix: str) -> str:
+    """A namespace the webhook serves."""
+    return cluster.namespace(labels={TEST_NAMESPACE_LABEL: webhook_suffix})
 
 
 # ------------------------------------------------------------------ helpers
@@ -347,3 +354,109 @@ def test_the_opt_out_drops_the_policy_keeps_the_password_and_is_validated(
         ns, "chat", {"metadata": {"annotations": {c.ANNOTATION_SKIP_NETWORK_POLICY: "false"}}}
     )
     wait_object(cluster, k.NETWORKPOLICIES, ns, "chat-redis")
+
+
+def test_an_engine_of_another_namespace_gets_the_endpoint_only_and_the_policy_follows_the_opt_in(
+    cluster: Cluster, stack: Stack, webhook_suffix: str
+) -> None:
+    """Cross-namespace engines (docs/decisions.md): a pod cannot reference another
+    namespace's Secret and the controller copies none, so an engine of team B wired by
+    an External backend to team A's managed Redis carries no password reference; A's
+    policy admits B's engines only with A's allowCrossNamespace."""
+    stack.start_dispatcher()
+    stack.start_worker()
+    team_a = cluster.namespace(labels={TEST_NAMESPACE_LABEL: webhook_suffix})
+    team_b = cluster.namespace(labels={TEST_NAMESPACE_LABEL: webhook_suffix})
+    cluster.create_cb(team_a, "chat", {**REDIS_SPEC, "allowCrossNamespace": True}, NO_GATE)
+    external = {
+        **REDIS_SPEC,
+        "allowCrossNamespace": True,
+        "remoteStorage": {
+            "provider": "Redis",
+            "ownership": "External",
+            "endpoint": f"chat-redis.{team_a}.svc:6379",
+        },
+    }
+    cluster.create_cb(team_b, "shared", external, NO_GATE)
+
+    target = provider_pod(cluster, team_a, "chat-redis")
+    wait_object(cluster, k.NETWORKPOLICIES, team_a, "chat-redis")
+    every = policies(cluster, team_a)
+    assert ingress_allowed(every, target, pod_ref(team_b, dict(REDIS_ENGINES)), 6379)
+    assert not ingress_allowed(every, target, pod_ref(team_b, {"app": "intruder"}), 6379)
+
+    pod = wired_pod(cluster, team_b, "shared")
+    worker = mp_worker(pod)
+    assert "secretKeyRef" not in json.dumps(pod)
+    l2 = json.loads(worker["args"][worker["args"].index("--l2-adapter") + 1])
+    assert "password" not in l2
+    assert l2["host"] == f"chat-redis.{team_a}.svc"
+    assert cluster.kube.list(k.SECRETS, team_b).get("items") == [], "no Secret is copied"
+
+
+def old_style_objects(cb: dict[str, Any]) -> list[dict[str, Any]]:
+    """What the worker rendered for a managed Redis before this change: the Deployment
+    and Service alone, Redis without a password and with protected mode off."""
+    objs = [
+        o for o in render(CacheBackend.model_validate(cb)) if o["kind"] in ("Deployment", "Service")
+    ]
+    dep = next(o for o in objs if o["kind"] == "Deployment")
+    template = dep["spec"]["template"]
+    template["metadata"].pop("annotations")
+    container = template["spec"]["containers"][0]
+    container.pop("env")
+    args = container["args"]
+    at = args.index("--requirepass")
+    args[at : at + 2] = ["--protected-mode", "no"]
+    return objs
+
+
+def test_a_backend_from_before_this_change_gets_its_secret_policy_and_password(
+    cluster: Cluster, stack: Stack
+) -> None:
+    ns = cluster.namespace()
+    cb = cluster.create_cb(ns, "chat", REDIS_SPEC, NO_GATE)
+    for obj in old_style_objects(cb):
+        cluster.kube.apply(k.BY_KIND[obj["kind"]], ns, obj)
+    assert get(cluster, k.SECRETS, ns, "chat-redis-auth") is None
+
+    stack.start_dispatcher()
+    stack.start_worker()
+    password = poll(
+        lambda: secret_password(get(cluster, k.SECRETS, ns, "chat-redis-auth")),
+        timeout=30,
+        what="the password Secret",
+    )
+    wait_object(cluster, k.NETWORKPOLICIES, ns, "chat-redis")
+
+    def upgraded() -> dict[str, Any] | None:
+        dep = get(cluster, k.DEPLOYMENTS, ns, "chat-redis") or {}
+        containers = dep["spec"]["template"]["spec"]["containers"]
+        return dep if "--requirepass" in containers[0]["args"] else None
+
+    dep = poll(upgraded, timeout=30, what="Redis to require the password")
+    container = dep["spec"]["template"]["spec"]["containers"][0]
+    assert "--protected-mode" not in container["args"]
+    assert container["env"][0]["valueFrom"]["secretKeyRef"]["name"] == "chat-redis-auth"
+    assert template_digest(cluster, ns) == password_digest(password)
+    assert_no_literal(dep, password)
+
+
+@pytest.mark.real_controllers
+def test_deleting_the_backend_deletes_its_secret_and_policy(cluster: Cluster, stack: Stack) -> None:
+    """Owner references: the garbage collector of kube-controller-manager removes them."""
+    stack.start_dispatcher()
+    stack.start_worker()
+    ns = cluster.namespace()
+    cluster.create_cb(ns, "chat", REDIS_SPEC, NO_GATE)
+    wait_object(cluster, k.SECRETS, ns, "chat-redis-auth")
+    wait_object(cluster, k.NETWORKPOLICIES, ns, "chat-redis")
+    cluster.kube.delete(k.CACHEBACKENDS, ns, "chat")
+
+    def collected() -> bool:
+        return all(
+            get(cluster, res, ns, name) is None
+            for res, name in ((k.SECRETS, "chat-redis-auth"), (k.NETWORKPOLICIES, "chat-redis"))
+        )
+
+    poll(collected, timeout=60, what="the Secret and the policy to be garbage-collected")
