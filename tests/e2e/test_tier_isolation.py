@@ -34,6 +34,7 @@ from shared.api.models import CacheBackend
 from shared.network_policy import PodRef, applies_to_ingress, ingress_allowed
 from shared.storage_providers.render import password_digest, render, secret_password
 from tests.e2e.conftest import Cluster, Stack, condition, poll
+from tests.e2e.workloads import pod_ready, pods_of, rolled_out, wait_rolled_out
 from tests.harness.redis_server import RedisServer
 from tests.webhook_process import TEST_NAMESPACE_LABEL, WebhookProcess, registered, run_webhook
 
@@ -443,14 +444,50 @@ def test_a_backend_from_before_this_change_gets_its_secret_policy_and_password(
 
 
 @pytest.mark.real_controllers
-def test_deleting_the_backend_deletes_its_secret_and_policy(cluster: Cluster, stack: Stack) -> None:
-    """Owner references: the garbage collector of kube-controller-manager removes them."""
+def test_on_real_rollouts_the_policy_selects_the_redis_pods_a_new_password_rolls_them_and_gc(
+    cluster: Cluster, stack: Stack
+) -> None:
+    """With kube-controller-manager, the scheduler and kwok: the policy selects the pods
+    the Redis Deployment really runs; a re-created Secret (rotation) rolls them onto
+    pods started with the new password's digest; deleting the backend lets the garbage
+    collector remove the Secret and the policy (owner references)."""
     stack.start_dispatcher()
     stack.start_worker()
     ns = cluster.namespace()
     cluster.create_cb(ns, "chat", REDIS_SPEC, NO_GATE)
-    wait_object(cluster, k.SECRETS, ns, "chat-redis-auth")
-    wait_object(cluster, k.NETWORKPOLICIES, ns, "chat-redis")
+    policy = wait_object(cluster, k.NETWORKPOLICIES, ns, "chat-redis")
+    dep = wait_rolled_out(cluster, ns, "Deployment", "chat-redis")
+    first = pods_of(cluster, ns, dep)
+    assert first
+    for pod in first:
+        target = pod_ref(ns, pod["metadata"]["labels"])
+        assert applies_to_ingress(policy, target)
+        assert ingress_allowed([policy], target, pod_ref(ns, dict(REDIS_ENGINES)), 6379)
+        assert not ingress_allowed([policy], target, pod_ref(ns, {"app": "intruder"}), 6379)
+
+    old = secret_password(cluster.kube.get(k.SECRETS, ns, "chat-redis-auth"))
+    cluster.kube.delete(k.SECRETS, ns, "chat-redis-auth")
+    new = poll(
+        lambda: secret_password(get(cluster, k.SECRETS, ns, "chat-redis-auth")),
+        timeout=30,
+        what="a new password Secret",
+    )
+    assert new != old
+    want = password_digest(str(new))
+
+    def rolled() -> list[dict[str, Any]] | None:
+        live = cluster.kube.get(k.DEPLOYMENTS, ns, "chat-redis")
+        pods = pods_of(cluster, ns, live)
+        if not rolled_out(live, sum(1 for p in pods if pod_ready(p))):
+            return None
+        digests = {
+            (p["metadata"].get("annotations") or {}).get(c.ANNOTATION_AUTH_DIGEST) for p in pods
+        }
+        return pods if pods and digests == {want} else None
+
+    second = poll(rolled, timeout=90, what="Redis rolled onto the new password")
+    assert not {p["metadata"]["uid"] for p in second} & {p["metadata"]["uid"] for p in first}
+
     cluster.kube.delete(k.CACHEBACKENDS, ns, "chat")
 
     def collected() -> bool:
