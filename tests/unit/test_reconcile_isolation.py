@@ -6,6 +6,7 @@ while the Secret holds one. The real-API-server proof is tests/e2e/test_tier_iso
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 from typing import Any
 
@@ -126,3 +127,19 @@ def test_a_secret_the_list_missed_is_read_and_its_password_kept() -> None:
     Reconciler(kube, clock=lambda: NOW, reads=SecretsNotListed(kube)).reconcile("ns/cb")
     assert secret_password(obj(kube, "secrets", SECRET)) == password
     assert [w for w in kube.writes if w[0] == "apply"] == []
+
+
+def test_a_password_written_into_the_secret_is_kept_and_rolls_redis() -> None:
+    """Rotation by editing the Secret: the operator's password stays (the Secret is not
+    re-applied) and Redis's pod template takes its digest, so Redis restarts with it."""
+    kube = FakeKube()
+    backend(kube)
+    rec = Reconciler(kube, clock=lambda: NOW)
+    rec.reconcile("ns/cb")
+    chosen = "f" * 64
+    obj(kube, "secrets", SECRET)["data"]["password"] = base64.b64encode(chosen.encode()).decode()
+    kube.writes.clear()
+    rec.reconcile("ns/cb")
+    assert kube.writes == [("apply", "deployments", WORKLOAD)]
+    assert digest(kube) == password_digest(chosen)
+    assert secret_password(obj(kube, "secrets", SECRET)) == chosen
