@@ -11,7 +11,8 @@ objects that belong to backends, not the rest of the cluster:
 watch                        for
 ===========================  ====================================================
 CacheBackends                the backend a reconcile is handed
-Deployments, StatefulSets,   owned objects (label ``managed-by=inference-cache``)
+Secrets, NetworkPolicies,    owned objects (label ``managed-by=inference-cache``)
+Deployments, StatefulSets,
 Services, HPAs
 pods, by label               cache-server pods (``inferencecache.io/cachebackend``,
                              a key of every managed workload's selector)

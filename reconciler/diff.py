@@ -62,4 +62,6 @@ def needs_apply(desired: dict[str, Any], live: dict[str, Any] | None) -> bool:
     for key in ("labels", "annotations", "ownerReferences"):
         if not subset_equal(meta.get(key), live_meta.get(key), key):
             return True
+    if "data" in desired and not subset_equal(desired["data"], live.get("data"), "data"):
+        return True  # a Secret's data is outside the hash (shared.storage_providers.render)
     return not subset_equal(desired.get("spec"), live.get("spec"), "spec")

@@ -40,6 +40,7 @@ from reconciler.celery_app import QUEUE_NAME, RECONCILE_TASK
 from reconciler.enqueue_keys import match_labels, object_key, owner_key, pod_backend_key
 from reconciler.leader import ElectionSettings, LeaderElector
 from reconciler.pod_events import EnginePodEvents
+from reconciler.reads import DISPATCHER_OWNED_RESOURCES
 from reconciler.watch_cache import WatchSpec, list_then_watch
 from reconciler.workqueue import QueueDataLostError, WorkQueue
 from shared.storage_providers.render import LABEL_MANAGED_BY, MANAGED_BY
@@ -264,7 +265,7 @@ class Dispatcher:
                     f"watch-{res.plural}",
                     lambda res=res: self._watch_loop(res, OWNED_SELECTOR, leading),
                 )
-                for res in (k.DEPLOYMENTS, k.STATEFULSETS, k.SERVICES, k.HPAS)
+                for res in DISPATCHER_OWNED_RESOURCES
             ],
             # Metadata only: the pod events controller and the enqueue rules read
             # labels, annotations and identity, never spec or status.

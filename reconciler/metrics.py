@@ -35,7 +35,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from reconciler import kube as k
-from reconciler.reads import OWNED_RESOURCES
+from reconciler.reads import DISPATCHER_OWNED_RESOURCES, OWNED_RESOURCES
 
 # No `<name>_created` series beside every counter and histogram: Prometheus does not
 # read them from the text format, and they would double the series count.
@@ -423,7 +423,9 @@ WATCH_CAUSES: Final = ("timeout", "expired", "error")  # reconciler/watch_cache.
 DISPATCHER_RETRY_CAUSES: Final = ("lease_expired", "redispatch")
 WORKER_RETRY_CAUSES: Final = ("error",)
 # The dispatcher's watches, by resource (reconciler/dispatcher.py _start_leading).
-DISPATCHER_WATCHES: Final = tuple(r.plural for r in (k.CACHEBACKENDS, *OWNED_RESOURCES, k.PODS))
+DISPATCHER_WATCHES: Final = tuple(
+    r.plural for r in (k.CACHEBACKENDS, *DISPATCHER_OWNED_RESOURCES, k.PODS)
+)
 # The worker cache's watches and the reads it can fall back on (reconciler/cluster_cache.py).
 CACHE_WATCHES: Final = (
     k.CACHEBACKENDS.plural,

@@ -37,7 +37,26 @@ from shared import constants as c
 from shared.labels import equality_selector, labels_match
 from shared.storage_providers.render import owned_selector
 
-OWNED_RESOURCES: Final = (k.DEPLOYMENTS, k.STATEFULSETS, k.SERVICES, k.HPAS)
+# The password Secret of a managed Redis and the NetworkPolicy of an isolable provider
+# are owned like the workload: listed by the same labels, never a namespace's whole set.
+# Owned kinds the dispatcher watches too: all but Secrets. The dispatcher holds no
+# Secret access at all; a change to an owned Secret reaches the queue from the worker's
+# own watch (reconciler.cluster_cache routes every owned change), and the resync.
+DISPATCHER_OWNED_RESOURCES: Final = (
+    k.NETWORKPOLICIES,
+    k.DEPLOYMENTS,
+    k.STATEFULSETS,
+    k.SERVICES,
+    k.HPAS,
+)
+OWNED_RESOURCES: Final = (
+    k.SECRETS,
+    k.NETWORKPOLICIES,
+    k.DEPLOYMENTS,
+    k.STATEFULSETS,
+    k.SERVICES,
+    k.HPAS,
+)
 ANY_VERSION: Final = "0"
 
 

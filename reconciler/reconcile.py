@@ -197,6 +197,13 @@ class Reconciler:
         desired = render(cb, owned)
         wanted = {(o["kind"], o["metadata"]["name"]) for o in desired}
         existing = self._read_unlisted(namespace, desired, owned)
+        unlisted_ours = {
+            key: obj for key, obj in existing.items() if obj is not None and owned_by(obj, uid)
+        }
+        if unlisted_ours:
+            # Ours, but not (yet) in what was listed: render again from it, so what it
+            # holds and the render depends on (a password) is kept, not replaced.
+            desired = render(cb, {**owned, **unlisted_ours})
         conflicts = name_conflicts(desired, existing, uid)
 
         live_by_kind: dict[str, dict[str, Any]] = {}

@@ -25,3 +25,7 @@ class Binding:
     protocol: Protocol
     # host:port without a scheme; empty when a managed Service has not published yet.
     endpoint: str
+    # The Secret (in the engine pod's namespace) whose ``password`` key the tier
+    # requires, for a managed Redis; None: the tier takes no credentials from us. A
+    # name only: adapters wire a secretKeyRef to it, never its value.
+    password_secret: str | None = None

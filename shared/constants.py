@@ -46,6 +46,14 @@ ANNOTATION_LMCACHE_KERNEL_CHECK: Final = "inferencecache.io/lmcache-kernel-check
 ANNOTATION_REQUIRE_KV_EVENTS: Final = "inferencecache.io/require-kv-events"
 ANNOTATION_SKIP_FUNCTIONAL_PROBE: Final = "inferencecache.io/skip-functional-probe"
 ANNOTATION_CACHE_SERVER_RESTART_TRIGGER: Final = "inferencecache.io/cache-server-restart-trigger"
+# Operator opt-out of the per-backend NetworkPolicy of a managed cache tier ("true" |
+# "false"; unset is "false"). Never a default: the tier is isolated unless asked.
+ANNOTATION_SKIP_NETWORK_POLICY: Final = "inferencecache.io/skip-network-policy"
+SKIP_NETWORK_POLICY_VALUES: Final = ("true", "false")
+# On a managed Redis pod template: a digest of the password it was started with, so a
+# changed or re-created password Secret rolls Redis (and, through the cache-server
+# cascade, its engines). A digest, never the password.
+ANNOTATION_AUTH_DIGEST: Final = "inferencecache.io/auth-digest"
 # Records, on the pod, the kernel-check mode the webhook admitted it under.
 ANNOTATION_LMCACHE_KERNEL_CHECK_MODE: Final = "inferencecache.io/lmcache-kernel-check-mode"
 

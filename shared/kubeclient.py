@@ -65,6 +65,7 @@ PODS = Resource("", "v1", "pods", "Pod")
 EVENTS = Resource("", "v1", "events", "Event")
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease")
 SECRETS = Resource("", "v1", "secrets", "Secret")
+NETWORKPOLICIES = Resource("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy")
 MUTATING_WEBHOOK_CONFIGURATIONS = Resource(
     "admissionregistration.k8s.io",
     "v1",
@@ -96,6 +97,7 @@ BY_KIND: dict[str, Resource] = {
         EVENTS,
         LEASES,
         SECRETS,
+        NETWORKPOLICIES,
         MUTATING_WEBHOOK_CONFIGURATIONS,
         VALIDATING_WEBHOOK_CONFIGURATIONS,
         SUBJECT_ACCESS_REVIEWS,

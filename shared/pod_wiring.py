@@ -61,6 +61,9 @@ from shared.runtime_adapters.engine import EngineLocator, candidate_indexes
 from shared.runtime_adapters.overrides import apply_engine_overrides
 from shared.runtime_adapters.podcheck import introduced_problems
 from shared.runtime_adapters.podspec import cli_tokens, find_flag
+from shared.storage_providers.registry import UnknownProviderError
+from shared.storage_providers.registry import select as select_provider
+from shared.storage_providers.render import auth_secret_name
 
 OUTCOME_INJECTED: Final = "injected"
 OUTCOME_SKIPPED: Final = "skipped"
@@ -266,6 +269,24 @@ def parse_backend(raw: dict[str, Any]) -> CacheBackend:
 # ----------------------------------------------------------------------- binding
 
 
+def managed_password_secret(backend: CacheBackend) -> str | None:
+    """The password Secret of a managed tier that requires one (Redis), by the name the
+    reconciler gives it. Asked only once status.endpoint is published, which the
+    reconciler does after it has created the Secret: an engine pod never refers to a
+    Secret that does not exist yet. The pod is in the backend's namespace (a backend
+    wires only its own namespace's pods), so the reference resolves."""
+    remote = backend.spec.remote_storage
+    if remote is None or remote.provider is None:
+        return None
+    try:
+        provider = select_provider(remote.provider)
+    except UnknownProviderError:
+        return None
+    if not provider.requires_auth:
+        return None
+    return auth_secret_name(backend.metadata.name or "")
+
+
 def resolve_binding(backend: CacheBackend) -> Binding | None:
     """The structured provider Binding, resolved independently of the runtime adapter."""
     remote = backend.spec.remote_storage
@@ -282,7 +303,7 @@ def resolve_binding(backend: CacheBackend) -> Binding | None:
                 "the managed remote storage has not published status.endpoint yet; roll the "
                 "engine workload once the CacheBackend is Ready",
             )
-        return Binding(protocol, strip_scheme(endpoint))
+        return Binding(protocol, strip_scheme(endpoint), managed_password_secret(backend))
     if remote.ownership == c.OWNERSHIP_EXTERNAL:
         endpoint = (remote.endpoint or "").strip()
         if not endpoint:

@@ -13,7 +13,9 @@ LMCache MP server. This adapter renders, on the engine pod:
   ``python3 -c <bootstrap>``: the bootstrap writes the config file from env, then execs
   ``python3 -m lmcache.v1.multiprocess.server --host 127.0.0.1 --port <workerPort>
   --chunk-size <n> --l1-size-gb <whole GiB> --eviction-policy LRU`` plus
-  ``--l2-adapter {"type":"resp","host":...,"port":...}`` with a RESP (Redis) binding only.
+  ``--l2-adapter {"type":"resp","host":...,"port":...}`` with a RESP (Redis) binding only;
+  for a managed Redis, ``"password":"$(LMCACHE_RESP_PASSWORD)"`` too, that env var a
+  secretKeyRef to the backend's password Secret (the password is never in the spec).
   No shell: the engine image may not have one. ``--eviction-policy LRU`` keeps a full L1
   storing new chunks instead of refusing them. ``NVIDIA_VISIBLE_DEVICES=all`` lets the
   GPU-less worker CUDA-IPC the engine's GPU; an exec startup probe (a loopback TCP
@@ -108,10 +110,29 @@ def split_host_port(endpoint: str) -> tuple[str, int]:
     return host.removeprefix("[").removesuffix("]"), int(port)
 
 
+# The worker's Redis password: an env var from a secretKeyRef, referenced in the
+# --l2-adapter JSON as $(VAR) for the kubelet to expand, so the pod spec carries only
+# the Secret's name. LMCache's resp adapter (0.4.7, 0.5.6) reads "password" from the
+# adapter config and falls back to this very variable when the config leaves it empty.
+RESP_PASSWORD_ENV = "LMCACHE_RESP_PASSWORD"
+RESP_PASSWORD_KEY = "password"
+
+
 def l2_adapter_arg(binding: Binding) -> str:
     """The worker's --l2-adapter JSON for a RESP (Redis) binding."""
     host, port = split_host_port(binding.endpoint)
-    return json.dumps({"type": "resp", "host": host, "port": port}, separators=(",", ":"))
+    config: dict[str, Any] = {"type": "resp", "host": host, "port": port}
+    if binding.password_secret:
+        config["password"] = f"$({RESP_PASSWORD_ENV})"
+    return json.dumps(config, separators=(",", ":"))
+
+
+def password_env(binding: Binding | None) -> list[dict[str, Any]]:
+    """The worker's password env var for a RESP binding with credentials, else none."""
+    if binding is None or binding.protocol != "resp" or not binding.password_secret:
+        return []
+    ref = {"name": binding.password_secret, "key": RESP_PASSWORD_KEY}
+    return [{"name": RESP_PASSWORD_ENV, "valueFrom": {"secretKeyRef": ref}}]
 
 
 def worker_args(chunk_size: int, port: int, l1_gib: int, binding: Binding | None) -> list[str]:
@@ -227,6 +248,7 @@ def render_worker(
     l1_gib: int,
     security_context: dict[str, Any],
     engine: dict[str, Any] | None = None,
+    extra_env: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     worker: dict[str, Any] = {
         "name": WORKER_CONTAINER,
@@ -239,6 +261,7 @@ def render_worker(
             {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
             {"name": CONFIG_FILE_ENV, "value": CONFIG_PATH},
             {"name": CONFIG_CONTENT_ENV, "value": config_file_content(chunk_size, port)},
+            *(extra_env or []),
         ],
         "startupProbe": {
             "exec": {"command": ["python3", "-c", PORT_PROBE, str(port)]},
@@ -321,6 +344,7 @@ class SGLangLMCacheAdapter(RuntimeAdapter):
             l1_gib=l1_gib,
             security_context=engine_image_security_context(engine_in),
             engine=engine_in,
+            extra_env=password_env(binding),
         )
 
         out = json_copy(pod)

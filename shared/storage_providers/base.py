@@ -17,6 +17,12 @@ from typing import Any, ClassVar
 from shared.api.models import CacheBackendSpec, ResourceRequirements
 from shared.bindings import PROVIDER_PROTOCOL, Binding, Protocol
 
+# The env var a provider container that requires auth reads its password from (a
+# secretKeyRef), referenced in its args as $(AUTH_PASSWORD_ENV): Kubernetes expands it,
+# so the password is never written into the pod spec.
+AUTH_PASSWORD_ENV = "INFERENCECACHE_REDIS_PASSWORD"
+AUTH_PASSWORD_KEY = "password"
+
 
 @dataclass(frozen=True)
 class Port:
@@ -46,6 +52,15 @@ class StorageProvider(ABC):
     #: Command used when the provider block sets none (providers with an operator
     #: ``command`` override; Redis renders args instead and overrides command_and_args).
     default_command: ClassVar[tuple[str, ...]] = ()
+    #: Serves only clients that authenticate with the password of the backend's auth
+    #: Secret (``auth_secret_name``), read through the ``AUTH_PASSWORD_ENV`` env var.
+    requires_auth: ClassVar[bool] = False
+
+    @property
+    def network_policy(self) -> bool:
+        """Whether a NetworkPolicy can isolate the provider's pods: not on the host
+        network, where NetworkPolicy does not apply."""
+        return not self.host_network
 
     @property
     def protocol(self) -> Protocol:

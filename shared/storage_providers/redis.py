@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 from shared import constants as c
 from shared.api.models import CacheBackendSpec, RedisProvider
 from shared.quantity import parse_quantity
-from shared.storage_providers.base import Port, StorageProvider
+from shared.storage_providers.base import AUTH_PASSWORD_ENV, Port, StorageProvider
 
 # Pinned, fully qualified: a floating tag could change eviction or persistence
 # behaviour underneath a running cache on an unrelated pull.
@@ -37,6 +37,7 @@ class RedisStorageProvider(StorageProvider):
     default_image: ClassVar[str] = DEFAULT_REDIS_IMAGE
     container_ports: ClassVar[tuple[Port, ...]] = (Port("resp", REDIS_PORT),)
     service_ports: ClassVar[tuple[Port, ...]] = (Port("resp", REDIS_PORT),)
+    requires_auth: ClassVar[bool] = True
 
     def block(self, spec: CacheBackendSpec) -> RedisProvider | None:
         return spec.remote_storage.redis if spec.remote_storage else None
@@ -45,15 +46,16 @@ class RedisStorageProvider(StorageProvider):
         self, spec: CacheBackendSpec, resources: dict[str, Any]
     ) -> tuple[list[str] | None, list[str] | None]:
         # Args only (no command) keep the image's entrypoint, which drops root before
-        # exec'ing redis-server. It is a cache: no RDB snapshots, no AOF; the Service
-        # is cluster-internal, so protected mode (which refuses non-loopback clients
-        # without a password) is off.
+        # exec'ing redis-server. It is a cache: no RDB snapshots, no AOF. Every client
+        # must AUTH with the backend's password: $(VAR) is expanded by the kubelet
+        # from the container's secretKeyRef env, so the pod spec holds only the name.
+        # Protected mode stays at its default (on): it only matters without a password.
         args = [
             "redis-server",
             "--port",
             str(REDIS_PORT),
-            "--protected-mode",
-            "no",
+            "--requirepass",
+            f"$({AUTH_PASSWORD_ENV})",
             "--save",
             "",
             "--appendonly",

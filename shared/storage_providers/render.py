@@ -1,7 +1,9 @@
-"""Pure rendering of the managed provider objects: workload, Service and HPA.
+"""Pure rendering of the managed provider objects: password Secret, NetworkPolicy,
+workload, Service and HPA.
 
 ``render(cb, live)`` is a function of the CacheBackend (and, for the one field another
-controller owns — an autoscaled workload's replica count — of the live objects). It
+controller owns — an autoscaled workload's replica count — and the password a live auth
+Secret already holds, of the live objects; a missing password is drawn at random). It
 returns the complete set of objects the controller wants to exist for that backend; anything owned by the
 backend that is not in this list is shed by the reconciler. Every object carries a
 controller owner reference to the CacheBackend and a hash of its own rendered form
@@ -11,10 +13,13 @@ used to set is no longer desired without diffing managedFields.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import copy
 import hashlib
 import json
-from collections.abc import Mapping
+import secrets
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from shared import constants as c
@@ -23,7 +28,7 @@ from shared.api.models import CacheBackend, dump
 from shared.bindings import Binding
 from shared.quantity import parse_quantity
 from shared.runtime_adapters import registry as runtime_registry
-from shared.storage_providers.base import StorageProvider
+from shared.storage_providers.base import AUTH_PASSWORD_ENV, AUTH_PASSWORD_KEY, StorageProvider
 from shared.storage_providers.registry import UnknownProviderError, select
 
 LABEL_NAME: Final = "app.kubernetes.io/name"
@@ -163,6 +168,8 @@ def _container(cb: CacheBackend, provider: StorageProvider) -> dict[str, Any]:
         container["command"] = command
     if args is not None:
         container["args"] = args
+    if provider.requires_auth:
+        container["env"] = [password_env(cb.metadata.name or "")]
     container["ports"] = [
         {"name": p.name, "containerPort": p.port, "protocol": "TCP"}
         for p in provider.container_ports
@@ -210,7 +217,12 @@ def _metadata(cb: CacheBackend, provider: StorageProvider) -> dict[str, Any]:
     }
 
 
-def render_workload(cb: CacheBackend, provider: StorageProvider) -> dict[str, Any]:
+def render_workload(
+    cb: CacheBackend, provider: StorageProvider, auth_digest: str | None = None
+) -> dict[str, Any]:
+    """The provider's Deployment or StatefulSet. ``auth_digest`` (providers that require
+    auth): a digest of the current password, on the pod template so a new password
+    rolls the pods that were started with the old one."""
     name = cb.metadata.name or ""
     kind = effective.deployment_kind(cb.spec)
     spec: dict[str, Any] = {}
@@ -223,10 +235,10 @@ def render_workload(cb: CacheBackend, provider: StorageProvider) -> dict[str, An
         spec["serviceName"] = resource_name(name, provider)
     elif provider.recreate_strategy:
         spec["strategy"] = {"type": "Recreate"}
-    spec["template"] = {
-        "metadata": {"labels": object_labels(name, provider)},
-        "spec": render_pod_spec(cb, provider),
-    }
+    template_meta: dict[str, Any] = {"labels": object_labels(name, provider)}
+    if auth_digest is not None:
+        template_meta["annotations"] = {c.ANNOTATION_AUTH_DIGEST: auth_digest}
+    spec["template"] = {"metadata": template_meta, "spec": render_pod_spec(cb, provider)}
     return {
         "apiVersion": "apps/v1",
         "kind": kind,
@@ -249,6 +261,131 @@ def render_service(cb: CacheBackend, provider: StorageProvider) -> dict[str, Any
         "kind": "Service",
         "metadata": _metadata(cb, provider),
         "spec": spec,
+    }
+
+
+# --------------------------------------------------------------------- isolation
+#
+# A managed tier answers only its own engines: a NetworkPolicy admits the pods the
+# backend's engineSelector selects on the data port (nothing else), and a provider that
+# speaks a password (Redis) gets a random one from a Secret owned by the backend. The
+# password never appears in a pod spec: containers read it through a secretKeyRef env
+# var, referenced in their arguments as $(VAR) for the kubelet to expand.
+
+AUTH_SECRET_SUFFIX: Final = "redis-auth"
+
+
+def auth_secret_name(cb_name: str) -> str:
+    """``<backend>-redis-auth``: derived from the backend alone, so the Pod webhook
+    names the same Secret the reconciler creates."""
+    return _shorten(f"{cb_name}-{AUTH_SECRET_SUFFIX}")
+
+
+def password_env(cb_name: str) -> dict[str, Any]:
+    """The provider container's password env var: a reference, never the value."""
+    return {
+        "name": AUTH_PASSWORD_ENV,
+        "valueFrom": {
+            "secretKeyRef": {"name": auth_secret_name(cb_name), "key": AUTH_PASSWORD_KEY}
+        },
+    }
+
+
+def new_password() -> str:
+    """256 random bits, hex: safe in a Redis config word, a JSON string and a URL."""
+    return secrets.token_hex(32)
+
+
+def secret_password(secret: Mapping[str, Any] | None) -> str | None:
+    """The password a live auth Secret holds; None when absent, empty or undecodable."""
+    encoded = ((secret or {}).get("data") or {}).get(AUTH_PASSWORD_KEY)
+    if not isinstance(encoded, str) or not encoded:
+        return None
+    try:
+        value = base64.b64decode(encoded, validate=True).decode()
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    return value or None
+
+
+def password_digest(password: str) -> str:
+    """What the pod template carries to roll on a new password: a truncated SHA-256 of
+    256 random bits, which reveals nothing usable about them."""
+    return hashlib.sha256(password.encode()).hexdigest()[:16]
+
+
+def render_auth_secret(
+    cb: CacheBackend, provider: StorageProvider, password: str
+) -> dict[str, Any]:
+    """The backend's password Secret. ``data`` stays outside the spec hash (added after
+    it is stamped): the password is random, the rest of the object is not."""
+    name = cb.metadata.name or ""
+    meta = _metadata(cb, provider)
+    meta["name"] = auth_secret_name(name)
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": meta,
+        "type": "Opaque",
+        "data": {AUTH_PASSWORD_KEY: base64.b64encode(password.encode()).decode()},
+    }
+
+
+def current_password(
+    cb: CacheBackend, live: LiveObjects | None, generate: Callable[[], str] = new_password
+) -> str:
+    """The live auth Secret's password, kept for as long as it is valid (an operator
+    rotates it by deleting the Secret or its key); a fresh random one otherwise."""
+    secret = (live or {}).get(("Secret", auth_secret_name(cb.metadata.name or "")))
+    return secret_password(secret) or generate()
+
+
+def network_policy_skipped(cb: CacheBackend) -> bool:
+    """The operator's explicit opt-out: ``inferencecache.io/skip-network-policy: "true"``
+    (validated at admission to "true" or "false"; anything else keeps the policy)."""
+    value = (cb.metadata.annotations or {}).get(c.ANNOTATION_SKIP_NETWORK_POLICY) or ""
+    return value.strip().lower() == "true"
+
+
+def engine_peer(cb: CacheBackend) -> dict[str, Any] | None:
+    """The NetworkPolicy peer that stands for the backend's engines: the pods its
+    engineSelector selects, in its namespace (in every namespace with
+    spec.allowCrossNamespace). None when the selector is nil or empty: it selects no
+    engine (the Pod webhook never matches it), so nothing is admitted."""
+    labels = (cb.spec.engine_selector.match_labels if cb.spec.engine_selector else None) or {}
+    if not labels:
+        return None
+    peer: dict[str, Any] = {"podSelector": {"matchLabels": dict(sorted(labels.items()))}}
+    if cb.spec.allow_cross_namespace:
+        peer["namespaceSelector"] = {}
+    return peer
+
+
+def render_network_policy(cb: CacheBackend, provider: StorageProvider) -> dict[str, Any] | None:
+    """The NetworkPolicy isolating the provider's pods, or None (host-network provider,
+    or the opt-out). It selects exactly the pods of the provider's workload; ingress on
+    the Service ports comes only from the engine peer; no other rule, so every other
+    source is refused where the network plugin enforces NetworkPolicy."""
+    if not provider.network_policy or network_policy_skipped(cb):
+        return None
+    peer = engine_peer(cb)
+    ingress: list[dict[str, Any]] = []
+    if peer is not None:
+        ingress.append(
+            {
+                "from": [peer],
+                "ports": [{"protocol": "TCP", "port": p.port} for p in provider.service_ports],
+            }
+        )
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _metadata(cb, provider),
+        "spec": {
+            "podSelector": {"matchLabels": selector_labels(cb.metadata.name or "", provider)},
+            "policyTypes": ["Ingress"],
+            "ingress": ingress,
+        },
     }
 
 
@@ -305,7 +442,9 @@ def spec_hash(obj: dict[str, Any]) -> str:
 
 
 def _stamp_hash(obj: dict[str, Any]) -> dict[str, Any]:
-    obj["metadata"].setdefault("annotations", {})[ANNOTATION_SPEC_HASH] = spec_hash(obj)
+    # A Secret's data is not hashed: the password is random (render_auth_secret).
+    hashed = {k: v for k, v in obj.items() if k != "data"}
+    obj["metadata"].setdefault("annotations", {})[ANNOTATION_SPEC_HASH] = spec_hash(hashed)
     return obj
 
 
@@ -329,17 +468,35 @@ def hpa_owned_replicas(cb: CacheBackend, live_workload: Mapping[str, Any] | None
     return hpa_min_replicas(cb)
 
 
-def render(cb: CacheBackend, live: LiveObjects | None = None) -> list[dict[str, Any]]:
+def render(
+    cb: CacheBackend,
+    live: LiveObjects | None = None,
+    generate_password: Callable[[], str] = new_password,
+) -> list[dict[str, Any]]:
     """Every object the controller wants for ``cb``: [] when nothing is managed.
 
     ``live`` maps (kind, name) to the owned objects as read, and only matters for what
-    another controller owns: an autoscaled workload's replica count (hpa_owned_replicas).
+    another controller owns — an autoscaled workload's replica count
+    (hpa_owned_replicas) — and for the password a live auth Secret holds
+    (current_password; ``generate_password`` draws one when there is none).
     """
     provider = managed_provider(cb)
     if provider is None:
         return []
-    workload = render_workload(cb, provider)
-    objects = [workload, render_service(cb, provider)]
+    objects: list[dict[str, Any]] = []
+    password: str | None = None
+    if provider.requires_auth:
+        # First: the Secret exists before the pods that read it, and before the
+        # Service whose endpoint lets the Pod webhook wire engines with a reference to it.
+        password = current_password(cb, live, generate_password)
+        objects.append(render_auth_secret(cb, provider, password))
+    policy = render_network_policy(cb, provider)
+    if policy is not None:
+        objects.append(policy)
+    workload = render_workload(
+        cb, provider, password_digest(password) if password is not None else None
+    )
+    objects += [workload, render_service(cb, provider)]
     hpa = render_hpa(cb, provider)
     if hpa is not None:
         objects.append(hpa)

@@ -215,6 +215,22 @@ def reject_invalid_lmcache_kernel_check_annotation(ctx: RuleContext) -> list[Fie
     ]
 
 
+def reject_invalid_skip_network_policy_annotation(ctx: RuleContext) -> list[FieldError]:
+    """The NetworkPolicy opt-out is explicit: "true" or "false" (case-insensitive, or
+    unset), so a typo never silently opens (or silently keeps closed) a cache tier."""
+    value = ctx.annotations.get(c.ANNOTATION_SKIP_NETWORK_POLICY)
+    if value is None or value.strip().lower() in c.SKIP_NETWORK_POLICY_VALUES:
+        return []
+    path = FieldPath("metadata").child("annotations").key(c.ANNOTATION_SKIP_NETWORK_POLICY)
+    return [
+        invalid(
+            path,
+            value,
+            'must be "true" (no NetworkPolicy isolates the managed cache tier) or "false"',
+        )
+    ]
+
+
 def reject_unsupported_runtime_cache_pair(ctx: RuleContext) -> list[FieldError]:
     """Spec "Runtime/cache pair must be supported by an installed adapter"."""
     spec = ctx.parsed
@@ -1286,6 +1302,7 @@ _MIN_REPLICAS = "autoscaling.minReplicas"
 RULES: list[Rule] = [
     Rule(reject_removed_fields, needs_spec=False),
     Rule(reject_invalid_lmcache_kernel_check_annotation, needs_spec=False),
+    Rule(reject_invalid_skip_network_policy_annotation, needs_spec=False),
     Rule(reject_unsupported_runtime_cache_pair, _PAIR),
     # Cache hierarchy must be internally consistent.
     Rule(reject_incomplete_remote_storage, _SELECTION),

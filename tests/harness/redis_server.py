@@ -19,6 +19,12 @@ switches mode for the new process.
 
 ``password="..."`` starts it with ``--requirepass`` (as the install runs Redis);
 ``url`` then carries the password, ``url_for_db(db, with_password=False)`` not.
+
+``server_args=[...]`` starts it with a rendered command line (a pod spec's ``args``,
+``redis-server`` first, ``$(VAR)`` references already expanded): those come first and
+the harness's own (port, bind address, directory, logging) after them, so they win.
+``password`` is then only what the readiness check authenticates with: whether the
+server requires one is up to ``server_args``.
 """
 
 from __future__ import annotations
@@ -116,9 +122,11 @@ class RedisServer:
         start_timeout: float = 20.0,
         executable: str | None = None,
         password: str | None = None,
+        server_args: list[str] | None = None,
     ) -> None:
         self.host = "127.0.0.1"
         self.password = password
+        self.server_args = list(server_args) if server_args is not None else None
         self._requested_port = port
         self.port = 0
         self.persistence = persistence
@@ -240,8 +248,12 @@ class RedisServer:
     # -- internals ---------------------------------------------------------- #
 
     def _args(self) -> list[str]:
+        rendered = self.server_args
+        if rendered is not None and rendered and not rendered[0].startswith("--"):
+            rendered = rendered[1:]  # the image's redis-server: ours runs instead
         args = [
             self._executable or find_redis_server(),
+            *(rendered or []),
             "--bind",
             self.host,
             "--port",
@@ -257,7 +269,7 @@ class RedisServer:
             "--save",
             "",
         ]
-        if self.password:
+        if self.password and self.server_args is None:
             args += ["--requirepass", self.password]
         if self.persistence:
             args += ["--appendonly", "yes", "--appendfsync", "always"]

@@ -114,6 +114,9 @@ ALLOWED: dict[str, list[Request]] = {
                 ("statefulsets", "apps"),
                 ("services", ""),
                 ("horizontalpodautoscalers", "autoscaling"),
+                # A managed Redis's password Secret and a tier's NetworkPolicy.
+                ("secrets", ""),
+                ("networkpolicies", "networking.k8s.io"),
             ]
             # get: the ownership check before a first write (never adopt a foreign object).
             for verb in ("get", "list", "patch", "delete")
@@ -135,6 +138,7 @@ ALLOWED: dict[str, list[Request]] = {
                 ("statefulsets", "apps"),
                 ("services", ""),
                 ("horizontalpodautoscalers", "autoscaling"),
+                ("networkpolicies", "networking.k8s.io"),
                 # Injected engine / cache-server pods enqueue their backend; the
                 # engine-pod events controller reads the webhook's annotations.
                 ("pods", ""),
@@ -169,10 +173,15 @@ ALLOWED: dict[str, list[Request]] = {
 
 # A sample of what each must not do; every one of them would widen the blast
 # radius of a compromised pod.
-EVERYONE_DENIED = [
+# Reading Secrets: denied to every process but the worker, which owns the password
+# Secret of each managed Redis (RBAC cannot scope a read to the ones it labels; see
+# docs/decisions.md, "Managed tier isolation").
+SECRET_READS = [
     Request("get", "secrets", namespace=NAMESPACE),
     Request("list", "secrets", namespace=""),
     Request("get", "secrets", namespace="kube-system"),
+]
+EVERYONE_DENIED = [
     Request("delete", "namespaces", namespace=""),
     Request("create", "pods"),
     Request("create", "clusterrolebindings", "rbac.authorization.k8s.io", namespace=""),
@@ -186,6 +195,7 @@ EVERYONE_DENIED = [
 DENIED: dict[str, list[Request]] = {
     ROTATION_SA: [
         *EVERYONE_DENIED,
+        *SECRET_READS,
         Request("create", "secrets", namespace=NAMESPACE),
         Request("get", "secrets", namespace=NAMESPACE, name="inference-cache-redis-auth"),
         Request("delete", "secrets", namespace=NAMESPACE, name=TLS_SECRETS[0]),
@@ -203,6 +213,7 @@ DENIED: dict[str, list[Request]] = {
     ],
     WEBHOOK_SA: [
         *EVERYONE_DENIED,
+        *SECRET_READS,
         Request("update", "cachebackends", CB),
         Request("patch", "cachebackends", CB),
         Request("create", "cachebackends", CB),
@@ -216,6 +227,8 @@ DENIED: dict[str, list[Request]] = {
     ],
     WORKER_SA: [
         *EVERYONE_DENIED,
+        # It applies Secrets (a patch) and never replaces one: no update.
+        Request("update", "secrets", namespace=NAMESPACE, name="inference-cache-redis-auth"),
         Request("update", "cachebackends", CB),
         Request("delete", "cachebackends", CB),
         Request("patch", "pods"),
@@ -227,6 +240,7 @@ DENIED: dict[str, list[Request]] = {
     ],
     DISPATCHER_SA: [
         *EVERYONE_DENIED,
+        *SECRET_READS,
         Request("update", "cachebackends", CB),
         Request("update", "cachebackends", CB, subresource="status"),
         Request("patch", "deployments", "apps"),
@@ -368,7 +382,7 @@ def test_server_side_apply_creates_with_patch_alone_as_the_worker(
         assert created["metadata"]["uid"]
         # ... and is refused what it does not hold.
         with pytest.raises(ApiError) as refused:
-            as_worker.kube.request("GET", f"/api/v1/namespaces/{namespace}/secrets")
+            as_worker.kube.request("GET", f"/api/v1/namespaces/{namespace}/configmaps")
         assert refused.value.status == 403
     finally:
         api.close()

@@ -1028,10 +1028,13 @@ def test_sgl_managed_redis_adds_the_l2_adapter(hook: Webhook) -> None:
     )
     p = pod(sglang())
     result, _ = hook.admit(p)
+    # The managed Redis requires the backend's password: a $(VAR) reference to the
+    # worker's secretKeyRef env var, never the value (tests/unit/test_tier_isolation.py).
     args = [
         *host_only_worker_args(chunk=128, l1=32),
         "--l2-adapter",
-        '{"type":"resp","host":"cache-redis.team-a.svc","port":6379}',
+        '{"type":"resp","host":"cache-redis.team-a.svc","port":6379,'
+        '"password":"$(LMCACHE_RESP_PASSWORD)"}',
     ]
     dshm = {"name": "lmcache-dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "32Gi"}}
     worker_shape(result, expect_sglang(p, worker_args=args, dshm=dshm))

@@ -149,7 +149,8 @@ def test_shedding_never_deletes_a_foreign_object_with_our_labels() -> None:
     rec.reconcile("ns/cb")
     deletes = {w for w in kube.writes if w[0] == "delete"}
     assert deletes == {
-        ("delete", p, NAME) for p in ("deployments", "services", "horizontalpodautoscalers")
+        ("delete", p, NAME)
+        for p in ("networkpolicies", "deployments", "services", "horizontalpodautoscalers")
     }
     assert kube.objects[("statefulsets", "ns", NAME)] == lookalike
 

@@ -14,7 +14,14 @@ from reconciler.reconcile import Reconciler
 from tests.fakes import FakeKube
 
 NOW = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
-OWNED = ("deployments", "statefulsets", "services", "horizontalpodautoscalers")
+OWNED = (
+    "secrets",
+    "networkpolicies",
+    "deployments",
+    "statefulsets",
+    "services",
+    "horizontalpodautoscalers",
+)
 
 
 def owned(kube: FakeKube) -> set[tuple[str, str]]:
@@ -41,6 +48,7 @@ def test_offload_to_events_only_flip_sheds_the_provisioned_objects_on_the_next_r
     rec = Reconciler(kube, clock=lambda: NOW)
     rec.reconcile("ns/cb")
     assert owned(kube) == {
+        ("networkpolicies", "cb-lmcache-server"),
         ("deployments", "cb-lmcache-server"),
         ("services", "cb-lmcache-server"),
         ("horizontalpodautoscalers", "cb-lmcache-server"),
@@ -62,7 +70,7 @@ def test_offload_to_events_only_flip_sheds_the_provisioned_objects_on_the_next_r
     assert owned(kube) == set()
     assert {w for w in kube.writes if w[0] == "delete"} == {
         ("delete", plural, "cb-lmcache-server")
-        for plural in ("deployments", "services", "horizontalpodautoscalers")
+        for plural in ("networkpolicies", "deployments", "services", "horizontalpodautoscalers")
     }
     status = kube.objects[("cachebackends", "ns", "cb")]["status"]
     # 'status.endpoint stays empty (there is no server address to publish)'.

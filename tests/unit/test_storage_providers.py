@@ -28,6 +28,10 @@ def backend(spec: dict[str, Any], name: str = "cb", namespace: str = "ns") -> Ca
     )
 
 
+def PASSWORD() -> str:  # noqa: N802 - stands for a constant password source
+    return "0" * 64
+
+
 def by_kind(objs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {o["kind"]: o for o in objs}
 
@@ -109,7 +113,10 @@ def test_managed_provider_renders_deployment_and_service_owned_by_the_backend(
     provider: str,
 ) -> None:
     objs = render(backend(managed(provider)))
-    assert [o["kind"] for o in objs] == ["Deployment", "Service"]
+    # Plus, for a provider that can be isolated, its password Secret (a provider that
+    # requires auth) and NetworkPolicy: tests/unit/test_tier_isolation.py.
+    isolation = {"Redis": ["Secret", "NetworkPolicy"], "LMCacheServer": ["NetworkPolicy"]}
+    assert [o["kind"] for o in objs] == [*isolation.get(provider, []), "Deployment", "Service"]
     for o in objs:
         ref = o["metadata"]["ownerReferences"]
         assert ref == [
@@ -125,7 +132,7 @@ def test_managed_provider_renders_deployment_and_service_owned_by_the_backend(
         assert o["metadata"]["namespace"] == "ns"
         assert o["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "inference-cache"
         assert ANNOTATION_SPEC_HASH in o["metadata"]["annotations"]
-    dep, svc = objs
+    dep, svc = objs[-2:]
     assert dep["spec"]["selector"]["matchLabels"] == svc["spec"]["selector"]
     tmpl_labels = dep["spec"]["template"]["metadata"]["labels"]
     assert dep["spec"]["selector"]["matchLabels"].items() <= tmpl_labels.items()
@@ -136,7 +143,7 @@ def test_deployment_kind_statefulset_renders_statefulset_governed_by_the_service
     objs = by_kind(
         render(backend(managed("LMCacheServer", deploymentKind="StatefulSet", replicas=2)))
     )
-    assert set(objs) == {"StatefulSet", "Service"}
+    assert set(objs) == {"NetworkPolicy", "StatefulSet", "Service"}
     sts = objs["StatefulSet"]
     assert sts["spec"]["serviceName"] == objs["Service"]["metadata"]["name"]
     assert sts["spec"]["replicas"] == 2
@@ -166,14 +173,12 @@ def test_render_is_pure_and_deterministic() -> None:
         )
     )
     before = copy.deepcopy(cb.model_dump())
-    a = render(cb)
-    a[0]["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"] = "99Gi"
+    a = by_kind(render(cb))["Deployment"]
+    a["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"] = "99Gi"
     assert cb.model_dump() == before, "rendering must deep-copy provider resources"
-    assert render(cb) == render(cb)
-    assert (
-        render(cb)[0]["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"]
-        == "1Gi"
-    )
+    # Deterministic but for a password drawn when there is none yet.
+    assert render(cb, generate_password=PASSWORD) == render(cb, generate_password=PASSWORD)
+    assert container(render(cb))["resources"]["limits"]["memory"] == "1Gi"
 
 
 # ------------------------------------------------------------------ resources
@@ -543,12 +548,17 @@ def test_server_defaults_and_canonical_quantities_are_not_drift() -> None:
 def test_changed_or_removed_fields_are_drift() -> None:
     from reconciler.diff import needs_apply
 
-    dep = render(backend(managed("Redis")))[0]
+    dep = by_kind(render(backend(managed("Redis")), generate_password=PASSWORD))["Deployment"]
     live = _live(dep)
     live["spec"]["template"]["spec"]["containers"][0]["image"] = "redis:6"
     assert needs_apply(dep, live), "someone edited a field we own"
     assert needs_apply(dep, None), "missing"
     # A field we stopped setting (nodeSelector removed from spec.template) changes
     # the rendered hash even though the new desired object is a subset of live.
-    old = render(backend(managed("Redis", template={"nodeSelector": {"a": "b"}})))[0]
+    old = by_kind(
+        render(
+            backend(managed("Redis", template={"nodeSelector": {"a": "b"}})),
+            generate_password=PASSWORD,
+        )
+    )["Deployment"]
     assert needs_apply(dep, _live(old))

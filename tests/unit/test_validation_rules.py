@@ -329,6 +329,25 @@ def test_reject_invalid_lmcache_kernel_check_annotation_accepts_empty_as_unset()
     )
 
 
+@pytest.mark.parametrize("value", ["true", "false", "True", " FALSE "])
+def test_reject_invalid_skip_network_policy_annotation_accepts_true_and_false(value: str) -> None:
+    """The managed tier's NetworkPolicy opt-out (docs/api.md): "true" or "false"."""
+    annotations = {"inferencecache.io/skip-network-policy": value}
+    assert run(r.reject_invalid_skip_network_policy_annotation, VLLM) == []
+    assert run(r.reject_invalid_skip_network_policy_annotation, VLLM, annotations=annotations) == []
+
+
+@pytest.mark.parametrize("value", ["yes", "", "disabled", "1"])
+def test_reject_invalid_skip_network_policy_annotation_rejects_anything_else(value: str) -> None:
+    """An opt-out is explicit: a typo neither opens the tier nor silently keeps it closed."""
+    annotations = {"inferencecache.io/skip-network-policy": value}
+    assert run(r.reject_invalid_skip_network_policy_annotation, VLLM, annotations=annotations) == [
+        f"metadata.annotations[inferencecache.io/skip-network-policy]: Invalid value: "
+        f'"{value}": must be "true" (no NetworkPolicy isolates the managed cache tier) or '
+        '"false"'
+    ]
+
+
 def test_reject_unsupported_runtime_cache_pair_accepts_shipping_pairs() -> None:
     """Spec: VLLM/LMCache, SGLang/LMCache and SGLang/SGLangHiCache ship."""
     assert run(r.reject_unsupported_runtime_cache_pair, VLLM) == []

@@ -1,0 +1,499 @@
+"""On the real API server, with the real `icache dispatcher`, `icache worker` (as its
+ServiceAccount, so the RBAC is proven too) and `icache webhook`: a managed cache tier
+answers only its own engines.
+
+* Managed Redis and Managed LMCacheServer backends each get a NetworkPolicy that
+  selects the provider's pods and, evaluated from the object (no network plugin
+  enforces it here; ``shared.network_policy``), admits an engine pod, refuses a foreign
+  pod of the namespace and a pod of another namespace.
+* The Redis gets a password Secret owned by the backend; a real Redis-compatible server
+  started with the Deployment's rendered arguments, after substituting the ``$(VAR)``
+  references as the kubelet would, refuses an unauthenticated client and accepts the
+  credentials the webhook wired into the SGLang MP worker — which carries only a
+  secretKeyRef, as does the Redis pod template: no literal password anywhere.
+* Drift is repaired, a foreign object with the policy's name is left alone
+  (NameConflict), the opt-out annotation works and is validated, and a backend whose
+  Secret and policy are missing (as one from before this change) gets them back.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import socket
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from reconciler import kube as k
+from shared import constants as c
+from shared.api.models import CacheBackend
+from shared.network_policy import PodRef, applies_to_ingress, ingress_allowed
+from shared.storage_providers.render import password_digest, render, secret_password
+from tests.e2e.conftest import Cluster, Stack, condition, poll
+from tests.e2e.workloads import pod_ready, pods_of, rolled_out, wait_rolled_out
+from tests.harness.redis_server import RedisServer
+from tests.webhook_process import TEST_NAMESPACE_LABEL, WebhookProcess, registered, run_webhook
+
+NO_GATE = {c.ANNOTATION_REQUIRE_KV_EVENTS: "false"}
+REDIS_ENGINES = {"app": "sglang"}
+LM_ENGINES = {"app": "vllm"}
+REDIS_SPEC = {
+    "runtime": "SGLang",
+    "engineSelector": {"matchLabels": REDIS_ENGINES},
+    "remoteStorage": {"provider": "Redis", "ownership": "Managed"},
+}
+LM_SPEC = {
+    "runtime": "VLLM",
+    "engineSelector": {"matchLabels": LM_ENGINES},
+    "remoteStorage": {"provider": "LMCacheServer", "ownership": "Managed"},
+}
+VAR = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+
+
+@pytest.fixture
+def webhook_suffix(cluster: Cluster) -> Iterator[str]:
+    """The real `icache webhook`, registered (Pod wiring and CacheBackend admission) for
+    the namespaces labelled with the suffix this yields."""
+    suffix = f"isolation-{uuid.uuid4().hex[:6]}"
+    api = cluster.cp.api_client()
+    hook: WebhookProcess
+    try:
+        with run_webhook(cluster.cp.kubeconfig_path) as hook, registered(api, hook, suffix):
+            yield suffix
+    finally:
+        api.close()
+
+
+@pytest.fixture
+def wired(cluster: Cluster, webhook_suffix: str) -> str:
+    """A namespace the webhook serves."""
+    return cluster.namespace(labels={TEST_NAMESPACE_LABEL: webhook_suffix})
+
+
+# ------------------------------------------------------------------ helpers
+
+
+def get(cluster: Cluster, res: k.Resource, ns: str, name: str) -> dict[str, Any] | None:
+    return cluster.kube.get_or_none(res, ns, name)
+
+
+def wait_object(cluster: Cluster, res: k.Resource, ns: str, name: str) -> dict[str, Any]:
+    return poll(lambda: get(cluster, res, ns, name), timeout=30, what=f"{res.kind} {ns}/{name}")
+
+
+def policies(cluster: Cluster, ns: str) -> list[dict[str, Any]]:
+    return list(cluster.kube.list(k.NETWORKPOLICIES, ns).get("items") or [])
+
+
+def pod_ref(ns: str, labels: dict[str, str]) -> PodRef:
+    return PodRef(ns, labels, {"kubernetes.io/metadata.name": ns})
+
+
+def provider_pod(cluster: Cluster, ns: str, workload: str) -> PodRef:
+    dep = wait_object(cluster, k.DEPLOYMENTS, ns, workload)
+    return pod_ref(ns, dep["spec"]["template"]["metadata"]["labels"])
+
+
+def expand(value: str, env: dict[str, str]) -> str:
+    """The kubelet's $(VAR) expansion of a command/args string (defined variables)."""
+    return VAR.sub(lambda m: env.get(m.group(1), m.group(0)), value)
+
+
+def secret_env(container: dict[str, Any], cluster: Cluster, ns: str) -> dict[str, str]:
+    """The container's env as the kubelet resolves it: every secretKeyRef read."""
+    out: dict[str, str] = {}
+    for var in container.get("env") or []:
+        if "value" in var:
+            out[var["name"]] = var["value"]
+            continue
+        ref = var["valueFrom"]["secretKeyRef"]
+        secret = cluster.kube.get(k.SECRETS, ns, ref["name"])
+        out[var["name"]] = base64.b64decode(secret["data"][ref["key"]]).decode()
+    return out
+
+
+def spec_of(obj: dict[str, Any] | None) -> dict[str, Any] | None:
+    return None if obj is None else dict(obj["spec"])
+
+
+def template_digest(cluster: Cluster, ns: str) -> str | None:
+    dep = get(cluster, k.DEPLOYMENTS, ns, "chat-redis") or {}
+    template = (dep.get("spec") or {}).get("template") or {}
+    return ((template.get("metadata") or {}).get("annotations") or {}).get(c.ANNOTATION_AUTH_DIGEST)
+
+
+def assert_no_literal(obj: dict[str, Any], password: str) -> None:
+    text = json.dumps(obj)
+    assert password not in text
+    assert base64.b64encode(password.encode()).decode() not in text
+
+
+def resp(port: int, *commands: list[str]) -> list[bytes]:
+    """Send RESP commands on one connection; the first line of each reply."""
+    replies = []
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        reader = sock.makefile("rb")
+        for command in commands:
+            parts = [f"*{len(command)}\r\n".encode()]
+            for word in command:
+                data = word.encode()
+                parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
+            sock.sendall(b"".join(parts))
+            replies.append(reader.readline().rstrip())
+    return replies
+
+
+def sglang_pod(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": dict(REDIS_ENGINES)},
+        "spec": {
+            "containers": [
+                {
+                    "name": "sglang",
+                    "image": "lmsysorg/sglang:v0.5.3",
+                    "command": ["python3", "-m", "sglang.launch_server"],
+                    "args": ["--model-path", "Qwen/Qwen3-8B"],
+                }
+            ]
+        },
+    }
+
+
+def wired_pod(cluster: Cluster, ns: str, cb: str) -> dict[str, Any]:
+    """Create an SGLang engine pod once the webhook wires it to ``cb`` (dry runs until
+    the backend's endpoint reached its view)."""
+
+    def dry_run_wired() -> bool:
+        pod = cluster.kube.request(
+            "POST", k.PODS.collection(ns), query={"dryRun": "All"}, body=sglang_pod("probe")
+        )
+        annotations = pod["metadata"].get("annotations") or {}
+        return annotations.get(c.ANNOTATION_INJECTED_BY) == f"{ns}/{cb}"
+
+    poll(dry_run_wired, timeout=30, what=f"the webhook wiring engine pods to {ns}/{cb}")
+    return cluster.kube.create(k.PODS, ns, sglang_pod("engine"))
+
+
+def mp_worker(pod: dict[str, Any]) -> dict[str, Any]:
+    return next(
+        i for i in pod["spec"].get("initContainers") or [] if i["name"] == "lmcache-mp-worker"
+    )
+
+
+# ------------------------------------------------------------------ tests
+
+
+def test_each_managed_tier_admits_only_its_engines_and_redis_requires_the_wired_password(
+    cluster: Cluster, stack: Stack, wired: str
+) -> None:
+    stack.start_dispatcher()
+    stack.start_worker()
+    ns = wired
+    other_ns = cluster.namespace()
+    redis_cb = cluster.create_cb(ns, "chat", REDIS_SPEC, NO_GATE)
+    lm_cb = cluster.create_cb(ns, "docs", LM_SPEC, NO_GATE)
+
+    # ---- the NetworkPolicies, evaluated from the objects
+    for cb, workload, port, engine_labels in (
+        (redis_cb, "chat-redis", 6379, REDIS_ENGINES),
+        (lm_cb, "docs-lmcache-server", 65432, LM_ENGINES),
+    ):
+        policy = wait_object(cluster, k.NETWORKPOLICIES, ns, workload)
+        assert policy["metadata"]["ownerReferences"][0]["uid"] == cb["metadata"]["uid"]
+        every = policies(cluster, ns)
+        target = provider_pod(cluster, ns, workload)
+        selecting = [p["metadata"]["name"] for p in every if applies_to_ingress(p, target)]
+        assert selecting == [workload], "exactly its own policy isolates the provider pods"
+        assert ingress_allowed(every, target, pod_ref(ns, {**engine_labels, "x": "y"}), port)
+        assert not ingress_allowed(every, target, pod_ref(ns, {"app": "intruder"}), port)
+        assert not ingress_allowed(every, target, pod_ref(other_ns, dict(engine_labels)), port)
+
+    # ---- the Secret, and a Redis started with the rendered arguments requires it
+    secret = wait_object(cluster, k.SECRETS, ns, "chat-redis-auth")
+    assert secret["metadata"]["ownerReferences"][0]["uid"] == redis_cb["metadata"]["uid"]
+    password = secret_password(secret)
+    assert password
+    redis_dep = wait_object(cluster, k.DEPLOYMENTS, ns, "chat-redis")
+    assert_no_literal(redis_dep, password)
+    container = redis_dep["spec"]["template"]["spec"]["containers"][0]
+    env = secret_env(container, cluster, ns)
+    args = [expand(a, env) for a in container["args"]]
+    assert password in args, "the kubelet's expansion is what puts it on the command line"
+
+    # ---- the webhook wires the MP worker with a reference only
+    cluster.wait_cb(ns, "chat", lambda o: bool((o.get("status") or {}).get("endpoint")), "endpoint")
+    pod = wired_pod(cluster, ns, "chat")
+    assert_no_literal(pod, password)
+    worker = mp_worker(pod)
+    (ref,) = [e for e in worker["env"] if "valueFrom" in e]
+    assert ref["valueFrom"]["secretKeyRef"]["name"] == "chat-redis-auth"
+    assert get(cluster, k.SECRETS, ns, "chat-redis-auth") is not None, "a Secret that exists"
+    l2 = json.loads(worker["args"][worker["args"].index("--l2-adapter") + 1])
+    assert l2["password"] == f"$({ref['name']})"
+    wired_password = expand(l2["password"], secret_env(worker, cluster, ns))
+
+    server = RedisServer(server_args=args, password=password).start()
+    try:
+        unauthenticated, _ = resp(server.port, ["PING"], ["QUIT"])
+        assert unauthenticated.startswith(b"-NOAUTH"), unauthenticated
+        wrong, _ = resp(server.port, ["AUTH", "not-the-password"], ["QUIT"])
+        assert wrong.startswith(b"-WRONGPASS") or wrong.startswith(b"-ERR"), wrong
+        auth, pong = resp(server.port, ["AUTH", wired_password], ["PING"])
+        assert (auth, pong) == (b"+OK", b"+PONG")
+    finally:
+        server.stop()
+
+
+def test_drift_is_repaired_and_a_deleted_secret_comes_back_with_a_new_password(
+    cluster: Cluster, stack: Stack
+) -> None:
+    """Also the upgrade path: a backend whose Secret and policy are missing (as one
+    created before this change) gets them on its next reconcile."""
+    stack.start_dispatcher()
+    stack.start_worker()
+    ns = cluster.namespace()
+    cluster.create_cb(ns, "chat", REDIS_SPEC, NO_GATE)
+    policy = wait_object(cluster, k.NETWORKPOLICIES, ns, "chat-redis")
+    old = secret_password(wait_object(cluster, k.SECRETS, ns, "chat-redis-auth"))
+
+    opened: dict[str, Any] = {"spec": {"ingress": [{}]}}  # everyone, every port
+    cluster.kube.patch(k.NETWORKPOLICIES, ns, "chat-redis", opened, content_type=k.MERGE_PATCH)
+    poll(
+        lambda: (
+            get(cluster, k.NETWORKPOLICIES, ns, "chat-redis")["spec"]["ingress"]  # type: ignore[index]
+            == policy["spec"]["ingress"]
+        ),
+        timeout=30,
+        what="the opened policy to be repaired",
+    )
+
+    cluster.kube.delete(k.SECRETS, ns, "chat-redis-auth")
+    cluster.kube.delete(k.NETWORKPOLICIES, ns, "chat-redis")
+    new = poll(
+        lambda: secret_password(get(cluster, k.SECRETS, ns, "chat-redis-auth")),
+        timeout=30,
+        what="the Secret to come back",
+    )
+    assert new != old
+    wait_object(cluster, k.NETWORKPOLICIES, ns, "chat-redis")
+    want = password_digest(str(new))
+    digest = poll(
+        lambda: template_digest(cluster, ns) == want or None,
+        timeout=30,
+        what="Redis's pod template to carry the new password's digest",
+    )
+    dep = cluster.kube.get(k.DEPLOYMENTS, ns, "chat-redis")
+    assert_no_literal(dep, new)
+    assert digest
+
+
+def test_a_foreign_networkpolicy_with_the_name_is_left_alone(
+    cluster: Cluster, stack: Stack
+) -> None:
+    stack.start_dispatcher()
+    stack.start_worker()
+    ns = cluster.namespace()
+    theirs = cluster.kube.create(
+        k.NETWORKPOLICIES,
+        ns,
+        {
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
+            "metadata": {"name": "chat-redis", "labels": {"team": "theirs"}},
+            "spec": {"podSelector": {"matchLabels": {"app": "theirs"}}, "policyTypes": ["Ingress"]},
+        },
+    )
+    cluster.create_cb(ns, "chat", REDIS_SPEC, NO_GATE)
+    got = cluster.wait_condition(ns, "chat", "Ready", "False", "NameConflict")
+    ready = next(x for x in got["status"]["conditions"] if x["type"] == "Ready")
+    assert "NetworkPolicy chat-redis" in ready["message"]
+    assert cluster.kube.get(k.NETWORKPOLICIES, ns, "chat-redis") == theirs
+    # Held as a unit: not even the Secret is written while the name is taken.
+    assert get(cluster, k.SECRETS, ns, "chat-redis-auth") is None
+
+    cluster.kube.delete(k.NETWORKPOLICIES, ns, "chat-redis")
+    ours = wait_object(cluster, k.NETWORKPOLICIES, ns, "chat-redis")
+    assert ours["metadata"]["ownerReferences"][0]["name"] == "chat"
+    wait_object(cluster, k.SECRETS, ns, "chat-redis-auth")
+
+
+def test_the_opt_out_drops_the_policy_keeps_the_password_and_is_validated(
+    cluster: Cluster, stack: Stack, wired: str
+) -> None:
+    stack.start_dispatcher()
+    stack.start_worker()
+    ns = wired
+    cluster.create_cb(ns, "chat", REDIS_SPEC, NO_GATE)
+    wait_object(cluster, k.NETWORKPOLICIES, ns, "chat-redis")
+    password = secret_password(wait_object(cluster, k.SECRETS, ns, "chat-redis-auth"))
+
+    with pytest.raises(k.ApiError) as bad:
+        cluster.patch_cb(
+            ns, "chat", {"metadata": {"annotations": {c.ANNOTATION_SKIP_NETWORK_POLICY: "yes"}}}
+        )
+    assert bad.value.status == 422
+    assert f"metadata.annotations[{c.ANNOTATION_SKIP_NETWORK_POLICY}]" in bad.value.body
+
+    cluster.patch_cb(
+        ns, "chat", {"metadata": {"annotations": {c.ANNOTATION_SKIP_NETWORK_POLICY: "true"}}}
+    )
+    poll(
+        lambda: get(cluster, k.NETWORKPOLICIES, ns, "chat-redis") is None,
+        timeout=30,
+        what="the policy to be shed",
+    )
+    assert secret_password(cluster.kube.get(k.SECRETS, ns, "chat-redis-auth")) == password
+    assert condition(cluster.cb(ns, "chat"), "Ready") != ("False", "NameConflict")
+
+    cluster.patch_cb(
+        ns, "chat", {"metadata": {"annotations": {c.ANNOTATION_SKIP_NETWORK_POLICY: "false"}}}
+    )
+    wait_object(cluster, k.NETWORKPOLICIES, ns, "chat-redis")
+
+
+def test_an_engine_of_another_namespace_gets_the_endpoint_only_and_the_policy_follows_the_opt_in(
+    cluster: Cluster, stack: Stack, webhook_suffix: str
+) -> None:
+    """Cross-namespace engines (docs/decisions.md): a pod cannot reference another
+    namespace's Secret and the controller copies none, so an engine of team B wired by
+    an External backend to team A's managed Redis carries no password reference; A's
+    policy admits B's engines only with A's allowCrossNamespace."""
+    stack.start_dispatcher()
+    stack.start_worker()
+    team_a = cluster.namespace(labels={TEST_NAMESPACE_LABEL: webhook_suffix})
+    team_b = cluster.namespace(labels={TEST_NAMESPACE_LABEL: webhook_suffix})
+    cluster.create_cb(team_a, "chat", {**REDIS_SPEC, "allowCrossNamespace": True}, NO_GATE)
+    external = {
+        **REDIS_SPEC,
+        "allowCrossNamespace": True,
+        "remoteStorage": {
+            "provider": "Redis",
+            "ownership": "External",
+            "endpoint": f"chat-redis.{team_a}.svc:6379",
+        },
+    }
+    cluster.create_cb(team_b, "shared", external, NO_GATE)
+
+    target = provider_pod(cluster, team_a, "chat-redis")
+    wait_object(cluster, k.NETWORKPOLICIES, team_a, "chat-redis")
+    every = policies(cluster, team_a)
+    assert ingress_allowed(every, target, pod_ref(team_b, dict(REDIS_ENGINES)), 6379)
+    assert not ingress_allowed(every, target, pod_ref(team_b, {"app": "intruder"}), 6379)
+
+    pod = wired_pod(cluster, team_b, "shared")
+    worker = mp_worker(pod)
+    assert "secretKeyRef" not in json.dumps(pod)
+    l2 = json.loads(worker["args"][worker["args"].index("--l2-adapter") + 1])
+    assert "password" not in l2
+    assert l2["host"] == f"chat-redis.{team_a}.svc"
+    assert cluster.kube.list(k.SECRETS, team_b).get("items") == [], "no Secret is copied"
+
+
+def old_style_objects(cb: dict[str, Any]) -> list[dict[str, Any]]:
+    """What the worker rendered for a managed Redis before this change: the Deployment
+    and Service alone, Redis without a password and with protected mode off."""
+    objs = [
+        o for o in render(CacheBackend.model_validate(cb)) if o["kind"] in ("Deployment", "Service")
+    ]
+    dep = next(o for o in objs if o["kind"] == "Deployment")
+    template = dep["spec"]["template"]
+    template["metadata"].pop("annotations")
+    container = template["spec"]["containers"][0]
+    container.pop("env")
+    args = container["args"]
+    at = args.index("--requirepass")
+    args[at : at + 2] = ["--protected-mode", "no"]
+    return objs
+
+
+def test_a_backend_from_before_this_change_gets_its_secret_policy_and_password(
+    cluster: Cluster, stack: Stack
+) -> None:
+    ns = cluster.namespace()
+    cb = cluster.create_cb(ns, "chat", REDIS_SPEC, NO_GATE)
+    for obj in old_style_objects(cb):
+        cluster.kube.apply(k.BY_KIND[obj["kind"]], ns, obj)
+    assert get(cluster, k.SECRETS, ns, "chat-redis-auth") is None
+
+    stack.start_dispatcher()
+    stack.start_worker()
+    password = poll(
+        lambda: secret_password(get(cluster, k.SECRETS, ns, "chat-redis-auth")),
+        timeout=30,
+        what="the password Secret",
+    )
+    wait_object(cluster, k.NETWORKPOLICIES, ns, "chat-redis")
+
+    def upgraded() -> dict[str, Any] | None:
+        dep = get(cluster, k.DEPLOYMENTS, ns, "chat-redis") or {}
+        containers = dep["spec"]["template"]["spec"]["containers"]
+        return dep if "--requirepass" in containers[0]["args"] else None
+
+    dep = poll(upgraded, timeout=30, what="Redis to require the password")
+    container = dep["spec"]["template"]["spec"]["containers"][0]
+    assert "--protected-mode" not in container["args"]
+    assert container["env"][0]["valueFrom"]["secretKeyRef"]["name"] == "chat-redis-auth"
+    assert template_digest(cluster, ns) == password_digest(password)
+    assert_no_literal(dep, password)
+
+
+@pytest.mark.real_controllers
+def test_on_real_rollouts_the_policy_selects_the_redis_pods_a_new_password_rolls_them_and_gc(
+    cluster: Cluster, stack: Stack
+) -> None:
+    """With kube-controller-manager, the scheduler and kwok: the policy selects the pods
+    the Redis Deployment really runs; a re-created Secret (rotation) rolls them onto
+    pods started with the new password's digest; deleting the backend lets the garbage
+    collector remove the Secret and the policy (owner references)."""
+    stack.start_dispatcher()
+    stack.start_worker()
+    ns = cluster.namespace()
+    cluster.create_cb(ns, "chat", REDIS_SPEC, NO_GATE)
+    policy = wait_object(cluster, k.NETWORKPOLICIES, ns, "chat-redis")
+    dep = wait_rolled_out(cluster, ns, "Deployment", "chat-redis")
+    first = pods_of(cluster, ns, dep)
+    assert first
+    for pod in first:
+        target = pod_ref(ns, pod["metadata"]["labels"])
+        assert applies_to_ingress(policy, target)
+        assert ingress_allowed([policy], target, pod_ref(ns, dict(REDIS_ENGINES)), 6379)
+        assert not ingress_allowed([policy], target, pod_ref(ns, {"app": "intruder"}), 6379)
+
+    old = secret_password(cluster.kube.get(k.SECRETS, ns, "chat-redis-auth"))
+    cluster.kube.delete(k.SECRETS, ns, "chat-redis-auth")
+    new = poll(
+        lambda: secret_password(get(cluster, k.SECRETS, ns, "chat-redis-auth")),
+        timeout=30,
+        what="a new password Secret",
+    )
+    assert new != old
+    want = password_digest(str(new))
+
+    def rolled() -> list[dict[str, Any]] | None:
+        live = cluster.kube.get(k.DEPLOYMENTS, ns, "chat-redis")
+        pods = pods_of(cluster, ns, live)
+        if not rolled_out(live, sum(1 for p in pods if pod_ready(p))):
+            return None
+        digests = {
+            (p["metadata"].get("annotations") or {}).get(c.ANNOTATION_AUTH_DIGEST) for p in pods
+        }
+        return pods if pods and digests == {want} else None
+
+    second = poll(rolled, timeout=90, what="Redis rolled onto the new password")
+    assert not {p["metadata"]["uid"] for p in second} & {p["metadata"]["uid"] for p in first}
+
+    cluster.kube.delete(k.CACHEBACKENDS, ns, "chat")
+
+    def collected() -> bool:
+        return all(
+            get(cluster, res, ns, name) is None
+            for res, name in ((k.SECRETS, "chat-redis-auth"), (k.NETWORKPOLICIES, "chat-redis"))
+        )
+
+    poll(collected, timeout=60, what="the Secret and the policy to be garbage-collected")

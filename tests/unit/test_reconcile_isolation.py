@@ -1,0 +1,145 @@
+"""The reconcile shell converges a managed tier's password Secret and NetworkPolicy like
+its other owned objects: created (a backend from before this change gets them on its
+next reconcile), left alone when unchanged, repaired on drift, and the password kept
+while the Secret holds one. The real-API-server proof is tests/e2e/test_tier_isolation.py.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+from typing import Any
+
+from reconciler import kube as k
+from reconciler.reads import LiveReads
+from reconciler.reconcile import Reconciler
+from shared import constants as c
+from shared.storage_providers.render import password_digest, secret_password
+from tests.fakes import FakeKube
+
+NOW = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
+SECRET = "cb-redis-auth"
+WORKLOAD = "cb-redis"
+
+
+def backend(kube: FakeKube, **annotations: str) -> None:
+    meta: dict[str, Any] = {"name": "cb", "namespace": "ns", "uid": "cb-uid", "generation": 1}
+    if annotations:
+        meta["annotations"] = annotations
+    kube.put(
+        "cachebackends",
+        {
+            "apiVersion": "inferencecache.io/v1alpha1",
+            "kind": "CacheBackend",
+            "metadata": meta,
+            "spec": {
+                "runtime": "SGLang",
+                "type": "LMCache",
+                "engineSelector": {"matchLabels": {"app": "engine"}},
+                "remoteStorage": {"provider": "Redis", "ownership": "Managed"},
+            },
+        },
+    )
+
+
+def obj(kube: FakeKube, plural: str, name: str) -> dict[str, Any]:
+    return kube.objects[(plural, "ns", name)]
+
+
+def digest(kube: FakeKube) -> str:
+    template = obj(kube, "deployments", WORKLOAD)["spec"]["template"]
+    return str(template["metadata"]["annotations"][c.ANNOTATION_AUTH_DIGEST])
+
+
+def test_first_reconcile_creates_secret_policy_and_a_redis_that_reads_the_secret() -> None:
+    kube = FakeKube()
+    backend(kube)
+    rec = Reconciler(kube, clock=lambda: NOW)
+    rec.reconcile("ns/cb")
+    applied = [(verb, plural) for verb, plural, _ in kube.writes if verb == "apply"]
+    assert applied[:2] == [("apply", "secrets"), ("apply", "networkpolicies")]
+    password = secret_password(obj(kube, "secrets", SECRET))
+    assert password is not None
+    assert digest(kube) == password_digest(password)
+    # Idle: nothing more to write.
+    kube.writes.clear()
+    assert rec.reconcile("ns/cb").writes == 0
+
+
+def test_a_deleted_secret_is_recreated_with_a_new_password_and_redis_rolls() -> None:
+    kube = FakeKube()
+    backend(kube)
+    rec = Reconciler(kube, clock=lambda: NOW)
+    rec.reconcile("ns/cb")
+    old = secret_password(obj(kube, "secrets", SECRET))
+    kube.delete(k.SECRETS, "ns", SECRET)
+    kube.writes.clear()
+    rec.reconcile("ns/cb")
+    new = secret_password(obj(kube, "secrets", SECRET))
+    assert new not in (None, old)
+    assert digest(kube) == password_digest(str(new))
+    assert ("apply", "deployments", WORKLOAD) in kube.writes
+
+
+def test_a_drifted_policy_is_repaired() -> None:
+    kube = FakeKube()
+    backend(kube)
+    rec = Reconciler(kube, clock=lambda: NOW)
+    rec.reconcile("ns/cb")
+    policy = obj(kube, "networkpolicies", WORKLOAD)
+    wanted = policy["spec"]["ingress"]
+    policy["spec"]["ingress"] = [{}]  # opened to everyone
+    kube.writes.clear()
+    rec.reconcile("ns/cb")
+    assert kube.writes == [("apply", "networkpolicies", WORKLOAD)]
+    assert obj(kube, "networkpolicies", WORKLOAD)["spec"]["ingress"] == wanted
+
+
+def test_the_opt_out_sheds_the_policy_and_keeps_the_password() -> None:
+    kube = FakeKube()
+    backend(kube)
+    rec = Reconciler(kube, clock=lambda: NOW)
+    rec.reconcile("ns/cb")
+    password = secret_password(obj(kube, "secrets", SECRET))
+    backend(kube, **{c.ANNOTATION_SKIP_NETWORK_POLICY: "true"})
+    kube.writes.clear()
+    rec.reconcile("ns/cb")
+    assert ("delete", "networkpolicies", WORKLOAD) in kube.writes
+    assert ("networkpolicies", "ns", WORKLOAD) not in kube.objects
+    assert secret_password(obj(kube, "secrets", SECRET)) == password
+
+
+class SecretsNotListed(LiveReads):
+    """A watch cache that has not shown the Secret yet (the worker's cache lags)."""
+
+    def owned(self, namespace: str, name: str) -> list[dict[str, Any]]:
+        return [o for o in super().owned(namespace, name) if o.get("kind") != "Secret"]
+
+
+def test_a_secret_the_list_missed_is_read_and_its_password_kept() -> None:
+    """The password is rendered from the live Secret; one read by name (not listed yet)
+    is ours all the same, and must not be replaced by a new random password."""
+    kube = FakeKube()
+    backend(kube)
+    Reconciler(kube, clock=lambda: NOW).reconcile("ns/cb")
+    password = secret_password(obj(kube, "secrets", SECRET))
+    kube.writes.clear()
+    Reconciler(kube, clock=lambda: NOW, reads=SecretsNotListed(kube)).reconcile("ns/cb")
+    assert secret_password(obj(kube, "secrets", SECRET)) == password
+    assert [w for w in kube.writes if w[0] == "apply"] == []
+
+
+def test_a_password_written_into_the_secret_is_kept_and_rolls_redis() -> None:
+    """Rotation by editing the Secret: the operator's password stays (the Secret is not
+    re-applied) and Redis's pod template takes its digest, so Redis restarts with it."""
+    kube = FakeKube()
+    backend(kube)
+    rec = Reconciler(kube, clock=lambda: NOW)
+    rec.reconcile("ns/cb")
+    chosen = "f" * 64
+    obj(kube, "secrets", SECRET)["data"]["password"] = base64.b64encode(chosen.encode()).decode()
+    kube.writes.clear()
+    rec.reconcile("ns/cb")
+    assert kube.writes == [("apply", "deployments", WORKLOAD)]
+    assert digest(kube) == password_digest(chosen)
+    assert secret_password(obj(kube, "secrets", SECRET)) == chosen
