@@ -17,9 +17,18 @@ another cluster, and ``icache certs`` writes Secrets. When nothing is found,
 
 The official client's own defaults are not used: it reads ``KUBECONFIG`` once, at
 import, and its in-cluster and kubeconfig loaders each know only their half of the
-order. Timeouts and retries are set here too, so a process states them once. This
-module imports the official client only when called: ``icache`` imports it to report
-a :class:`KubeConfigError` as one line, and ``icache crd`` need not pay for it.
+order.
+
+Both faces of the API client read their shared rules from here, so every process
+follows them: the synchronous :class:`shared.kubeclient.Kube` (the reconciler, the
+dispatcher, ``icache certs`` and doctor) and the webhook's asyncio
+:class:`webhook_svc.apiserver.ApiServer`. The rules are the per-request timeout, the
+retries and the API paths of every resource the project touches (one table of
+:class:`Resource`, built from :mod:`shared.constants`).
+
+This module imports the official client only when called: ``icache`` imports it to
+report a :class:`KubeConfigError` as one line, and ``icache crd`` and the webhook's
+embedded mode need not pay for it.
 """
 
 from __future__ import annotations
@@ -31,7 +40,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
+
+from shared import constants as c
 
 if TYPE_CHECKING:
     from kubernetes.aio.client import ApiClient as AsyncApiClient
@@ -53,6 +64,87 @@ KUBECONFIG_HELP: Final = (
     "kubeconfig file (default: the in-cluster ServiceAccount, then $KUBECONFIG, "
     "then ~/.kube/config)"
 )
+
+
+# ------------------------------------------------------------------ resources
+
+
+@dataclass(frozen=True)
+class Resource:
+    """An API resource and the paths of its collection and its objects. Namespace and
+    name are percent-encoded as path segments."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool = True
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def _base(self) -> str:
+        return f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+
+    def collection(self, namespace: str | None = None) -> str:
+        """The collection in ``namespace``; every namespace's (or a cluster-scoped
+        resource's) when it is None or empty."""
+        if self.namespaced and namespace:
+            return f"{self._base()}/namespaces/{quote(namespace, safe='')}/{self.plural}"
+        return f"{self._base()}/{self.plural}"
+
+    def item(self, namespace: str | None, name: str) -> str:
+        return f"{self.collection(namespace)}/{quote(name, safe='')}"
+
+
+# Every resource the project reads or writes: the one table its API paths come from.
+CACHEBACKENDS: Final = Resource(c.GROUP, c.VERSION, c.PLURAL, c.KIND)
+DEPLOYMENTS: Final = Resource("apps", "v1", "deployments", "Deployment")
+STATEFULSETS: Final = Resource("apps", "v1", "statefulsets", "StatefulSet")
+REPLICASETS: Final = Resource("apps", "v1", "replicasets", "ReplicaSet")
+SERVICES: Final = Resource("", "v1", "services", "Service")
+HPAS: Final = Resource("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler")
+PODS: Final = Resource("", "v1", "pods", "Pod")
+EVENTS: Final = Resource("", "v1", "events", "Event")
+LEASES: Final = Resource("coordination.k8s.io", "v1", "leases", "Lease")
+SECRETS: Final = Resource("", "v1", "secrets", "Secret")
+MUTATING_WEBHOOK_CONFIGURATIONS: Final = Resource(
+    "admissionregistration.k8s.io",
+    "v1",
+    "mutatingwebhookconfigurations",
+    "MutatingWebhookConfiguration",
+    namespaced=False,
+)
+VALIDATING_WEBHOOK_CONFIGURATIONS: Final = Resource(
+    "admissionregistration.k8s.io",
+    "v1",
+    "validatingwebhookconfigurations",
+    "ValidatingWebhookConfiguration",
+    namespaced=False,
+)
+SUBJECT_ACCESS_REVIEWS: Final = Resource(
+    "authorization.k8s.io", "v1", "subjectaccessreviews", "SubjectAccessReview", namespaced=False
+)
+
+BY_KIND: Final[dict[str, Resource]] = {
+    r.kind: r
+    for r in (
+        CACHEBACKENDS,
+        DEPLOYMENTS,
+        STATEFULSETS,
+        REPLICASETS,
+        SERVICES,
+        HPAS,
+        PODS,
+        EVENTS,
+        LEASES,
+        SECRETS,
+        MUTATING_WEBHOOK_CONFIGURATIONS,
+        VALIDATING_WEBHOOK_CONFIGURATIONS,
+        SUBJECT_ACCESS_REVIEWS,
+    )
+}
 
 
 class KubeConfigError(Exception):

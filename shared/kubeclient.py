@@ -17,90 +17,35 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any, Final, Protocol
 from urllib.parse import urlencode
 
 import urllib3
 from kubernetes import client as k8s_client
 
+# The resource table is the access layer's (shared/kubeaccess.py); its names are
+# re-exported for the callers that name resources through this module (``k.PODS``).
+from shared.kubeaccess import BY_KIND as BY_KIND
+from shared.kubeaccess import CACHEBACKENDS as CACHEBACKENDS
 from shared.kubeaccess import DEFAULT_TIMEOUT_SECONDS
+from shared.kubeaccess import DEPLOYMENTS as DEPLOYMENTS
+from shared.kubeaccess import EVENTS as EVENTS
+from shared.kubeaccess import HPAS as HPAS
+from shared.kubeaccess import LEASES as LEASES
+from shared.kubeaccess import MUTATING_WEBHOOK_CONFIGURATIONS as MUTATING_WEBHOOK_CONFIGURATIONS
+from shared.kubeaccess import PODS as PODS
+from shared.kubeaccess import REPLICASETS as REPLICASETS
+from shared.kubeaccess import SECRETS as SECRETS
+from shared.kubeaccess import SERVICES as SERVICES
+from shared.kubeaccess import STATEFULSETS as STATEFULSETS
+from shared.kubeaccess import SUBJECT_ACCESS_REVIEWS as SUBJECT_ACCESS_REVIEWS
+from shared.kubeaccess import VALIDATING_WEBHOOK_CONFIGURATIONS as VALIDATING_WEBHOOK_CONFIGURATIONS
+from shared.kubeaccess import Resource as Resource
 
 log = logging.getLogger(__name__)
 
 FIELD_MANAGER = "inference-cache"
 
-
-@dataclass(frozen=True)
-class Resource:
-    group: str
-    version: str
-    plural: str
-    kind: str
-    namespaced: bool = True
-
-    @property
-    def api_version(self) -> str:
-        return f"{self.group}/{self.version}" if self.group else self.version
-
-    def _base(self) -> str:
-        return f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
-
-    def collection(self, namespace: str | None = None) -> str:
-        if self.namespaced and namespace:
-            return f"{self._base()}/namespaces/{namespace}/{self.plural}"
-        return f"{self._base()}/{self.plural}"
-
-    def item(self, namespace: str | None, name: str) -> str:
-        return f"{self.collection(namespace)}/{name}"
-
-
-CACHEBACKENDS = Resource("inferencecache.io", "v1alpha1", "cachebackends", "CacheBackend")
-DEPLOYMENTS = Resource("apps", "v1", "deployments", "Deployment")
-STATEFULSETS = Resource("apps", "v1", "statefulsets", "StatefulSet")
-REPLICASETS = Resource("apps", "v1", "replicasets", "ReplicaSet")
-SERVICES = Resource("", "v1", "services", "Service")
-HPAS = Resource("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler")
-PODS = Resource("", "v1", "pods", "Pod")
-EVENTS = Resource("", "v1", "events", "Event")
-LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease")
-SECRETS = Resource("", "v1", "secrets", "Secret")
-MUTATING_WEBHOOK_CONFIGURATIONS = Resource(
-    "admissionregistration.k8s.io",
-    "v1",
-    "mutatingwebhookconfigurations",
-    "MutatingWebhookConfiguration",
-    namespaced=False,
-)
-VALIDATING_WEBHOOK_CONFIGURATIONS = Resource(
-    "admissionregistration.k8s.io",
-    "v1",
-    "validatingwebhookconfigurations",
-    "ValidatingWebhookConfiguration",
-    namespaced=False,
-)
-SUBJECT_ACCESS_REVIEWS = Resource(
-    "authorization.k8s.io", "v1", "subjectaccessreviews", "SubjectAccessReview", namespaced=False
-)
-
-BY_KIND: dict[str, Resource] = {
-    r.kind: r
-    for r in (
-        CACHEBACKENDS,
-        DEPLOYMENTS,
-        STATEFULSETS,
-        REPLICASETS,
-        SERVICES,
-        HPAS,
-        PODS,
-        EVENTS,
-        LEASES,
-        SECRETS,
-        MUTATING_WEBHOOK_CONFIGURATIONS,
-        VALIDATING_WEBHOOK_CONFIGURATIONS,
-        SUBJECT_ACCESS_REVIEWS,
-    )
-}
 
 MERGE_PATCH: Final = "application/merge-patch+json"
 JSON_PATCH: Final = "application/json-patch+json"
