@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
-from typing import Any, Final, Protocol
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, Final, Protocol, TypeVar
 from urllib.parse import urlencode
 
 import urllib3
@@ -27,7 +28,7 @@ from kubernetes import client as k8s_client
 # re-exported for the callers that name resources through this module (``k.PODS``).
 from shared.kubeaccess import BY_KIND as BY_KIND
 from shared.kubeaccess import CACHEBACKENDS as CACHEBACKENDS
-from shared.kubeaccess import DEFAULT_TIMEOUT_SECONDS
+from shared.kubeaccess import DEFAULT_TIMEOUT_SECONDS, RETRY_POLICY, retry_after_wait
 from shared.kubeaccess import DEPLOYMENTS as DEPLOYMENTS
 from shared.kubeaccess import EVENTS as EVENTS
 from shared.kubeaccess import HPAS as HPAS
@@ -202,8 +203,13 @@ class Kube:
         accept: str = JSON_ACCEPT,
     ) -> dict[str, Any]:
         url, headers, body = self._prepare(method, path, query, body, content_type, accept)
-        resp = self.api_client.call_api(
-            method, url, header_params=headers, body=body, _request_timeout=self.timeout
+        resp = _final_answer(
+            lambda: self.api_client.call_api(
+                method, url, header_params=headers, body=body, _request_timeout=self.timeout
+            ),
+            lambda answer: answer.read(),
+            replayable=method in RETRY_POLICY.idempotent_methods,
+            budget=self.timeout,
         )
         data = resp.read() or b""
         if not 200 <= resp.status <= 299:
@@ -369,16 +375,7 @@ class Kube:
             None,
             METADATA_ACCEPT if metadata_only else JSON_ACCEPT,
         )
-        pool = self.api_client.rest_client.pool_manager
-        resp = pool.request(
-            "GET",
-            url,
-            headers=headers,
-            preload_content=False,
-            timeout=urllib3.Timeout(
-                connect=WATCH_CONNECT_TIMEOUT_SECONDS, read=timeout_seconds + 30.0
-            ),
-        )
+        resp = self._open_watch(url, headers, timeout_seconds)
         try:
             if resp.status != 200:
                 raise ApiError(resp.status, str(resp.reason), resp.data.decode(errors="replace"))
@@ -400,6 +397,64 @@ class Kube:
                     yield event
         finally:
             resp.release_conn()
+
+    def _open_watch(
+        self, url: str, headers: dict[str, str], timeout_seconds: int
+    ) -> urllib3.BaseHTTPResponse:
+        """The watch's streaming answer; a Retry-After answer is waited out as any
+        GET's is, within the watch's connect budget."""
+        pool = self.api_client.rest_client.pool_manager
+        timeout = urllib3.Timeout(
+            connect=WATCH_CONNECT_TIMEOUT_SECONDS, read=timeout_seconds + 30.0
+        )
+        return _final_answer(
+            lambda: pool.request(
+                "GET", url, headers=headers, preload_content=False, timeout=timeout
+            ),
+            _discard,
+            replayable=True,
+            budget=WATCH_CONNECT_TIMEOUT_SECONDS,
+        )
+
+
+class _Answer(Protocol):
+    @property
+    def status(self) -> int: ...
+
+    @property
+    def headers(self) -> Any: ...
+
+
+_A = TypeVar("_A", bound=_Answer)
+
+
+def _final_answer(
+    send: Callable[[], _A], discard: Callable[[_A], object], *, replayable: bool, budget: float
+) -> _A:
+    """``send()``'s answer, sent again while the access layer's Retry-After rule
+    (:func:`shared.kubeaccess.retry_after_wait`) says to, within ``budget`` seconds;
+    ``discard`` frees an answer that is not kept."""
+    started = time.monotonic()
+    sent = 0
+    while True:
+        answer = send()
+        sent += 1
+        wait = retry_after_wait(
+            answer.status,
+            answer.headers.get("Retry-After"),
+            sent=sent,
+            remaining=budget - (time.monotonic() - started),
+            replayable=replayable,
+        )
+        if wait is None:
+            return answer
+        discard(answer)
+        time.sleep(wait)  # the server's Retry-After, which fits in the budget
+
+
+def _discard(resp: urllib3.BaseHTTPResponse) -> None:
+    resp.drain_conn()
+    resp.release_conn()
 
 
 def _q(value: Any) -> str:
