@@ -204,8 +204,8 @@ class Kube:
     ) -> dict[str, Any]:
         url, headers, body = self._prepare(method, path, query, body, content_type, accept)
         resp = _final_answer(
-            lambda: self.api_client.call_api(
-                method, url, header_params=headers, body=body, _request_timeout=self.timeout
+            lambda left: self.api_client.call_api(
+                method, url, header_params=headers, body=body, _request_timeout=left
             ),
             lambda answer: answer.read(),
             replayable=method in RETRY_POLICY.idempotent_methods,
@@ -404,12 +404,13 @@ class Kube:
         """The watch's streaming answer; a Retry-After answer is waited out as any
         GET's is, within the watch's connect budget."""
         pool = self.api_client.rest_client.pool_manager
-        timeout = urllib3.Timeout(
-            connect=WATCH_CONNECT_TIMEOUT_SECONDS, read=timeout_seconds + 30.0
-        )
         return _final_answer(
-            lambda: pool.request(
-                "GET", url, headers=headers, preload_content=False, timeout=timeout
+            lambda left: pool.request(
+                "GET",
+                url,
+                headers=headers,
+                preload_content=False,
+                timeout=urllib3.Timeout(connect=left, read=timeout_seconds + 30.0),
             ),
             _discard,
             replayable=True,
@@ -429,27 +430,36 @@ _A = TypeVar("_A", bound=_Answer)
 
 
 def _final_answer(
-    send: Callable[[], _A], discard: Callable[[_A], object], *, replayable: bool, budget: float
+    send: Callable[[float], _A],
+    discard: Callable[[_A], object],
+    *,
+    replayable: bool,
+    budget: float,
 ) -> _A:
-    """``send()``'s answer, sent again while the access layer's Retry-After rule
-    (:func:`shared.kubeaccess.retry_after_wait`) says to, within ``budget`` seconds;
-    ``discard`` frees an answer that is not kept."""
-    started = time.monotonic()
+    """``send(seconds_left)``'s answer, sent again while the access layer's Retry-After
+    rule (:func:`shared.kubeaccess.retry_after_wait`) says to. ``budget`` bounds the
+    whole call, waits and resends included: each send gets what is left of it (the
+    first, all of it). ``discard`` frees an answer that is not kept."""
+    deadline = time.monotonic() + budget
+    left = budget
     sent = 0
     while True:
-        answer = send()
+        answer = send(left)
         sent += 1
         wait = retry_after_wait(
             answer.status,
             answer.headers.get("Retry-After"),
             sent=sent,
-            remaining=budget - (time.monotonic() - started),
+            remaining=deadline - time.monotonic(),
             replayable=replayable,
         )
         if wait is None:
             return answer
         discard(answer)
         time.sleep(wait)  # the server's Retry-After, which fits in the budget
+        left = deadline - time.monotonic()
+        if left <= 0:  # the sleep overran what was left: this answer stands
+            return answer
 
 
 def _discard(resp: urllib3.BaseHTTPResponse) -> None:
