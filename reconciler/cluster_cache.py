@@ -408,7 +408,7 @@ class ClusterCache:
             WatchSpec(k.CACHEBACKENDS),
             on_change=self._backend_changed,
             on_listed=self._follow_selectors,
-            on_restart=_count_restart("cachebackends"),
+            on_restart=_count_restart(k.CACHEBACKENDS.plural),
             watch_timeout=watch_timeout,
         )
         router = ChangeRouter(self.backends, self._add)

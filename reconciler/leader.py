@@ -23,8 +23,9 @@ log = logging.getLogger(__name__)
 
 
 def lease_client(kube: k.KubeClient, renew_deadline: float) -> k.KubeClient:
-    """A client for the Lease calls alone: one attempt per request (no urllib3
-    retries) with the renew deadline as its timeout, as client-go bounds each renew.
+    """A client for the Lease calls alone: no urllib3 transport retries, and the renew
+    deadline as each call's whole budget (a Retry-After wait and the resend included),
+    as client-go bounds each renew.
     A leader whose API server stopped answering must notice it no longer holds the
     lease before a standby can take over, not after the shared client's 30 s timeout
     times its retries."""

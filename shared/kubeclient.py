@@ -16,93 +16,38 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any, Final, Protocol
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, Final, Protocol, TypeVar
 from urllib.parse import urlencode
 
 import urllib3
 from kubernetes import client as k8s_client
 
-from shared.kubeaccess import DEFAULT_TIMEOUT_SECONDS
+# The resource table is the access layer's (shared/kubeaccess.py); its names are
+# re-exported for the callers that name resources through this module (``k.PODS``).
+from shared.kubeaccess import BY_KIND as BY_KIND
+from shared.kubeaccess import CACHEBACKENDS as CACHEBACKENDS
+from shared.kubeaccess import DEFAULT_TIMEOUT_SECONDS, RETRY_POLICY, retry_after_wait
+from shared.kubeaccess import DEPLOYMENTS as DEPLOYMENTS
+from shared.kubeaccess import EVENTS as EVENTS
+from shared.kubeaccess import HPAS as HPAS
+from shared.kubeaccess import LEASES as LEASES
+from shared.kubeaccess import MUTATING_WEBHOOK_CONFIGURATIONS as MUTATING_WEBHOOK_CONFIGURATIONS
+from shared.kubeaccess import NETWORKPOLICIES as NETWORKPOLICIES
+from shared.kubeaccess import PODS as PODS
+from shared.kubeaccess import REPLICASETS as REPLICASETS
+from shared.kubeaccess import SECRETS as SECRETS
+from shared.kubeaccess import SERVICES as SERVICES
+from shared.kubeaccess import STATEFULSETS as STATEFULSETS
+from shared.kubeaccess import SUBJECT_ACCESS_REVIEWS as SUBJECT_ACCESS_REVIEWS
+from shared.kubeaccess import VALIDATING_WEBHOOK_CONFIGURATIONS as VALIDATING_WEBHOOK_CONFIGURATIONS
+from shared.kubeaccess import Resource as Resource
 
 log = logging.getLogger(__name__)
 
 FIELD_MANAGER = "inference-cache"
 
-
-@dataclass(frozen=True)
-class Resource:
-    group: str
-    version: str
-    plural: str
-    kind: str
-    namespaced: bool = True
-
-    @property
-    def api_version(self) -> str:
-        return f"{self.group}/{self.version}" if self.group else self.version
-
-    def _base(self) -> str:
-        return f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
-
-    def collection(self, namespace: str | None = None) -> str:
-        if self.namespaced and namespace:
-            return f"{self._base()}/namespaces/{namespace}/{self.plural}"
-        return f"{self._base()}/{self.plural}"
-
-    def item(self, namespace: str | None, name: str) -> str:
-        return f"{self.collection(namespace)}/{name}"
-
-
-CACHEBACKENDS = Resource("inferencecache.io", "v1alpha1", "cachebackends", "CacheBackend")
-DEPLOYMENTS = Resource("apps", "v1", "deployments", "Deployment")
-STATEFULSETS = Resource("apps", "v1", "statefulsets", "StatefulSet")
-REPLICASETS = Resource("apps", "v1", "replicasets", "ReplicaSet")
-SERVICES = Resource("", "v1", "services", "Service")
-HPAS = Resource("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler")
-PODS = Resource("", "v1", "pods", "Pod")
-EVENTS = Resource("", "v1", "events", "Event")
-LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease")
-SECRETS = Resource("", "v1", "secrets", "Secret")
-NETWORKPOLICIES = Resource("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy")
-MUTATING_WEBHOOK_CONFIGURATIONS = Resource(
-    "admissionregistration.k8s.io",
-    "v1",
-    "mutatingwebhookconfigurations",
-    "MutatingWebhookConfiguration",
-    namespaced=False,
-)
-VALIDATING_WEBHOOK_CONFIGURATIONS = Resource(
-    "admissionregistration.k8s.io",
-    "v1",
-    "validatingwebhookconfigurations",
-    "ValidatingWebhookConfiguration",
-    namespaced=False,
-)
-SUBJECT_ACCESS_REVIEWS = Resource(
-    "authorization.k8s.io", "v1", "subjectaccessreviews", "SubjectAccessReview", namespaced=False
-)
-
-BY_KIND: dict[str, Resource] = {
-    r.kind: r
-    for r in (
-        CACHEBACKENDS,
-        DEPLOYMENTS,
-        STATEFULSETS,
-        REPLICASETS,
-        SERVICES,
-        HPAS,
-        PODS,
-        EVENTS,
-        LEASES,
-        SECRETS,
-        NETWORKPOLICIES,
-        MUTATING_WEBHOOK_CONFIGURATIONS,
-        VALIDATING_WEBHOOK_CONFIGURATIONS,
-        SUBJECT_ACCESS_REVIEWS,
-    )
-}
 
 MERGE_PATCH: Final = "application/merge-patch+json"
 JSON_PATCH: Final = "application/json-patch+json"
@@ -259,8 +204,13 @@ class Kube:
         accept: str = JSON_ACCEPT,
     ) -> dict[str, Any]:
         url, headers, body = self._prepare(method, path, query, body, content_type, accept)
-        resp = self.api_client.call_api(
-            method, url, header_params=headers, body=body, _request_timeout=self.timeout
+        resp = _final_answer(
+            lambda left: self.api_client.call_api(
+                method, url, header_params=headers, body=body, _request_timeout=left
+            ),
+            lambda answer: answer.read(),
+            replayable=method in RETRY_POLICY.idempotent_methods,
+            budget=self.timeout,
         )
         data = resp.read() or b""
         if not 200 <= resp.status <= 299:
@@ -426,16 +376,7 @@ class Kube:
             None,
             METADATA_ACCEPT if metadata_only else JSON_ACCEPT,
         )
-        pool = self.api_client.rest_client.pool_manager
-        resp = pool.request(
-            "GET",
-            url,
-            headers=headers,
-            preload_content=False,
-            timeout=urllib3.Timeout(
-                connect=WATCH_CONNECT_TIMEOUT_SECONDS, read=timeout_seconds + 30.0
-            ),
-        )
+        resp = self._open_watch(url, headers, timeout_seconds)
         try:
             if resp.status != 200:
                 raise ApiError(resp.status, str(resp.reason), resp.data.decode(errors="replace"))
@@ -457,6 +398,74 @@ class Kube:
                     yield event
         finally:
             resp.release_conn()
+
+    def _open_watch(
+        self, url: str, headers: dict[str, str], timeout_seconds: int
+    ) -> urllib3.BaseHTTPResponse:
+        """The watch's streaming answer; a Retry-After answer is waited out as any
+        GET's is, within the watch's connect budget."""
+        pool = self.api_client.rest_client.pool_manager
+        return _final_answer(
+            lambda left: pool.request(
+                "GET",
+                url,
+                headers=headers,
+                preload_content=False,
+                timeout=urllib3.Timeout(connect=left, read=timeout_seconds + 30.0),
+            ),
+            _discard,
+            replayable=True,
+            budget=WATCH_CONNECT_TIMEOUT_SECONDS,
+        )
+
+
+class _Answer(Protocol):
+    @property
+    def status(self) -> int: ...
+
+    @property
+    def headers(self) -> Any: ...
+
+
+_A = TypeVar("_A", bound=_Answer)
+
+
+def _final_answer(
+    send: Callable[[float], _A],
+    discard: Callable[[_A], object],
+    *,
+    replayable: bool,
+    budget: float,
+) -> _A:
+    """``send(seconds_left)``'s answer, sent again while the access layer's Retry-After
+    rule (:func:`shared.kubeaccess.retry_after_wait`) says to. ``budget`` bounds the
+    whole call, waits and resends included: each send gets what is left of it (the
+    first, all of it). ``discard`` frees an answer that is not kept."""
+    deadline = time.monotonic() + budget
+    left = budget
+    sent = 0
+    while True:
+        answer = send(left)
+        sent += 1
+        wait = retry_after_wait(
+            answer.status,
+            answer.headers.get("Retry-After"),
+            sent=sent,
+            remaining=deadline - time.monotonic(),
+            replayable=replayable,
+        )
+        if wait is None:
+            return answer
+        discard(answer)
+        time.sleep(wait)  # the server's Retry-After, which fits in the budget
+        left = deadline - time.monotonic()
+        if left <= 0:  # the sleep overran what was left: this answer stands
+            return answer
+
+
+def _discard(resp: urllib3.BaseHTTPResponse) -> None:
+    resp.drain_conn()
+    resp.release_conn()
 
 
 def _q(value: Any) -> str:

@@ -3,17 +3,20 @@
 Two calls are made on the admission path: the Pod route's live CacheBackend LIST and
 the validating route's SubjectAccessReview. Both go through the official client's
 asyncio ApiClient (``kubernetes.aio``, aiohttp underneath), configured by
-:func:`shared.kubeaccess.async_api_client` like every other process: same source
-order, TLS files, proxy and token refresh. Answers are read as bytes and decoded with
-orjson by the caller; the generated API methods (argument validation, model objects)
-are not used on this path.
+:func:`shared.kubeaccess.async_client_for` from the configuration every other process
+loads: same source order, TLS files, proxy and token refresh. Their paths come from the
+access layer's resource table, and answers are read as bytes and decoded with orjson
+by the caller; the generated API methods (argument validation, model objects) are not
+used on this path.
 
-Each call has a hard wall-clock budget: past it the caller gets ``TimeoutError``. An
-answer 429 or 503 with a Retry-After that still fits in the budget is waited out and
-the request sent again, as client-go does: a restarted API server answers "storage is
-(re)initializing" for a moment after it reports ready, and a pod admitted then would
-stay unwired. A request on a pooled connection the server had closed is sent once
-more on a new one.
+Each call has a hard wall-clock budget: past it the caller gets ``TimeoutError``.
+Within it the access layer's one retry policy applies
+(:data:`shared.kubeaccess.RETRY_POLICY`): an answer 429 or 503 with a Retry-After that
+still fits in the budget is waited out and the request sent again
+(:func:`shared.kubeaccess.retry_after_wait`), as the synchronous client does: a
+restarted API server answers "storage is (re)initializing" for a moment after it
+reports ready, and a pod admitted then would stay unwired. A request on a pooled
+connection the server had closed is sent once more on a new one.
 
 A rotated CA or client certificate file is used from the next request on: the files'
 stamps are checked at most once a second, and a change builds a new client.
@@ -29,13 +32,12 @@ from typing import TYPE_CHECKING, Any, Final
 
 import aiohttp
 
+from shared.kubeaccess import RETRY_POLICY, retry_after_wait
+
 if TYPE_CHECKING:
     from kubernetes.aio.client import ApiClient
 
 USER_AGENT: Final = "inference-cache-webhook"
-# Answers worth waiting out when they say how long (Retry-After), and how many times.
-RETRY_AFTER_STATUSES: Final = frozenset({429, 503})
-MAX_ATTEMPTS: Final = 5
 # How often the TLS files are looked at (two or three stat calls).
 TLS_CHECK_SECONDS: Final = 1.0
 
@@ -49,13 +51,6 @@ def _stamp(paths: list[str]) -> tuple[tuple[str, int], ...]:
         except OSError:
             stamps.append((path, -1))
     return tuple(stamps)
-
-
-def retry_after_seconds(headers: Any) -> float | None:
-    value = headers.get("Retry-After")
-    if value is None or not value.strip().isdigit():
-        return None
-    return float(value)
 
 
 class ApiServer:
@@ -107,31 +102,37 @@ class ApiServer:
         deadline = loop.time() + budget
         try:
             async with asyncio.timeout(budget):
-                dropped = False
-                for _ in range(MAX_ATTEMPTS):
+                sent = dropped = 0
+                while True:
+                    sent += 1
                     try:
                         status, data, retry_after = await self._once(method, path, body, budget)
                     except aiohttp.ServerDisconnectedError:
                         # A pooled connection the server had closed (it restarted, or its
-                        # idle timeout struck first): once more, on a new connection.
-                        if dropped:
+                        # idle timeout struck first): again, on a new connection.
+                        dropped += 1
+                        if dropped > RETRY_POLICY.stale_connection_resends or (
+                            sent >= RETRY_POLICY.sends
+                        ):
                             raise
-                        dropped = True
                         continue
-                    if (
-                        status not in RETRY_AFTER_STATUSES
-                        or retry_after is None
-                        or loop.time() + retry_after >= deadline
-                    ):
+                    wait = retry_after_wait(
+                        status,
+                        retry_after,
+                        sent=sent,
+                        remaining=deadline - loop.time(),
+                        replayable=True,  # a GET, or a POST that changes nothing
+                    )
+                    if wait is None:
                         break
-                    await asyncio.sleep(retry_after)
+                    await asyncio.sleep(wait)
         except TimeoutError:
             raise TimeoutError(f"no answer from the API server within {budget:g} s") from None
         return status, data
 
     async def _once(
         self, method: str, path: str, body: dict[str, Any] | None, budget: float
-    ) -> tuple[int, bytes, float | None]:
+    ) -> tuple[int, bytes, str | None]:
         client = self._current()
         headers: dict[str, str] = {
             "Accept": "application/json",
@@ -143,7 +144,7 @@ class ApiServer:
             method, self._host + path, header_params=headers, body=body, _request_timeout=budget
         )
         data = await response.read()
-        return response.status, data, retry_after_seconds(response.headers)
+        return response.status, data, response.headers.get("Retry-After")
 
     async def close(self) -> None:
         for client in (*self._old, self._client):

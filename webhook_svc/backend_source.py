@@ -14,20 +14,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final, Protocol
-from urllib.parse import quote
 
 import orjson
 
-from shared import constants as c
+from shared.kubeaccess import CACHEBACKENDS
 from webhook_svc.apiserver import ApiServer
 
 
 class BackendSource(Protocol):
     async def list(self, namespace: str) -> list[dict[str, Any]]: ...
-
-
-def backends_path(namespace: str) -> str:
-    return f"/apis/{c.GROUP}/{c.VERSION}/namespaces/{quote(namespace, safe='')}/{c.PLURAL}"
 
 
 # The Pod webhook's timeoutSeconds is 5: the lookup must give up well before the API
@@ -95,5 +90,5 @@ class ApiBackendSource:
         self._api, self._seconds = api, seconds
 
     async def list(self, namespace: str) -> list[dict[str, Any]]:
-        status, data = await self._api.get(backends_path(namespace), self._seconds)
+        status, data = await self._api.get(CACHEBACKENDS.collection(namespace), self._seconds)
         return list_items(status, data)

@@ -33,6 +33,7 @@ import orjson
 from shared import constants as c
 from shared.api.models import CacheBackend
 from shared.defaulting import default_cachebackend
+from shared.kubeaccess import SUBJECT_ACCESS_REVIEWS
 from shared.storage_providers.render import managed_provider, render_workload
 from webhook_svc.admission_review import AdmissionRequest, deny
 
@@ -157,7 +158,11 @@ def access_review(user: Mapping[str, Any], namespace: str, access: Access) -> di
     for key in ("groups", "uid", "extra"):
         if user.get(key):
             spec[key] = user[key]
-    return {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec}
+    return {
+        "apiVersion": SUBJECT_ACCESS_REVIEWS.api_version,
+        "kind": SUBJECT_ACCESS_REVIEWS.kind,
+        "spec": spec,
+    }
 
 
 def _status(code: int, reason: str, message: str, name: str, field: str) -> dict[str, Any]:
@@ -302,7 +307,6 @@ def access_reviews(req: AdmissionRequest, plan: ReviewPlan) -> list[dict[str, An
 # The validating webhook's timeoutSeconds is 10 and a backend may need two reviews
 # (Deployments and StatefulSets): each gets a hard wall-clock budget well inside it.
 DEFAULT_REVIEW_BUDGET_SECONDS: Final = 3.0
-SUBJECT_ACCESS_REVIEWS_PATH: Final = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
 
 
 def review_outcome(result: Mapping[str, Any]) -> dict[str, Any]:
@@ -400,7 +404,9 @@ class ApiAccessReviewer:
 
     async def _ask(self, body: dict[str, Any]) -> dict[str, Any]:
         try:
-            status, data = await self._api.post(SUBJECT_ACCESS_REVIEWS_PATH, body, self._budget)
+            status, data = await self._api.post(
+                SUBJECT_ACCESS_REVIEWS.collection(), body, self._budget
+            )
         except TimeoutError as exc:
             raise ReviewError(str(exc)) from None
         except Exception as exc:  # connection errors

@@ -638,6 +638,20 @@ def test_a_retry_after_that_fits_the_deadline_is_waited_out(
     run(scenario())
 
 
+def test_the_async_client_sends_at_most_the_shared_policys_sends(run: Run) -> None:
+    """Rule (shared.kubeaccess.RETRY_POLICY, the synchronous client's too): after
+    ``sends`` sends the last answer stands."""
+
+    async def scenario() -> None:
+        async with ScriptedServer(busy_then_ok(100)) as server:
+            api = server.api()
+            assert (await api.get("/a", 5.0))[0] == 429
+            await api.close()
+        assert len(server.requests) == kubeaccess.RETRY_POLICY.sends
+
+    run(scenario())
+
+
 def test_the_backend_source_waits_out_a_restarting_api_server(run: Run) -> None:
     """Rule: the Pod route's LIST rides out "storage is (re)initializing" (429,
     Retry-After) within its budget instead of failing open."""

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from urllib3 import Retry
 
 from shared import kubeaccess
 from shared.kubeaccess import KubeConfigError, load_configuration
@@ -203,9 +204,14 @@ def test_a_context_selects_it_and_skips_in_cluster(
 
 
 def test_every_connection_gets_the_same_retries(env: Path) -> None:
+    """Rule: every loaded configuration carries the access layer's transport retries
+    (kubeaccess.RETRY_POLICY), with no Retry-After rule of urllib3's own."""
     home_config(env)
     loaded = load_configuration(serviceaccount_dir=env / "no-sa")
-    assert loaded.configuration.retries == kubeaccess.RETRIES
+    retries = loaded.configuration.retries
+    assert isinstance(retries, Retry)
+    assert retries.total == kubeaccess.RETRY_POLICY.connection_retries
+    assert not retries.respect_retry_after_header
 
 
 @pytest.mark.parametrize("command", ["dispatcher", "worker", "webhook", "certs"])
