@@ -23,6 +23,7 @@ from urllib.parse import urlencode
 
 import urllib3
 from kubernetes import client as k8s_client
+from kubernetes.client import rest
 
 # The resource table is the access layer's (shared/kubeaccess.py); its names are
 # re-exported for the callers that name resources through this module (``k.PODS``).
@@ -193,6 +194,29 @@ class Kube:
         )
         return url, headers, body
 
+    def answer(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: dict[str, Any] | None = None,
+        body: Any = None,
+        content_type: str | None = None,
+        accept: str = JSON_ACCEPT,
+    ) -> rest.RESTResponse:
+        """The API server's final answer to one call, after the access layer's
+        Retry-After rule, with its body unread: for a caller that reads the status and
+        headers itself (doctor keeps the server's Date)."""
+        url, headers, body = self._prepare(method, path, query, body, content_type, accept)
+        return _final_answer(
+            lambda left: self.api_client.call_api(
+                method, url, header_params=headers, body=body, _request_timeout=left
+            ),
+            lambda answer: answer.read(),
+            replayable=method in RETRY_POLICY.idempotent_methods,
+            budget=self.timeout,
+        )
+
     def request(
         self,
         method: str,
@@ -203,14 +227,8 @@ class Kube:
         content_type: str | None = None,
         accept: str = JSON_ACCEPT,
     ) -> dict[str, Any]:
-        url, headers, body = self._prepare(method, path, query, body, content_type, accept)
-        resp = _final_answer(
-            lambda left: self.api_client.call_api(
-                method, url, header_params=headers, body=body, _request_timeout=left
-            ),
-            lambda answer: answer.read(),
-            replayable=method in RETRY_POLICY.idempotent_methods,
-            budget=self.timeout,
+        resp = self.answer(
+            method, path, query=query, body=body, content_type=content_type, accept=accept
         )
         data = resp.read() or b""
         if not 200 <= resp.status <= 299:

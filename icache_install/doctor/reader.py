@@ -72,16 +72,10 @@ class ClusterReader:
         query: dict[str, Any] | None = None,
         accept: str = "application/json",
     ) -> dict[str, Any] | None:
-        api = self._kube.api_client
         full = f"{path}?{urlencode(query)}" if query else path
-        _, url, headers, _, _ = api.param_serialize(
-            method="GET",
-            resource_path=full,
-            header_params={"Accept": accept},
-            auth_settings=["BearerToken"],
-        )
         self.requests += 1
-        resp = api.call_api("GET", url, header_params=headers, _request_timeout=self._kube.timeout)
+        # Through the access layer's Retry-After rule, like every other read.
+        resp = self._kube.answer("GET", full, accept=accept)
         data = resp.read() or b""
         date = resp.headers.get("Date")
         if date:

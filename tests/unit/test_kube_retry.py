@@ -258,3 +258,18 @@ def test_a_watch_waits_out_a_retry_after(serve) -> None:
     events = list(kube.watch(PODS, resource_version="1", namespace="ns", timeout_seconds=1))
     assert [e["object"]["metadata"]["name"] for e in events] == ["p"]
     assert len(server.requests) == 2
+
+
+def test_doctors_reads_wait_out_a_retry_after_too(serve) -> None:
+    """Rule: one retry policy for every API call: icache doctor's reads (which keep the
+    server's Date header, so they take the raw answer) go through the same Retry-After
+    rule as every other sync read."""
+    from icache_install.doctor.reader import ClusterReader
+
+    server, kube = serve(busy(2), 5.0)
+    assert ClusterReader(kube).get(PODS, "ns", "p") == {
+        "kind": "PodList",
+        "metadata": {},
+        "items": [],
+    }
+    assert server.requests == ["GET /api/v1/namespaces/ns/pods/p"] * 3
