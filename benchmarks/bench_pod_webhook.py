@@ -141,7 +141,7 @@ def live_source(
     """Store the backends in a real API server; return its live list and a stop function."""
     from kubernetes import client
 
-    from shared import kubeaccess
+    from kubeio import access as kubeaccess
     from tests.harness.controlplane import ControlPlane
     from tests.kube_helpers import install_crd
     from webhook_svc.apiserver import ApiServer

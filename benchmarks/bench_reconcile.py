@@ -49,7 +49,7 @@ def spawn(args: list[str], log: Path) -> subprocess.Popen[bytes]:
     fh = log.open("ab")
     try:
         return subprocess.Popen(
-            [sys.executable, "-m", "shared.cli", *args],
+            [sys.executable, "-m", "icache_cli.main", *args],
             cwd=REPO,
             stdout=fh,
             stderr=subprocess.STDOUT,

@@ -23,12 +23,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from icache_install import certs
-from shared import cli_types, kubeaccess, redis_auth
-from shared import kubeclient as kc
-from shared.cli import quiet_client_libraries
+from icache_cli import arg_types as cli_types
+from icache_cli.habits import quiet_client_libraries
+from icache_install import certs, redis_auth
+from kubeio import access as kubeaccess
+from kubeio import client as kc
+from kubeio.client import KubeClient
 from shared.constants import INSTALL_NAMESPACE
-from shared.kubeclient import KubeClient
 
 log = logging.getLogger("icache.certs")
 
@@ -185,7 +186,7 @@ def resolve_hosts(args: argparse.Namespace) -> list[str]:
 
 class Cluster:
     """The handful of API calls the command makes, dict in, dict out, over the
-    shared client (:class:`shared.kubeclient.KubeClient`)."""
+    shared client (:class:`kubeio.client.KubeClient`)."""
 
     def __init__(self, kube: KubeClient) -> None:
         self._kube = kube

@@ -10,12 +10,14 @@ import argparse
 import logging
 import os
 
+from icache_cli import arg_types as cli_types
+from kubeio import access as kubeaccess
+from kubeio.access import add_kubeconfig_argument
 from reconciler.celery_app import DEFAULT_REDIS_URL
 from reconciler.health import DEFAULT_LIVENESS_TIMEOUT, Readiness
 from reconciler.redis_conn import DEFAULT_TIMEOUT, RedisTimeouts, redis_client
 from reconciler.redis_settings import redis_url
-from shared import cli_types, jsonlog, kubeaccess
-from shared.kubeaccess import add_kubeconfig_argument
+from shared import jsonlog
 
 
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:

@@ -8,6 +8,9 @@ import signal
 import socket
 from types import FrameType
 
+from icache_cli import arg_types as cli_types
+from icache_cli.habits import UsageError
+from kubeio import access as kubeaccess
 from reconciler import health, metrics
 from reconciler.celery_app import make_app
 from reconciler.cli_common import add_common_arguments, readiness, redis_timeouts, setup_logging
@@ -15,8 +18,6 @@ from reconciler.dispatcher import Dispatcher, DispatcherSettings
 from reconciler.leader import ElectionSettings
 from reconciler.redis_conn import redis_client
 from reconciler.workqueue import QueueSettings, WorkQueue
-from shared import cli_types, kubeaccess
-from shared.cli import UsageError
 from shared.constants import INSTALL_NAMESPACE
 
 

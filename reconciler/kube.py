@@ -1,12 +1,12 @@
 """The reconciler's name for the shared Kubernetes client (``from reconciler import
 kube as k``): the client, its Protocol and the resource table live in
-:mod:`shared.kubeclient`, the connection (flag, in-cluster, KUBECONFIG,
-~/.kube/config) in :mod:`shared.kubeaccess`. Re-exported here so the reconciler's
+:mod:`kubeio.client`, the connection (flag, in-cluster, KUBECONFIG,
+~/.kube/config) in :mod:`kubeio.access`. Re-exported here so the reconciler's
 modules keep one short import."""
 
 from __future__ import annotations
 
-from shared.kubeclient import (
+from kubeio.client import (
     BY_KIND,
     CACHEBACKENDS,
     DEPLOYMENTS,

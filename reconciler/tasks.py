@@ -13,6 +13,8 @@ from typing import Any, Final
 import redis
 from celery import Celery
 
+from kubeio import access as kubeaccess
+from kubeio.client import JSON_ACCEPT
 from reconciler import metrics
 from reconciler.cascade import CASCADE_WINDOW_SECONDS
 from reconciler.celery_app import RECONCILE_TASK
@@ -23,8 +25,6 @@ from reconciler.reconcile import CascadeClaim, Reconciler
 from reconciler.redis_conn import RedisTimeouts, redis_client
 from reconciler.server_client import DEFAULT_TOKEN_PATH, ServerClient
 from reconciler.workqueue import DONE, QueueSettings, WorkQueue
-from shared import kubeaccess
-from shared.kubeclient import JSON_ACCEPT
 
 log = logging.getLogger(__name__)
 # One DEBUG line when a reconcile starts and one when it ends, with the lease token

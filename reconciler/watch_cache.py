@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
-from shared import kubeclient as k
+from kubeio import client as k
 
 log = logging.getLogger(__name__)
 

@@ -6,6 +6,8 @@ import argparse
 import os
 import socket
 
+from icache_cli import arg_types as cli_types
+from kubeio import access as kubeaccess
 from reconciler import health, metrics, tasks
 from reconciler.celery_app import QUEUE_NAME, make_app
 from reconciler.cli_common import add_common_arguments, readiness, redis_timeouts, setup_logging
@@ -14,7 +16,6 @@ from reconciler.server_client import ServerClient
 from reconciler.snapshot import SnapshotPoller
 from reconciler.worker_health import CONSUMER_LOOP, install_consumer_heartbeat
 from reconciler.workqueue import QueueSettings
-from shared import cli_types, kubeaccess
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

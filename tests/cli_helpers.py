@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from shared import cli_types
+from icache_cli import arg_types as cli_types
 
 # The argument types that look at the file system: a pod's mounted certificate or
 # token does not exist on the machine running the tests.

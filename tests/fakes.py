@@ -1,7 +1,7 @@
 """In-memory stand-ins for the Kubernetes client, for unit tests of the shells.
 
 One place for them, so every shell test fakes the same API server. They implement the
-:class:`shared.kubeclient.KubeClient` Protocol the reconciler, dispatcher, pod-events
+:class:`kubeio.client.KubeClient` Protocol the reconciler, dispatcher, pod-events
 watcher, webhook and ``icache certs`` depend on (mypy checks it: see the assignments
 at the bottom), with the API server's behaviour that matters to the code under test:
 resourceVersions move on every write, ``generateName`` gets a name, creating an
@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from shared import kubeclient as k
+from kubeio import client as k
 
 
 def selector_matches(selector: str | None, labels: dict[str, str]) -> bool:

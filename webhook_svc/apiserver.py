@@ -3,7 +3,7 @@
 Two calls are made on the admission path: the Pod route's live CacheBackend LIST and
 the validating route's SubjectAccessReview. Both go through the official client's
 asyncio ApiClient (``kubernetes.aio``, aiohttp underneath), configured by
-:func:`shared.kubeaccess.async_client_for` from the configuration every other process
+:func:`kubeio.access.async_client_for` from the configuration every other process
 loads: same source order, TLS files, proxy and token refresh. Their paths come from the
 access layer's resource table, and answers are read as bytes and decoded with orjson
 by the caller; the generated API methods (argument validation, model objects) are not
@@ -11,9 +11,9 @@ used on this path.
 
 Each call has a hard wall-clock budget: past it the caller gets ``TimeoutError``.
 Within it the access layer's one retry policy applies
-(:data:`shared.kubeaccess.RETRY_POLICY`): an answer 429 or 503 with a Retry-After that
+(:data:`kubeio.access.RETRY_POLICY`): an answer 429 or 503 with a Retry-After that
 still fits in the budget is waited out and the request sent again
-(:func:`shared.kubeaccess.retry_after_wait`), as the synchronous client does: a
+(:func:`kubeio.access.retry_after_wait`), as the synchronous client does: a
 restarted API server answers "storage is (re)initializing" for a moment after it
 reports ready, and a pod admitted then would stay unwired. A request on a pooled
 connection the server had closed is sent once more on a new one.
@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import aiohttp
 
-from shared.kubeaccess import RETRY_POLICY, retry_after_wait
+from kubeio.access import RETRY_POLICY, retry_after_wait
 
 if TYPE_CHECKING:
     from kubernetes.aio.client import ApiClient

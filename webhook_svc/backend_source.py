@@ -17,7 +17,7 @@ from typing import Any, Final, Protocol
 
 import orjson
 
-from shared.kubeaccess import CACHEBACKENDS
+from kubeio.access import CACHEBACKENDS
 from webhook_svc.apiserver import ApiServer
 
 

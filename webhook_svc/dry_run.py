@@ -34,7 +34,7 @@ from typing import Any
 
 import yaml
 
-from shared import cli_types
+from icache_cli import arg_types as cli_types
 from shared.pod_wiring import OUTCOME_FAIL_OPEN, OUTCOME_SKIPPED, WiringResult, wire_pod
 from shared.runtime_adapters.base import InjectContext
 from webhook_svc.admission_review import json_patch

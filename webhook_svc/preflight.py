@@ -1,5 +1,5 @@
 """What every `icache webhook` worker would find wrong, found once by the parent before
-it forks them (shared/cli.py runs :func:`check` before ``run``): one line and exit
+it forks them (icache_cli/main.py runs :func:`check` before ``run``): one line and exit
 code 2 instead of the same error printed, as a run-time failure, by each worker."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from shared.cli import UsageError
-from shared.kubeaccess import load_configuration
+from icache_cli.habits import UsageError
+from kubeio.access import load_configuration
 from webhook_svc.backend_files import BackendFileError, load_backends
 
 

@@ -13,7 +13,9 @@ import logging
 import shutil
 from typing import TYPE_CHECKING
 
-from shared import cli_types, jsonlog, kubeaccess
+from icache_cli import arg_types as cli_types
+from kubeio import access as kubeaccess
+from shared import jsonlog
 from shared.runtime_adapters.base import InjectContext
 from webhook_svc.admission_gate import (
     DEFAULT_LIMIT_CONCURRENCY,
@@ -208,7 +210,7 @@ def build_source(args: argparse.Namespace, api: ApiServer | None) -> BackendSour
 
 
 def build_api(args: argparse.Namespace) -> ApiServer | None:
-    """The API client of this process (shared.kubeaccess: flag, in-cluster,
+    """The API client of this process (kubeio.access: flag, in-cluster,
     KUBECONFIG, ~/.kube/config); None in embedded mode."""
     if args.backends_from:
         return None

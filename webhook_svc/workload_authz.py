@@ -30,10 +30,10 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import orjson
 
+from kubeio.access import SUBJECT_ACCESS_REVIEWS
 from shared import constants as c
 from shared.api.models import CacheBackend
 from shared.defaulting import default_cachebackend
-from shared.kubeaccess import SUBJECT_ACCESS_REVIEWS
 from shared.storage_providers.render import managed_provider, render_workload
 from webhook_svc.admission_review import AdmissionRequest, deny
 

@@ -13,13 +13,14 @@ import argparse
 import os
 import sys
 
+from icache_cli import arg_types as cli_types
+from icache_cli.habits import quiet_client_libraries
 from icache_install.doctor.diagnose import Scope, diagnose
 from icache_install.doctor.findings import Severity
 from icache_install.doctor.install import InstallNames
 from icache_install.doctor.reader import ClusterReader
 from icache_install.doctor.render import json_report, text_report
-from shared import cli_types, kubeaccess
-from shared.cli import quiet_client_libraries
+from kubeio import access as kubeaccess
 from shared.constants import INSTALL_NAMESPACE
 
 DEFAULTS = InstallNames()

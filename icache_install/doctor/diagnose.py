@@ -12,7 +12,7 @@ from icache_install.doctor import backends as cb_checks
 from icache_install.doctor import install, pods, versions
 from icache_install.doctor.findings import Finding, ObjectRef, finding
 from icache_install.doctor.reader import CRDS, ClusterReader, ReadError
-from shared import kubeclient as kc
+from kubeio import client as kc
 
 T = TypeVar("T")
 

@@ -15,9 +15,9 @@ from urllib.parse import urlsplit
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 
+from icache_install import redis_auth
 from icache_install.doctor.findings import Finding, ObjectRef, finding
 from shared import constants as c
-from shared import redis_auth
 from shared.api.crd import crd as generated_crd
 
 EXPIRY_WARNING: Final = dt.timedelta(days=14)

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import urlencode
 
-from shared import kubeclient as kc
-from shared.kubeclient import Kube, Resource
+from kubeio import client as kc
+from kubeio.client import Kube, Resource
 
 CRDS: Final = Resource(
     "apiextensions.k8s.io",

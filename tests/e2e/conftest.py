@@ -378,7 +378,7 @@ class Stack:
         log_path = self.workdir / f"{name}.log"
         fh = log_path.open("ab")
         popen = subprocess.Popen(
-            [sys.executable, "-m", "shared.cli", *args],
+            [sys.executable, "-m", "icache_cli.main", *args],
             cwd=REPO,
             stdout=fh,
             stderr=subprocess.STDOUT,

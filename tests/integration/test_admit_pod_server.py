@@ -212,7 +212,7 @@ def test_admit_pod_reads_stdin(admit_ns: str, tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "shared.cli",
+            "icache_cli.main",
             "admit-pod",
             "-f",
             "-",

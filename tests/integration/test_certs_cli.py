@@ -50,7 +50,7 @@ def cachebackends(namespace: str) -> str:
 
 def icache(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "shared.cli", *args],
+        [sys.executable, "-m", "icache_cli.main", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -129,7 +129,7 @@ def start_webhook(
         [
             sys.executable,
             "-m",
-            "shared.cli",
+            "icache_cli.main",
             "webhook",
             "--host=127.0.0.1",
             f"--port={port}",

@@ -31,8 +31,8 @@ from icache_install.doctor.diagnose import Scope, diagnose
 from icache_install.doctor.findings import CODES, Finding
 from icache_install.doctor.install import InstallNames
 from icache_install.doctor.reader import CRDS, ClusterReader
+from kubeio.client import Kube
 from shared import constants as c
-from shared.kubeclient import Kube
 from tests.harness.controlplane import ControlPlane, wait_until
 from tests.kube_helpers import create_namespace
 from tests.webhook_process import ICACHE
@@ -272,7 +272,7 @@ class Install:
 
 
 def _delete(kube: Kube, path: str) -> None:
-    from shared.kubeclient import ApiError
+    from kubeio.client import ApiError
 
     try:
         kube.request("DELETE", path)
@@ -1069,7 +1069,7 @@ CRD_PATH = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{PLURAL}.{G
 def _set_crd(plane: ControlPlane, body: dict[str, Any] | None) -> Kube:
     """Make the CacheBackend CRD ``body`` (None: no CRD), waiting until the API server
     has dropped the old one and established the new one."""
-    from shared.kubeclient import ApiError
+    from kubeio.client import ApiError
 
     kube = Kube(plane.api_client())
     _delete(kube, CRD_PATH)

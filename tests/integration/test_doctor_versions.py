@@ -18,8 +18,8 @@ from kubernetes import client
 from icache_install.doctor.diagnose import Scope, diagnose
 from icache_install.doctor.findings import Finding
 from icache_install.doctor.reader import ClusterReader
+from kubeio.client import Kube
 from shared import constants as c
-from shared.kubeclient import Kube
 from tests.kube_helpers import create_namespace
 
 GROUP, VERSION, PLURAL = "inferencecache.io", "v1alpha1", "cachebackends"

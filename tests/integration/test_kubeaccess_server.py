@@ -1,7 +1,7 @@
 """On the real API server: every source of the one kubeconfig fallback order
 connects, and every process's loader reaches the server through it.
 
-- ``shared.kubeaccess``: --kubeconfig, in-cluster (a real ServiceAccount token from
+- ``kubeio.access``: --kubeconfig, in-cluster (a real ServiceAccount token from
   the TokenRequest API and the server's CA, the way a pod mounts them), KUBECONFIG
   and ~/.kube/config each authenticate as whom they say.
 - The processes, configured by KUBECONFIG alone (no flag, not in a pod, an empty
@@ -24,9 +24,9 @@ import httpx
 import pytest
 from kubernetes import client
 
+from kubeio import access as kubeaccess
+from kubeio.client import CACHEBACKENDS, SECRETS, Kube, KubeClient, Resource
 from reconciler import dispatcher_cli, tasks
-from shared import kubeaccess
-from shared.kubeclient import CACHEBACKENDS, SECRETS, Kube, KubeClient, Resource
 from tests.harness.controlplane import (
     ControlPlane,
     free_port,

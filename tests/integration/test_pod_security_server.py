@@ -20,8 +20,8 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from kubeio.client import PODS, ApiError, Kube
 from shared import constants as c
-from shared.kubeclient import PODS, ApiError, Kube
 from shared.quantity import parse_quantity
 from tests.harness.controlplane import ControlPlane, wait_until
 from tests.webhook_process import TEST_NAMESPACE_LABEL, WebhookProcess, registered, run_webhook

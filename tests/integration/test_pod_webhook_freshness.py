@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from shared import kubeaccess
+from kubeio import access as kubeaccess
 from tests.freshness import GROUP, PLURAL, VERSION, fresh_backend_wires_next_pod
 from tests.harness.controlplane import ControlPlane, wait_until
 from tests.webhook_process import labelled_namespace, registered, run_webhook

@@ -26,12 +26,12 @@ import redis
 import yaml
 from kubernetes import client
 
+from icache_install import redis_auth
 from icache_install.manifests_cli import render
 from reconciler.celery_app import make_app
 from reconciler.kube import ApiError, Kube
 from reconciler.redis_settings import redis_url
 from reconciler.workqueue import QueueSettings, WorkQueue
-from shared import redis_auth
 from tests.harness.controlplane import (
     ControlPlane,
     free_port,
@@ -144,8 +144,8 @@ def password_redis() -> Iterator[RedisServer]:
 
 def process_args(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> argparse.Namespace:
     """The dispatcher's Redis flags, parsed as `icache dispatcher` parses them (the
-    ICACHE_* variables are bound by shared/cli.py) with the pod's environment."""
-    from shared.cli import build_parser
+    ICACHE_* variables are bound by icache_cli/main.py) with the pod's environment."""
+    from icache_cli.main import build_parser
 
     monkeypatch.delenv("ICACHE_REDIS_PASSWORD", raising=False)
     for key, value in env.items():
@@ -180,7 +180,7 @@ def test_dispatcher_and_worker_settings_connect_with_the_password_from_the_secre
 
 def icache(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "shared.cli", *args],
+        [sys.executable, "-m", "icache_cli.main", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,

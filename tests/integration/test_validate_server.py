@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from shared.kubeclient import Kube
+from kubeio.client import Kube
 from tests.harness.controlplane import ControlPlane, wait_until
 from tests.samples import sample_backends
 from tests.webhook_process import TEST_NAMESPACE_LABEL, labelled_namespace, registered, run_webhook

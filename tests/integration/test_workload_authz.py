@@ -300,7 +300,7 @@ def test_embedded_mode_runs_no_review_and_says_so(tmp_path: Path) -> None:
     port = free_port()
     log_path = tmp_path / "webhook.log"
     proc = spawn_in_own_group(
-        [sys.executable, "-m", "shared.cli", "webhook", "--insecure", "--host", "127.0.0.1",
+        [sys.executable, "-m", "icache_cli.main", "webhook", "--insecure", "--host", "127.0.0.1",
          "--port", str(port), "--backends-from", str(tmp_path)],
         log_path,
         ROOT,

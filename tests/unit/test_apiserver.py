@@ -1,7 +1,7 @@
 """The webhook's API client (webhook_svc/apiserver.py, ``kubernetes.aio``) against a
 scripted API server.
 
-``ApiServer`` sends requests with the configuration shared.kubeaccess builds (server,
+``ApiServer`` sends requests with the configuration kubeio.access builds (server,
 TLS files, proxy, bearer token and its refresh) over pooled keep-alive connections: a
 request on a pooled connection the server had closed is sent once more, a partial
 answer is an error and never retried, ``Connection: close`` and cancellation close the
@@ -30,7 +30,7 @@ import uvloop
 from kubernetes import client
 
 from icache_install import certs
-from shared import kubeaccess
+from kubeio import access as kubeaccess
 from webhook_svc import apiserver
 from webhook_svc.apiserver import ApiServer
 from webhook_svc.backend_source import ApiBackendSource, ListFailedError
@@ -639,7 +639,7 @@ def test_a_retry_after_that_fits_the_deadline_is_waited_out(
 
 
 def test_the_async_client_sends_at_most_the_shared_policys_sends(run: Run) -> None:
-    """Rule (shared.kubeaccess.RETRY_POLICY, the synchronous client's too): after
+    """Rule (kubeio.access.RETRY_POLICY, the synchronous client's too): after
     ``sends`` sends the last answer stands."""
 
     async def scenario() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.cli import SUBCOMMANDS, main
+from icache_cli.main import SUBCOMMANDS, main
 
 
 def test_contract_subcommands_are_registered() -> None:

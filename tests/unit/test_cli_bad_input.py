@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from icache_cli.main import SUBCOMMANDS
 from icache_install import certs
-from shared.cli import SUBCOMMANDS
 
 NOPE = "/nonexistent/icache-test"
 BROKEN_YAML = "a: [\n b: c\n"
@@ -364,7 +364,7 @@ def test_bad_input_is_one_line_and_exit_2(
     args = [a.format(**files) for a in argv]
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "NO_COLOR": "1"}
     done = subprocess.run(
-        [sys.executable, "-m", "shared.cli", *args],
+        [sys.executable, "-m", "icache_cli.main", *args],
         capture_output=True,
         text=True,
         timeout=60,
@@ -390,7 +390,7 @@ def test_a_bad_redis_url_in_the_environment_names_the_variable(
 ) -> None:
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "ICACHE_REDIS_URL": "notaurl"}
     done = subprocess.run(
-        [sys.executable, "-m", "shared.cli", command],
+        [sys.executable, "-m", "icache_cli.main", command],
         capture_output=True,
         text=True,
         timeout=60,
@@ -419,7 +419,7 @@ def test_an_unreachable_api_server_is_one_line_and_exit_1(tmp_path: Path, comman
     kubeconfig.write_text(UNREACHABLE)
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
     done = subprocess.run(
-        [sys.executable, "-m", "shared.cli", command, "--kubeconfig", str(kubeconfig)],
+        [sys.executable, "-m", "icache_cli.main", command, "--kubeconfig", str(kubeconfig)],
         capture_output=True,
         text=True,
         timeout=120,

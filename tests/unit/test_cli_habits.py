@@ -1,4 +1,4 @@
-"""The habits of every `icache` subcommand (shared/cli.py): no abbreviations, help and
+"""The habits of every `icache` subcommand (icache_cli/main.py): no abbreviations, help and
 default on every flag, an ICACHE_* variable for every flag of a long-running process,
 one-line errors with exit code 2, --version."""
 
@@ -11,9 +11,9 @@ import sys
 
 import pytest
 
-from shared import cli
+from icache_cli import main as cli
+from icache_cli.main import LONG_RUNNING, DefaultsHelpFormatter, build_parser, main, subparsers
 from shared.build_info import build_info
-from shared.cli import LONG_RUNNING, DefaultsHelpFormatter, build_parser, main, subparsers
 
 PARSER = build_parser(load_all=True)[0]
 SUBPARSERS = subparsers(PARSER)
@@ -176,12 +176,12 @@ def test_debug_before_or_after_the_subcommand(monkeypatch: pytest.MonkeyPatch) -
 def test_a_run_time_failure_is_one_line_and_exit_1_unless_debug(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import shared.crd_cli
+    import icache_cli.crd
 
     def boom(_args: argparse.Namespace) -> int:
         raise RuntimeError("the disk is\nfull")
 
-    monkeypatch.setattr(shared.crd_cli, "run", boom)
+    monkeypatch.setattr(icache_cli.crd, "run", boom)
     assert main(["crd"]) == 1
     err = capsys.readouterr().err.strip()
     assert err == "icache crd: error: RuntimeError: the disk is full (--debug shows the traceback)"
@@ -191,7 +191,7 @@ def test_a_run_time_failure_is_one_line_and_exit_1_unless_debug(
 
 def test_python_m_shared_cli_has_no_traceback_on_a_bad_flag() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "shared.cli", "manifests", "--namespace", "Bad_NS"],
+        [sys.executable, "-m", "icache_cli.main", "manifests", "--namespace", "Bad_NS"],
         capture_output=True,
         text=True,
         timeout=60,

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 
+from kubeio import client as k
 from reconciler import cluster_cache, metrics
 from reconciler.cluster_cache import (
     CachedReads,
@@ -40,7 +41,6 @@ from reconciler.reads import LiveReads
 from reconciler.reconcile import Reconciler
 from reconciler.watch_cache import ADDED, MODIFIED, Reflector, WatchSpec
 from shared import constants as c
-from shared import kubeclient as k
 from tests.fakes import FakeKube
 
 NS = "team-a"

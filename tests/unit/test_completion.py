@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from shared import completion
-from shared.cli import SUBCOMMANDS, main
+from icache_cli import completion
+from icache_cli.main import SUBCOMMANDS, main
 
 
 def _bash_complete(script: Path, words: list[str]) -> list[str]:

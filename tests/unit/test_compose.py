@@ -98,7 +98,7 @@ def compose_webhook(
         rewritten.append(arg)
     log = tmp_path_factory.mktemp("compose") / "webhook.log"
     proc = spawn_in_own_group(
-        [sys.executable, "-m", "shared.cli", *rewritten, "--host=127.0.0.1"], log, ROOT
+        [sys.executable, "-m", "icache_cli.main", *rewritten, "--host=127.0.0.1"], log, ROOT
     )
     base = f"http://127.0.0.1:{port}"
 

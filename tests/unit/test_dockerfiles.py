@@ -28,9 +28,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from icache_cli.main import SUBCOMMANDS
 from icache_install import certs
 from icache_install.manifests_cli import render, split_image
-from shared.cli import SUBCOMMANDS
 from tests.cli_helpers import paths_unchecked
 from tests.harness.controlplane import (
     free_port,
@@ -48,7 +48,7 @@ IMAGES = {
     "webhook": "ghcr.io/inference-cache/webhook",
     "worker": "ghcr.io/inference-cache/worker",
 }
-PACKAGES = ("shared", "webhook_svc", "reconciler", "icache_install")
+PACKAGES = ("shared", "kubeio", "icache_cli", "webhook_svc", "reconciler", "icache_install")
 BUILD_TOOLS = re.compile(r"\b(gcc|g\+\+|cc|make|build-essential|clang|apt-get|apk|pip install)\b")
 SECRET_NAMES = re.compile(r"PASSWORD|PASSWD|TOKEN|SECRET|API_?KEY|PRIVATE|CREDENTIAL", re.I)
 
@@ -282,7 +282,7 @@ def webhook_server(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[i
     args = [
         sys.executable,
         "-m",
-        "shared.cli",
+        "icache_cli.main",
         "webhook",
         "--host=127.0.0.1",
         f"--port={port}",
@@ -367,10 +367,10 @@ def _dist_info(wheel: zipfile.ZipFile, name: str) -> str:
 
 def test_wheel_has_the_icache_entry_point(wheel: zipfile.ZipFile) -> None:
     entry_points = _dist_info(wheel, "entry_points.txt")
-    assert re.search(r"^\[console_scripts\]\s*\nicache = shared\.cli:main\s*$", entry_points, re.M)
+    assert re.search(r"^\[console_scripts\]\s*\nicache = icache_cli\.main:main\s*$", entry_points, re.M)
 
 
-def test_wheel_has_the_four_packages_and_every_subcommand(wheel: zipfile.ZipFile) -> None:
+def test_wheel_has_every_package_and_every_subcommand(wheel: zipfile.ZipFile) -> None:
     names = set(wheel.namelist())
     for package in PACKAGES:
         assert f"{package}/__init__.py" in names

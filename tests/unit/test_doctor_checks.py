@@ -271,7 +271,7 @@ def test_no_finding_overrides_its_catalogued_severity() -> None:
 def test_every_install_object_name_has_a_doctor_flag() -> None:
     """An install made with other names (icache certs --secret, dispatcher --lease-name,
     renamed Deployments) is checked under those names, not reported missing."""
-    from shared.cli import build_parser
+    from icache_cli.main import build_parser
 
     parser, _, _ = build_parser("doctor")
     args = parser.parse_args(

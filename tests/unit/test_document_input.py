@@ -71,7 +71,7 @@ def test_many_aliases_of_aliases_are_checked_quickly() -> None:
 
 def _icache(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "shared.cli", *args],
+        [sys.executable, "-m", "icache_cli.main", *args],
         capture_output=True,
         text=True,
         timeout=60,

@@ -10,8 +10,8 @@ import jsonpatch
 import pytest
 import yaml
 
+from icache_cli.main import main
 from shared import constants as c
-from shared.cli import main
 from tests.unit.test_pod_wiring import make_backend, make_container
 from webhook_svc.backend_files import BackendFileError, load_backends
 

@@ -1,11 +1,11 @@
 """One table of API paths for every resource the project touches
-(``shared.kubeaccess``), built from shared/constants.py.
+(``kubeio.access``), built from shared/constants.py.
 """
 
 from __future__ import annotations
 
+from kubeio.access import CACHEBACKENDS, PODS, SUBJECT_ACCESS_REVIEWS
 from shared import constants as c
-from shared.kubeaccess import CACHEBACKENDS, PODS, SUBJECT_ACCESS_REVIEWS
 
 # ------------------------------------------------------------------ the paths
 

@@ -1,7 +1,7 @@
 """One retry and Retry-After policy for both faces of the Kubernetes client.
 
-``shared.kubeaccess.retry_after_wait`` is the one rule (pure, table-tested here); the
-synchronous ``shared.kubeclient.Kube`` follows it against a scripted HTTP/1.1 server on
+``kubeio.access.retry_after_wait`` is the one rule (pure, table-tested here); the
+synchronous ``kubeio.client.Kube`` follows it against a scripted HTTP/1.1 server on
 127.0.0.1 (the webhook's asyncio ``ApiServer`` is held to it in test_apiserver.py).
 The rule is client-go's: an answer 429 or 503 that says how long to wait
 (Retry-After) is waited out and the request sent again, while the wait fits in the
@@ -19,14 +19,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from shared import kubeaccess
-from shared.kubeaccess import (
+from kubeio import access as kubeaccess
+from kubeio.access import (
     PODS,
     RETRY_POLICY,
     parse_retry_after,
     retry_after_wait,
 )
-from shared.kubeclient import ApiError, Kube
+from kubeio.client import ApiError, Kube
 
 # ------------------------------------------------------------------ the rule
 
@@ -151,7 +151,7 @@ class Scripted:
 @pytest.fixture
 def serve(tmp_path: Path) -> Iterator[Callable[[Script, float], tuple[Scripted, Kube]]]:
     """A scripted server and a ``Kube`` connected to it the way every process
-    connects (shared.kubeaccess.connect from a kubeconfig), with a request budget."""
+    connects (kubeio.access.connect from a kubeconfig), with a request budget."""
     started: list[tuple[Scripted, Kube]] = []
 
     def start(script: Script, timeout: float) -> tuple[Scripted, Kube]:

@@ -1,6 +1,6 @@
 """One Kubernetes access layer, one fallback order.
 
-``shared.kubeaccess.load_configuration`` with real kubeconfig files, a real
+``kubeio.access.load_configuration`` with real kubeconfig files, a real
 ServiceAccount directory and the real environment (no network: loading a
 configuration does not connect). Order: --kubeconfig, in-cluster, KUBECONFIG,
 ~/.kube/config; an absent source is skipped, a present but unusable one is an error
@@ -18,8 +18,8 @@ import pytest
 import yaml
 from urllib3 import Retry
 
-from shared import kubeaccess
-from shared.kubeaccess import KubeConfigError, load_configuration
+from kubeio import access as kubeaccess
+from kubeio.access import KubeConfigError, load_configuration
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -216,7 +216,7 @@ def test_every_connection_gets_the_same_retries(env: Path) -> None:
 
 @pytest.mark.parametrize("command", ["dispatcher", "worker", "webhook", "certs"])
 def test_each_process_says_what_it_tried_instead_of_a_traceback(env: Path, command: str) -> None:
-    """Every process connects through shared.kubeaccess and fails the same way: one
+    """Every process connects through kubeio.access and fails the same way: one
     line, exit code 2 (a configuration problem, like any other bad input)."""
     clean = {
         k: v
@@ -226,7 +226,7 @@ def test_each_process_says_what_it_tried_instead_of_a_traceback(env: Path, comma
     clean["HOME"] = str(env / "home")
     extra = ["--insecure"] if command == "webhook" else []
     result = subprocess.run(
-        [sys.executable, "-m", "shared.cli", command, *extra],
+        [sys.executable, "-m", "icache_cli.main", command, *extra],
         cwd=ROOT,
         env=clean,
         capture_output=True,

@@ -17,11 +17,10 @@ from typing import Any
 import pytest
 import yaml
 
-from icache_install import certs, manifests_cli
+from icache_cli.main import SUBCOMMANDS, IcacheParser
+from icache_install import certs, manifests_cli, redis_auth
 from icache_install.manifests_cli import render, split_image
 from reconciler.server_client import DEFAULT_TOKEN_PATH
-from shared import redis_auth
-from shared.cli import SUBCOMMANDS, IcacheParser
 from shared.quantity import parse_quantity
 from tests.cli_helpers import paths_unchecked
 from tests.samples import ROOT

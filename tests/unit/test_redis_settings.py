@@ -49,7 +49,7 @@ def test_the_process_flag_takes_the_password_from_the_environment(
 ) -> None:
     """The type applies to the URL from the environment (ICACHE_REDIS_URL, through
     `icache`'s environment binding) and to an explicit --redis-url."""
-    from shared.cli import build_parser
+    from icache_cli.main import build_parser
 
     monkeypatch.setenv("ICACHE_REDIS_URL", "redis://inference-cache-redis:6379/0")
     monkeypatch.setenv("ICACHE_REDIS_PASSWORD", "from-secret")

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from shared.cli import main
+from icache_cli.main import main
 from tests.samples import SAMPLES_DIR
 
 GOOD = """\

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from kubeio import client as k
 from reconciler import cluster_cache
 from reconciler.watch_cache import (
     ADDED,
@@ -20,7 +21,6 @@ from reconciler.watch_cache import (
     WatchSpec,
     list_then_watch,
 )
-from shared import kubeclient as k
 from tests.fakes import FakeKube
 
 

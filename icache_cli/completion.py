@@ -71,7 +71,7 @@ def _short(text: str | None) -> str:
 
 def commands() -> tuple[tuple[Flag, ...], tuple[Command, ...]]:
     """The top-level flags and every installed subcommand, from the live parser."""
-    from shared.cli import SUBCOMMANDS, build_parser, subparsers
+    from icache_cli.main import SUBCOMMANDS, build_parser, subparsers
 
     parser, _, _ = build_parser(load_all=True)
     subs = subparsers(parser)

@@ -26,13 +26,15 @@ import importlib
 import os
 import re
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from types import ModuleType
 from typing import Any, Final, NoReturn
 
+from icache_cli.habits import UsageError as UsageError
+
 # name -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "crd": ("shared.crd_cli", "print the CacheBackend CRD YAML"),
+    "crd": ("icache_cli.crd", "print the CacheBackend CRD YAML"),
     "webhook": ("webhook_svc.serve", "serve the CacheBackend and Pod admission webhooks"),
     "admit-pod": (
         "webhook_svc.dry_run",
@@ -50,8 +52,101 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "icache_install.doctor.cli",
         "read-only health check of the install, the CacheBackends and their engine pods",
     ),
-    "completion": ("shared.completion", "print a shell completion script (bash, zsh, fish)"),
+    "completion": ("icache_cli.completion", "print a shell completion script (bash, zsh, fish)"),
 }
+
+
+# Each subcommand's module is imported by a statement (so import-linter sees the console
+# script's dependencies), inside a function (so it is imported only when its subcommand
+# runs: `icache crd` does not pay for Celery or uvicorn).
+def _crd() -> ModuleType:
+    from icache_cli import crd
+
+    return crd
+
+
+def _webhook() -> ModuleType:
+    from webhook_svc import serve
+
+    return serve
+
+
+def _admit_pod() -> ModuleType:
+    from webhook_svc import dry_run
+
+    return dry_run
+
+
+def _validate() -> ModuleType:
+    from webhook_svc import validate_cli
+
+    return validate_cli
+
+
+def _dispatcher() -> ModuleType:
+    from reconciler import dispatcher_cli
+
+    return dispatcher_cli
+
+
+def _worker() -> ModuleType:
+    from reconciler import worker_cli
+
+    return worker_cli
+
+
+def _certs() -> ModuleType:
+    from icache_install import certs_cli
+
+    return certs_cli
+
+
+def _manifests() -> ModuleType:
+    from icache_install import manifests_cli
+
+    return manifests_cli
+
+
+def _doctor() -> ModuleType:
+    from icache_install.doctor import cli
+
+    return cli
+
+
+def _completion() -> ModuleType:
+    from icache_cli import completion
+
+    return completion
+
+
+def _webhook_preflight() -> ModuleType:
+    from webhook_svc import preflight
+
+    return preflight
+
+
+# module name -> its importer (every module SUBCOMMANDS and PREFLIGHT name).
+IMPORTERS: Final[dict[str, Callable[[], ModuleType]]] = {
+    "icache_cli.crd": _crd,
+    "webhook_svc.serve": _webhook,
+    "webhook_svc.dry_run": _admit_pod,
+    "webhook_svc.validate_cli": _validate,
+    "reconciler.dispatcher_cli": _dispatcher,
+    "reconciler.worker_cli": _worker,
+    "icache_install.certs_cli": _certs,
+    "icache_install.manifests_cli": _manifests,
+    "icache_install.doctor.cli": _doctor,
+    "icache_cli.completion": _completion,
+    "webhook_svc.preflight": _webhook_preflight,
+}
+
+
+def import_module(module_name: str) -> ModuleType:
+    """The named subcommand (or preflight) module, through its importer; a name without
+    one (a test's stand-in) through importlib."""
+    importer = IMPORTERS.get(module_name)
+    return importer() if importer is not None else importlib.import_module(module_name)
+
 
 # The processes a Deployment runs: each of their flags has an environment variable.
 LONG_RUNNING: Final = frozenset({"webhook", "dispatcher", "worker"})
@@ -67,11 +162,6 @@ _FALSE: Final = frozenset({"0", "false", "no", "off", ""})
 EXIT_FAILURE: Final = 1
 EXIT_USAGE: Final = 2
 EXIT_INTERRUPTED: Final = 130
-
-
-class UsageError(Exception):
-    """Bad input found after parsing (a file's content, a combination of flags):
-    one line on stderr and exit code 2."""
 
 
 # --------------------------------------------------------------------- parsers
@@ -309,7 +399,7 @@ def one_line(text: str) -> str:
 
 def describe_failure(exc: BaseException) -> tuple[int, str]:
     """Exit code and one-line message of an exception a subcommand let through."""
-    from shared.kubeaccess import KubeConfigError
+    from kubeio.access import KubeConfigError
 
     if isinstance(exc, UsageError | KubeConfigError):
         return EXIT_USAGE, one_line(str(exc))
@@ -340,19 +430,9 @@ def _unreachable(exc: BaseException) -> str | None:
     return f"cannot reach {url}: {reason}"
 
 
-def quiet_client_libraries() -> None:
-    """For a command that prints its own progress and errors (doctor, certs): the HTTP
-    client's retry warnings and deprecation notices are not for its user; a failure
-    ends as one line (describe_failure) or one finding."""
-    import logging
-    import warnings
-
-    logging.getLogger("urllib3").setLevel(logging.ERROR)
-    warnings.filterwarnings("ignore", module="urllib3")
-
-
 # Checks run in the parent before a subcommand's run(), for subcommands that fork:
-# subcommand -> module with ``check(args)`` (loaded by name, as the subcommands are).
+# subcommand -> module with ``check(args)`` (imported through IMPORTERS, as the
+# subcommands are).
 PREFLIGHT: Final[dict[str, str]] = {
     "webhook": "webhook_svc.preflight",
 }
@@ -362,7 +442,7 @@ def run_command(module: ModuleType, args: argparse.Namespace) -> int:
     try:
         preflight = PREFLIGHT.get(args.command)
         if preflight is not None:
-            importlib.import_module(preflight).check(args)
+            import_module(preflight).check(args)
         rc: int = module.run(args)
     except KeyboardInterrupt:
         print(f"icache {args.command}: interrupted", file=sys.stderr)
@@ -381,7 +461,7 @@ def _load(name: str, module_name: str, *, quiet: bool = False) -> ModuleType | N
     """The subcommand's module, or None (with one line on stderr unless ``quiet``)
     when its package is not installed here (``icache certs`` in the webhook image)."""
     try:
-        return importlib.import_module(module_name)
+        return import_module(module_name)
     except ModuleNotFoundError as exc:
         package = module_name.partition(".")[0]
         if exc.name not in (package, module_name):
@@ -396,8 +476,8 @@ def _load(name: str, module_name: str, *, quiet: bool = False) -> ModuleType | N
 
 
 if __name__ == "__main__":
-    # `python -m shared.cli`: run the imported module, not this __main__ copy, so the
+    # `python -m icache_cli.main`: run the imported module, not this __main__ copy, so the
     # UsageError other modules raise is the class describe_failure knows.
-    from shared import cli
+    from icache_cli import main as cli
 
     sys.exit(cli.main())

@@ -20,7 +20,7 @@ import, and its in-cluster and kubeconfig loaders each know only their half of t
 order.
 
 Both faces of the API client read their shared rules from here, so every process
-follows them: the synchronous :class:`shared.kubeclient.Kube` (the reconciler, the
+follows them: the synchronous :class:`kubeio.client.Kube` (the reconciler, the
 dispatcher, ``icache certs`` and doctor) and the webhook's asyncio
 :class:`webhook_svc.apiserver.ApiServer`. The rules are the per-request timeout, one
 retry and Retry-After policy (:data:`RETRY_POLICY`, decided by
@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from kubernetes.client import ApiClient, Configuration
     from urllib3 import Retry
 
-    from shared.kubeclient import Kube
+    from kubeio.client import Kube
 
 log = logging.getLogger("icache.kube")
 
@@ -352,9 +352,9 @@ def connect(
     context: str | None = None,
     timeout: float = DEFAULT_TIMEOUT_SECONDS,
 ) -> Kube:
-    """The :class:`shared.kubeclient.Kube` every process uses; ``timeout`` bounds
+    """The :class:`kubeio.client.Kube` every process uses; ``timeout`` bounds
     each non-watch request."""
-    from shared.kubeclient import Kube
+    from kubeio.client import Kube
 
     return Kube(api_client(kubeconfig, context=context), timeout=timeout)
 

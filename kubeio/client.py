@@ -8,7 +8,7 @@ the wire form we compare against; the reconciler, the webhook's access reviews a
 (get/list/create/apply/replace/patch/delete/status/watch) and reuses the official
 client only for authentication and connection pooling. Where the configuration comes
 from (flag, in-cluster, KUBECONFIG, ~/.kube/config), the timeouts and the retries:
-:mod:`shared.kubeaccess`. Tests substitute ``tests/fakes.py``, which mypy checks
+:mod:`kubeio.access`. Tests substitute ``tests/fakes.py``, which mypy checks
 against the same Protocol.
 """
 
@@ -25,25 +25,25 @@ import urllib3
 from kubernetes import client as k8s_client
 from kubernetes.client import rest
 
-# The resource table is the access layer's (shared/kubeaccess.py); its names are
+# The resource table is the access layer's (kubeio/access.py); its names are
 # re-exported for the callers that name resources through this module (``k.PODS``).
-from shared.kubeaccess import BY_KIND as BY_KIND
-from shared.kubeaccess import CACHEBACKENDS as CACHEBACKENDS
-from shared.kubeaccess import DEFAULT_TIMEOUT_SECONDS, RETRY_POLICY, retry_after_wait
-from shared.kubeaccess import DEPLOYMENTS as DEPLOYMENTS
-from shared.kubeaccess import EVENTS as EVENTS
-from shared.kubeaccess import HPAS as HPAS
-from shared.kubeaccess import LEASES as LEASES
-from shared.kubeaccess import MUTATING_WEBHOOK_CONFIGURATIONS as MUTATING_WEBHOOK_CONFIGURATIONS
-from shared.kubeaccess import NETWORKPOLICIES as NETWORKPOLICIES
-from shared.kubeaccess import PODS as PODS
-from shared.kubeaccess import REPLICASETS as REPLICASETS
-from shared.kubeaccess import SECRETS as SECRETS
-from shared.kubeaccess import SERVICES as SERVICES
-from shared.kubeaccess import STATEFULSETS as STATEFULSETS
-from shared.kubeaccess import SUBJECT_ACCESS_REVIEWS as SUBJECT_ACCESS_REVIEWS
-from shared.kubeaccess import VALIDATING_WEBHOOK_CONFIGURATIONS as VALIDATING_WEBHOOK_CONFIGURATIONS
-from shared.kubeaccess import Resource as Resource
+from kubeio.access import BY_KIND as BY_KIND
+from kubeio.access import CACHEBACKENDS as CACHEBACKENDS
+from kubeio.access import DEFAULT_TIMEOUT_SECONDS, RETRY_POLICY, retry_after_wait
+from kubeio.access import DEPLOYMENTS as DEPLOYMENTS
+from kubeio.access import EVENTS as EVENTS
+from kubeio.access import HPAS as HPAS
+from kubeio.access import LEASES as LEASES
+from kubeio.access import MUTATING_WEBHOOK_CONFIGURATIONS as MUTATING_WEBHOOK_CONFIGURATIONS
+from kubeio.access import NETWORKPOLICIES as NETWORKPOLICIES
+from kubeio.access import PODS as PODS
+from kubeio.access import REPLICASETS as REPLICASETS
+from kubeio.access import SECRETS as SECRETS
+from kubeio.access import SERVICES as SERVICES
+from kubeio.access import STATEFULSETS as STATEFULSETS
+from kubeio.access import SUBJECT_ACCESS_REVIEWS as SUBJECT_ACCESS_REVIEWS
+from kubeio.access import VALIDATING_WEBHOOK_CONFIGURATIONS as VALIDATING_WEBHOOK_CONFIGURATIONS
+from kubeio.access import Resource as Resource
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +157,7 @@ WATCH_CONNECT_TIMEOUT_SECONDS: Final = 10.0
 
 class Kube:
     """The :class:`KubeClient` on the wire. Thread-safe: the underlying urllib3 pool
-    manager is. Build it with :func:`shared.kubeaccess.connect`."""
+    manager is. Build it with :func:`kubeio.access.connect`."""
 
     def __init__(
         self, api_client: k8s_client.ApiClient, *, timeout: float = DEFAULT_TIMEOUT_SECONDS
@@ -456,7 +456,7 @@ def _final_answer(
     budget: float,
 ) -> _A:
     """``send(seconds_left)``'s answer, sent again while the access layer's Retry-After
-    rule (:func:`shared.kubeaccess.retry_after_wait`) says to. ``budget`` bounds the
+    rule (:func:`kubeio.access.retry_after_wait`) says to. ``budget`` bounds the
     whole call, waits and resends included: each send gets what is left of it (the
     first, all of it). ``discard`` frees an answer that is not kept."""
     deadline = time.monotonic() + budget

@@ -2,7 +2,7 @@
 
 Each function takes the flag's string and returns the parsed value, or raises
 ``argparse.ArgumentTypeError`` with a message that says what is wrong; argparse
-prefixes the flag (``argument --port: ...``) and :mod:`shared.cli` prints it as one
+prefixes the flag (``argument --port: ...``) and :mod:`icache_cli.main` prints it as one
 line with exit code 2. Files are checked here, before a process starts anything (the
 webhook forks its workers only after parsing, so a missing certificate is reported
 once, by the parent).
