@@ -31,8 +31,6 @@ ARGUMENT_TABLES = {
 # function is under the limit (test_allow_lists_name_only_long_functions says when).
 BEING_SPLIT = {
     "icache_install/certs_cli.py:reconcile",
-    "icache_install/doctor/diagnose.py:diagnose",
-    "icache_install/doctor/pods.py:check_pod",
     "webhook_svc/serve.py:run",
     "reconciler/reconcile.py:Reconciler._reconcile",
     "reconciler/status.py:compute_status",
