@@ -262,6 +262,55 @@ def reconcile(
     log.info("reading Secrets %s/%s and %s/%s", namespace, args.secret, namespace, ca_secret_name)
     tls_secret = cluster.read_secret(namespace, args.secret)
     ca_secret = cluster.read_secret(namespace, ca_secret_name)
+    the_plan = _plan(args, tls_secret, ca_secret, hosts, now)
+
+    # The CA first: a crash between the writes must not leave a serving certificate
+    # whose CA key is lost.
+    _write_secret_if_changed(
+        cluster,
+        namespace,
+        ca_secret_name,
+        "Opaque",
+        certs.ca_secret_data(the_plan.state),
+        ca_secret,
+    )
+    if args.redis_secret and redis_auth.ensure_password_secret(
+        cluster, namespace, args.redis_secret
+    ):
+        log.info("wrote Secret %s/%s (a new random Redis password)", namespace, args.redis_secret)
+
+    patched, missing = _patch_webhook_configs(
+        cluster, args, certs.ca_bundle(the_plan.state), url_base
+    )
+
+    # The serving certificate last: caBundle trusts the CA that signed it before any
+    # pod can load it (a pod still serving the previous one stays trusted through the
+    # previous CA kept in the bundle).
+    tls_data = certs.tls_secret_data(the_plan.state)
+    _write_secret_if_changed(
+        cluster, namespace, args.secret, "kubernetes.io/tls", tls_data, tls_secret
+    )
+
+    if args.output_dir:
+        write_output_dir(args.output_dir, the_plan.state)
+        log.info("wrote tls.crt, tls.key, ca.crt to %s", args.output_dir)
+    if missing:
+        raise CertsError(
+            f"not found: {', '.join(missing)}; the Secrets are written — apply the manifests "
+            "and run this again to patch caBundle"
+        )
+    return the_plan, patched
+
+
+def _plan(
+    args: argparse.Namespace,
+    tls_secret: dict[str, Any] | None,
+    ca_secret: dict[str, Any] | None,
+    hosts: list[str],
+    now: dt.datetime,
+) -> certs.Plan:
+    """What to keep and what to renew, from the two Secrets as read and the flags;
+    logs the verdict for each part."""
     ca_data = (ca_secret or {}).get("data")
     log.info("checking the CA and the serving certificate for %s", ", ".join(hosts))
     the_plan = certs.plan(
@@ -285,23 +334,30 @@ def reconcile(
         ("CA bundle", the_plan.previous_ca_reason),
     ):
         log.info("%s: %s", part, f"renewed ({reason})" if reason else "kept")
+    return the_plan
 
-    # The CA first: a crash between the writes must not leave a serving certificate
-    # whose CA key is lost.
-    ca_data_new = certs.ca_secret_data(the_plan.state)
-    if _needs_write(ca_secret, "Opaque", ca_data_new):
+
+def _write_secret_if_changed(
+    cluster: Cluster,
+    namespace: str,
+    name: str,
+    type_: str,
+    data: dict[str, str],
+    current: dict[str, Any] | None,
+) -> None:
+    """Write Secret ``name`` with ``data`` unless ``current`` (as read) already holds it."""
+    if _needs_write(current, type_, data):
         cluster.write_secret(
-            namespace,
-            ca_secret,
-            _secret_body(ca_secret_name, namespace, "Opaque", ca_data_new, ca_secret),
+            namespace, current, _secret_body(name, namespace, type_, data, current)
         )
-        log.info("wrote Secret %s/%s", namespace, ca_secret_name)
-    if args.redis_secret and redis_auth.ensure_password_secret(
-        cluster, namespace, args.redis_secret
-    ):
-        log.info("wrote Secret %s/%s (a new random Redis password)", namespace, args.redis_secret)
+        log.info("wrote Secret %s/%s", namespace, name)
 
-    bundle = certs.ca_bundle(the_plan.state)
+
+def _patch_webhook_configs(
+    cluster: Cluster, args: argparse.Namespace, bundle: bytes, url_base: str | None
+) -> tuple[list[str], list[str]]:
+    """Patch ``caBundle`` (and the URLs with ``--url-base``) into both webhook
+    configurations; returns the ones patched and the ones not found."""
     patched: list[str] = []
     missing: list[str] = []
     for kind, name in (
@@ -322,28 +378,7 @@ def reconcile(
             log.info("patched %s %s (%d webhooks)", kind, name, len(ops) // 2)
         else:
             log.info("%s %s already up to date", kind, name)
-
-    # The serving certificate last: caBundle trusts the CA that signed it before any
-    # pod can load it (a pod still serving the previous one stays trusted through the
-    # previous CA kept in the bundle).
-    tls_data = certs.tls_secret_data(the_plan.state)
-    if _needs_write(tls_secret, "kubernetes.io/tls", tls_data):
-        cluster.write_secret(
-            namespace,
-            tls_secret,
-            _secret_body(args.secret, namespace, "kubernetes.io/tls", tls_data, tls_secret),
-        )
-        log.info("wrote Secret %s/%s", namespace, args.secret)
-
-    if args.output_dir:
-        write_output_dir(args.output_dir, the_plan.state)
-        log.info("wrote tls.crt, tls.key, ca.crt to %s", args.output_dir)
-    if missing:
-        raise CertsError(
-            f"not found: {', '.join(missing)}; the Secrets are written — apply the manifests "
-            "and run this again to patch caBundle"
-        )
-    return the_plan, patched
+    return patched, missing
 
 
 def run(args: argparse.Namespace) -> int:

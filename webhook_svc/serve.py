@@ -220,7 +220,35 @@ def build_api(args: argparse.Namespace) -> ApiServer | None:
     return ApiServer(functools.partial(kubeaccess.async_client_for, loaded))
 
 
+def _access_reviewer(args: argparse.Namespace, api: ApiServer | None) -> AccessReviewer | None:
+    """Who reviews CacheBackend writers: SubjectAccessReviews through ``api`` (cached
+    when a TTL is set); None in embedded mode, which has no API server to ask."""
+    if api is None:
+        log.warning(
+            "embedded mode: no API server, so no SubjectAccessReview of CacheBackend writers"
+        )
+        return None
+    from webhook_svc.workload_authz import ApiAccessReviewer, ReviewCache
+
+    allowed_ttl, denied_ttl = args.access_review_allowed_ttl, args.access_review_denied_ttl
+    cache = ReviewCache(allowed_ttl, denied_ttl) if allowed_ttl or denied_ttl else None
+    return ApiAccessReviewer(api, cache=cache)
+
+
+def _serving_fields(args: argparse.Namespace) -> dict[str, object]:
+    """The fields of the start-up log line: where and how the webhook serves."""
+    mode = f"embedded ({args.backends_from})" if args.backends_from else "live API"
+    return {
+        "host": listen_host(args),
+        "port": args.port,
+        "tls": not args.insecure,
+        "backends": mode,
+    }
+
+
 def run(args: argparse.Namespace) -> int:
+    """Serve until a signal: bind and fork the workers (when there are several), then in each
+    worker build the app from the flags and run it under uvicorn, draining on stop."""
     workers = args.workers if args.workers > 0 else available_cpus()
     # Before prometheus_client is imported: it picks its value store at import time.
     metrics_dir = share_metrics_between_workers() if workers > 1 else None
@@ -249,17 +277,7 @@ def run(args: argparse.Namespace) -> int:
         kvevent_subscriber_image=args.kvevent_subscriber_image,
         server_address=args.server_address,
     )
-    reviewer: AccessReviewer | None = None
-    if api is None:
-        log.warning(
-            "embedded mode: no API server, so no SubjectAccessReview of CacheBackend writers"
-        )
-    else:
-        from webhook_svc.workload_authz import ApiAccessReviewer, ReviewCache
-
-        allowed_ttl, denied_ttl = args.access_review_allowed_ttl, args.access_review_denied_ttl
-        cache = ReviewCache(allowed_ttl, denied_ttl) if allowed_ttl or denied_ttl else None
-        reviewer = ApiAccessReviewer(api, cache=cache)
+    reviewer = _access_reviewer(args, api)
     app = create_app(
         source,
         ctx,
@@ -294,16 +312,7 @@ def run(args: argparse.Namespace) -> int:
         proxy_headers=False,
         server_header=False,
     )
-    mode = f"embedded ({args.backends_from})" if args.backends_from else "live API"
-    log.info(
-        "serving admission webhooks",
-        extra={
-            "host": listen_host(args),
-            "port": args.port,
-            "tls": not args.insecure,
-            "backends": mode,
-        },
-    )
+    log.info("serving admission webhooks", extra=_serving_fields(args))
     server = DrainingServer(config, args.shutdown_drain_seconds, connections)
     server.run(sockets=[listener] if listener else None)
     return 0

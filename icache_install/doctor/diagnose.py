@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -15,6 +15,7 @@ from icache_install.doctor.reader import CRDS, ClusterReader, ReadError
 from kubeio import client as kc
 
 T = TypeVar("T")
+Objects = list[dict[str, Any]]
 
 
 @dataclass
@@ -55,10 +56,43 @@ def _read(
 
 
 def diagnose(reader: ClusterReader, scope: Scope) -> Diagnosis:
-    names = scope.names
+    """Every check, in a fixed order: the install, then each backend, then each engine
+    pod. A read that fails is a doctor finding and skips only the checks that need it."""
     out: list[Finding] = []
-    ns = names.namespace
+    crd, webhook = _check_install(reader, scope.names, out)
+    where = ObjectRef("CacheBackend", "*", scope.namespace or "")
+    none: Objects = []
+    backends = none
+    if crd is not None:
+        backends, _ = _read(
+            out, where, functools.partial(reader.list, kc.CACHEBACKENDS, scope.namespace), none
+        )
+    # Engine pods, metadata only: the namespace asked for, or (-A) every namespace,
+    # since a pod wired by a since-deleted backend may be where no backend is left.
+    pod_list, _ = _read(
+        out,
+        ObjectRef("Pod", "*", scope.namespace or ""),
+        functools.partial(reader.list, kc.PODS, scope.namespace, metadata_only=True),
+        none,
+    )
+    pods_by_ns = _by_namespace(pod_list, _namespace_of)
+    backends_by_ns = _by_namespace(backends, lambda b: cb_checks.ref_of(b).namespace)
+    _check_backends(reader, backends, pods_by_ns, out)
+    for namespace in sorted(backends_by_ns):
+        out += cb_checks.check_overlaps(backends_by_ns[namespace], pods_by_ns[namespace])
+    checked = pods.engine_pods(pod_list, backends)
+    for engine_pod in sorted(checked, key=cb_checks.key_of):
+        out += pods.check_pod(engine_pod, backends_by_ns[_namespace_of(engine_pod)], webhook)
+    return Diagnosis(out, backends, len(checked), reader.requests)
 
+
+def _check_install(
+    reader: ClusterReader, names: install.InstallNames, out: list[Finding]
+) -> tuple[dict[str, Any] | None, pods.WebhookState]:
+    """The install's objects, in order: CRD, webhook configurations, TLS Secret,
+    Deployments, Lease, Redis Secret. Returns the CRD (None: absent or unread) and what
+    the cluster records of the Pod webhook's availability."""
+    ns = names.namespace
     crd, _ = _read(
         out,
         ObjectRef("CustomResourceDefinition", install.CRD_NAME),
@@ -67,19 +101,7 @@ def diagnose(reader: ClusterReader, scope: Scope) -> Diagnosis:
     )
     out += install.check_crd(crd) if _ok(out, "CustomResourceDefinition") else []
 
-    configs: dict[str, dict[str, Any] | None] = {}
-    for kind, name in (
-        ("MutatingWebhookConfiguration", names.mutating_config),
-        ("ValidatingWebhookConfiguration", names.validating_config),
-    ):
-        config, ok = _read(
-            out,
-            ObjectRef(kind, name),
-            functools.partial(reader.get, kc.BY_KIND[kind], None, name),
-            None,
-        )
-        if ok:
-            configs[kind] = config
+    configs = _read_webhook_configs(reader, names, out)
     out += install.check_webhook_configs(configs, names)
 
     secret, secret_ok = _read(
@@ -91,16 +113,7 @@ def diagnose(reader: ClusterReader, scope: Scope) -> Diagnosis:
     if secret_ok:
         out += install.check_certificates(configs, secret, names, reader.now())
 
-    deployments: dict[str, dict[str, Any] | None] = {}
-    for name in names.deployments:
-        deployment, ok = _read(
-            out,
-            ObjectRef("Deployment", name, ns),
-            functools.partial(reader.get, kc.DEPLOYMENTS, ns, name),
-            None,
-        )
-        if ok:
-            deployments[name] = deployment
+    deployments = _read_deployments(reader, names, out)
     out += install.check_deployments(deployments, names)
 
     lease, lease_ok = _read(
@@ -120,45 +133,89 @@ def diagnose(reader: ClusterReader, scope: Scope) -> Diagnosis:
         )
         if ok:
             out += install.check_redis_secret(exists, names)
+    return crd, _webhook_state(deployments, names)
 
-    webhook_known = names.webhook_deployment in deployments
-    webhook_deployment = deployments.get(names.webhook_deployment)
-    webhook = pods.WebhookState(
-        available=webhook_deployment is not None
-        and install.available_since(webhook_deployment) is not None,
-        available_since=install.available_since(webhook_deployment),
-        known=webhook_known,
-    )
 
-    where = ObjectRef("CacheBackend", "*", scope.namespace or "")
-    none: list[dict[str, Any]] = []
-    backends = none
-    if crd is not None:
-        backends, _ = _read(
-            out, where, functools.partial(reader.list, kc.CACHEBACKENDS, scope.namespace), none
+def _read_webhook_configs(
+    reader: ClusterReader, names: install.InstallNames, out: list[Finding]
+) -> dict[str, dict[str, Any] | None]:
+    """The two webhook configurations by kind; one that could not be read is left out."""
+    configs: dict[str, dict[str, Any] | None] = {}
+    for kind, name in (
+        ("MutatingWebhookConfiguration", names.mutating_config),
+        ("ValidatingWebhookConfiguration", names.validating_config),
+    ):
+        config, ok = _read(
+            out,
+            ObjectRef(kind, name),
+            functools.partial(reader.get, kc.BY_KIND[kind], None, name),
+            None,
         )
-    # Engine pods, metadata only: the namespace asked for, or (-A) every namespace,
-    # since a pod wired by a since-deleted backend may be where no backend is left.
-    pod_list, _ = _read(
-        out,
-        ObjectRef("Pod", "*", scope.namespace or ""),
-        functools.partial(reader.list, kc.PODS, scope.namespace, metadata_only=True),
-        none,
-    )
-    by_ns: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for pod in pod_list:
-        by_ns[str((pod.get("metadata") or {}).get("namespace", ""))].append(pod)
-    backends_by_ns: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for backend in backends:
-        backends_by_ns[cb_checks.ref_of(backend).namespace].append(backend)
+        if ok:
+            configs[kind] = config
+    return configs
 
-    # The kernel-check verdicts are in the pods' status: the pods of a namespace are read
-    # in full only when one of its backends has an injected pod that runs the check.
-    full_pods: dict[str, list[dict[str, Any]] | None] = {}
+
+def _read_deployments(
+    reader: ClusterReader, names: install.InstallNames, out: list[Finding]
+) -> dict[str, dict[str, Any] | None]:
+    """The install's Deployments by name; one that could not be read is left out."""
+    ns = names.namespace
+    deployments: dict[str, dict[str, Any] | None] = {}
+    for name in names.deployments:
+        deployment, ok = _read(
+            out,
+            ObjectRef("Deployment", name, ns),
+            functools.partial(reader.get, kc.DEPLOYMENTS, ns, name),
+            None,
+        )
+        if ok:
+            deployments[name] = deployment
+    return deployments
+
+
+def _webhook_state(
+    deployments: dict[str, dict[str, Any] | None], names: install.InstallNames
+) -> pods.WebhookState:
+    """The Pod webhook's availability as its Deployment records it (``known`` False:
+    the Deployment could not be read)."""
+    deployment = deployments.get(names.webhook_deployment)
+    return pods.WebhookState(
+        available=deployment is not None and install.available_since(deployment) is not None,
+        available_since=install.available_since(deployment),
+        known=names.webhook_deployment in deployments,
+    )
+
+
+def _namespace_of(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("namespace", ""))
+
+
+def _by_namespace(
+    objs: list[dict[str, Any]], namespace_of: Callable[[dict[str, Any]], str]
+) -> defaultdict[str, list[dict[str, Any]]]:
+    """``objs`` grouped by namespace, in their order; an absent namespace reads as empty."""
+    grouped: defaultdict[str, list[dict[str, Any]]] = defaultdict(list)
+    for obj in objs:
+        grouped[namespace_of(obj)].append(obj)
+    return grouped
+
+
+def _check_backends(
+    reader: ClusterReader,
+    backends: list[dict[str, Any]],
+    pods_by_ns: defaultdict[str, list[dict[str, Any]]],
+    out: list[Finding],
+) -> None:
+    """Each backend's checks, in key order. The kernel-check verdicts are in the pods'
+    status: the pods of a namespace are read in full only when one of its backends has an
+    injected pod that runs the check, and once per namespace."""
+    none: Objects = []
+    full_pods: dict[str, Objects | None] = {}
     for backend in sorted(backends, key=cb_checks.key_of):
         namespace = cb_checks.ref_of(backend).namespace
-        out += cb_checks.check_backend(backend, by_ns[namespace])
-        if not versions.wants_versions(backend, by_ns[namespace]):
+        out += cb_checks.check_backend(backend, pods_by_ns[namespace])
+        if not versions.wants_versions(backend, pods_by_ns[namespace]):
             continue
         if namespace not in full_pods:
             listed, ok = _read(
@@ -171,13 +228,6 @@ def diagnose(reader: ClusterReader, scope: Scope) -> Diagnosis:
         namespace_pods = full_pods[namespace]
         if namespace_pods is not None:
             out += versions.check_versions(backend, namespace_pods)
-    for namespace in sorted(backends_by_ns):
-        out += cb_checks.check_overlaps(backends_by_ns[namespace], by_ns[namespace])
-    checked = pods.engine_pods(pod_list, backends)
-    for engine_pod in sorted(checked, key=cb_checks.key_of):
-        namespace = str((engine_pod.get("metadata") or {}).get("namespace", ""))
-        out += pods.check_pod(engine_pod, backends_by_ns[namespace], webhook)
-    return Diagnosis(out, backends, len(checked), reader.requests)
 
 
 def _ok(out: list[Finding], kind: str) -> bool:

@@ -96,64 +96,7 @@ def check_pod(pod: Obj, backends: Sequence[Obj], webhook: WebhookState) -> list[
     winner = select_backend([dict(b) for b in backends], ref.namespace, pod_labels(pod))
     roll = roll_hint(pod)
     if injected_by:
-        live = by_key.get(str(injected_by))
-        if live is None:
-            return [
-                finding(
-                    "pod.InjectedByMissingBackend",
-                    ref,
-                    f"wired by CacheBackend {injected_by}, which no longer exists: the engine "
-                    "still points at its endpoint",
-                    f"roll the workload to re-wire it to a live backend: {roll}",
-                    injectedBy=injected_by,
-                )
-            ]
-        live_uid = str(_meta(live).get("uid") or "")
-        if not injected_uid:
-            return [
-                finding(
-                    "pod.InjectedWithoutUID",
-                    ref,
-                    f"names CacheBackend {injected_by} but carries no {c.ANNOTATION_INJECTED_BY_UID}: "
-                    "the webhook did not stamp this pair (copied annotations?)",
-                    f"roll the workload so the webhook wires it: {roll}",
-                    injectedBy=injected_by,
-                )
-            ]
-        if injected_uid != live_uid:
-            return [
-                finding(
-                    "pod.StaleUID",
-                    ref,
-                    f"wired by an earlier CacheBackend {injected_by} (uid {injected_uid}); the "
-                    f"live one was re-created (uid {live_uid}): the pod may point at an endpoint "
-                    "that is gone",
-                    f"roll the workload: {roll}",
-                    injectedBy=injected_by,
-                    injectedUID=injected_uid,
-                    liveUID=live_uid,
-                )
-            ]
-        if winner is not None and key_of(winner) != injected_by:
-            return [
-                finding(
-                    "pod.WiredToAnotherBackend",
-                    ref,
-                    f"wired by {injected_by}, but {key_of(winner)} selects it now (selectors "
-                    "changed since it was created)",
-                    f"roll the workload if it should move: {roll}",
-                    injectedBy=injected_by,
-                    selectedBy=key_of(winner),
-                )
-            ]
-        return [
-            finding(
-                "pod.Wired",
-                ref,
-                f"wired by {injected_by} (uid matches the live backend)",
-                injectedBy=injected_by,
-            )
-        ]
+        return [_wired(ref, injected_by, injected_uid, by_key, winner, roll)]
     if winner is None:
         return []  # not an engine pod of any backend
     backend = key_of(winner)
@@ -168,6 +111,65 @@ def check_pod(pod: Obj, backends: Sequence[Obj], webhook: WebhookState) -> list[
             )
         ]
     return [_unwired(pod, winner, webhook, roll)]
+
+
+def _wired(
+    ref: ObjectRef,
+    injected_by: Any,
+    injected_uid: Any,
+    by_key: Mapping[str, Obj],
+    winner: Obj | None,
+    roll: str,
+) -> Finding:
+    """A pod the webhook stamped: is its backend the live one that selects it now?"""
+    live = by_key.get(str(injected_by))
+    if live is None:
+        return finding(
+            "pod.InjectedByMissingBackend",
+            ref,
+            f"wired by CacheBackend {injected_by}, which no longer exists: the engine "
+            "still points at its endpoint",
+            f"roll the workload to re-wire it to a live backend: {roll}",
+            injectedBy=injected_by,
+        )
+    live_uid = str(_meta(live).get("uid") or "")
+    if not injected_uid:
+        return finding(
+            "pod.InjectedWithoutUID",
+            ref,
+            f"names CacheBackend {injected_by} but carries no {c.ANNOTATION_INJECTED_BY_UID}: "
+            "the webhook did not stamp this pair (copied annotations?)",
+            f"roll the workload so the webhook wires it: {roll}",
+            injectedBy=injected_by,
+        )
+    if injected_uid != live_uid:
+        return finding(
+            "pod.StaleUID",
+            ref,
+            f"wired by an earlier CacheBackend {injected_by} (uid {injected_uid}); the "
+            f"live one was re-created (uid {live_uid}): the pod may point at an endpoint "
+            "that is gone",
+            f"roll the workload: {roll}",
+            injectedBy=injected_by,
+            injectedUID=injected_uid,
+            liveUID=live_uid,
+        )
+    if winner is not None and key_of(winner) != injected_by:
+        return finding(
+            "pod.WiredToAnotherBackend",
+            ref,
+            f"wired by {injected_by}, but {key_of(winner)} selects it now (selectors "
+            "changed since it was created)",
+            f"roll the workload if it should move: {roll}",
+            injectedBy=injected_by,
+            selectedBy=key_of(winner),
+        )
+    return finding(
+        "pod.Wired",
+        ref,
+        f"wired by {injected_by} (uid matches the live backend)",
+        injectedBy=injected_by,
+    )
 
 
 def _unwired(pod: Obj, cb: Obj, webhook: WebhookState, roll: str) -> Finding:
