@@ -222,6 +222,7 @@ def compiled_c_ops(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(out)
 
 
+@pytest.mark.services
 def test_detector_ok_when_the_extension_loads(tmp_path: Path, compiled_c_ops: str) -> None:
     (tmp_path / "img").mkdir()
     image = _fake_image(tmp_path / "img", c_ops=compiled_c_ops)
@@ -231,6 +232,7 @@ def test_detector_ok_when_the_extension_loads(tmp_path: Path, compiled_c_ops: st
 
 
 @pytest.mark.parametrize(("mode", "exit_code"), [("report-only", 0), ("strict", 1)])
+@pytest.mark.services
 def test_detector_no_compiled_extension(tmp_path: Path, mode: str, exit_code: int) -> None:
     (tmp_path / "img").mkdir()
     image = _fake_image(tmp_path / "img")
@@ -242,6 +244,7 @@ def test_detector_no_compiled_extension(tmp_path: Path, mode: str, exit_code: in
 
 
 @pytest.mark.parametrize(("mode", "exit_code"), [("report-only", 0), ("strict", 1)])
+@pytest.mark.services
 def test_detector_extension_that_fails_to_load(tmp_path: Path, mode: str, exit_code: int) -> None:
     (tmp_path / "img").mkdir()
     broken = tmp_path / "broken.so"
@@ -253,6 +256,7 @@ def test_detector_extension_that_fails_to_load(tmp_path: Path, mode: str, exit_c
     assert verdict["error"].startswith("ImportError")
 
 
+@pytest.mark.services
 def test_detector_lmcache_not_importable(tmp_path: Path) -> None:
     (tmp_path / "img").mkdir()
     image = _fake_image(tmp_path / "img", lmcache=False)
@@ -261,6 +265,7 @@ def test_detector_lmcache_not_importable(tmp_path: Path) -> None:
     assert "lmcache is not importable" in verdict["error"]
 
 
+@pytest.mark.services
 def test_detector_torch_missing_is_a_failure(tmp_path: Path) -> None:
     (tmp_path / "img").mkdir()
     image = _fake_image(tmp_path / "img", torch=False)

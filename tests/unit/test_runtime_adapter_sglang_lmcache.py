@@ -228,6 +228,7 @@ def test_worker_startup_probe_checks_loopback_zmq_port() -> None:
     assert probe["failureThreshold"] * probe["periodSeconds"] >= 300
 
 
+@pytest.mark.services
 def test_worker_bootstrap_writes_config_then_execs_the_mp_server(tmp_path: Path) -> None:
     """Run the bootstrap with a stand-in lmcache.v1.multiprocess.server module."""
     pkg = tmp_path / "lmcache" / "v1" / "multiprocess"
