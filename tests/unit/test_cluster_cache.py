@@ -147,6 +147,16 @@ def cluster(*objects: tuple[str, dict[str, Any]]) -> FakeKube:
     return kube
 
 
+@pytest.fixture(autouse=True)
+def _short_waits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """FakeKube's watches deliver no changes, so a reconcile's own write never shows
+    in the cache and its wait for it (WRITE_VISIBLE_SECONDS) always runs out; the
+    selector watches settle before regrouping. Neither wait decides a rule these
+    tests check, so both are cut to keep the pure suite fast."""
+    monkeypatch.setattr(cluster_cache, "WRITE_VISIBLE_SECONDS", 0.05)
+    monkeypatch.setattr(cluster_cache, "SELECTOR_SETTLE_SECONDS", 0.01)
+
+
 @pytest.fixture(params=["cache", "api"])
 def reads_from(request: pytest.FixtureRequest) -> str:
     return str(request.param)
