@@ -6,6 +6,10 @@ watcher, webhook and ``icache certs`` depend on (mypy checks it: see the assignm
 at the bottom), with the API server's behaviour that matters to the code under test:
 resourceVersions move on every write, ``generateName`` gets a name, creating an
 existing name is a 409.
+
+Below them, the read-back of a real :class:`reconciler.workqueue.WorkQueue`'s Redis
+state (``queue_state``, ``queue_failures``, ``clear_queue``): the queue itself has
+no use for them, the tests do.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from reconciler.workqueue import WorkQueue
 from shared import kubeclient as k
 
 
@@ -271,6 +276,52 @@ class ScriptedWatchKube(FakeKube):
             raise k.ApiError(410, "Expired", "too old resource version")
         yield {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "99"}}}
         time.sleep(0.05)
+
+
+# ------------------------------------------------------- a real WorkQueue, read back
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def queue_state(queue: WorkQueue) -> dict[str, Any]:
+    """Everything a WorkQueue holds in Redis: pending and queued keys with their due
+    times, the processing keys with their lease tokens, the dirty keys and the failure
+    counts."""
+    redis = queue.redis
+
+    def scores(zset: str) -> dict[str, float]:
+        rows: list[Any] = list(redis.zrange(zset, 0, -1, withscores=True))
+        return {_text(row[0]): float(row[1]) for row in rows}
+
+    return {
+        "pending": scores(queue.k_pending),
+        "queued": scores(queue.k_queued),
+        "processing": {_text(k_): _text(v) for k_, v in redis.hgetall(queue.k_processing).items()},
+        "dirty": {_text(k_) for k_ in redis.smembers(queue.k_dirty)},
+        "failures": {_text(k_): int(v) for k_, v in redis.hgetall(queue.k_failures).items()},
+    }
+
+
+def queue_failures(queue: WorkQueue, key: str) -> int:
+    """How many runs of ``key`` in a row have failed (its backoff exponent)."""
+    return int(queue.redis.hget(queue.k_failures, key) or 0)
+
+
+def clear_queue(queue: WorkQueue) -> None:
+    """Delete every Redis key of the queue (its prefix), so tests sharing one server
+    leave nothing behind."""
+    queue.redis.delete(
+        queue.k_pending,
+        queue.k_queued,
+        queue.k_processing,
+        queue.k_leases,
+        queue.k_dirty,
+        queue.k_failures,
+        queue.k_wake,
+        queue.k_epoch,
+    )
 
 
 # mypy holds the fakes to the Protocol the production code depends on.
