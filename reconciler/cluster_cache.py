@@ -290,10 +290,6 @@ class SelectorWatches:
             watch_timeout=self.watch_timeout,
         ).start()
 
-    def synced_count(self) -> int:
-        with self._lock:
-            return len(self._serving)
-
 
 def fresh(reflector: Reflector) -> bool:
     """Listed, its watch not failing for longer than STALE_AFTER_SECONDS, and not
