@@ -3,7 +3,7 @@
 Two calls are made on the admission path: the Pod route's live CacheBackend LIST and
 the validating route's SubjectAccessReview. Both go through the official client's
 asyncio ApiClient (``kubernetes.aio``, aiohttp underneath), configured by
-:func:`shared.kubeaccess.async_api_client` like every other process: same source
+:func:`shared.kubeaccess.async_client_for` like every other process: same source
 order, TLS files, proxy and token refresh. Answers are read as bytes and decoded with
 orjson by the caller; the generated API methods (argument validation, model objects)
 are not used on this path.
