@@ -9,18 +9,21 @@ existing name is a 409.
 
 Below them, the read-back of a real :class:`reconciler.workqueue.WorkQueue`'s Redis
 state (``queue_state``, ``queue_failures``, ``clear_queue``): the queue itself has
-no use for them, the tests do.
+no use for them, the tests do; and ``held``, a byte budget of the webhook held for
+a block.
 """
 
 from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 from reconciler.workqueue import WorkQueue
 from shared import kubeclient as k
+from webhook_svc.admission_gate import ByteBudget
 
 
 def selector_matches(selector: str | None, labels: dict[str, str]) -> bool:
@@ -322,6 +325,20 @@ def clear_queue(queue: WorkQueue) -> None:
         queue.k_wake,
         queue.k_epoch,
     )
+
+
+# --------------------------------------------------- the webhook's byte budget, held
+
+
+@asynccontextmanager
+async def held(budget: ByteBudget, size: int, wait_seconds: float) -> AsyncIterator[None]:
+    """Hold ``size`` bytes of ``budget`` for the block (acquire, then release), as the
+    admission gate does around a request; OverloadedError as acquire raises it."""
+    granted = await budget.acquire(size, wait_seconds)
+    try:
+        yield
+    finally:
+        budget.release(granted)
 
 
 # mypy holds the fakes to the Protocol the production code depends on.
