@@ -34,7 +34,6 @@ from typing import Any
 import redis
 from celery import Celery
 
-from reconciler import kube as k
 from reconciler import metrics
 from reconciler.celery_app import QUEUE_NAME, RECONCILE_TASK
 from reconciler.enqueue_keys import match_labels, object_key, owner_key, pod_backend_key
@@ -42,22 +41,12 @@ from reconciler.leader import ElectionSettings, LeaderElector
 from reconciler.pod_events import EnginePodEvents
 from reconciler.watch_cache import WatchSpec, list_then_watch
 from reconciler.workqueue import QueueDataLostError, WorkQueue
+from shared import kubeclient as k
 from shared.storage_providers.render import LABEL_MANAGED_BY, MANAGED_BY
 
 log = logging.getLogger(__name__)
 
 OWNED_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
-
-__all__ = [
-    "Dispatcher",
-    "DispatcherSettings",
-    "SelectorIndex",
-    "match_labels",
-    "object_key",
-    "owner_key",
-    "pod_backend_key",
-]
-
 
 @dataclass(frozen=True)
 class DispatcherSettings:

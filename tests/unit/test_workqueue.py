@@ -363,7 +363,7 @@ def _dispatcher(queue: WorkQueue, kube: ScriptedWatchKube) -> Dispatcher:
 
 
 def test_watch_relists_on_410_gone_and_resumes_from_resource_version(queue: WorkQueue) -> None:
-    from reconciler import kube as k
+    from shared import kubeclient as k
 
     fake = ScriptedWatchKube({"cachebackends": [_obj("ns", "a"), _obj("ns", "b")]}, gone_once=True)
     d = _dispatcher(queue, fake)
@@ -386,7 +386,7 @@ def test_watch_relists_on_410_gone_and_resumes_from_resource_version(queue: Work
 
 
 def test_owned_objects_enqueue_their_owner_and_only_the_leader_enqueues(queue: WorkQueue) -> None:
-    from reconciler.dispatcher import owner_key
+    from reconciler.enqueue_keys import owner_key
 
     assert owner_key(_obj("ns", "cb-redis", owner="cb")) == "ns/cb"
     assert owner_key(_obj("ns", "stray")) is None
