@@ -46,7 +46,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from reconciler import kube as k
 from reconciler import metrics
 from reconciler.engine_deployments import (
     deployments_from_replicasets,
@@ -58,6 +57,7 @@ from reconciler.enqueue_keys import match_labels, owner_key, pod_backend_key
 from reconciler.reads import OWNED_RESOURCES, LiveReads, template_labels, with_kind
 from reconciler.watch_cache import Reflector, WatchSpec, reduced_metadata, resource_version
 from shared import constants as c
+from shared import kubeclient as k
 from shared.labels import labels_match, valid_selector
 from shared.storage_providers.render import (
     LABEL_CACHEBACKEND,

@@ -1,8 +1,7 @@
-"""The reconciler's name for the shared Kubernetes client (``from reconciler import
-kube as k``): the client, its Protocol and the resource table live in
-:mod:`shared.kubeclient`, the connection (flag, in-cluster, KUBECONFIG,
-~/.kube/config) in :mod:`shared.kubeaccess`. Re-exported here so the reconciler's
-modules keep one short import."""
+"""The reconciler's old name for the shared Kubernetes client: the client, its
+Protocol and the resource table live in :mod:`shared.kubeclient`, the connection
+(flag, in-cluster, KUBECONFIG, ~/.kube/config) in :mod:`shared.kubeaccess`. Import
+those; this re-export goes once reconcile.py and metrics.py no longer use it."""
 
 from __future__ import annotations
 

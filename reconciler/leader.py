@@ -17,7 +17,7 @@ from typing import Any
 
 from kubernetes import client as k8s_client
 
-from reconciler import kube as k
+from shared import kubeclient as k
 
 log = logging.getLogger(__name__)
 

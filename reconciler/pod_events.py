@@ -31,10 +31,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from reconciler import kube as k
 from reconciler.conditions import format_time
 from reconciler.events import NORMAL, REPORTING_COMPONENT
 from shared import constants as c
+from shared import kubeclient as k
 from shared.pod_wiring import skip_inject_requested
 
 # An Event name is a DNS subdomain (<= 253 characters).

@@ -32,8 +32,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final, Protocol
 
-from reconciler import kube as k
 from shared import constants as c
+from shared import kubeclient as k
 from shared.labels import equality_selector, labels_match
 from shared.storage_providers.render import owned_selector
 
@@ -42,7 +42,7 @@ ANY_VERSION: Final = "0"
 
 
 class ClusterReads(Protocol):
-    """The reads of one reconcile. Failures are :class:`reconciler.kube.ApiError`."""
+    """The reads of one reconcile. Failures are :class:`shared.kubeclient.ApiError`."""
 
     def backend(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The CacheBackend, or None when it does not exist."""

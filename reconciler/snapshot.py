@@ -18,11 +18,11 @@ from typing import Any, Final
 
 import redis
 
-from reconciler import kube as k
 from reconciler.cluster_cache import ClusterCache, fresh, selector_groups, set_selector
 from reconciler.conditions import format_time, parse_time
 from reconciler.server_client import ServerClient
 from shared import constants as c
+from shared import kubeclient as k
 from shared.labels import valid_selector
 
 log = logging.getLogger(__name__)

@@ -17,14 +17,13 @@ from reconciler import metrics
 from reconciler.cascade import CASCADE_WINDOW_SECONDS
 from reconciler.celery_app import RECONCILE_TASK
 from reconciler.cluster_cache import CachedReads, ClusterCache
-from reconciler.kube import Kube
 from reconciler.reads import ClusterReads, LiveReads
 from reconciler.reconcile import CascadeClaim, Reconciler
 from reconciler.redis_conn import RedisTimeouts, redis_client
 from reconciler.server_client import DEFAULT_TOKEN_PATH, ServerClient
 from reconciler.workqueue import DONE, QueueSettings, WorkQueue
 from shared import kubeaccess
-from shared.kubeclient import JSON_ACCEPT
+from shared.kubeclient import JSON_ACCEPT, Kube
 
 log = logging.getLogger(__name__)
 # One DEBUG line when a reconcile starts and one when it ends, with the lease token

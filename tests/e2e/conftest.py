@@ -33,8 +33,8 @@ import pytest
 import redis
 import yaml
 
-from reconciler import kube as k
 from reconciler.workqueue import QueueSettings, WorkQueue
+from shared import kubeclient as k
 from shared.constants import INSTALL_NAMESPACE
 from tests.harness.controlplane import ControlPlane
 from tests.harness.redis_server import RedisServer

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from reconciler import kube as k
+from shared import kubeclient as k
 from tests.e2e.conftest import (
     DISPATCHER_USER,
     WORKER_USER,

@@ -16,7 +16,7 @@ import urllib.request
 
 import pytest
 
-from reconciler import kube as k
+from shared import kubeclient as k
 from tests.e2e.conftest import (
     KERNEL_CHECK,
     Cluster,

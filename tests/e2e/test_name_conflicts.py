@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from reconciler import kube as k
 from reconciler.ownership import owned_by
 from reconciler.reconcile import Reconciler
 from shared import kubeaccess
+from shared import kubeclient as k
 from tests.e2e.conftest import Cluster, Stack, condition, poll
 
 NO_GATE = {"inferencecache.io/require-kv-events": "false"}

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from reconciler import kube as k
 from shared import constants as c
+from shared import kubeclient as k
 from tests.e2e import test_rollouts as rollouts
 from tests.e2e.conftest import WORKER_USER, Cluster, Stack, condition, poll
 from tests.e2e.workloads import (

@@ -53,8 +53,8 @@ from typing import Any
 import jsonpatch
 
 from icache_install import certs
-from reconciler import kube as k
 from shared import constants as c
+from shared import kubeclient as k
 from tests.harness.controlplane import ControlPlane, free_port, wait_until
 from tests.harness.redis_server import RedisServer
 from tests.unit.test_pod_examples import SUBSCRIBER_IMAGE

@@ -37,7 +37,7 @@ import pytest
 from kubernetes import client
 
 from icache_install.manifests_cli import render
-from reconciler.kube import ApiError, Kube
+from shared.kubeclient import ApiError, Kube
 from tests.harness.controlplane import ControlPlane, free_port, terminate_process_group, wait_until
 from tests.integration.test_certs_cli import (
     CONFIG_PATHS,

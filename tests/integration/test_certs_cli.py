@@ -25,7 +25,7 @@ import pytest
 from kubernetes import client
 
 from icache_install.manifests_cli import render
-from reconciler.kube import ApiError, Kube
+from shared.kubeclient import ApiError, Kube
 from tests.harness.controlplane import (
     ControlPlane,
     free_port,

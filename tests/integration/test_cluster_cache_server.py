@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from reconciler import kube as k
 from reconciler.cluster_cache import CachedReads, ClusterCache
 from reconciler.reads import LiveReads
 from reconciler.watch_cache import Reflector, WatchSpec
 from shared import constants as c
+from shared import kubeclient as k
 from tests.e2e.conftest import poll
 from tests.harness.controlplane import ControlPlane
 

@@ -24,7 +24,7 @@ import yaml
 from kubernetes import client
 
 from icache_install.manifests_cli import render
-from reconciler.kube import ApiError, Kube
+from shared.kubeclient import ApiError, Kube
 from tests.harness.controlplane import ControlPlane, wait_until
 from tests.integration.manifest_apply import Applier
 from tests.samples import ROOT

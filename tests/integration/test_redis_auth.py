@@ -28,10 +28,10 @@ from kubernetes import client
 
 from icache_install.manifests_cli import render
 from reconciler.celery_app import make_app
-from reconciler.kube import ApiError, Kube
 from reconciler.redis_settings import redis_url
 from reconciler.workqueue import QueueSettings, WorkQueue
 from shared import redis_auth
+from shared.kubeclient import ApiError, Kube
 from tests.harness.controlplane import (
     ControlPlane,
     free_port,

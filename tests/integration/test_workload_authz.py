@@ -29,7 +29,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from icache_install.manifests_cli import render
-from reconciler.kube import Kube
+from shared.kubeclient import Kube
 from tests.harness.controlplane import (
     ControlPlane,
     free_port,

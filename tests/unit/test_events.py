@@ -9,9 +9,9 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from reconciler import kube as k
 from reconciler.events import EventSpec, event_object
 from reconciler.reconcile import Reconciler
+from shared import kubeclient as k
 from tests.fakes import FakeKube
 
 NOW = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.UTC)

@@ -14,9 +14,9 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from reconciler import kube as k
 from reconciler import metrics
 from reconciler.reads import OWNED_RESOURCES
+from shared import kubeclient as k
 
 RECONCILER = Path(metrics.__file__).parent
 
