@@ -53,7 +53,13 @@ from reconciler.engine_deployments import (
     replicaset_shape,
     replicaset_template_labels,
 )
-from reconciler.enqueue_keys import match_labels, owner_key, pod_backend_key
+from reconciler.enqueue_keys import (
+    OWNED_SELECTOR,
+    match_labels,
+    object_key,
+    owner_key,
+    pod_backend_key,
+)
 from reconciler.reads import OWNED_RESOURCES, LiveReads, template_labels, with_kind
 from reconciler.watch_cache import Reflector, WatchSpec, reduced_metadata, resource_version
 from shared import constants as c
@@ -61,14 +67,11 @@ from shared import kubeclient as k
 from shared.labels import labels_match, valid_selector
 from shared.storage_providers.render import (
     LABEL_CACHEBACKEND,
-    LABEL_MANAGED_BY,
-    MANAGED_BY,
     safe_label_value,
 )
 
 log = logging.getLogger(__name__)
 
-OWNED_SELECTOR: Final = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
 # How long a read waits for a store's first list, or for a new engine selector to be
 # covered, before it asks the API server instead.
 SYNC_WAIT_SECONDS: Final = 5.0
@@ -327,7 +330,7 @@ class ChangeRouter:
         for cb in self.backends.store.in_namespace(namespace):
             selector = match_labels(cb)
             if labels_match(selector, labels):
-                out.add(f"{namespace}/{cb['metadata']['name']}")
+                out.add(object_key(cb))
         return out
 
     def _send(self, keys: Iterable[str]) -> None:
@@ -337,8 +340,7 @@ class ChangeRouter:
     def backend(self, _kind: str, old: Obj | None, new: Obj | None) -> None:
         obj = new or old
         if obj is not None:
-            meta = obj.get("metadata") or {}
-            self._send([f"{meta.get('namespace')}/{meta.get('name')}"])
+            self._send([object_key(obj)])
 
     def owned(self, _kind: str, old: Obj | None, new: Obj | None) -> None:
         self._send(key for obj in (old, new) if obj and (key := owner_key(obj)))

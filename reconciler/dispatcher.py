@@ -36,17 +36,21 @@ from celery import Celery
 
 from reconciler import metrics
 from reconciler.celery_app import QUEUE_NAME, RECONCILE_TASK
-from reconciler.enqueue_keys import match_labels, object_key, owner_key, pod_backend_key
+from reconciler.enqueue_keys import (
+    OWNED_SELECTOR,
+    match_labels,
+    object_key,
+    owner_key,
+    pod_backend_key,
+)
 from reconciler.leader import ElectionSettings, LeaderElector
 from reconciler.pod_events import EnginePodEvents
 from reconciler.watch_cache import WatchSpec, list_then_watch
 from reconciler.workqueue import QueueDataLostError, WorkQueue
 from shared import kubeclient as k
-from shared.storage_providers.render import LABEL_MANAGED_BY, MANAGED_BY
 
 log = logging.getLogger(__name__)
 
-OWNED_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
 
 @dataclass(frozen=True)
 class DispatcherSettings:

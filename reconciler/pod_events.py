@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from reconciler.conditions import format_time
+from reconciler.enqueue_keys import namespaced_key
 from reconciler.events import NORMAL, REPORTING_COMPONENT
 from shared import constants as c
 from shared import kubeclient as k
@@ -75,7 +76,7 @@ class InjectedByClaim:
 
     @property
     def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
+        return namespaced_key(self.namespace, self.name)
 
 
 def injected_by_claim(pod: dict[str, Any]) -> InjectedByClaim | None:
