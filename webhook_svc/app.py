@@ -44,7 +44,14 @@ from webhook_svc.admission_gate import (
     OverloadedError,
     RequestLimit,
 )
-from webhook_svc.admission_review import AdmissionRequest, BadReviewError, allow, deny, parse_review
+from webhook_svc.admission_review import (
+    AdmissionRequest,
+    BadReviewError,
+    allow,
+    deny,
+    failure_status,
+    parse_review,
+)
 from webhook_svc.backend_source import BackendSource
 from webhook_svc.cachebackend_admission import mutate_cachebackend, validate_cachebackend
 from webhook_svc.codec import BadBodyError, decode_body, encode_json
@@ -174,15 +181,11 @@ def internal_denial(req: AdmissionRequest, exc: Exception) -> dict[str, Any]:
     log.exception("cachebackend admission failed", extra={"uid": req.uid})
     return deny(
         req.uid,
-        {
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Failure",
-            "message": f"inference-cache webhook internal error: {type(exc).__name__}: {exc}",
-            "reason": "InternalError",
-            "code": 500,
-        },
+        failure_status(
+            500,
+            "InternalError",
+            f"inference-cache webhook internal error: {type(exc).__name__}: {exc}",
+        ),
     )
 
 
