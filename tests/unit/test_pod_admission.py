@@ -17,7 +17,17 @@ import jsonpatch
 import pytest
 
 from shared import constants as c
-from tests.unit.test_pod_wiring import CTX, NS, make_backend, make_pod, stale_annotations
+from tests.builders import (
+    CTX,
+    NS,
+    stale_annotations,
+)
+from tests.builders import (
+    backend as make_backend,
+)
+from tests.builders import (
+    pod as make_pod,
+)
 from webhook_svc import pod_admission
 from webhook_svc.admission_review import AdmissionRequest, parse_review
 from webhook_svc.pod_admission import Backends, namespace_to_list

@@ -12,12 +12,18 @@ from shared.bindings import Binding
 from shared.runtime_adapters.base import InjectContext, InjectionRejectedError
 from shared.runtime_adapters.registry import select
 from shared.runtime_adapters.sglang_hicache import SGLangHiCacheAdapter
-from tests.unit.test_pod_wiring import (
+from tests.builders import (
     assert_valid_pod,
     containers_of,
-    make_backend,
-    make_container,
-    make_pod,
+)
+from tests.builders import (
+    backend as make_backend,
+)
+from tests.builders import (
+    container as make_container,
+)
+from tests.builders import (
+    pod as make_pod,
 )
 
 ADAPTER = SGLangHiCacheAdapter()

@@ -18,14 +18,20 @@ from shared.runtime_adapters import sglang_lmcache as mp
 from shared.runtime_adapters.base import InjectContext, InjectionRejectedError
 from shared.runtime_adapters.registry import select
 from shared.runtime_adapters.sglang_lmcache import SGLangLMCacheAdapter
-from tests.unit.test_pod_wiring import (
+from tests.builders import (
     assert_valid_pod,
     containers_of,
     env_of,
     init_containers_of,
-    make_backend,
-    make_container,
-    make_pod,
+)
+from tests.builders import (
+    backend as make_backend,
+)
+from tests.builders import (
+    container as make_container,
+)
+from tests.builders import (
+    pod as make_pod,
 )
 
 ADAPTER = SGLangLMCacheAdapter()

@@ -14,14 +14,20 @@ from shared.runtime_adapters.base import InjectContext, InjectionRejectedError
 from shared.runtime_adapters.registry import select
 from shared.runtime_adapters.sizing import gib_decimal_string
 from shared.runtime_adapters.vllm_lmcache import VLLMLMCacheAdapter
-from tests.unit.test_pod_wiring import (
+from tests.builders import (
     assert_valid_pod,
     containers_of,
     env_of,
     init_containers_of,
-    make_backend,
-    make_container,
-    make_pod,
+)
+from tests.builders import (
+    backend as make_backend,
+)
+from tests.builders import (
+    container as make_container,
+)
+from tests.builders import (
+    pod as make_pod,
 )
 
 ADAPTER = VLLMLMCacheAdapter()
