@@ -10,20 +10,24 @@ existing name is a 409.
 Below them, the read-back of a real :class:`reconciler.workqueue.WorkQueue`'s Redis
 state (``queue_state``, ``queue_failures``, ``clear_queue``): the queue itself has
 no use for them, the tests do; and ``held``, a byte budget of the webhook held for
-a block.
+a block; and ``mutate_pod``, the Pod route's steps over a scripted CacheBackend
+lister.
 """
 
 from __future__ import annotations
 
 import copy
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 from reconciler.workqueue import WorkQueue
 from shared import kubeclient as k
+from webhook_svc import pod_admission
 from webhook_svc.admission_gate import ByteBudget
+from webhook_svc.admission_review import AdmissionRequest
+from webhook_svc.pod_admission import Backends, namespace_to_list
 
 
 def selector_matches(selector: str | None, labels: dict[str, str]) -> bool:
@@ -339,6 +343,28 @@ async def held(budget: ByteBudget, size: int, wait_seconds: float) -> AsyncItera
         yield
     finally:
         budget.release(granted)
+
+
+# ------------------------------------------------------------- the Pod route, driven
+
+
+def mutate_pod(
+    req: AdmissionRequest,
+    list_backends: Callable[[str], list[dict[str, Any]]],
+    ctx: Any,
+) -> tuple[dict[str, Any], str, str]:
+    """The Pod route's steps (webhook_svc/app.py), with ``list_backends`` standing in
+    for the live CacheBackend LIST: the namespace ``namespace_to_list`` names is
+    listed (an exception the lister raises is what the route passes on), then the pure
+    ``mutate_pod`` judges the request."""
+    namespace = namespace_to_list(req)
+    backends: Backends = []
+    if namespace is not None:
+        try:
+            backends = list_backends(namespace)
+        except Exception as exc:
+            backends = exc
+    return pod_admission.mutate_pod(req, backends, ctx)
 
 
 # mypy holds the fakes to the Protocol the production code depends on.

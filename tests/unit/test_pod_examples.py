@@ -9,8 +9,8 @@ import pytest
 
 from shared import constants as c
 from shared.runtime_adapters.base import InjectContext
+from tests.fakes import mutate_pod
 from tests.samples import ROOT, SAMPLES_DIR
-from tests.unit.test_pod_admission import mutate_pod
 from webhook_svc.admission_review import parse_review
 from webhook_svc.backend_files import load_backends
 
