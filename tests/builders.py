@@ -9,9 +9,11 @@ that the wiring and runtime-adapter tests share.
 from __future__ import annotations
 
 import copy
+import datetime as dt
 import re
 from typing import Any
 
+from reconciler.conditions import find
 from shared import constants as c
 from shared.pod_wiring import WiringResult, wire_pod
 from shared.runtime_adapters.base import InjectContext
@@ -139,6 +141,47 @@ def backend(
             ],
         }
     return out
+
+
+# ------------------------------------------------------- CacheBackend, as status sees it
+
+# The time the status tests reconcile at.
+T0 = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
+MANAGED_SPEC: dict[str, Any] = {
+    "runtime": "VLLM",
+    "remoteStorage": {"provider": "LMCacheServer", "ownership": "Managed"},
+}
+# The endpoint a Managed backend's cache-server Service publishes.
+ENDPOINT = "cb-lmcache-server.ns.svc:65432"
+# The annotation that turns the KV-event gate off.
+NO_GATE = {"inferencecache.io/require-kv-events": "false"}
+
+
+def status_backend(
+    spec: dict[str, Any] | None = None,
+    status: dict[str, Any] | None = None,
+    annotations: dict[str, str] | None = None,
+    generation: int = 1,
+) -> dict[str, Any]:
+    """CacheBackend ns/cb (uid u) as compute_status reads it: a Managed LMCacheServer
+    spec unless ``spec`` is given."""
+    o: dict[str, Any] = {
+        "apiVersion": "inferencecache.io/v1alpha1",
+        "kind": "CacheBackend",
+        "metadata": {"name": "cb", "namespace": "ns", "uid": "u", "generation": generation},
+        "spec": spec if spec is not None else dict(MANAGED_SPEC),
+    }
+    if annotations:
+        o["metadata"]["annotations"] = annotations
+    if status is not None:
+        o["status"] = status
+    return o
+
+
+def condition_of(status: dict[str, Any], type_: str) -> tuple[str, str] | None:
+    """(status, reason) of the condition ``type_`` in a CacheBackend status, or None."""
+    found = find(status.get("conditions"), type_)
+    return (found["status"], found["reason"]) if found else None
 
 
 # --------------------------------------------------------------------------- engine pods
