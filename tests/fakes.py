@@ -240,6 +240,14 @@ class FakeKube:
         return iter(())
 
 
+def fake_cluster(*objects: tuple[str, dict[str, Any]]) -> FakeKube:
+    """A FakeKube holding ``objects``, each given with its plural."""
+    kube = FakeKube()
+    for plural, obj in objects:
+        kube.put(plural, obj)
+    return kube
+
+
 class ScriptedWatchKube(FakeKube):
     """Lists and watches from scripted data, for the dispatcher's watch loop: each
     list answers resourceVersion 10 * (lists so far); the first watch of a resource

@@ -11,8 +11,11 @@ import redis
 from reconciler.cluster_cache import ClusterCache
 from reconciler.server_client import ServerClient
 from reconciler.snapshot import SnapshotPoller
+from tests.builders import NS
+from tests.builders import engine_pod as engine
+from tests.builders import selecting_backend as backend
 from tests.fakes import FakeKube
-from tests.unit.test_cluster_cache import NS, backend, cluster, engine
+from tests.fakes import fake_cluster as cluster
 
 
 class StubServer:
