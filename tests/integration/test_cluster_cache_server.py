@@ -18,8 +18,8 @@ from reconciler.reads import LiveReads
 from reconciler.watch_cache import Reflector, WatchSpec
 from shared import constants as c
 from shared import kubeclient as k
-from tests.e2e.conftest import poll
 from tests.harness.controlplane import ControlPlane
+from tests.harness.polling import poll
 
 
 @pytest.fixture

@@ -26,9 +26,9 @@ from kubernetes import client
 from icache_install.manifests_cli import render
 from shared.kubeclient import ApiError, Kube
 from tests.harness.controlplane import ControlPlane, wait_until
+from tests.helm_chart import VALUE_SETS, template
 from tests.integration.manifest_apply import Applier
 from tests.samples import ROOT
-from tests.unit.test_helm_chart import VALUE_SETS, template
 
 NAMESPACE = "inference-cache-system"
 OPERATOR_CRDS = (
