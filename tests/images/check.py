@@ -57,7 +57,7 @@ from shared import constants as c
 from shared import kubeclient as k
 from tests.harness.controlplane import ControlPlane, free_port, wait_until
 from tests.harness.redis_server import RedisServer
-from tests.unit.test_pod_examples import SUBSCRIBER_IMAGE
+from tests.samples import EXAMPLES_SUBSCRIBER_IMAGE as SUBSCRIBER_IMAGE
 
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -275,10 +275,11 @@ def patched(request_body: bytes, response: dict[str, Any]) -> dict[str, Any]:
 
 
 def check_admission_examples(base_url: str, ctx: ssl.SSLContext | None) -> int:
-    """Every replay file, through the container, against the unit tests' tables
+    """Every replay file, through the container, against tests/samples.py's tables
     (the webhook runs with their kvevent-subscriber image)."""
-    from tests.unit.test_cachebackend_admission import EXAMPLES, EXPECTED_EXAMPLES
-    from tests.unit.test_pod_examples import EXPECTED as POD_EXPECTED
+    from tests.samples import EXAMPLES_DIR as EXAMPLES
+    from tests.samples import EXPECTED_CACHEBACKEND_EXAMPLES as EXPECTED_EXAMPLES
+    from tests.samples import EXPECTED_POD_EXAMPLES as POD_EXPECTED
 
     count = 0
     for name, (allowed, causes, patch_expected, warned) in sorted(EXPECTED_EXAMPLES.items()):
