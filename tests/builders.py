@@ -15,6 +15,7 @@ from typing import Any
 
 from reconciler.conditions import find
 from shared import constants as c
+from shared.api.models import CacheBackend
 from shared.pod_wiring import WiringResult, wire_pod
 from shared.runtime_adapters.base import InjectContext
 from shared.runtime_adapters.podcheck import pod_problems
@@ -76,6 +77,17 @@ def cb(
     if not no_spec:
         obj["spec"] = spec
     return obj
+
+
+def new_cb(name: str, selector: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
+    """A CacheBackend as a test creates it through the API server: metadata.name only
+    (the request names the namespace); runtime VLLM unless ``runtime`` is given;
+    ``selector``: spec.engineSelector.matchLabels; ``spec``: more spec fields."""
+    body: dict[str, Any] = {"runtime": c.RUNTIME_VLLM}
+    if selector is not None:
+        body["engineSelector"] = {"matchLabels": selector}
+    body.update(spec)
+    return {"apiVersion": c.API_VERSION, "kind": c.KIND, "metadata": {"name": name}, "spec": body}
 
 
 MODEL = "Qwen/Qwen3-8B"
@@ -141,6 +153,11 @@ def backend(
             ],
         }
     return out
+
+
+def parsed_backend(**kw: Any) -> CacheBackend:
+    """:func:`backend` (same arguments) parsed into the model the runtime adapters take."""
+    return CacheBackend.model_validate(backend(**kw))
 
 
 # ------------------------------------------------------- CacheBackend, as status sees it

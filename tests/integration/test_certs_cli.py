@@ -23,6 +23,7 @@ from kubernetes import client
 
 from icache_install.manifests_cli import render
 from shared.kubeclient import ApiError, Kube
+from tests.builders import new_cb
 from tests.harness.controlplane import (
     ControlPlane,
     free_port,
@@ -31,8 +32,6 @@ from tests.harness.controlplane import (
 )
 from tests.integration.certs_webhook import (
     CONFIG_PATHS,
-    GROUP,
-    VERSION,
     WEBHOOK_KINDS,
     cachebackends,
     icache,
@@ -100,16 +99,7 @@ class Webhook:
     log_path: Path
 
 
-def _cachebackend(name: str, spec: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "CacheBackend",
-        "metadata": {"name": name},
-        "spec": spec,
-    }
-
-
-INVALID_SPEC = {
+INVALID_SPEC: dict[str, Any] = {
     "runtime": "VLLM",
     "remoteStorage": {"provider": "LMCacheServer", "ownership": "External"},
 }
@@ -179,7 +169,7 @@ def test_certs_then_api_server_calls_the_webhook_over_tls(
         # The API server picks up webhook configurations asynchronously; a dry run
         # persists nothing, so poll it until our webhook is the one answering.
         def our_denial() -> str:
-            message = _rejection(kube, namespace, _cachebackend("bad", INVALID_SPEC))
+            message = _rejection(kube, namespace, new_cb("bad", **INVALID_SPEC))
             if message is None or "denied the request" not in message:
                 # Not yet (or not us): raise so a timeout reports what the API server said.
                 raise AssertionError(f"not rejected by our webhook yet: {message}")
@@ -193,14 +183,14 @@ def test_certs_then_api_server_calls_the_webhook_over_tls(
         assert 'admission webhook "vcachebackend.inferencecache.io" denied the request' in message
         assert "spec.remoteStorage.endpoint" in message
         with pytest.raises(ApiError) as denied:
-            kube.request("POST", cachebackends(namespace), body=_cachebackend("bad", INVALID_SPEC))
+            kube.request("POST", cachebackends(namespace), body=new_cb("bad", **INVALID_SPEC))
         assert denied.value.status in (400, 422)
         assert "vcachebackend.inferencecache.io" in json.loads(denied.value.body)["message"]
 
         # A valid one is admitted and defaulted by mcachebackend.inferencecache.io: the
         # webhook materialises spec.integration and spec.observation, the API server
         # then stamps their schema defaults.
-        good = _cachebackend("good", {"runtime": "VLLM"})
+        good = new_cb("good")
 
         def our_defaults() -> bool:
             # The mutating configuration reaches the API server through an informer of

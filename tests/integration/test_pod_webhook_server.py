@@ -15,6 +15,7 @@ import pytest
 from kubernetes import client
 
 from shared import constants as c
+from tests.builders import new_cb
 from tests.harness.controlplane import (
     AuditEvent,
     CertificateAuthority,
@@ -36,15 +37,6 @@ SUFFIX = "pods"
 # mutating webhook call (failurePolicy Ignore).
 FAILED_OPEN_ANNOTATION = "failed-open.mutation.webhook.admission.k8s.io/"
 SUBSCRIBER_IMAGE = "ghcr.io/inference-cache/kvevent-subscriber:0.1.0"
-
-
-def _backend(name: str, labels: dict[str, str], **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "CacheBackend",
-        "metadata": {"name": name},
-        "spec": {"engineSelector": {"matchLabels": labels}, **spec},
-    }
 
 
 def _pod(
@@ -75,7 +67,7 @@ def pod_ns(
             VERSION,
             ns,
             PLURAL,
-            _backend(
+            new_cb(
                 "a-vllm",
                 {"app": "vllm"},
                 runtime="VLLM",
@@ -88,14 +80,14 @@ def pod_ns(
             VERSION,
             ns,
             PLURAL,
-            _backend("b-sglang", {"app": "sglang-mp"}, runtime="SGLang"),
+            new_cb("b-sglang", {"app": "sglang-mp"}, runtime="SGLang"),
         )
         custom.create_namespaced_custom_object(
             GROUP,
             VERSION,
             ns,
             PLURAL,
-            _backend(
+            new_cb(
                 "c-hicache",
                 {"app": "sglang-hicache"},
                 runtime="SGLang",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import subprocess
 import sys
@@ -23,9 +24,7 @@ from tests.builders import (
     containers_of,
     env_of,
     init_containers_of,
-)
-from tests.builders import (
-    backend as make_backend,
+    parsed_backend,
 )
 from tests.builders import (
     container as make_container,
@@ -40,8 +39,8 @@ REDIS = Binding("resp", "cache-redis.team-a.svc:6379")
 IMAGE = "lmsysorg/sglang:v0.5.3-cu126"
 
 
-def backend(**kw: Any) -> CacheBackend:
-    return CacheBackend.model_validate(make_backend(runtime="SGLang", **kw))
+# The builders' backend, on the SGLang runtime.
+backend = functools.partial(parsed_backend, runtime="SGLang")
 
 
 def sglang(name: str = "sglang", **kw: Any) -> dict[str, Any]:

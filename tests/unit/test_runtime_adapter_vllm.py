@@ -21,11 +21,9 @@ from tests.builders import (
     init_containers_of,
 )
 from tests.builders import (
-    backend as make_backend,
-)
-from tests.builders import (
     container as make_container,
 )
+from tests.builders import parsed_backend as backend
 from tests.builders import (
     pod as make_pod,
 )
@@ -34,10 +32,6 @@ ADAPTER = VLLMLMCacheAdapter()
 CTX = InjectContext()
 LM = Binding("lm", "cache.team-a.svc:65432")
 MOONCAKE = Binding("mooncakestore", "mc.team-a.svc:50051")
-
-
-def backend(**kw: Any) -> CacheBackend:
-    return CacheBackend.model_validate(make_backend(**kw))
 
 
 def inject(
