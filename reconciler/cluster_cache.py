@@ -46,20 +46,14 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from reconciler import metrics
+from reconciler import enqueue_keys, metrics
 from reconciler.engine_deployments import (
     deployments_from_replicasets,
     replicaset_metadata,
     replicaset_shape,
     replicaset_template_labels,
 )
-from reconciler.enqueue_keys import (
-    OWNED_SELECTOR,
-    match_labels,
-    object_key,
-    owner_key,
-    pod_backend_key,
-)
+from reconciler.enqueue_keys import match_labels, object_key, owner_key, pod_backend_key
 from reconciler.reads import OWNED_RESOURCES, LiveReads, template_labels, with_kind
 from reconciler.watch_cache import Reflector, WatchSpec, reduced_metadata, resource_version
 from shared import constants as c
@@ -413,7 +407,7 @@ class ClusterCache:
         self.owned = {
             res.kind: Reflector(
                 kube,
-                WatchSpec(res, OWNED_SELECTOR),
+                WatchSpec(res, enqueue_keys.OWNED_SELECTOR),
                 transform=_owned_transform(res),
                 on_change=router.owned,
                 on_restart=_count_restart(res.plural),

@@ -34,15 +34,9 @@ from typing import Any
 import redis
 from celery import Celery
 
-from reconciler import metrics
+from reconciler import enqueue_keys, metrics
 from reconciler.celery_app import QUEUE_NAME, RECONCILE_TASK
-from reconciler.enqueue_keys import (
-    OWNED_SELECTOR,
-    match_labels,
-    object_key,
-    owner_key,
-    pod_backend_key,
-)
+from reconciler.enqueue_keys import match_labels, object_key, owner_key, pod_backend_key
 from reconciler.leader import ElectionSettings, LeaderElector
 from reconciler.pod_events import EnginePodEvents
 from reconciler.watch_cache import WatchSpec, list_then_watch
@@ -255,7 +249,7 @@ class Dispatcher:
             *[
                 (
                     f"watch-{res.plural}",
-                    lambda res=res: self._watch_loop(res, OWNED_SELECTOR, leading),
+                    lambda res=res: self._watch_loop(res, enqueue_keys.OWNED_SELECTOR, leading),
                 )
                 for res in (k.DEPLOYMENTS, k.STATEFULSETS, k.SERVICES, k.HPAS)
             ],
