@@ -51,17 +51,23 @@ def invalid_status(name: str, errors: Sequence[FieldError]) -> dict[str, Any]:
     )
 
 
-def _internal_error(req: AdmissionRequest, exc: Exception) -> dict[str, Any]:
-    log.exception("cachebackend admission failed", extra={"uid": req.uid})
+def internal_error_denial(uid: str, exc: Exception, *, while_admitting: bool) -> dict[str, Any]:
+    """The denial of a CacheBackend request the webhook failed to judge: 500
+    InternalError naming the exception (and, ``while_admitting``, the kind)."""
+    where = f" while admitting {QUALIFIED_KIND}" if while_admitting else ""
     return deny(
-        req.uid,
+        uid,
         failure_status(
             500,
             "InternalError",
-            f"inference-cache webhook internal error while admitting {QUALIFIED_KIND}: "
-            f"{type(exc).__name__}: {exc}",
+            f"inference-cache webhook internal error{where}: {type(exc).__name__}: {exc}",
         ),
     )
+
+
+def _internal_error(req: AdmissionRequest, exc: Exception) -> dict[str, Any]:
+    log.exception("cachebackend admission failed", extra={"uid": req.uid})
+    return internal_error_denial(req.uid, exc, while_admitting=True)
 
 
 def _skips(req: AdmissionRequest) -> bool:
