@@ -250,6 +250,32 @@ def pod(
     }
 
 
+# --------------------------------------------------------------------- AdmissionReview
+
+
+def admission_review(
+    obj: Any,
+    *,
+    kind: str = "Pod",
+    operation: str = "CREATE",
+    namespace: str = "default",
+    uid: str = "uid-1",
+    name: str | None = None,
+) -> dict[str, Any]:
+    """An admission.k8s.io/v1 AdmissionReview asking about ``obj`` (any JSON value, so
+    a hostile one too), of core group kind ``kind``; ``name`` is left out unless given."""
+    request: dict[str, Any] = {
+        "uid": uid,
+        "kind": {"group": "", "version": "v1", "kind": kind},
+        "operation": operation,
+        "namespace": namespace,
+    }
+    if name is not None:
+        request["name"] = name
+    request["object"] = obj
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+
+
 # ------------------------------------- a backend and its engine pods, as a worker reads them
 
 

@@ -19,6 +19,7 @@ from shared import constants as c
 from tests.builders import (
     CTX,
     NS,
+    admission_review,
     stale_annotations,
 )
 from tests.builders import (
@@ -33,20 +34,8 @@ from webhook_svc.admission_review import AdmissionRequest, parse_review
 
 
 def request(obj: Any, operation: str = "CREATE", namespace: str = NS) -> AdmissionRequest:
-    return parse_review(
-        {
-            "apiVersion": "admission.k8s.io/v1",
-            "kind": "AdmissionReview",
-            "request": {
-                "uid": "req-1",
-                "kind": {"group": "", "version": "v1", "kind": "Pod"},
-                "operation": operation,
-                "namespace": namespace,
-                "name": "",
-                "object": obj,
-            },
-        }
-    )
+    review = admission_review(obj, operation=operation, namespace=namespace, uid="req-1", name="")
+    return parse_review(review)
 
 
 class Lister:
