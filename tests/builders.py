@@ -226,14 +226,16 @@ def pod(
     namespace: str | None = NS,
     generate_name: str = "engine-",
     owner: dict[str, Any] | None = None,
+    name: str | None = None,
     **spec: Any,
 ) -> dict[str, Any]:
     """An engine pod as the Pod webhook sees it at CREATE: generateName, no name or
     uid yet; labels default to app=engine, containers to one vLLM container;
     ``owner``: an ownerReference (``REPLICASET_OWNER`` for a Deployment's pod);
+    ``name``: a fixed name instead of generateName (a pod a test creates itself);
     ``spec``: more pod spec fields."""
     metadata: dict[str, Any] = {
-        "generateName": generate_name,
+        **({"name": name} if name is not None else {"generateName": generate_name}),
         "labels": dict(ENGINE_LABELS) if labels is None else labels,
     }
     if namespace is not None:

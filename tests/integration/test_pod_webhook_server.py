@@ -15,6 +15,7 @@ import pytest
 from kubernetes import client
 
 from shared import constants as c
+from tests import builders
 from tests.builders import new_cb
 from tests.harness.controlplane import (
     AuditEvent,
@@ -42,12 +43,10 @@ SUBSCRIBER_IMAGE = "ghcr.io/inference-cache/kvevent-subscriber:0.1.0"
 def _pod(
     name: str, labels: dict[str, str], container: str, image: str, args: list[str]
 ) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "labels": labels},
-        "spec": {"containers": [{"name": container, "image": image, "args": args}]},
-    }
+    """A pod of one container that the test names itself."""
+    return builders.pod(
+        builders.container(container, image, args=args), labels=labels, namespace=None, name=name
+    )
 
 
 @pytest.fixture(scope="module")
