@@ -13,8 +13,8 @@
    (``--backends-from`` the samples): its HEALTHCHECK turns healthy, it runs as
    65532:65532 and cannot write its root filesystem, ``icache --version`` names the
    commit built, and every replay file of examples/admission/ gets the answer the
-   unit tests' tables expect (tests/unit/test_cachebackend_admission.py,
-   tests/unit/test_pod_examples.py: allowed, causes, warnings and patch; for Pods the
+   tables in tests/samples.py expect, as the unit tests check in-process (allowed,
+   causes, warnings and patch; for Pods the
    decision ``auditAnnotations`` outcome and reason and the annotations the patch
    stamps), under the request's uid; the preStop command of its Deployment
    (``sleep``) runs. The compose shape (plain HTTP) turns healthy too.
