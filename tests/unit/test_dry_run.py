@@ -12,12 +12,8 @@ import yaml
 
 from shared import constants as c
 from shared.cli import main
-from tests.builders import (
-    backend as make_backend,
-)
-from tests.builders import (
-    container as make_container,
-)
+from tests.builders import backend as make_backend
+from tests.builders import container as make_container
 from webhook_svc.backend_files import BackendFileError, load_backends
 
 SUB = "ghcr.io/inference-cache/kvevent-subscriber:v1"

@@ -22,20 +22,10 @@ from shared.api.models import CacheBackend
 from shared.runtime_adapters import kernel_check
 from shared.runtime_adapters.base import InjectContext, InjectionRejectedError
 from shared.runtime_adapters.vllm_lmcache import VLLMLMCacheAdapter
-from tests.builders import (
-    CTX,
-    assert_valid_pod,
-    init_containers_of,
-)
-from tests.builders import (
-    backend as make_backend,
-)
-from tests.builders import (
-    container as make_container,
-)
-from tests.builders import (
-    pod as make_pod,
-)
+from tests.builders import CTX, assert_valid_pod, init_containers_of
+from tests.builders import backend as make_backend
+from tests.builders import container as make_container
+from tests.builders import pod as make_pod
 
 ADAPTER = VLLMLMCacheAdapter()
 GPU = {"limits": {"nvidia.com/gpu": "1"}}

@@ -16,18 +16,9 @@ import jsonpatch
 import pytest
 
 from shared import constants as c
-from tests.builders import (
-    CTX,
-    NS,
-    admission_review,
-    stale_annotations,
-)
-from tests.builders import (
-    backend as make_backend,
-)
-from tests.builders import (
-    pod as make_pod,
-)
+from tests.builders import CTX, NS, admission_review, stale_annotations
+from tests.builders import backend as make_backend
+from tests.builders import pod as make_pod
 from tests.fakes import mutate_pod
 from webhook_svc import pod_admission
 from webhook_svc.admission_review import AdmissionRequest, parse_review

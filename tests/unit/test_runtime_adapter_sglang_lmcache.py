@@ -26,12 +26,8 @@ from tests.builders import (
     init_containers_of,
     parsed_backend,
 )
-from tests.builders import (
-    container as make_container,
-)
-from tests.builders import (
-    pod as make_pod,
-)
+from tests.builders import container as make_container
+from tests.builders import pod as make_pod
 
 ADAPTER = SGLangLMCacheAdapter()
 CTX = InjectContext()

@@ -14,19 +14,10 @@ from shared.runtime_adapters.base import InjectContext, InjectionRejectedError
 from shared.runtime_adapters.registry import select
 from shared.runtime_adapters.sizing import gib_decimal_string
 from shared.runtime_adapters.vllm_lmcache import VLLMLMCacheAdapter
-from tests.builders import (
-    assert_valid_pod,
-    containers_of,
-    env_of,
-    init_containers_of,
-)
-from tests.builders import (
-    container as make_container,
-)
+from tests.builders import assert_valid_pod, containers_of, env_of, init_containers_of
+from tests.builders import container as make_container
 from tests.builders import parsed_backend as backend
-from tests.builders import (
-    pod as make_pod,
-)
+from tests.builders import pod as make_pod
 
 ADAPTER = VLLMLMCacheAdapter()
 CTX = InjectContext()

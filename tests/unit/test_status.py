@@ -21,13 +21,7 @@ from reconciler.status import (
     status_equal,
 )
 from shared.api.duration import parse_go_duration
-from tests.builders import (
-    ENDPOINT,
-    MANAGED_SPEC,
-    NO_GATE,
-    T0,
-    external_spec,
-)
+from tests.builders import ENDPOINT, MANAGED_SPEC, NO_GATE, T0, external_spec
 from tests.builders import condition_of as cond
 from tests.builders import status_backend as obj
 
