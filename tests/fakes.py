@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+from reconciler.status import ProbeObservation
 from reconciler.workqueue import WorkQueue
 from shared import kubeclient as k
 from webhook_svc import pod_admission
@@ -354,6 +355,33 @@ class FailingEvents(FakeKube):
             self.writes.append(("create-failed", res.plural, str(body.get("reason"))))
             raise k.ApiError(403, "Forbidden", "events is forbidden")
         return super().create(res, namespace, body)
+
+
+class FakeIndexServer:
+    """The cache-index server as reconciler/server_client.py's client sees it: /probe
+    answers ``outcome`` (each call recorded in ``calls``), /snapshot lists
+    ``replicas``."""
+
+    def __init__(self, outcome: str = "ok", replicas: list[dict[str, Any]] | None = None) -> None:
+        self.outcome = outcome
+        self.replicas = replicas or []
+        self.calls: list[dict[str, Any]] = []
+
+    def probe(
+        self, backend: str, model: str, hash_scheme: str, backend_type: str | None
+    ) -> ProbeObservation:
+        self.calls.append(
+            {
+                "backend": backend,
+                "model": model,
+                "hash_scheme": hash_scheme,
+                "backend_type": backend_type,
+            }
+        )
+        return ProbeObservation(self.outcome)
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"replicas": self.replicas}
 
 
 # ------------------------------------------------------- a real WorkQueue, read back
