@@ -67,7 +67,7 @@ from prometheus_client.parser import text_string_to_metric_families
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from reconciler import kube as k  # noqa: E402
+from kubeio import client as k  # noqa: E402
 from reconciler.cluster_cache import ClusterCache  # noqa: E402
 from reconciler.dispatcher import DispatcherSettings  # noqa: E402
 from shared.constants import INSTALL_NAMESPACE  # noqa: E402

@@ -34,7 +34,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from reconciler import kube as k  # noqa: E402
+from kubeio import client as k  # noqa: E402
 from tests.harness.controlplane import ControlPlane  # noqa: E402
 from tests.harness.redis_server import RedisServer  # noqa: E402
 

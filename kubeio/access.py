@@ -295,21 +295,14 @@ def api_client(kubeconfig: str | None = None, *, context: str | None = None) -> 
     return ApiClient(loaded.configuration)
 
 
-def async_api_client(
-    kubeconfig: str | None = None, *, context: str | None = None, pool_size: int = 16
-) -> AsyncApiClient:
-    """The official client's asyncio ApiClient (``kubernetes.aio``, on aiohttp) for
-    the loaded configuration: the same source, server, TLS files, proxy and token as
+def async_client_for(loaded: Loaded, pool_size: int = 16) -> AsyncApiClient:
+    """The official client's asyncio ApiClient (``kubernetes.aio``, on aiohttp) for a
+    loaded configuration: the same source, server, TLS files, proxy and token as
     :func:`api_client`. The bearer token is refreshed through the synchronous
     configuration's own hook (the mounted ServiceAccount token re-read, a kubeconfig
     exec plugin re-run), so both clients follow one rule. No retries of its own and no
     proxy taken from the environment (the synchronous client takes neither): the
     caller owns its time budget. Create and use it on one event loop."""
-    return async_client_for(load_configuration(kubeconfig, context=context), pool_size)
-
-
-def async_client_for(loaded: Loaded, pool_size: int = 16) -> AsyncApiClient:
-    """:func:`async_api_client` for a configuration already loaded."""
     from kubernetes.aio.client import ApiClient as AsyncApiClient
     from kubernetes.aio.client import Configuration as AsyncConfiguration
 

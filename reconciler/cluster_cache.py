@@ -47,29 +47,26 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from reconciler import kube as k
-from reconciler import metrics
+from kubeio import client as k
+from reconciler import enqueue_keys, metrics
 from reconciler.engine_deployments import (
     deployments_from_replicasets,
     replicaset_metadata,
     replicaset_shape,
     replicaset_template_labels,
 )
-from reconciler.enqueue_keys import match_labels, owner_key, pod_backend_key
+from reconciler.enqueue_keys import match_labels, object_key, owner_key, pod_backend_key
 from reconciler.reads import OWNED_RESOURCES, LiveReads, template_labels, with_kind
 from reconciler.watch_cache import Reflector, WatchSpec, reduced_metadata, resource_version
 from shared import constants as c
 from shared.labels import labels_match, valid_selector
 from shared.storage_providers.render import (
     LABEL_CACHEBACKEND,
-    LABEL_MANAGED_BY,
-    MANAGED_BY,
     safe_label_value,
 )
 
 log = logging.getLogger(__name__)
 
-OWNED_SELECTOR: Final = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
 # How long a read waits for a store's first list, or for a new engine selector to be
 # covered, before it asks the API server instead.
 SYNC_WAIT_SECONDS: Final = 5.0
@@ -291,10 +288,6 @@ class SelectorWatches:
             watch_timeout=self.watch_timeout,
         ).start()
 
-    def synced_count(self) -> int:
-        with self._lock:
-            return len(self._serving)
-
 
 def fresh(reflector: Reflector) -> bool:
     """Listed, its watch not failing for longer than STALE_AFTER_SECONDS, and not
@@ -332,7 +325,7 @@ class ChangeRouter:
         for cb in self.backends.store.in_namespace(namespace):
             selector = match_labels(cb)
             if labels_match(selector, labels):
-                out.add(f"{namespace}/{cb['metadata']['name']}")
+                out.add(object_key(cb))
         return out
 
     def _send(self, keys: Iterable[str]) -> None:
@@ -342,8 +335,7 @@ class ChangeRouter:
     def backend(self, _kind: str, old: Obj | None, new: Obj | None) -> None:
         obj = new or old
         if obj is not None:
-            meta = obj.get("metadata") or {}
-            self._send([f"{meta.get('namespace')}/{meta.get('name')}"])
+            self._send([object_key(obj)])
 
     def owned(self, _kind: str, old: Obj | None, new: Obj | None) -> None:
         self._send(key for obj in (old, new) if obj and (key := owner_key(obj)))
@@ -416,7 +408,7 @@ class ClusterCache:
         self.owned = {
             res.kind: Reflector(
                 kube,
-                WatchSpec(res, OWNED_SELECTOR),
+                WatchSpec(res, enqueue_keys.OWNED_SELECTOR),
                 transform=_owned_transform(res),
                 on_change=router.owned,
                 on_restart=_count_restart(res.plural),

@@ -34,8 +34,8 @@ from typing import Any
 import redis
 from celery import Celery
 
-from reconciler import kube as k
-from reconciler import metrics
+from kubeio import client as k
+from reconciler import enqueue_keys, metrics
 from reconciler.celery_app import QUEUE_NAME, RECONCILE_TASK
 from reconciler.enqueue_keys import match_labels, object_key, owner_key, pod_backend_key
 from reconciler.leader import ElectionSettings, LeaderElector
@@ -43,21 +43,8 @@ from reconciler.pod_events import EnginePodEvents
 from reconciler.reads import DISPATCHER_OWNED_RESOURCES
 from reconciler.watch_cache import WatchSpec, list_then_watch
 from reconciler.workqueue import QueueDataLostError, WorkQueue
-from shared.storage_providers.render import LABEL_MANAGED_BY, MANAGED_BY
 
 log = logging.getLogger(__name__)
-
-OWNED_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
-
-__all__ = [
-    "Dispatcher",
-    "DispatcherSettings",
-    "SelectorIndex",
-    "match_labels",
-    "object_key",
-    "owner_key",
-    "pod_backend_key",
-]
 
 
 @dataclass(frozen=True)
@@ -263,7 +250,7 @@ class Dispatcher:
             *[
                 (
                     f"watch-{res.plural}",
-                    lambda res=res: self._watch_loop(res, OWNED_SELECTOR, leading),
+                    lambda res=res: self._watch_loop(res, enqueue_keys.OWNED_SELECTOR, leading),
                 )
                 for res in DISPATCHER_OWNED_RESOURCES
             ],

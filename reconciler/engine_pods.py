@@ -28,6 +28,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from reconciler.enqueue_keys import namespaced_key
 from shared import constants as c
 from shared.client_versions import (
     kernel_check_termination,
@@ -121,7 +122,7 @@ def injected_by_backend(pod: dict[str, Any], namespace: str, name: str, uid: str
         return False
     annotations = _annotations(pod)
     return (
-        annotations.get(c.ANNOTATION_INJECTED_BY) == f"{namespace}/{name}"
+        annotations.get(c.ANNOTATION_INJECTED_BY) == namespaced_key(namespace, name)
         and annotations.get(c.ANNOTATION_INJECTED_BY_UID) == uid
     )
 

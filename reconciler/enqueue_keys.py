@@ -3,10 +3,31 @@ workers' caches both use to turn a change into a work-queue add."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from shared import constants as c
 from shared.storage_providers.render import LABEL_CACHEBACKEND, LABEL_MANAGED_BY, MANAGED_BY
+
+# The label selector of every object the reconciler creates for a backend: the watches
+# of owned objects (the dispatcher's and the workers' caches) list by it.
+OWNED_SELECTOR: Final = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
+
+
+def namespaced_key(namespace: str, name: str) -> str:
+    """``namespace/name``: a backend's work-queue key, and the value of the injected-by
+    annotation the webhook writes on a Pod it wires."""
+    return f"{namespace}/{name}"
+
+
+def object_name(obj: dict[str, Any]) -> tuple[str, str]:
+    """(namespace, name) of an object ("" for a field it lacks): a store's key."""
+    meta = obj.get("metadata") or {}
+    return str(meta.get("namespace") or ""), str(meta.get("name") or "")
+
+
+def object_key(obj: dict[str, Any]) -> str:
+    """``namespace/name`` of the object itself (a CacheBackend's own key)."""
+    return namespaced_key(*object_name(obj))
 
 
 def owner_key(obj: dict[str, Any]) -> str | None:
@@ -14,13 +35,8 @@ def owner_key(obj: dict[str, Any]) -> str | None:
     meta = obj.get("metadata") or {}
     for ref in meta.get("ownerReferences") or []:
         if ref.get("kind") == "CacheBackend" and ref.get("controller"):
-            return f"{meta.get('namespace')}/{ref.get('name')}"
+            return namespaced_key(str(meta.get("namespace")), str(ref.get("name")))
     return None
-
-
-def object_key(obj: dict[str, Any]) -> str:
-    meta = obj.get("metadata") or {}
-    return f"{meta.get('namespace')}/{meta.get('name')}"
 
 
 def pod_backend_key(pod: dict[str, Any]) -> str | None:
@@ -35,7 +51,7 @@ def pod_backend_key(pod: dict[str, Any]) -> str | None:
         return injected
     labels = meta.get("labels") or {}
     if labels.get(LABEL_MANAGED_BY) == MANAGED_BY and labels.get(LABEL_CACHEBACKEND):
-        return f"{namespace}/{labels[LABEL_CACHEBACKEND]}"
+        return namespaced_key(str(namespace), str(labels[LABEL_CACHEBACKEND]))
     return None
 
 

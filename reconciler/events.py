@@ -201,22 +201,48 @@ def event_object(
     """A core/v1 Event about the CacheBackend (shown by kubectl describe, which filters
     by involvedObject.uid)."""
     meta = cb_obj.get("metadata") or {}
+    return core_event(
+        cb_obj,
+        (c.API_VERSION, c.KIND),
+        {"generateName": f"{meta.get('name')}.", "namespace": meta.get("namespace")},
+        event.type,
+        event.reason,
+        event.message[:1024],
+        now,
+        instance,
+    )
+
+
+def core_event(
+    involved: dict[str, Any],
+    api_version_kind: tuple[str, str],
+    metadata: dict[str, Any],
+    type_: str,
+    reason: str,
+    message: str,
+    now: dt.datetime,
+    instance: str,
+) -> dict[str, Any]:
+    """A core/v1 Event about the object ``involved`` (of ``api_version_kind``), first
+    and last seen ``now``, reported by this controller's ``instance``."""
+    meta = involved.get("metadata") or {}
+    api_version, kind = api_version_kind
     stamp = format_time(now)
     return {
         "apiVersion": "v1",
         "kind": "Event",
-        "metadata": {"generateName": f"{meta.get('name')}.", "namespace": meta.get("namespace")},
+        "metadata": metadata,
         "involvedObject": {
-            "apiVersion": c.API_VERSION,
-            "kind": c.KIND,
+            "apiVersion": api_version,
+            "kind": kind,
             "name": meta.get("name"),
             "namespace": meta.get("namespace"),
             "uid": meta.get("uid"),
             "resourceVersion": meta.get("resourceVersion"),
         },
-        "type": event.type,
-        "reason": event.reason,
-        "message": event.message[:1024],
+        "type": type_,
+        "reason": reason,
+        "message": message,
         "firstTimestamp": stamp,
         "lastTimestamp": stamp,
         "count": 1,

@@ -17,7 +17,7 @@ from typing import Any
 
 from kubernetes import client as k8s_client
 
-from reconciler import kube as k
+from kubeio import client as k
 
 log = logging.getLogger(__name__)
 

@@ -34,7 +34,7 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from reconciler import kube as k
+from kubeio import client as k
 from reconciler.reads import DISPATCHER_OWNED_RESOURCES, OWNED_RESOURCES
 
 # No `<name>_created` series beside every counter and histogram: Prometheus does not

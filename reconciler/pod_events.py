@@ -31,9 +31,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from reconciler import kube as k
-from reconciler.conditions import format_time
-from reconciler.events import NORMAL, REPORTING_COMPONENT
+from kubeio import client as k
+from reconciler.enqueue_keys import namespaced_key
+from reconciler.events import NORMAL, core_event
 from shared import constants as c
 from shared.pod_wiring import skip_inject_requested
 
@@ -75,7 +75,7 @@ class InjectedByClaim:
 
     @property
     def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
+        return namespaced_key(self.namespace, self.name)
 
 
 def injected_by_claim(pod: dict[str, Any]) -> InjectedByClaim | None:
@@ -128,30 +128,16 @@ def pod_event_name(pod: dict[str, Any], reason: str) -> str:
 def pod_event_object(
     pod: dict[str, Any], event: PodEventSpec, now: dt.datetime, instance: str
 ) -> dict[str, Any]:
-    meta = _meta(pod)
-    stamp = format_time(now)
-    return {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {"name": pod_event_name(pod, event.reason), "namespace": meta.get("namespace")},
-        "involvedObject": {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "name": meta.get("name"),
-            "namespace": meta.get("namespace"),
-            "uid": meta.get("uid"),
-            "resourceVersion": meta.get("resourceVersion"),
-        },
-        "type": event.type,
-        "reason": event.reason,
-        "message": event.message,
-        "firstTimestamp": stamp,
-        "lastTimestamp": stamp,
-        "count": 1,
-        "source": {"component": REPORTING_COMPONENT},
-        "reportingComponent": REPORTING_COMPONENT,
-        "reportingInstance": instance,
-    }
+    return core_event(
+        pod,
+        ("v1", "Pod"),
+        {"name": pod_event_name(pod, event.reason), "namespace": _meta(pod).get("namespace")},
+        event.type,
+        event.reason,
+        event.message,
+        now,
+        instance,
+    )
 
 
 log = logging.getLogger(__name__)

@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final, Protocol
 
-from reconciler import kube as k
+from kubeio import client as k
 from shared import constants as c
 from shared.labels import equality_selector, labels_match
 from shared.storage_providers.render import owned_selector
@@ -61,7 +61,7 @@ ANY_VERSION: Final = "0"
 
 
 class ClusterReads(Protocol):
-    """The reads of one reconcile. Failures are :class:`reconciler.kube.ApiError`."""
+    """The reads of one reconcile. Failures are :class:`kubeio.client.ApiError`."""
 
     def backend(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The CacheBackend, or None when it does not exist."""
@@ -140,52 +140,35 @@ class LiveReads:
             for item in self.kube.list(res, namespace, label_selector=selector).get("items") or []
         ]
 
-    def engine_pods(self, namespace: str, labels: Mapping[str, str]) -> list[dict[str, Any]]:
+    def _items(
+        self, res: k.Resource, namespace: str, selector: str, *, metadata_only: bool = False
+    ) -> list[dict[str, Any]]:
+        """The items of one scoped LIST of ``namespace`` (at this pass's resourceVersion)."""
         return (
             self.kube.list(
-                k.PODS,
+                res,
                 namespace,
-                label_selector=equality_selector(labels),
+                label_selector=selector,
                 resource_version=self._rv,
-                metadata_only=True,
+                metadata_only=metadata_only,
             ).get("items")
             or []
         )
 
+    def engine_pods(self, namespace: str, labels: Mapping[str, str]) -> list[dict[str, Any]]:
+        return self._items(k.PODS, namespace, equality_selector(labels), metadata_only=True)
+
     def injected_pods(self, namespace: str, uid: str) -> list[dict[str, Any]]:
-        return (
-            self.kube.list(
-                k.PODS,
-                namespace,
-                label_selector=f"{c.LABEL_INJECTED_BY_UID}={uid}",
-                resource_version=self._rv,
-            ).get("items")
-            or []
-        )
+        return self._items(k.PODS, namespace, f"{c.LABEL_INJECTED_BY_UID}={uid}")
 
     def workload_pods(self, namespace: str, selector: Mapping[str, str]) -> list[dict[str, Any]]:
         if not selector:
             return []
-        return (
-            self.kube.list(
-                k.PODS,
-                namespace,
-                label_selector=equality_selector(selector),
-                resource_version=self._rv,
-            ).get("items")
-            or []
-        )
+        return self._items(k.PODS, namespace, equality_selector(selector))
 
     def engine_deployments(self, namespace: str, labels: Mapping[str, str]) -> list[dict[str, Any]]:
-        replicasets = (
-            self.kube.list(
-                k.REPLICASETS,
-                namespace,
-                label_selector=equality_selector(labels),
-                resource_version=self._rv,
-                metadata_only=True,
-            ).get("items")
-            or []
+        replicasets = self._items(
+            k.REPLICASETS, namespace, equality_selector(labels), metadata_only=True
         )
         names = sorted(
             {n for rs in replicasets if (n := controller_name(rs, "Deployment")) is not None}

@@ -21,7 +21,7 @@ from typing import Any, Final, Literal, Protocol
 
 import pydantic
 
-from reconciler import kube as k
+from kubeio import client as k
 from reconciler import metrics
 from reconciler.cascade import (
     CASCADE_WINDOW_SECONDS,

@@ -18,9 +18,10 @@ from typing import Any, Final
 
 import redis
 
-from reconciler import kube as k
+from kubeio import client as k
 from reconciler.cluster_cache import ClusterCache, fresh, selector_groups, set_selector
 from reconciler.conditions import format_time, parse_time
+from reconciler.enqueue_keys import object_key
 from reconciler.server_client import ServerClient
 from shared import constants as c
 from shared.labels import valid_selector
@@ -58,7 +59,7 @@ def owning_backend(pod: dict[str, Any], backends_in_namespace: list[dict[str, An
     for cb in sorted(backends_in_namespace, key=lambda o: str(o["metadata"]["name"])):
         sel = _selector(cb)
         if sel and sel.items() <= labels.items():
-            return f"{cb['metadata']['namespace']}/{cb['metadata']['name']}"
+            return object_key(cb)
     return None
 
 
@@ -102,7 +103,7 @@ def project_index_participation(
 
     out: dict[str, dict[str, Any]] = {}
     for cb in backends:
-        key = f"{cb['metadata']['namespace']}/{cb['metadata']['name']}"
+        key = object_key(cb)
         seen = agg.get(key)
         if seen is None:
             if (cb.get("status") or {}).get("indexParticipation") is not None:
@@ -209,7 +210,7 @@ class SnapshotPoller(threading.Thread):
         projection = project_index_participation(snapshot, pods, backends)
         for cb in backends:
             meta = cb["metadata"]
-            key = f"{meta['namespace']}/{meta['name']}"
+            key = object_key(cb)
             want = projection.get(key)
             status = dict(cb.get("status") or {})
             if want is None or status.get("indexParticipation") == want:

@@ -14,12 +14,11 @@ import redis
 from celery import Celery
 
 from kubeio import access as kubeaccess
-from kubeio.client import JSON_ACCEPT
+from kubeio.client import JSON_ACCEPT, Kube
 from reconciler import metrics
 from reconciler.cascade import CASCADE_WINDOW_SECONDS
 from reconciler.celery_app import RECONCILE_TASK
 from reconciler.cluster_cache import CachedReads, ClusterCache
-from reconciler.kube import Kube
 from reconciler.reads import ClusterReads, LiveReads
 from reconciler.reconcile import CascadeClaim, Reconciler
 from reconciler.redis_conn import RedisTimeouts, redis_client

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from kubeio import client as k
+from reconciler.enqueue_keys import object_name
 
 log = logging.getLogger(__name__)
 
@@ -63,11 +64,6 @@ class WatchSpec:
         return (
             self.res.plural + where + (f" ({self.label_selector})" if self.label_selector else "")
         )
-
-
-def object_key(obj: dict[str, Any]) -> tuple[str, str]:
-    meta = obj.get("metadata") or {}
-    return str(meta.get("namespace") or ""), str(meta.get("name") or "")
 
 
 def resource_version(obj: dict[str, Any] | None) -> str:
@@ -196,7 +192,7 @@ class Store:
             return sum(len(per_ns) for per_ns in self._by_ns.values())
 
     def put(self, obj: dict[str, Any]) -> dict[str, Any] | None:
-        ns, name = object_key(obj)
+        ns, name = object_name(obj)
         with self._lock:
             per_ns = self._by_ns.setdefault(ns, {})
             old = per_ns.get(name)
@@ -205,7 +201,7 @@ class Store:
             return old
 
     def remove(self, obj: dict[str, Any]) -> dict[str, Any] | None:
-        ns, name = object_key(obj)
+        ns, name = object_name(obj)
         with self._lock:
             per_ns = self._by_ns.get(ns) or {}
             old = per_ns.pop(name, None)
@@ -220,7 +216,7 @@ class Store:
         """Hold exactly ``items``; returns the changes against what was held before."""
         fresh: dict[str, dict[str, dict[str, Any]]] = {}
         for obj in items:
-            ns, name = object_key(obj)
+            ns, name = object_name(obj)
             fresh.setdefault(ns, {})[name] = obj
         with self._lock:
             old = self._by_ns

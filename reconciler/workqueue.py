@@ -396,13 +396,6 @@ class WorkQueue:
             metrics.retried("error")
         return outcome, delay
 
-    def forget(self, key: str) -> None:
-        """Drop the failure history of ``key`` (client-go Forget)."""
-        self.redis.hdel(self.k_failures, key)
-
-    def failures(self, key: str) -> int:
-        return int(self.redis.hget(self.k_failures, key) or 0)
-
     @contextlib.contextmanager
     def leased(self, key: str) -> Iterator[str | None]:
         """Claim ``key`` for the duration of the block, renewing the lease meanwhile.
@@ -468,32 +461,6 @@ class WorkQueue:
         # client-go's depth: what waits to be picked up, not what waits out a delay.
         metrics.set_queue_state(depth=d["due"] + d["queued"], failing=d["failing"])
         return d
-
-    def snapshot(self) -> dict[str, Any]:
-        """Everything in the queue, for tests and debugging."""
-        return {
-            "pending": self._scores(self.k_pending),
-            "queued": self._scores(self.k_queued),
-            "processing": {_s(k): _s(v) for k, v in self.redis.hgetall(self.k_processing).items()},
-            "dirty": {_s(k) for k in self.redis.smembers(self.k_dirty)},
-            "failures": {_s(k): int(v) for k, v in self.redis.hgetall(self.k_failures).items()},
-        }
-
-    def _scores(self, zset: str) -> dict[str, float]:
-        rows: list[Any] = list(self.redis.zrange(zset, 0, -1, withscores=True))
-        return {_s(row[0]): float(row[1]) for row in rows}
-
-    def clear(self) -> None:
-        self.redis.delete(
-            self.k_pending,
-            self.k_queued,
-            self.k_processing,
-            self.k_leases,
-            self.k_dirty,
-            self.k_failures,
-            self.k_wake,
-            self.k_epoch,
-        )
 
 
 class LeaseKeeper(threading.Thread):

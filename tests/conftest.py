@@ -9,8 +9,10 @@ Nothing is skipped: if the control-plane binaries are missing they are built
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -80,6 +82,46 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.get_closest_marker("real_controllers") is not None
         ):
             item.add_marker(pytest.mark.services)
+
+
+# The markers of the tests `make unit` leaves out.
+_NOT_PURE = ("services", "integration", "e2e")
+
+
+@contextmanager
+def _no_process_unless_marked(item: pytest.Item) -> Iterator[None]:
+    """A test `make unit` runs may not start a process (docs/testing.md), neither in
+    its body nor in a fixture it is the first to need: one that does fails, saying to
+    mark it ``services``, instead of slowing the pure suite. Teardown is not checked:
+    the last test of a run tears down the session's fixtures, whoever started them."""
+    if any(item.get_closest_marker(name) for name in _NOT_PURE):
+        yield
+        return
+    original = subprocess.Popen.__init__
+
+    def refuse(self: subprocess.Popen[Any], *args: Any, **kwargs: Any) -> None:
+        raise AssertionError(
+            f"{item.nodeid} starts a process: mark it @pytest.mark.services "
+            "(make unit runs only the tests that start none)"
+        )
+
+    subprocess.Popen.__init__ = refuse  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        subprocess.Popen.__init__ = original  # type: ignore[method-assign]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Generator[None, None, None]:
+    with _no_process_unless_marked(item):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    with _no_process_unless_marked(item):
+        return (yield)
 
 
 @pytest.fixture(scope="session")

@@ -6,16 +6,30 @@ watcher, webhook and ``icache certs`` depend on (mypy checks it: see the assignm
 at the bottom), with the API server's behaviour that matters to the code under test:
 resourceVersions move on every write, ``generateName`` gets a name, creating an
 existing name is a 409.
+
+Below them, the read-back of a real :class:`reconciler.workqueue.WorkQueue`'s Redis
+state (``queue_state``, ``queue_failures``, ``clear_queue``): the queue itself has
+no use for them, the tests do; and ``held``, a byte budget of the webhook held for
+a block; and ``mutate_pod``, the Pod route's steps over a scripted CacheBackend
+lister.
 """
 
 from __future__ import annotations
 
 import copy
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 from kubeio import client as k
+from reconciler.status import ProbeObservation
+from reconciler.workqueue import WorkQueue
+from webhook_svc import pod_admission
+from webhook_svc.admission_gate import ByteBudget
+from webhook_svc.admission_review import AdmissionRequest
+from webhook_svc.pod_admission import Backends, namespace_to_list
 
 
 def selector_matches(selector: str | None, labels: dict[str, str]) -> bool:
@@ -228,6 +242,14 @@ class FakeKube:
         return iter(())
 
 
+def fake_cluster(*objects: tuple[str, dict[str, Any]]) -> FakeKube:
+    """A FakeKube holding ``objects``, each given with its plural."""
+    kube = FakeKube()
+    for plural, obj in objects:
+        kube.put(plural, obj)
+    return kube
+
+
 class ScriptedWatchKube(FakeKube):
     """Lists and watches from scripted data, for the dispatcher's watch loop: each
     list answers resourceVersion 10 * (lists so far); the first watch of a resource
@@ -271,6 +293,177 @@ class ScriptedWatchKube(FakeKube):
             raise k.ApiError(410, "Expired", "too old resource version")
         yield {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "99"}}}
         time.sleep(0.05)
+
+
+class ScriptedKube(FakeKube):
+    """Lists and watch streams from a script: ``lists`` answered in turn; each watch
+    call takes the next entry of ``watches`` — a list of events, or an exception."""
+
+    def __init__(self, lists: list[list[dict[str, Any]]], watches: list[Any]) -> None:
+        super().__init__()
+        self.lists = lists
+        self.watches = watches
+        self.list_calls: list[dict[str, Any]] = []
+        self.watch_calls: list[dict[str, Any]] = []
+        self.done = threading.Event()
+
+    def list(
+        self,
+        res: k.Resource,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        resource_version: str | None = None,
+        limit: int | None = None,
+        metadata_only: bool = False,
+    ) -> dict[str, Any]:
+        self.list_calls.append(
+            {"selector": label_selector, "limit": limit, "metadata_only": metadata_only}
+        )
+        items = self.lists.pop(0) if self.lists else []
+        rv = str(100 * len(self.list_calls))
+        return {"metadata": {"resourceVersion": rv}, "items": items}
+
+    def watch(
+        self,
+        res: k.Resource,
+        *,
+        resource_version: str,
+        label_selector: str | None = None,
+        timeout_seconds: int = 300,
+        metadata_only: bool = False,
+        namespace: str | None = None,
+    ) -> Iterator[dict[str, Any]]:
+        self.watch_calls.append({"rv": resource_version, "metadata_only": metadata_only})
+        if not self.watches:
+            self.done.set()
+            time.sleep(0.05)
+            return
+        step = self.watches.pop(0)
+        if isinstance(step, Exception):
+            raise step
+        yield from step
+
+
+class FailingEvents(FakeKube):
+    """FakeKube whose Event writes the API server refuses (403)."""
+
+    def create(
+        self, res: k.Resource, namespace: str | None, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        if res is k.EVENTS:
+            self.writes.append(("create-failed", res.plural, str(body.get("reason"))))
+            raise k.ApiError(403, "Forbidden", "events is forbidden")
+        return super().create(res, namespace, body)
+
+
+class FakeIndexServer:
+    """The cache-index server as reconciler/server_client.py's client sees it: /probe
+    answers ``outcome`` (each call recorded in ``calls``), /snapshot lists
+    ``replicas``."""
+
+    def __init__(self, outcome: str = "ok", replicas: list[dict[str, Any]] | None = None) -> None:
+        self.outcome = outcome
+        self.replicas = replicas or []
+        self.calls: list[dict[str, Any]] = []
+
+    def probe(
+        self, backend: str, model: str, hash_scheme: str, backend_type: str | None
+    ) -> ProbeObservation:
+        self.calls.append(
+            {
+                "backend": backend,
+                "model": model,
+                "hash_scheme": hash_scheme,
+                "backend_type": backend_type,
+            }
+        )
+        return ProbeObservation(self.outcome)
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"replicas": self.replicas}
+
+
+# ------------------------------------------------------- a real WorkQueue, read back
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def queue_state(queue: WorkQueue) -> dict[str, Any]:
+    """Everything a WorkQueue holds in Redis: pending and queued keys with their due
+    times, the processing keys with their lease tokens, the dirty keys and the failure
+    counts."""
+    redis = queue.redis
+
+    def scores(zset: str) -> dict[str, float]:
+        rows: list[Any] = list(redis.zrange(zset, 0, -1, withscores=True))
+        return {_text(row[0]): float(row[1]) for row in rows}
+
+    return {
+        "pending": scores(queue.k_pending),
+        "queued": scores(queue.k_queued),
+        "processing": {_text(k_): _text(v) for k_, v in redis.hgetall(queue.k_processing).items()},
+        "dirty": {_text(k_) for k_ in redis.smembers(queue.k_dirty)},
+        "failures": {_text(k_): int(v) for k_, v in redis.hgetall(queue.k_failures).items()},
+    }
+
+
+def queue_failures(queue: WorkQueue, key: str) -> int:
+    """How many runs of ``key`` in a row have failed (its backoff exponent)."""
+    return int(queue.redis.hget(queue.k_failures, key) or 0)
+
+
+def clear_queue(queue: WorkQueue) -> None:
+    """Delete every Redis key of the queue (its prefix), so tests sharing one server
+    leave nothing behind."""
+    queue.redis.delete(
+        queue.k_pending,
+        queue.k_queued,
+        queue.k_processing,
+        queue.k_leases,
+        queue.k_dirty,
+        queue.k_failures,
+        queue.k_wake,
+        queue.k_epoch,
+    )
+
+
+# --------------------------------------------------- the webhook's byte budget, held
+
+
+@asynccontextmanager
+async def held(budget: ByteBudget, size: int, wait_seconds: float) -> AsyncIterator[None]:
+    """Hold ``size`` bytes of ``budget`` for the block (acquire, then release), as the
+    admission gate does around a request; OverloadedError as acquire raises it."""
+    granted = await budget.acquire(size, wait_seconds)
+    try:
+        yield
+    finally:
+        budget.release(granted)
+
+
+# ------------------------------------------------------------- the Pod route, driven
+
+
+def mutate_pod(
+    req: AdmissionRequest,
+    list_backends: Callable[[str], list[dict[str, Any]]],
+    ctx: Any,
+) -> tuple[dict[str, Any], str, str]:
+    """The Pod route's steps (webhook_svc/app.py), with ``list_backends`` standing in
+    for the live CacheBackend LIST: the namespace ``namespace_to_list`` names is
+    listed (an exception the lister raises is what the route passes on), then the pure
+    ``mutate_pod`` judges the request."""
+    namespace = namespace_to_list(req)
+    backends: Backends = []
+    if namespace is not None:
+        try:
+            backends = list_backends(namespace)
+        except Exception as exc:
+            backends = exc
+    return pod_admission.mutate_pod(req, backends, ctx)
 
 
 # mypy holds the fakes to the Protocol the production code depends on.

@@ -31,8 +31,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import Mapping
 from typing import Any, Final
 
 from starlette.types import Receive
@@ -152,18 +151,9 @@ class ByteBudget:
         self.used -= size
         self._grant_waiters()
 
-    @asynccontextmanager
-    async def reserve(self, size: int, wait_seconds: float) -> AsyncIterator[None]:
-        """Hold ``size`` bytes of the budget (capped at the capacity) or raise OverloadedError."""
-        size = await self.acquire(size, wait_seconds)
-        try:
-            yield
-        finally:
-            self.release(size)
-
     async def acquire(self, size: int, wait_seconds: float) -> int:
-        """``reserve`` without the context manager, for the admission hot path: the
-        bytes held (``size`` capped at the capacity), to be given back with ``release``."""
+        """Hold ``size`` bytes of the budget (capped at the capacity) or raise
+        OverloadedError: the bytes held, to be given back with ``release``."""
         size = max(1, min(size, self.capacity))
         if self._fits(size):  # the usual case: no coroutine, no wait
             self.used += size

@@ -76,6 +76,25 @@ def allow(
     return review(response)
 
 
+def failure_status(
+    code: int, reason: str, message: str, details: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """A metav1.Status for a refused request (``status: Failure``), as apierrors builds
+    its ErrStatus: the one shape of every denial this webhook sends."""
+    status: dict[str, Any] = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+    }
+    if details is not None:
+        status["details"] = details
+    status["code"] = code
+    return status
+
+
 def deny(uid: str, status: dict[str, Any], warnings: list[str] | None = None) -> dict[str, Any]:
     response: dict[str, Any] = {"uid": uid, "allowed": False, "status": status}
     if warnings:

@@ -44,9 +44,18 @@ from webhook_svc.admission_gate import (
     OverloadedError,
     RequestLimit,
 )
-from webhook_svc.admission_review import AdmissionRequest, BadReviewError, allow, deny, parse_review
+from webhook_svc.admission_review import (
+    AdmissionRequest,
+    BadReviewError,
+    allow,
+    parse_review,
+)
 from webhook_svc.backend_source import BackendSource
-from webhook_svc.cachebackend_admission import mutate_cachebackend, validate_cachebackend
+from webhook_svc.cachebackend_admission import (
+    internal_error_denial,
+    mutate_cachebackend,
+    validate_cachebackend,
+)
 from webhook_svc.codec import BadBodyError, decode_body, encode_json
 from webhook_svc.lifecycle import is_draining, lifespan
 from webhook_svc.metrics import WebhookMetrics
@@ -172,18 +181,7 @@ def answer(code: int, body: bytes, headers: dict[str, str] | None = None) -> Res
 
 def internal_denial(req: AdmissionRequest, exc: Exception) -> dict[str, Any]:
     log.exception("cachebackend admission failed", extra={"uid": req.uid})
-    return deny(
-        req.uid,
-        {
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Failure",
-            "message": f"inference-cache webhook internal error: {type(exc).__name__}: {exc}",
-            "reason": "InternalError",
-            "code": 500,
-        },
-    )
+    return internal_error_denial(req.uid, exc, while_admitting=False)
 
 
 def pod_fail_open(

@@ -20,7 +20,13 @@ from typing import Any, Final
 from shared import constants as c
 from shared.defaulting import default_cachebackend
 from shared.validation import FieldError, aggregate_message, validate, warnings
-from webhook_svc.admission_review import AdmissionRequest, allow, deny, json_patch
+from webhook_svc.admission_review import (
+    AdmissionRequest,
+    allow,
+    deny,
+    failure_status,
+    json_patch,
+)
 
 log = logging.getLogger("icache.webhook.cachebackend")
 
@@ -28,23 +34,9 @@ QUALIFIED_KIND: Final = f"{c.KIND}.{c.GROUP}"
 _JUDGED_OPERATIONS: Final = frozenset({"CREATE", "UPDATE"})
 
 
-def _status(code: int, reason: str, message: str, **extra: Any) -> dict[str, Any]:
-    status: dict[str, Any] = {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": message,
-        "reason": reason,
-    }
-    status.update(extra)
-    status["code"] = code
-    return status
-
-
 def invalid_status(name: str, errors: Sequence[FieldError]) -> dict[str, Any]:
     """apierrors.NewInvalid(CacheBackend.inferencecache.io, name, errs).ErrStatus."""
-    return _status(
+    return failure_status(
         422,
         "Invalid",
         f"{QUALIFIED_KIND} {json.dumps(name)} is invalid: {aggregate_message(errors)}",
@@ -59,17 +51,23 @@ def invalid_status(name: str, errors: Sequence[FieldError]) -> dict[str, Any]:
     )
 
 
-def _internal_error(req: AdmissionRequest, exc: Exception) -> dict[str, Any]:
-    log.exception("cachebackend admission failed", extra={"uid": req.uid})
+def internal_error_denial(uid: str, exc: Exception, *, while_admitting: bool) -> dict[str, Any]:
+    """The denial of a CacheBackend request the webhook failed to judge: 500
+    InternalError naming the exception (and, ``while_admitting``, the kind)."""
+    where = f" while admitting {QUALIFIED_KIND}" if while_admitting else ""
     return deny(
-        req.uid,
-        _status(
+        uid,
+        failure_status(
             500,
             "InternalError",
-            f"inference-cache webhook internal error while admitting {QUALIFIED_KIND}: "
-            f"{type(exc).__name__}: {exc}",
+            f"inference-cache webhook internal error{where}: {type(exc).__name__}: {exc}",
         ),
     )
+
+
+def _internal_error(req: AdmissionRequest, exc: Exception) -> dict[str, Any]:
+    log.exception("cachebackend admission failed", extra={"uid": req.uid})
+    return internal_error_denial(req.uid, exc, while_admitting=True)
 
 
 def _skips(req: AdmissionRequest) -> bool:
@@ -111,7 +109,9 @@ def validate_cachebackend(req: AdmissionRequest) -> dict[str, Any]:
         if req.obj is None:
             return deny(
                 req.uid,
-                _status(400, "BadRequest", f"request.object is not a decodable {QUALIFIED_KIND}"),
+                failure_status(
+                    400, "BadRequest", f"request.object is not a decodable {QUALIFIED_KIND}"
+                ),
             )
         obj = default_cachebackend(req.obj, req.operation, req.old_obj)
         errors = validate(obj, req.namespace)

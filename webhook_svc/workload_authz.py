@@ -35,7 +35,7 @@ from shared import constants as c
 from shared.api.models import CacheBackend
 from shared.defaulting import default_cachebackend
 from shared.storage_providers.render import managed_provider, render_workload
-from webhook_svc.admission_review import AdmissionRequest, deny
+from webhook_svc.admission_review import AdmissionRequest, deny, failure_status
 
 if TYPE_CHECKING:
     from webhook_svc.apiserver import ApiServer
@@ -166,21 +166,17 @@ def access_review(user: Mapping[str, Any], namespace: str, access: Access) -> di
 
 
 def _status(code: int, reason: str, message: str, name: str, field: str) -> dict[str, Any]:
-    return {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": message,
-        "reason": reason,
-        "details": {
+    return failure_status(
+        code,
+        reason,
+        message,
+        details={
             "name": name,
             "group": c.GROUP,
             "kind": c.PLURAL,
             "causes": [{"reason": "FieldValueForbidden", "message": message, "field": field}],
         },
-        "code": code,
-    }
+    )
 
 
 def forbidden_status(

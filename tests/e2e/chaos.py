@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from reconciler import kube as k
+from kubeio import client as k
 from tests.e2e.conftest import (
     DISPATCHER_USER,
     WORKER_USER,

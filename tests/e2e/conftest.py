@@ -26,17 +26,18 @@ import uuid
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pluggy
 import pytest
 import redis
 import yaml
 
-from reconciler import kube as k
+from kubeio import client as k
 from reconciler.workqueue import QueueSettings, WorkQueue
 from shared.constants import INSTALL_NAMESPACE
 from tests.harness.controlplane import ControlPlane
+from tests.harness.polling import poll
 from tests.harness.redis_server import RedisServer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -46,26 +47,6 @@ SYSTEM_NAMESPACE = INSTALL_NAMESPACE
 WORKER_USER = f"system:serviceaccount:{SYSTEM_NAMESPACE}:icache-worker"
 DISPATCHER_USER = f"system:serviceaccount:{SYSTEM_NAMESPACE}:icache-dispatcher"
 SA_GROUPS = ("system:serviceaccounts", f"system:serviceaccounts:{SYSTEM_NAMESPACE}")
-
-T = TypeVar("T")
-
-
-def poll(check: Callable[[], T | None], *, timeout: float, what: str, interval: float = 0.1) -> T:
-    """Poll ``check`` until it returns something truthy; fail naming ``what``."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while True:
-        try:
-            value = check()
-        except Exception as exc:  # not there yet
-            value, last = None, exc
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(
-                f"timed out after {timeout}s waiting for {what} (last error: {last!r})"
-            )
-        time.sleep(interval)
 
 
 def _create_ignoring_conflict(kube: k.Kube, path: str, body: dict[str, Any]) -> None:

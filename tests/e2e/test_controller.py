@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from reconciler import kube as k
+from kubeio import client as k
 from tests.e2e.conftest import (
     DISPATCHER_USER,
     WORKER_USER,
@@ -29,6 +29,7 @@ from tests.e2e.workloads import (
     wait_workload,
     workload,
 )
+from tests.fakes import queue_state
 from tests.harness import kwok
 
 NO_GATE = {"inferencecache.io/require-kv-events": "false"}
@@ -482,14 +483,14 @@ def test_worker_killed_mid_reconcile_and_redis_restart_still_converge(
 
     # SIGKILL the worker while it holds a key (or as soon as it has started work).
     poll(
-        lambda: queue.snapshot()["processing"] or None,
+        lambda: queue_state(queue)["processing"] or None,
         timeout=30,
         what="a reconcile in flight",
         interval=0.005,
     )
     victim.kill()
     assert not victim.alive
-    orphaned = queue.snapshot()["processing"]
+    orphaned = queue_state(queue)["processing"]
     stack.start_worker("worker-2")
     if orphaned:
         # The dead worker's claim is not renewed: the dispatcher reaps it and the

@@ -16,7 +16,7 @@ import urllib.request
 
 import pytest
 
-from reconciler import kube as k
+from kubeio import client as k
 from tests.e2e.conftest import (
     KERNEL_CHECK,
     Cluster,

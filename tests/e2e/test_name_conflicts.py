@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from kubeio import access as kubeaccess
-from reconciler import kube as k
+from kubeio import client as k
 from reconciler.ownership import owned_by
 from reconciler.reconcile import Reconciler
 from tests.e2e.conftest import Cluster, Stack, condition, poll

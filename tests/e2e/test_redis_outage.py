@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from reconciler import kube as k
+from kubeio import client as k
 from tests.e2e.conftest import Cluster, Stack, concurrent_runs, poll
 
 NO_GATE = {"inferencecache.io/require-kv-events": "false"}

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from reconciler import kube as k
+from kubeio import client as k
 from shared import constants as c
 from tests.e2e import test_rollouts as rollouts
 from tests.e2e.conftest import WORKER_USER, Cluster, Stack, condition, poll

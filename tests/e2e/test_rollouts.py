@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from reconciler import kube as k
+from kubeio import client as k
 from shared.constants import ANNOTATION_CACHE_SERVER_RESTART_TRIGGER as RESTART_TRIGGER
 from tests.e2e.conftest import (
     WORKER_USER,

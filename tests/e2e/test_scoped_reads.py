@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from reconciler import kube as k
+from kubeio import client as k
 from shared.pod_wiring import wire_pod
 from shared.runtime_adapters.base import InjectContext
 from tests.e2e.conftest import WORKER_USER, Cluster, Stack, condition, poll, set_pod_status

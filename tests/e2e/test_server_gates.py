@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from reconciler import kube as k
+from kubeio import client as k
 from tests.e2e.conftest import Cluster, Stack, condition, poll
 from tests.e2e.workloads import hold_pool, open_pool, wait_rolled_out
 

@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from reconciler import kube as k
+from kubeio import client as k
 from shared import constants as c
 from shared.api.models import CacheBackend
 from shared.network_policy import PodRef, applies_to_ingress, ingress_allowed

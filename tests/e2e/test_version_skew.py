@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from reconciler import kube as k
+from kubeio import client as k
 from shared import engine_versions as ev
 from tests.e2e.conftest import (
     KERNEL_CHECK,

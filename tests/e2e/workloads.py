@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from reconciler import kube as k
+from kubeio import client as k
 from tests.e2e.conftest import Cluster, Stack, poll
 from tests.harness import kwok
 

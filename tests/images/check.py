@@ -13,8 +13,8 @@
    (``--backends-from`` the samples): its HEALTHCHECK turns healthy, it runs as
    65532:65532 and cannot write its root filesystem, ``icache --version`` names the
    commit built, and every replay file of examples/admission/ gets the answer the
-   unit tests' tables expect (tests/unit/test_cachebackend_admission.py,
-   tests/unit/test_pod_examples.py: allowed, causes, warnings and patch; for Pods the
+   tables in tests/samples.py expect, as the unit tests check in-process (allowed,
+   causes, warnings and patch; for Pods the
    decision ``auditAnnotations`` outcome and reason and the annotations the patch
    stamps), under the request's uid; the preStop command of its Deployment
    (``sleep``) runs. The compose shape (plain HTTP) turns healthy too.
@@ -53,11 +53,11 @@ from typing import Any
 import jsonpatch
 
 from icache_install import certs
-from reconciler import kube as k
+from kubeio import client as k
 from shared import constants as c
 from tests.harness.controlplane import ControlPlane, free_port, wait_until
 from tests.harness.redis_server import RedisServer
-from tests.unit.test_pod_examples import SUBSCRIBER_IMAGE
+from tests.samples import EXAMPLES_SUBSCRIBER_IMAGE as SUBSCRIBER_IMAGE
 
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -275,10 +275,11 @@ def patched(request_body: bytes, response: dict[str, Any]) -> dict[str, Any]:
 
 
 def check_admission_examples(base_url: str, ctx: ssl.SSLContext | None) -> int:
-    """Every replay file, through the container, against the unit tests' tables
+    """Every replay file, through the container, against tests/samples.py's tables
     (the webhook runs with their kvevent-subscriber image)."""
-    from tests.unit.test_cachebackend_admission import EXAMPLES, EXPECTED_EXAMPLES
-    from tests.unit.test_pod_examples import EXPECTED as POD_EXPECTED
+    from tests.samples import EXAMPLES_DIR as EXAMPLES
+    from tests.samples import EXPECTED_CACHEBACKEND_EXAMPLES as EXPECTED_EXAMPLES
+    from tests.samples import EXPECTED_POD_EXAMPLES as POD_EXPECTED
 
     count = 0
     for name, (allowed, causes, patch_expected, warned) in sorted(EXPECTED_EXAMPLES.items()):

@@ -12,7 +12,7 @@ from typing import Any
 
 from kubernetes import client
 
-from reconciler.kube import Kube
+from kubeio.client import Kube
 
 FIELD_MANAGER = "icache-install-test"
 

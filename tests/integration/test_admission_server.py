@@ -17,6 +17,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from icache_install.manifests_cli import render
+from tests.builders import new_cb
 from tests.harness.controlplane import ControlPlane, free_port, wait_until
 from tests.webhook_process import TEST_NAMESPACE_LABEL, labelled_namespace, registered, run_webhook
 
@@ -24,17 +25,8 @@ GROUP, VERSION, PLURAL = "inferencecache.io", "v1alpha1", "cachebackends"
 SUFFIX = "admission"
 
 
-def _backend(name: str, **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "CacheBackend",
-        "metadata": {"name": name},
-        "spec": {"runtime": "VLLM", **spec},
-    }
-
-
 def _external_without_endpoint(name: str) -> dict[str, Any]:
-    return _backend(name, remoteStorage={"provider": "LMCacheServer", "ownership": "External"})
+    return new_cb(name, remoteStorage={"provider": "LMCacheServer", "ownership": "External"})
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +62,7 @@ def admission_ns(
             # its own: the validating webhook answering says nothing about it. Only the
             # webhook materialises spec.integration (the schema defaults under it).
             probe: Any = custom.create_namespaced_custom_object(
-                GROUP, VERSION, ns, PLURAL, _backend("probe"), dry_run="All"
+                GROUP, VERSION, ns, PLURAL, new_cb("probe"), dry_run="All"
             )
             return "integration" in probe["spec"]
 
@@ -92,7 +84,7 @@ def test_aggregated_field_scoped_errors_reach_the_client(
     kube_api_client: client.ApiClient, admission_ns: str
 ) -> None:
     """Spec "Validating": multiple violations on one spec come back together, each scoped."""
-    body = _backend(
+    body = new_cb(
         "bad",
         remoteStorage={"provider": "Redis", "ownership": "External", "endpoint": "redis://r:6379"},
         replicas=0,
@@ -117,7 +109,7 @@ def test_aggregated_field_scoped_errors_reach_the_client(
 def test_defaults_are_stored(kube_api_client: client.ApiClient, admission_ns: str) -> None:
     """Spec "Defaulting": integration and observation are materialised (then stamped by the
     schema), and autoscaling.minReplicas = spec.replicas on first apply."""
-    body = _backend(
+    body = new_cb(
         "defaults",
         replicas=3,
         remoteStorage={"provider": "LMCacheServer", "ownership": "Managed"},
@@ -149,7 +141,7 @@ def test_mooncake_without_engine_host_network_is_admitted_with_a_warning(
 ) -> None:
     """Spec "Mooncake provider configuration": admission warns on every Mooncake apply
     until integration.engineHostNetwork is set."""
-    body = _backend("moon", remoteStorage={"provider": "Mooncake", "ownership": "Managed"})
+    body = new_cb("moon", remoteStorage={"provider": "Mooncake", "ownership": "Managed"})
     _, _, headers = _custom(kube_api_client).create_namespaced_custom_object_with_http_info(
         GROUP, VERSION, admission_ns, PLURAL, body
     )
@@ -168,7 +160,7 @@ def test_update_rejects_only_violations_it_introduces(
     core = client.CoreV1Api(kube_api_client)
     # Store an invalid object while no webhook covers the namespace (as if stored before
     # the webhook was installed), then bring the namespace under the webhook.
-    legacy = _backend(
+    legacy = new_cb(
         "legacy",
         remoteStorage={"provider": "Redis", "ownership": "External", "endpoint": "lm://r:1"},
     )
@@ -207,7 +199,7 @@ def test_update_that_breaks_a_valid_object_is_rejected(
 ) -> None:
     custom = _custom(kube_api_client)
     custom.create_namespaced_custom_object(
-        GROUP, VERSION, admission_ns, PLURAL, _backend("valid", replicas=1)
+        GROUP, VERSION, admission_ns, PLURAL, new_cb("valid", replicas=1)
     )
     current: Any = custom.get_namespaced_custom_object(
         GROUP, VERSION, admission_ns, PLURAL, "valid"
@@ -271,13 +263,13 @@ def test_delete_succeeds_while_the_installed_webhook_is_down(
     suffix = f"down-{uuid.uuid4().hex[:6]}"
     ns = labelled_namespace(kube_api_client, suffix, suffix)
     custom = _custom(kube_api_client)
-    custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, _backend("doomed"))
+    custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, new_cb("doomed"))
     with _installed_webhooks_pointing_nowhere(kube_api_client, suffix):
 
         def create_refused() -> bool:
             try:
                 custom.create_namespaced_custom_object(
-                    GROUP, VERSION, ns, PLURAL, _backend("other"), dry_run="All"
+                    GROUP, VERSION, ns, PLURAL, new_cb("other"), dry_run="All"
                 )
             except ApiException as exc:
                 return exc.status is not None and exc.status >= 500 and "webhook" in str(exc.body)
@@ -305,15 +297,15 @@ def test_issue_11_rules_through_the_real_api_server(
     (grammatical for the CRD pattern) is denied by the webhook on its field, and a
     managed Redis with replicas 2 or autoscaling is denied on those fields."""
     custom = _custom(kube_api_client)
-    ok = _backend("timeout-zero", observation={"firstEventTimeout": "0"})
+    ok = new_cb("timeout-zero", observation={"firstEventTimeout": "0"})
     custom.create_namespaced_custom_object(GROUP, VERSION, admission_ns, PLURAL, ok)
     redis = {"provider": "Redis", "ownership": "Managed"}
     for body, field in (
-        (_backend("timeout-negative", observation={"firstEventTimeout": "-1s"}),
+        (new_cb("timeout-negative", observation={"firstEventTimeout": "-1s"}),
          "spec.observation.firstEventTimeout"),
-        (_backend("redis-two", runtime="SGLang", remoteStorage=redis, replicas=2),
+        (new_cb("redis-two", runtime="SGLang", remoteStorage=redis, replicas=2),
          "spec.replicas"),
-        (_backend("redis-hpa", runtime="SGLang", remoteStorage=redis,
+        (new_cb("redis-hpa", runtime="SGLang", remoteStorage=redis,
                   autoscaling={"maxReplicas": 3}),
          "spec.autoscaling"),
     ):  # fmt: skip

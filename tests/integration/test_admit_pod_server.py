@@ -23,6 +23,7 @@ import yaml
 from kubernetes import client
 
 from shared import constants as c
+from tests.builders import new_cb
 from tests.harness.controlplane import ControlPlane, wait_until
 from tests.webhook_process import ICACHE, labelled_namespace, registered, run_webhook
 from webhook_svc.dry_run import pod_of
@@ -31,15 +32,6 @@ GROUP, VERSION, PLURAL = "inferencecache.io", "v1alpha1", "cachebackends"
 SUFFIX = "admitpod"
 SUBSCRIBER = "ghcr.io/inference-cache/kvevent-subscriber:0.1.0"
 VLLM_IMAGE = "vllm/vllm-openai:v0.11.0"
-
-
-def _backend(name: str, labels: dict[str, str], **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "CacheBackend",
-        "metadata": {"name": name},
-        "spec": {"runtime": "VLLM", "engineSelector": {"matchLabels": labels}, **spec},
-    }
 
 
 def _template(labels: dict[str, str], annotations: dict[str, str] | None = None) -> dict[str, Any]:
@@ -96,10 +88,10 @@ def admit_ns(
         custom: Any = client.CustomObjectsApi(kube_api_client)
         managed = {"provider": "LMCacheServer", "ownership": "Managed"}
         for body in (
-            _backend("a-host", {"app": "host"}, observation={"modelID": "m"}),
-            _backend("b-managed", {"app": "managed"}, remoteStorage=managed),
-            _backend("c-pending", {"app": "pending"}, remoteStorage=managed),
-            _backend(
+            new_cb("a-host", {"app": "host"}, observation={"modelID": "m"}),
+            new_cb("b-managed", {"app": "managed"}, remoteStorage=managed),
+            new_cb("c-pending", {"app": "pending"}, remoteStorage=managed),
+            new_cb(
                 "d-events",
                 {"app": "events"},
                 integration={"mode": "EventsOnly"},

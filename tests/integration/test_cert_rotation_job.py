@@ -37,14 +37,14 @@ import pytest
 from kubernetes import client
 
 from icache_install.manifests_cli import render
-from reconciler.kube import ApiError, Kube
+from kubeio.client import ApiError, Kube
 from tests.harness.controlplane import ControlPlane, free_port, terminate_process_group, wait_until
-from tests.integration.test_certs_cli import (
+from tests.integration.certs_webhook import (
     CONFIG_PATHS,
     WEBHOOK_KINDS,
-    _secret_data,
     cachebackends,
     icache,
+    secret_data,
     start_webhook,
 )
 
@@ -128,7 +128,7 @@ class SecretVolume:
         directory.mkdir(parents=True, exist_ok=True)
 
     def sync(self) -> None:
-        _, data = _secret_data(self.kube, self.namespace, TLS_SECRET)
+        _, data = secret_data(self.kube, self.namespace, TLS_SECRET)
         stamp = self.dir / f"..{time.time_ns()}"
         stamp.mkdir()
         for key, value in data.items():
@@ -240,8 +240,8 @@ def test_the_rotation_job_rotates_with_overlap_and_no_failed_handshake(
         "--ca-days=60",
     )
     assert first.returncode == 0, first.stderr
-    _, old_ca = _secret_data(kube, ns, CA_SECRET)
-    _, old_tls = _secret_data(kube, ns, TLS_SECRET)
+    _, old_ca = secret_data(kube, ns, CA_SECRET)
+    _, old_tls = secret_data(kube, ns, TLS_SECRET)
     volume = SecretVolume(kube, ns, tmp_path / "tls")
     volume.sync()
     proc = start_webhook(control_plane, volume.dir, port, tmp_path / "webhook.log")
@@ -265,14 +265,14 @@ def test_the_rotation_job_rotates_with_overlap_and_no_failed_handshake(
         assert quiet.returncode == 0, quiet.stderr
         assert "CA: kept" in quiet.stderr
         assert "serving certificate: kept" in quiet.stderr
-        assert _secret_data(kube, ns, CA_SECRET)[1] == old_ca
-        assert _secret_data(kube, ns, TLS_SECRET)[1] == old_tls
+        assert secret_data(kube, ns, CA_SECRET)[1] == old_ca
+        assert secret_data(kube, ns, TLS_SECRET)[1] == old_tls
 
         # -- the job across a forced renewal window: CA rotated, overlap kept ----------
         rotated = icache(*_job_command(install, job_identity, url_base, "--renew-before=90d"))
         assert rotated.returncode == 0, rotated.stderr
-        _, new_ca = _secret_data(kube, ns, CA_SECRET)
-        _, new_tls = _secret_data(kube, ns, TLS_SECRET)
+        _, new_ca = secret_data(kube, ns, CA_SECRET)
+        _, new_tls = secret_data(kube, ns, TLS_SECRET)
         assert new_ca["ca.crt"] != old_ca["ca.crt"]
         assert new_ca["previous-ca.crt"] == old_ca["ca.crt"]
         assert new_tls["tls.crt"] != old_tls["tls.crt"]

@@ -11,10 +11,7 @@ from __future__ import annotations
 import base64
 import copy
 import json
-import ssl
 import subprocess
-import sys
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,37 +22,23 @@ import pytest
 from kubernetes import client
 
 from icache_install.manifests_cli import render
-from reconciler.kube import ApiError, Kube
+from kubeio.client import ApiError, Kube
+from tests.builders import new_cb
 from tests.harness.controlplane import (
     ControlPlane,
     free_port,
-    spawn_in_own_group,
     terminate_process_group,
     wait_until,
 )
-from tests.samples import ROOT, sample_documents
-
-GROUP, VERSION, PLURAL = "inferencecache.io", "v1alpha1", "cachebackends"
-WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
-ADMISSION = "/apis/admissionregistration.k8s.io/v1"
-CONFIG_PATHS = {
-    "MutatingWebhookConfiguration": f"{ADMISSION}/mutatingwebhookconfigurations",
-    "ValidatingWebhookConfiguration": f"{ADMISSION}/validatingwebhookconfigurations",
-}
-
-
-def cachebackends(namespace: str) -> str:
-    return f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}"
-
-
-def icache(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "icache_cli.main", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+from tests.integration.certs_webhook import (
+    CONFIG_PATHS,
+    WEBHOOK_KINDS,
+    cachebackends,
+    icache,
+    secret_data,
+    start_webhook,
+)
+from tests.samples import sample_documents
 
 
 @dataclass
@@ -116,59 +99,7 @@ class Webhook:
     log_path: Path
 
 
-def _get(url: str, ca_file: Path) -> int:
-    ctx = ssl.create_default_context(cafile=str(ca_file))
-    with urllib.request.urlopen(url, context=ctx, timeout=2) as resp:
-        return int(resp.status)
-
-
-def start_webhook(
-    control_plane: ControlPlane, cert_dir: Path, port: int, log_path: Path
-) -> subprocess.Popen[bytes]:
-    proc = spawn_in_own_group(
-        [
-            sys.executable,
-            "-m",
-            "icache_cli.main",
-            "webhook",
-            "--host=127.0.0.1",
-            f"--port={port}",
-            f"--tls-cert-file={cert_dir / 'tls.crt'}",
-            f"--tls-key-file={cert_dir / 'tls.key'}",
-            f"--kubeconfig={control_plane.kubeconfig_path}",
-        ],
-        log_path,
-        ROOT,
-    )
-
-    def died() -> str | None:
-        if proc.poll() is None:
-            return None
-        return f"webhook exited with {proc.returncode}:\n{log_path.read_text()[-3000:]}"
-
-    try:
-        wait_until(
-            lambda: _get(f"https://127.0.0.1:{port}/healthz", cert_dir / "ca.crt") == 200,
-            timeout=60,
-            description="icache webhook /healthz over TLS",
-            abort=died,
-        )
-    except BaseException:
-        terminate_process_group(proc)
-        raise
-    return proc
-
-
-def _cachebackend(name: str, spec: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "CacheBackend",
-        "metadata": {"name": name},
-        "spec": spec,
-    }
-
-
-INVALID_SPEC = {
+INVALID_SPEC: dict[str, Any] = {
     "runtime": "VLLM",
     "remoteStorage": {"provider": "LMCacheServer", "ownership": "External"},
 }
@@ -181,11 +112,6 @@ def _rejection(kube: Kube, namespace: str, body: dict[str, Any]) -> str | None:
     except ApiError as exc:
         return str(json.loads(exc.body).get("message", exc.body))
     return None
-
-
-def _secret_data(kube: Kube, namespace: str, name: str) -> tuple[str, dict[str, str]]:
-    raw = kube.request("GET", f"/api/v1/namespaces/{namespace}/secrets/{name}")
-    return raw["type"], raw["data"]
 
 
 def test_certs_then_api_server_calls_the_webhook_over_tls(
@@ -212,10 +138,10 @@ def test_certs_then_api_server_calls_the_webhook_over_tls(
     # -- first run: a CA, a serving certificate, both configurations patched ------
     first = icache(*certs_args)
     assert first.returncode == 0, first.stderr
-    tls_type, tls = _secret_data(kube, namespace, "inference-cache-webhook-tls")
+    tls_type, tls = secret_data(kube, namespace, "inference-cache-webhook-tls")
     assert tls_type == "kubernetes.io/tls"
     assert set(tls) == {"tls.crt", "tls.key", "ca.crt"}
-    ca_type, ca = _secret_data(kube, namespace, "inference-cache-webhook-tls-ca")
+    ca_type, ca = secret_data(kube, namespace, "inference-cache-webhook-tls-ca")
     assert ca_type == "Opaque"
     assert set(ca) == {"ca.crt", "ca.key"}
     bundle = (cert_dir / "ca.crt").read_bytes()
@@ -243,7 +169,7 @@ def test_certs_then_api_server_calls_the_webhook_over_tls(
         # The API server picks up webhook configurations asynchronously; a dry run
         # persists nothing, so poll it until our webhook is the one answering.
         def our_denial() -> str:
-            message = _rejection(kube, namespace, _cachebackend("bad", INVALID_SPEC))
+            message = _rejection(kube, namespace, new_cb("bad", **INVALID_SPEC))
             if message is None or "denied the request" not in message:
                 # Not yet (or not us): raise so a timeout reports what the API server said.
                 raise AssertionError(f"not rejected by our webhook yet: {message}")
@@ -257,14 +183,14 @@ def test_certs_then_api_server_calls_the_webhook_over_tls(
         assert 'admission webhook "vcachebackend.inferencecache.io" denied the request' in message
         assert "spec.remoteStorage.endpoint" in message
         with pytest.raises(ApiError) as denied:
-            kube.request("POST", cachebackends(namespace), body=_cachebackend("bad", INVALID_SPEC))
+            kube.request("POST", cachebackends(namespace), body=new_cb("bad", **INVALID_SPEC))
         assert denied.value.status in (400, 422)
         assert "vcachebackend.inferencecache.io" in json.loads(denied.value.body)["message"]
 
         # A valid one is admitted and defaulted by mcachebackend.inferencecache.io: the
         # webhook materialises spec.integration and spec.observation, the API server
         # then stamps their schema defaults.
-        good = _cachebackend("good", {"runtime": "VLLM"})
+        good = new_cb("good")
 
         def our_defaults() -> bool:
             # The mutating configuration reaches the API server through an informer of
@@ -296,8 +222,8 @@ def test_certs_then_api_server_calls_the_webhook_over_tls(
     assert second.returncode == 0, second.stderr
     assert "CA: kept" in second.stderr
     assert "serving certificate: kept" in second.stderr
-    assert _secret_data(kube, namespace, "inference-cache-webhook-tls-ca")[1] == ca
-    assert _secret_data(kube, namespace, "inference-cache-webhook-tls")[1] == tls
+    assert secret_data(kube, namespace, "inference-cache-webhook-tls-ca")[1] == ca
+    assert secret_data(kube, namespace, "inference-cache-webhook-tls")[1] == tls
     assert webhook_configs.read(kube) == configs
     control_plane.audit_barrier(since)
     writes = [
@@ -311,8 +237,8 @@ def test_certs_then_api_server_calls_the_webhook_over_tls(
     # -- forced renewal keeps the CA and the caBundle ----------------------------
     renewed = icache(*certs_args, "--renew")
     assert renewed.returncode == 0, renewed.stderr
-    assert _secret_data(kube, namespace, "inference-cache-webhook-tls-ca")[1] == ca
-    new_tls = _secret_data(kube, namespace, "inference-cache-webhook-tls")[1]
+    assert secret_data(kube, namespace, "inference-cache-webhook-tls-ca")[1] == ca
+    new_tls = secret_data(kube, namespace, "inference-cache-webhook-tls")[1]
     assert new_tls["tls.crt"] != tls["tls.crt"]
     assert new_tls["ca.crt"] == tls["ca.crt"]
     assert webhook_configs.read(kube) == configs
@@ -372,7 +298,7 @@ def test_certs_fails_loudly_when_a_configuration_is_missing(
     )
     assert result.returncode == 1
     assert "not found: MutatingWebhookConfiguration icache-test-does-not-exist" in result.stderr
-    tls_type, tls = _secret_data(kube, namespace, "inference-cache-webhook-tls")
+    tls_type, tls = secret_data(kube, namespace, "inference-cache-webhook-tls")
     assert tls_type == "kubernetes.io/tls"
     from cryptography import x509
 
@@ -392,17 +318,17 @@ def test_rotate_ca_keeps_the_old_ca_trusted_until_dropped(
         "--validating-config=",
     ]
     assert icache(*base).returncode == 0
-    _, ca_before = _secret_data(kube, namespace, "inference-cache-webhook-tls-ca")
+    _, ca_before = secret_data(kube, namespace, "inference-cache-webhook-tls-ca")
     rotated = icache(*base, "--rotate-ca")
     assert rotated.returncode == 0, rotated.stderr
-    _, ca_after = _secret_data(kube, namespace, "inference-cache-webhook-tls-ca")
+    _, ca_after = secret_data(kube, namespace, "inference-cache-webhook-tls-ca")
     assert ca_after["ca.crt"] != ca_before["ca.crt"]
     assert ca_after["previous-ca.crt"] == ca_before["ca.crt"]
-    _, tls = _secret_data(kube, namespace, "inference-cache-webhook-tls")
+    _, tls = secret_data(kube, namespace, "inference-cache-webhook-tls")
     bundle = base64.b64decode(tls["ca.crt"])
     assert base64.b64decode(ca_before["ca.crt"]) in bundle
     assert base64.b64decode(ca_after["ca.crt"]) in bundle
     dropped = icache(*base, "--drop-previous-ca")
     assert dropped.returncode == 0, dropped.stderr
-    _, tls = _secret_data(kube, namespace, "inference-cache-webhook-tls")
+    _, tls = secret_data(kube, namespace, "inference-cache-webhook-tls")
     assert base64.b64decode(tls["ca.crt"]) == base64.b64decode(ca_after["ca.crt"])

@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from reconciler import kube as k
+from kubeio import client as k
 from reconciler.cluster_cache import CachedReads, ClusterCache
 from reconciler.reads import LiveReads
 from reconciler.watch_cache import Reflector, WatchSpec
 from shared import constants as c
-from tests.e2e.conftest import poll
 from tests.harness.controlplane import ControlPlane
+from tests.harness.polling import poll
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import uuid
 
-from reconciler import kube as k
+from kubeio import client as k
 from tests.harness.controlplane import ControlPlane
 
 CONFIGMAPS = k.Resource("", "v1", "configmaps", "ConfigMap")

@@ -17,7 +17,7 @@ import pytest
 from kubernetes import client
 
 from icache_install.manifests_cli import render
-from reconciler.kube import ApiError
+from kubeio.client import ApiError
 from tests.harness.controlplane import wait_until
 from tests.integration.manifest_apply import Applier
 from tests.samples import ROOT

@@ -24,11 +24,11 @@ import yaml
 from kubernetes import client
 
 from icache_install.manifests_cli import render
-from reconciler.kube import ApiError, Kube
+from kubeio.client import ApiError, Kube
 from tests.harness.controlplane import ControlPlane, wait_until
+from tests.helm_chart import VALUE_SETS, template
 from tests.integration.manifest_apply import Applier
 from tests.samples import ROOT
-from tests.unit.test_helm_chart import VALUE_SETS, template
 
 NAMESPACE = "inference-cache-system"
 OPERATOR_CRDS = (

@@ -15,6 +15,8 @@ import pytest
 from kubernetes import client
 
 from shared import constants as c
+from tests import builders
+from tests.builders import new_cb
 from tests.harness.controlplane import (
     AuditEvent,
     CertificateAuthority,
@@ -38,24 +40,13 @@ FAILED_OPEN_ANNOTATION = "failed-open.mutation.webhook.admission.k8s.io/"
 SUBSCRIBER_IMAGE = "ghcr.io/inference-cache/kvevent-subscriber:0.1.0"
 
 
-def _backend(name: str, labels: dict[str, str], **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "CacheBackend",
-        "metadata": {"name": name},
-        "spec": {"engineSelector": {"matchLabels": labels}, **spec},
-    }
-
-
 def _pod(
     name: str, labels: dict[str, str], container: str, image: str, args: list[str]
 ) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "labels": labels},
-        "spec": {"containers": [{"name": container, "image": image, "args": args}]},
-    }
+    """A pod of one container that the test names itself."""
+    return builders.pod(
+        builders.container(container, image, args=args), labels=labels, namespace=None, name=name
+    )
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +66,7 @@ def pod_ns(
             VERSION,
             ns,
             PLURAL,
-            _backend(
+            new_cb(
                 "a-vllm",
                 {"app": "vllm"},
                 runtime="VLLM",
@@ -88,14 +79,14 @@ def pod_ns(
             VERSION,
             ns,
             PLURAL,
-            _backend("b-sglang", {"app": "sglang-mp"}, runtime="SGLang"),
+            new_cb("b-sglang", {"app": "sglang-mp"}, runtime="SGLang"),
         )
         custom.create_namespaced_custom_object(
             GROUP,
             VERSION,
             ns,
             PLURAL,
-            _backend(
+            new_cb(
                 "c-hicache",
                 {"app": "sglang-hicache"},
                 runtime="SGLang",
@@ -108,7 +99,7 @@ def pod_ns(
             VERSION,
             ns,
             PLURAL,
-            _backend(
+            new_cb(
                 "d-mooncake",
                 {"app": "vllm-mooncake"},
                 runtime="VLLM",

@@ -21,6 +21,7 @@ import yaml
 from kubernetes import client
 
 from shared import constants as c
+from tests.builders import pod
 from tests.delay_proxy import delay_proxy
 from tests.harness.controlplane import ControlPlane, wait_until
 from tests.webhook_process import WebhookProcess, labelled_namespace, registered, run_webhook
@@ -36,15 +37,6 @@ def _kubeconfig_via(control_plane: ControlPlane, port: int, path: Path) -> Path:
     config["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{port}"
     path.write_text(yaml.safe_dump(config))
     return path
-
-
-def _pod(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "labels": {"app": "vllm-slow"}},
-        "spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.11.0"}]},
-    }
 
 
 def _list_error_count(hook: WebhookProcess) -> float:
@@ -88,7 +80,11 @@ def test_slow_apiserver_pod_is_admitted_unwired_inside_the_webhook_timeout(
             )
 
             def wires() -> bool:
-                probe = _pod(f"probe-{uuid.uuid4().hex[:5]}")
+                probe = pod(
+                    name=f"probe-{uuid.uuid4().hex[:5]}",
+                    labels={"app": "vllm-slow"},
+                    namespace=None,
+                )
                 got = core.create_namespaced_pod(ns, probe, dry_run="All")
                 return c.ANNOTATION_INJECTED_BY in (got.metadata.annotations or {})
 
@@ -98,7 +94,9 @@ def test_slow_apiserver_pod_is_admitted_unwired_inside_the_webhook_timeout(
             proxy.delay = 3 * WEBHOOK_TIMEOUT_SECONDS
             before = _list_error_count(hook)
             started = time.monotonic()
-            created = core.create_namespaced_pod(ns, _pod("engine-0"))
+            created = core.create_namespaced_pod(
+                ns, pod(name="engine-0", labels={"app": "vllm-slow"}, namespace=None)
+            )
             elapsed = time.monotonic() - started
 
             assert elapsed < WEBHOOK_TIMEOUT_SECONDS - 1, f"admission took {elapsed:.2f}s"

@@ -18,7 +18,7 @@ import pytest
 from kubernetes import client
 
 from icache_install.manifests_cli import render
-from reconciler.kube import ApiError, Kube
+from kubeio.client import ApiError, Kube
 from tests.harness.controlplane import ControlPlane, wait_until
 from tests.integration.manifest_apply import Applier
 

@@ -16,7 +16,6 @@ import os
 import re
 import socket
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,8 +27,8 @@ from kubernetes import client
 
 from icache_install import redis_auth
 from icache_install.manifests_cli import render
+from kubeio.client import ApiError, Kube
 from reconciler.celery_app import make_app
-from reconciler.kube import ApiError, Kube
 from reconciler.redis_settings import redis_url
 from reconciler.workqueue import QueueSettings, WorkQueue
 from tests.harness.controlplane import (
@@ -40,6 +39,7 @@ from tests.harness.controlplane import (
     wait_until,
 )
 from tests.harness.redis_server import RedisServer, find_redis_server, ping
+from tests.integration.certs_webhook import icache
 from tests.samples import ROOT
 
 PASSWORD = "9f1c0e-test-password"
@@ -176,16 +176,6 @@ def test_dispatcher_and_worker_settings_connect_with_the_password_from_the_secre
 
 
 # ------------------------------------------------------------------ icache certs
-
-
-def icache(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "icache_cli.main", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 def certs_args(control_plane: ControlPlane, namespace: str, *extra: str) -> list[str]:

@@ -29,7 +29,8 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from icache_install.manifests_cli import render
-from reconciler.kube import Kube
+from kubeio.client import Kube
+from tests.builders import new_cb
 from tests.harness.controlplane import (
     ControlPlane,
     free_port,
@@ -48,15 +49,6 @@ SYSTEM_NS = f"ica-{_RUN}"  # the SA name must fit a 64-character CN
 TEAM_GROUP = f"team-admins-{_RUN}"
 MANAGED = {"provider": "LMCacheServer", "ownership": "Managed"}
 RBAC_PATH = "/apis/rbac.authorization.k8s.io/v1"
-
-
-def backend(name: str, **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "CacheBackend",
-        "metadata": {"name": name},
-        "spec": {"runtime": "VLLM", **spec},
-    }
 
 
 def webhook_docs() -> list[dict[str, Any]]:
@@ -177,7 +169,7 @@ def env(
             admin = client.CustomObjectsApi(kube_api_client)
 
             def webhook_answers() -> bool:
-                bad = backend("probe", remoteStorage={**MANAGED, "ownership": "External"})
+                bad = new_cb("probe", remoteStorage={**MANAGED, "ownership": "External"})
                 try:
                     admin.create_namespaced_custom_object(
                         GROUP, VERSION, ns, PLURAL, bad, dry_run="All"
@@ -215,7 +207,7 @@ def refused(env: Any, who: str, body: dict[str, Any], *, update: bool = False) -
 
 
 def test_a_user_who_may_not_create_deployments_cannot_create_a_managed_backend(env: Any) -> None:
-    err = refused(env, "alice", backend("alice-managed", remoteStorage=MANAGED))
+    err = refused(env, "alice", new_cb("alice-managed", remoteStorage=MANAGED))
     assert err.status == 403
     body = err.body or ""
     assert "spec.remoteStorage" in body
@@ -224,7 +216,7 @@ def test_a_user_who_may_not_create_deployments_cannot_create_a_managed_backend(e
     err = refused(
         env,
         "alice",
-        backend("alice-sa", remoteStorage=MANAGED,
+        new_cb("alice-sa", remoteStorage=MANAGED,
                 template={"serviceAccountName": "default", "tolerations": [{"operator": "Exists"}]}),
     )  # fmt: skip
     assert err.status == 403
@@ -232,19 +224,19 @@ def test_a_user_who_may_not_create_deployments_cannot_create_a_managed_backend(e
 
 
 def test_the_same_user_may_create_a_backend_that_shapes_no_workload(env: Any) -> None:
-    created = create(env, "alice", backend("alice-host-only"))
+    created = create(env, "alice", new_cb("alice-host-only"))
     assert created["metadata"]["name"] == "alice-host-only"
 
 
 def test_a_user_who_may_create_deployments_is_allowed(env: Any) -> None:
-    created = create(env, "bob", backend("bob-managed", remoteStorage=MANAGED))
+    created = create(env, "bob", new_cb("bob-managed", remoteStorage=MANAGED))
     assert created["spec"]["remoteStorage"]["ownership"] == "Managed"
     # Granted through a group only: the review forwards the request's groups.
-    create(env, "dave", backend("dave-managed", remoteStorage=MANAGED))
+    create(env, "dave", new_cb("dave-managed", remoteStorage=MANAGED))
 
 
 def test_a_statefulset_backend_also_needs_create_statefulsets(env: Any) -> None:
-    sts = backend("sts", remoteStorage=MANAGED, deploymentKind="StatefulSet")
+    sts = new_cb("sts", remoteStorage=MANAGED, deploymentKind="StatefulSet")
     err = refused(env, "bob", sts)
     assert err.status == 403
     assert "statefulsets.apps" in (err.body or "")
@@ -264,7 +256,7 @@ def test_system_masters_is_allowed_by_every_review_so_the_webhook_asks_none(
     for resource in ("deployments", "statefulsets"):
         assert may(kube, ns, nobody, ["system:masters"], "create", "apps", resource)
         assert not may(kube, ns, nobody, ["system:authenticated"], "create", "apps", resource)
-    sts = backend("masters-sts", remoteStorage=MANAGED, deploymentKind="StatefulSet")
+    sts = new_cb("masters-sts", remoteStorage=MANAGED, deploymentKind="StatefulSet")
     with control_plane.api_client_for(nobody, ["system:masters", "system:authenticated"]) as api:
         objects: Any = client.CustomObjectsApi(api)  # its methods return bare objects
         created = objects.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, sts)
@@ -273,7 +265,7 @@ def test_system_masters_is_allowed_by_every_review_so_the_webhook_asks_none(
 
 def test_updates_are_checked_only_when_they_reshape_the_workload(env: Any) -> None:
     ns, apis = env
-    create(env, "bob", backend("shared", remoteStorage=MANAGED))
+    create(env, "bob", new_cb("shared", remoteStorage=MANAGED))
     current = apis["alice"].get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "shared")
     # alice may scale it or annotate it ...
     scaled = copy.deepcopy(current)

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from tests.fakes import held
 from webhook_svc.admission_gate import (
     MIN_RESERVATION_BYTES,
     SMALL_BODY_BYTES,
@@ -42,7 +43,7 @@ def test_requests_that_fit_run_together_and_the_rest_wait() -> None:
         big_done = asyncio.Event()
 
         async def hold(name: str, size: int, until: asyncio.Event) -> None:
-            async with budget.reserve(size, wait_seconds=30):
+            async with held(budget, size, wait_seconds=30):
                 order.append(f"{name} in")
                 await until.wait()
             order.append(f"{name} out")
@@ -75,11 +76,11 @@ def test_the_smallest_waiter_goes_first() -> None:
         release = asyncio.Event()
 
         async def blocker() -> None:
-            async with budget.reserve(100, wait_seconds=30):
+            async with held(budget, 100, wait_seconds=30):
                 await release.wait()
 
         async def waiter(name: str, size: int) -> None:
-            async with budget.reserve(size, wait_seconds=30):
+            async with held(budget, size, wait_seconds=30):
                 order.append(name)
 
         holder = asyncio.create_task(blocker())
@@ -99,13 +100,13 @@ def test_a_waiter_that_never_fits_in_time_is_overloaded_and_leaves_nothing_behin
         release = asyncio.Event()
 
         async def blocker() -> None:
-            async with budget.reserve(80, wait_seconds=30):
+            async with held(budget, 80, wait_seconds=30):
                 await release.wait()
 
         holder = asyncio.create_task(blocker())
         await asyncio.sleep(0)
         with pytest.raises(OverloadedError):
-            async with budget.reserve(50, wait_seconds=0.01):
+            async with held(budget, 50, wait_seconds=0.01):
                 pass
         release.set()
         await holder
@@ -119,7 +120,7 @@ def test_a_waiter_that_never_fits_in_time_is_overloaded_and_leaves_nothing_behin
 def test_a_request_larger_than_the_budget_runs_alone() -> None:
     async def scenario() -> int:
         budget = ByteBudget(100)
-        async with budget.reserve(10_000, wait_seconds=1):
+        async with held(budget, 10_000, wait_seconds=1):
             return budget.used
 
     assert asyncio.run(scenario()) == 100

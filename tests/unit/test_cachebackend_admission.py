@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import copy
 import json
-from pathlib import Path
 from typing import Any
 
 import jsonpatch
@@ -15,6 +14,8 @@ import pytest
 from shared.defaulting import default_cachebackend
 from shared.validation.rules import MOONCAKE_HOST_NETWORK_WARNING
 from tests.builders import cb
+from tests.samples import EXAMPLES_DIR as EXAMPLES
+from tests.samples import EXPECTED_CACHEBACKEND_EXAMPLES as EXPECTED_EXAMPLES
 from tests.samples import sample_backends
 from webhook_svc import cachebackend_admission as admission
 from webhook_svc.admission_review import AdmissionRequest, parse_review
@@ -466,30 +467,6 @@ def test_hostile_objects_are_denied_not_crashed(spec: Any) -> None:
 
 
 # ------------------------------------------------------- curl replay examples
-
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "admission"
-
-# file -> (validate allowed, number of causes, mutate patches, number of warnings)
-EXPECTED_EXAMPLES: dict[str, tuple[bool, int, bool, int]] = {
-    "create-vllm-host-only.json": (True, 0, True, 0),
-    "create-vllm-lmcacheserver-managed.json": (True, 0, True, 0),
-    "create-vllm-lmcacheserver-external.json": (True, 0, True, 0),
-    "create-sglang-redis-managed.json": (True, 0, True, 0),
-    "create-sglang-hicache.json": (True, 0, True, 0),
-    "create-vllm-events-only.json": (True, 0, True, 0),
-    "create-vllm-mooncake-managed.json": (True, 0, True, 0),
-    "create-mooncake-without-host-network-warning.json": (True, 0, True, 1),
-    "create-invalid-aggregated.json": (False, 7, True, 0),
-    "create-invalid-schema.json": (False, 10, True, 1),
-    "create-invalid-resources.json": (False, 3, True, 0),
-    "update-introduces-violation.json": (False, 1, False, 0),
-    "update-label-edit-on-preexisting-invalid.json": (True, 0, False, 0),
-    "update-different-bad-value-is-fresh.json": (False, 1, False, 0),
-    "mutate-create-defaults.json": (True, 0, True, 0),
-    "mutate-update-keeps-min-replicas.json": (True, 0, False, 0),
-    "mutate-create-already-defaulted.json": (True, 0, False, 0),
-    "delete.json": (True, 0, False, 0),
-}
 
 
 def test_every_example_is_listed() -> None:

@@ -358,6 +358,7 @@ CASES: list[tuple[str, list[str], str]] = [
 @pytest.mark.parametrize(
     ("argv", "words"), [(a, w) for _, a, w in CASES], ids=[n for n, _, _ in CASES]
 )
+@pytest.mark.services
 def test_bad_input_is_one_line_and_exit_2(
     files: dict[str, str], tmp_path: Path, argv: list[str], words: str
 ) -> None:
@@ -385,6 +386,7 @@ def test_every_subcommand_has_an_unknown_flag_case() -> None:
 
 
 @pytest.mark.parametrize("command", ["dispatcher", "worker"])
+@pytest.mark.services
 def test_a_bad_redis_url_in_the_environment_names_the_variable(
     tmp_path: Path, command: str
 ) -> None:
@@ -413,6 +415,7 @@ UNREACHABLE = (
 
 
 @pytest.mark.parametrize("command", ["doctor", "certs"])
+@pytest.mark.services
 def test_an_unreachable_api_server_is_one_line_and_exit_1(tmp_path: Path, command: str) -> None:
     """A run-time failure: no client-library warnings or retry lines, one error line."""
     kubeconfig = tmp_path / "kubeconfig"

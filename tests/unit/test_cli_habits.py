@@ -189,6 +189,7 @@ def test_a_run_time_failure_is_one_line_and_exit_1_unless_debug(
         main(["--debug", "crd"])
 
 
+@pytest.mark.services
 def test_python_m_shared_cli_has_no_traceback_on_a_bad_flag() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "icache_cli.main", "manifests", "--namespace", "Bad_NS"],

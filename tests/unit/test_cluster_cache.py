@@ -41,65 +41,13 @@ from reconciler.reads import LiveReads
 from reconciler.reconcile import Reconciler
 from reconciler.watch_cache import ADDED, MODIFIED, Reflector, WatchSpec
 from shared import constants as c
+from tests.builders import NS
+from tests.builders import engine_pod as engine
+from tests.builders import selecting_backend as backend
 from tests.fakes import FakeKube
+from tests.fakes import fake_cluster as cluster
 
-NS = "team-a"
 NOW = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
-
-
-def backend(name: str, uid: str, selector: dict[str, str]) -> dict[str, Any]:
-    """A host-only vLLM backend: it publishes the engine-side advisory conditions."""
-    return {
-        "apiVersion": "inferencecache.io/v1alpha1",
-        "kind": "CacheBackend",
-        "metadata": {
-            "name": name,
-            "namespace": NS,
-            "uid": uid,
-            "generation": 1,
-            "resourceVersion": "1",
-            "annotations": {"inferencecache.io/require-kv-events": "false"},
-        },
-        "spec": {"runtime": "VLLM", "engineSelector": {"matchLabels": selector}},
-    }
-
-
-def engine(
-    name: str,
-    labels: dict[str, str],
-    *,
-    by: str | None = None,
-    uid: str | None = None,
-    label_uid: str | None = None,
-    crash: bool = False,
-) -> dict[str, Any]:
-    """An engine pod; ``by``/``uid``: the webhook's annotations, ``label_uid``: its label."""
-    annotations = {}
-    if by is not None:
-        annotations[c.ANNOTATION_INJECTED_BY] = f"{NS}/{by}"
-    if uid is not None:
-        annotations[c.ANNOTATION_INJECTED_BY_UID] = uid
-    pod_labels = dict(labels)
-    if label_uid is not None:
-        pod_labels[c.LABEL_INJECTED_BY_UID] = label_uid
-    status: dict[str, Any] = {}
-    if crash:
-        status["containerStatuses"] = [
-            {"name": "vllm", "state": {"waiting": {"reason": "CrashLoopBackOff"}}}
-        ]
-    return {
-        "metadata": {
-            "name": name,
-            "namespace": NS,
-            "uid": f"pod-{name}",
-            "resourceVersion": "1",
-            "labels": pod_labels,
-            "annotations": annotations,
-            "managedFields": [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}],
-        },
-        "spec": {"containers": [{"name": "vllm", "image": "vllm:1"}]},
-        "status": status,
-    }
 
 
 def deployment(name: str, labels: dict[str, str], replicas: int) -> dict[str, Any]:
@@ -140,11 +88,14 @@ def replicaset(
     }
 
 
-def cluster(*objects: tuple[str, dict[str, Any]]) -> FakeKube:
-    kube = FakeKube()
-    for plural, obj in objects:
-        kube.put(plural, obj)
-    return kube
+@pytest.fixture(autouse=True)
+def _short_waits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """FakeKube's watches deliver no changes, so a reconcile's own write never shows
+    in the cache and its wait for it (WRITE_VISIBLE_SECONDS) always runs out; the
+    selector watches settle before regrouping. Neither wait decides a rule these
+    tests check, so both are cut to keep the pure suite fast."""
+    monkeypatch.setattr(cluster_cache, "WRITE_VISIBLE_SECONDS", 0.05)
+    monkeypatch.setattr(cluster_cache, "SELECTOR_SETTLE_SECONDS", 0.01)
 
 
 @pytest.fixture(params=["cache", "api"])

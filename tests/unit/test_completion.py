@@ -51,16 +51,19 @@ def test_the_completion_subcommand_prints_each_script(
         assert "icache" in capsys.readouterr().out
 
 
+@pytest.mark.services
 def test_bash_completes_subcommands(bash_script: Path) -> None:
     assert set(_bash_complete(bash_script, ["icache", ""])) >= set(SUBCOMMANDS)
     assert _bash_complete(bash_script, ["icache", "admi"]) == ["admit-pod"]
 
 
+@pytest.mark.services
 def test_bash_completes_a_subcommands_flags(bash_script: Path) -> None:
     assert "--log-level" in _bash_complete(bash_script, ["icache", "webhook", "--log"])
     assert "--fail-on-unwired" not in _bash_complete(bash_script, ["icache", "webhook", "--"])
 
 
+@pytest.mark.services
 def test_bash_completes_choices_after_a_flag(bash_script: Path) -> None:
     assert _bash_complete(bash_script, ["icache", "worker", "--pool", ""]) == [
         "threads",
@@ -70,6 +73,7 @@ def test_bash_completes_choices_after_a_flag(bash_script: Path) -> None:
     assert _bash_complete(bash_script, ["icache", "completion", "f"]) == ["fish"]
 
 
+@pytest.mark.services
 def test_bash_completes_file_names_for_a_path_flag(bash_script: Path, tmp_path: Path) -> None:
     (tmp_path / "kubeconfig-here").write_text("x")
     got = _bash_complete(bash_script, ["icache", "certs", "--kubeconfig", f"{tmp_path}/kube"])
@@ -90,6 +94,7 @@ def test_zsh_and_fish_scripts_name_every_subcommand_and_flag(shell: str) -> None
 
 
 @pytest.mark.parametrize("shell", ["zsh", "fish", "bash"])
+@pytest.mark.services
 def test_the_script_parses_in_its_shell_where_installed(shell: str, tmp_path: Path) -> None:
     """`-n`: read, do not run. A shell that is not installed cannot be asked."""
     path = tmp_path / f"icache.{shell}"

@@ -129,6 +129,7 @@ def _replay(base: str, path: str, example: str) -> dict[str, Any]:
         return data
 
 
+@pytest.mark.services
 def test_curl_replay_against_the_compose_webhook(compose_webhook: str) -> None:
     denied = _replay(
         compose_webhook,

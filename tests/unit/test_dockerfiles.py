@@ -330,16 +330,19 @@ def _healthcheck(name: str, port: int | None = None) -> subprocess.CompletedProc
 
 
 @pytest.mark.parametrize("webhook_server", ["http", "https"], indirect=True)
+@pytest.mark.services
 def test_webhook_healthcheck_passes_against_a_live_webhook(webhook_server: int) -> None:
     """TLS with a certificate that does not name 127.0.0.1 (as in a pod), and plain HTTP."""
     result = _healthcheck("webhook", webhook_server)
     assert result.returncode == 0, result.stderr
 
 
+@pytest.mark.services
 def test_webhook_healthcheck_fails_when_nothing_answers() -> None:
     assert _healthcheck("webhook", free_port()).returncode == 1
 
 
+@pytest.mark.services
 def test_worker_healthcheck_passes_with_the_code_installed() -> None:
     result = _healthcheck("worker")
     assert result.returncode == 0, result.stderr
@@ -365,11 +368,15 @@ def _dist_info(wheel: zipfile.ZipFile, name: str) -> str:
     return wheel.read(path).decode()
 
 
+@pytest.mark.services
 def test_wheel_has_the_icache_entry_point(wheel: zipfile.ZipFile) -> None:
     entry_points = _dist_info(wheel, "entry_points.txt")
-    assert re.search(r"^\[console_scripts\]\s*\nicache = icache_cli\.main:main\s*$", entry_points, re.M)
+    assert re.search(
+        r"^\[console_scripts\]\s*\nicache = icache_cli\.main:main\s*$", entry_points, re.M
+    )
 
 
+@pytest.mark.services
 def test_wheel_has_every_package_and_every_subcommand(wheel: zipfile.ZipFile) -> None:
     names = set(wheel.namelist())
     for package in PACKAGES:
@@ -379,6 +386,7 @@ def test_wheel_has_every_package_and_every_subcommand(wheel: zipfile.ZipFile) ->
     assert not any(n.startswith("tests/") for n in names)
 
 
+@pytest.mark.services
 def test_every_dependency_is_pinned_in_constraints(wheel: zipfile.ZipFile) -> None:
     metadata = Parser().parsestr(_dist_info(wheel, "METADATA"))
     runtime = [r for r in metadata.get_all("Requires-Dist") or [] if "extra ==" not in r]

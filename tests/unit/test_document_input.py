@@ -80,6 +80,7 @@ def _icache(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.services
 def test_admit_pod_and_validate_read_tab_indented_json(tmp_path: Path) -> None:
     (tmp_path / "pod.json").write_text(TABBED_POD)
     backends = tmp_path / "backends"

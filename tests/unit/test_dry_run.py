@@ -12,7 +12,8 @@ import yaml
 
 from icache_cli.main import main
 from shared import constants as c
-from tests.unit.test_pod_wiring import make_backend, make_container
+from tests.builders import backend as make_backend
+from tests.builders import container as make_container
 from webhook_svc.backend_files import BackendFileError, load_backends
 
 SUB = "ghcr.io/inference-cache/kvevent-subscriber:v1"

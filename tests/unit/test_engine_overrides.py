@@ -16,16 +16,10 @@ from shared.runtime_adapters.overrides import (
     entry_groups,
     entry_tokens,
 )
-from tests.unit.test_pod_wiring import (
-    CTX,
-    assert_idempotent,
-    assert_valid_pod,
-    containers_of,
-    env_of,
-    make_backend,
-    make_container,
-    make_pod,
-)
+from tests.builders import CTX, assert_idempotent, assert_valid_pod, containers_of, env_of
+from tests.builders import backend as make_backend
+from tests.builders import container as make_container
+from tests.builders import pod as make_pod
 
 RESERVED_ARGS = ("--kv-transfer-config",)
 RESERVED_ENV = ("VLLM_USE_V1", "LMCACHE_REMOTE_URL", "INFERENCECACHE_FAIL_OPEN", "PYTHONHASHSEED")

@@ -9,10 +9,9 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from reconciler import kube as k
 from reconciler.events import EventSpec, event_object
 from reconciler.reconcile import Reconciler
-from tests.fakes import FakeKube
+from tests.fakes import FailingEvents
 
 NOW = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
 
@@ -52,16 +51,6 @@ def test_event_object_targets_the_cache_backend_by_uid() -> None:
     assert body["reportingComponent"] == body["source"]["component"]
     assert body["reportingInstance"] == "worker-1"
     assert len(body["message"]) <= 1024
-
-
-class FailingEvents(FakeKube):
-    def create(
-        self, res: k.Resource, namespace: str | None, body: dict[str, Any]
-    ) -> dict[str, Any]:
-        if res is k.EVENTS:
-            self.writes.append(("create-failed", res.plural, str(body.get("reason"))))
-            raise k.ApiError(403, "Forbidden", "events is forbidden")
-        return super().create(res, namespace, body)
 
 
 def test_a_failed_event_write_does_not_fail_the_reconcile_or_repeat() -> None:

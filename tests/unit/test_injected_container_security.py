@@ -16,13 +16,10 @@ from shared import constants as c
 from shared.pod_wiring import OUTCOME_INJECTED, wire_pod
 from shared.runtime_adapters import security
 from shared.runtime_adapters.base import InjectContext
-from tests.unit.test_pod_wiring import (
-    assert_idempotent,
-    assert_valid_pod,
-    make_backend,
-    make_container,
-    make_pod,
-)
+from tests.builders import assert_idempotent, assert_valid_pod
+from tests.builders import backend as make_backend
+from tests.builders import container as make_container
+from tests.builders import pod as make_pod
 
 CTX = InjectContext(
     kvevent_subscriber_image="ghcr.io/inference-cache/kvevent-subscriber:v1",

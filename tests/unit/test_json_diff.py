@@ -21,8 +21,8 @@ from shared.defaulting import default_cachebackend
 from shared.json_diff import apply, diff, same
 from shared.pod_wiring import wire_pod
 from shared.runtime_adapters.base import InjectContext
+from tests.fakes import mutate_pod
 from tests.samples import ROOT
-from tests.unit.test_pod_admission import mutate_pod
 from webhook_svc.admission_review import parse_review
 from webhook_svc.backend_files import load_backends
 from webhook_svc.cachebackend_admission import mutate_cachebackend

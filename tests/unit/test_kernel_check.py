@@ -23,14 +23,10 @@ from shared.api.models import CacheBackend
 from shared.runtime_adapters import kernel_check
 from shared.runtime_adapters.base import InjectContext, InjectionRejectedError
 from shared.runtime_adapters.vllm_lmcache import VLLMLMCacheAdapter
-from tests.unit.test_pod_wiring import (
-    CTX,
-    assert_valid_pod,
-    init_containers_of,
-    make_backend,
-    make_container,
-    make_pod,
-)
+from tests.builders import CTX, assert_valid_pod, init_containers_of
+from tests.builders import backend as make_backend
+from tests.builders import container as make_container
+from tests.builders import pod as make_pod
 
 ADAPTER = VLLMLMCacheAdapter()
 GPU = {"limits": {"nvidia.com/gpu": "1"}}
@@ -241,6 +237,7 @@ def compiled(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     return out
 
 
+@pytest.mark.services
 @pytest.mark.parametrize(
     "name",
     ["c_ops", "cuda_ops"],
@@ -266,6 +263,7 @@ def test_detector_ok_when_the_extension_loads(
     }
 
 
+@pytest.mark.services
 def test_detector_reports_installed_versions_from_package_metadata(
     tmp_path: Path, compiled: dict[str, str]
 ) -> None:
@@ -283,6 +281,7 @@ def test_detector_reports_installed_versions_from_package_metadata(
     assert verdict["versions"] == installed
 
 
+@pytest.mark.services
 def test_detector_reports_a_package_not_installed_as_absent(
     tmp_path: Path, compiled: dict[str, str]
 ) -> None:
@@ -300,6 +299,7 @@ def test_detector_reports_a_package_not_installed_as_absent(
     assert verdict["versions"] == {"vllm": "0.33.0", "torch": "2.9.0"}
 
 
+@pytest.mark.services
 def test_detector_reports_versions_on_a_failed_check(tmp_path: Path) -> None:
     (tmp_path / "img").mkdir()
     image = _fake_image(tmp_path / "img", installed={"lmcache": "0.5.6"})
@@ -309,6 +309,7 @@ def test_detector_reports_versions_on_a_failed_check(tmp_path: Path) -> None:
     assert verdict["versions"] == {"lmcache": "0.5.6"}
 
 
+@pytest.mark.services
 @pytest.mark.parametrize(
     ("release", "loaded"), [("0.4.7", "c_ops"), ("0.5.6", "cuda_ops"), (None, "cuda_ops")]
 )
@@ -329,6 +330,7 @@ def test_detector_loads_the_name_the_installed_release_imports(
     assert verdict["extension"] == f"lmcache.{loaded}"
 
 
+@pytest.mark.services
 def test_detector_loads_each_name_under_its_own_module_name(
     tmp_path: Path, compiled: dict[str, str]
 ) -> None:
@@ -343,6 +345,7 @@ def test_detector_loads_each_name_under_its_own_module_name(
 
 
 @pytest.mark.parametrize(("mode", "exit_code"), [("report-only", 0), ("strict", 1)])
+@pytest.mark.services
 def test_detector_no_compiled_extension(tmp_path: Path, mode: str, exit_code: int) -> None:
     (tmp_path / "img").mkdir()
     image = _fake_image(tmp_path / "img")
@@ -355,6 +358,7 @@ def test_detector_no_compiled_extension(tmp_path: Path, mode: str, exit_code: in
     assert "extension" not in verdict
 
 
+@pytest.mark.services
 @pytest.mark.parametrize("name", ["c_ops", "cuda_ops"])
 @pytest.mark.parametrize(("mode", "exit_code"), [("report-only", 0), ("strict", 1)])
 def test_detector_extension_that_fails_to_load(
@@ -371,6 +375,7 @@ def test_detector_extension_that_fails_to_load(
     assert verdict["extension"] == f"lmcache.{name}"
 
 
+@pytest.mark.services
 def test_detector_lmcache_not_importable(tmp_path: Path) -> None:
     (tmp_path / "img").mkdir()
     image = _fake_image(tmp_path / "img", lmcache=False)
@@ -379,6 +384,7 @@ def test_detector_lmcache_not_importable(tmp_path: Path) -> None:
     assert "lmcache is not importable" in verdict["error"]
 
 
+@pytest.mark.services
 def test_detector_torch_missing_is_a_failure(tmp_path: Path) -> None:
     (tmp_path / "img").mkdir()
     image = _fake_image(tmp_path / "img", torch=False)

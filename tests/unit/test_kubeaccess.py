@@ -215,6 +215,7 @@ def test_every_connection_gets_the_same_retries(env: Path) -> None:
 
 
 @pytest.mark.parametrize("command", ["dispatcher", "worker", "webhook", "certs"])
+@pytest.mark.services
 def test_each_process_says_what_it_tried_instead_of_a_traceback(env: Path, command: str) -> None:
     """Every process connects through kubeio.access and fails the same way: one
     line, exit code 2 (a configuration problem, like any other bad input)."""

@@ -10,50 +10,23 @@ import base64
 import copy
 import json
 import logging
-from collections.abc import Callable
 from typing import Any
 
 import jsonpatch
 import pytest
 
 from shared import constants as c
-from tests.unit.test_pod_wiring import CTX, NS, make_backend, make_pod, stale_annotations
+from tests.builders import CTX, NS, admission_review, stale_annotations
+from tests.builders import backend as make_backend
+from tests.builders import pod as make_pod
+from tests.fakes import mutate_pod
 from webhook_svc import pod_admission
 from webhook_svc.admission_review import AdmissionRequest, parse_review
-from webhook_svc.pod_admission import Backends, namespace_to_list
-
-
-def mutate_pod(
-    req: AdmissionRequest,
-    list_backends: Callable[[str], list[dict[str, Any]]],
-    ctx: Any,
-) -> tuple[dict[str, Any], str, str]:
-    """The Pod route's steps (webhook_svc/app.py), with ``list_backends`` for the LIST."""
-    namespace = namespace_to_list(req)
-    backends: Backends = []
-    if namespace is not None:
-        try:
-            backends = list_backends(namespace)
-        except Exception as exc:
-            backends = exc
-    return pod_admission.mutate_pod(req, backends, ctx)
 
 
 def request(obj: Any, operation: str = "CREATE", namespace: str = NS) -> AdmissionRequest:
-    return parse_review(
-        {
-            "apiVersion": "admission.k8s.io/v1",
-            "kind": "AdmissionReview",
-            "request": {
-                "uid": "req-1",
-                "kind": {"group": "", "version": "v1", "kind": "Pod"},
-                "operation": operation,
-                "namespace": namespace,
-                "name": "",
-                "object": obj,
-            },
-        }
-    )
+    review = admission_review(obj, operation=operation, namespace=namespace, uid="req-1", name="")
+    return parse_review(review)
 
 
 class Lister:

@@ -9,30 +9,16 @@ import pytest
 
 from shared import constants as c
 from shared.runtime_adapters.base import InjectContext
-from tests.samples import ROOT, SAMPLES_DIR
-from tests.unit.test_pod_admission import mutate_pod
+from tests.fakes import mutate_pod
+from tests.samples import EXAMPLES_DIR as EXAMPLES
+from tests.samples import EXAMPLES_SUBSCRIBER_IMAGE as SUBSCRIBER_IMAGE
+from tests.samples import EXPECTED_POD_EXAMPLES as EXPECTED
+from tests.samples import SAMPLES_DIR
 from webhook_svc.admission_review import parse_review
 from webhook_svc.backend_files import load_backends
 
-EXAMPLES = ROOT / "examples" / "admission"
 BACKENDS = load_backends(SAMPLES_DIR)
 
-SUBSCRIBER_IMAGE = "ghcr.io/inference-cache/kvevent-subscriber:0.1.0"
-# file -> (outcome, reason, backend annotation or None), with --kvevent-subscriber-image
-EXPECTED = {
-    "pod-vllm-host-only.json": ("injected", "injected", "default/vllm-host-only"),
-    "pod-sglang-lmcache-mp.json": ("injected", "injected", "default/sglang-host-only"),
-    "pod-sglang-hicache.json": ("injected", "injected", "default/sglang-hicache"),
-    "pod-vllm-events-only.json": ("injected", "events_only", "default/vllm-events-only"),
-    "pod-vllm-lmcacheserver-external.json": (
-        "injected",
-        "injected",
-        "default/vllm-lmcache-external",
-    ),
-    "pod-mooncake-no-endpoint-fail-open.json": ("fail_open", "missing_endpoint", None),
-    "pod-no-match-fail-open.json": ("fail_open", "no_match", None),
-    "pod-skip-inject.json": ("skipped", "skip_inject_annotation", None),
-}
 # Without the image, events-only appends nothing and is a fail-open; the rest is unchanged.
 WITHOUT_IMAGE = {"pod-vllm-events-only.json": ("fail_open", "events_only_no_subscriber", None)}
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import json
-import re
 from typing import Any
 
 import pytest
@@ -22,98 +21,26 @@ from shared.pod_wiring import (
     WiringResult,
     wire_pod,
 )
-from shared.runtime_adapters.base import InjectContext
-from shared.runtime_adapters.podcheck import pod_problems
+from tests.builders import (
+    CTX,
+    NO_SUB_CTX,
+    NS,
+    SUBSCRIBER_IMAGE,
+    annotations_of,
+    assert_decision_annotations_stripped,
+    assert_idempotent,
+    assert_valid_pod,
+    containers_of,
+    env_of,
+    external,
+    managed,
+    stale_annotations,
+)
 from tests.builders import backend as make_backend
 from tests.builders import container as make_container
-from tests.builders import external, managed
 from tests.builders import pod as make_pod
 from tests.samples import sample_backends
 from webhook_svc.admission_review import json_patch
-
-NS = "team-a"
-SUBSCRIBER_IMAGE = "ghcr.io/inference-cache/kvevent-subscriber:v1"
-CTX = InjectContext(kvevent_subscriber_image=SUBSCRIBER_IMAGE, server_address="icache:50051")
-NO_SUB_CTX = InjectContext()
-
-# ------------------------------------------------------------------------ builders
-
-
-def containers_of(pod: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {ct["name"]: ct for ct in pod["spec"]["containers"]}
-
-
-def init_containers_of(pod: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {ct["name"]: ct for ct in pod["spec"].get("initContainers") or []}
-
-
-def env_of(container: dict[str, Any]) -> dict[str, Any]:
-    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container.get("env") or []}
-
-
-def annotations_of(pod: dict[str, Any]) -> dict[str, str]:
-    return dict(pod["metadata"].get("annotations") or {})
-
-
-_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?([KMGTPE]i|[kMGTPE]|m)?$")
-
-
-def assert_valid_pod(pod: dict[str, Any]) -> None:
-    """Kubernetes Pod validation basics the wired pod must pass."""
-    assert pod_problems(pod) == set()
-    names = [ct["name"] for ct in pod["spec"]["containers"] + pod["spec"].get("initContainers", [])]
-    assert len(names) == len(set(names)), names
-    volumes = [v["name"] for v in pod["spec"].get("volumes") or []]
-    assert len(volumes) == len(set(volumes)), volumes
-    for ct in pod["spec"]["containers"] + pod["spec"].get("initContainers", []):
-        paths = [m["mountPath"] for m in ct.get("volumeMounts") or []]
-        assert len(paths) == len(set(paths)), (ct["name"], paths)
-        for mount in ct.get("volumeMounts") or []:
-            assert mount["name"] in volumes
-        for var in ct.get("env") or []:
-            assert re.match(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$", var["name"])
-            assert ("value" in var) != ("valueFrom" in var)
-            if "value" in var:
-                assert isinstance(var["value"], str)
-        assert all(isinstance(t, str) for t in ct.get("args") or [])
-        assert all(isinstance(t, str) for t in ct.get("command") or [])
-        for section in ("limits", "requests"):
-            for value in ((ct.get("resources") or {}).get(section) or {}).values():
-                assert _QUANTITY.match(str(value)), value
-    for vol in pod["spec"].get("volumes") or []:
-        size = (vol.get("emptyDir") or {}).get("sizeLimit")
-        if size is not None:
-            assert _QUANTITY.match(str(size)), size
-
-
-def assert_idempotent(
-    result: WiringResult, backends: list[dict[str, Any]], ctx: InjectContext
-) -> None:
-    """Re-admitting the wired pod yields an identical pod: an empty JSON patch."""
-    again = wire_pod(copy.deepcopy(result.pod), backends, ctx)
-    assert again.outcome == result.outcome
-    assert json_patch(result.pod, again.pod) == []
-
-
-def stale_annotations() -> dict[str, str]:
-    return {
-        c.ANNOTATION_INJECTED_BY: f"{NS}/forged",
-        c.ANNOTATION_INJECTED_BY_UID: "forged-uid",
-        c.ANNOTATION_INJECT_SKIPPED: c.INJECT_SKIPPED_VALUE,
-        "team/keep": "me",
-    }
-
-
-def assert_decision_annotations_stripped(pod: dict[str, Any]) -> None:
-    annotations = annotations_of(pod)
-    for key in (
-        c.ANNOTATION_INJECTED_BY,
-        c.ANNOTATION_INJECTED_BY_UID,
-        c.ANNOTATION_INJECT_SKIPPED,
-    ):
-        assert key not in annotations
-    assert annotations.get("team/keep") == "me"
-
 
 # ------------------------------------------------------------------------ selection
 

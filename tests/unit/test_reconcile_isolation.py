@@ -10,7 +10,7 @@ import base64
 import datetime as dt
 from typing import Any
 
-from reconciler import kube as k
+from kubeio import client as k
 from reconciler.reads import LiveReads
 from reconciler.reconcile import Reconciler
 from shared import constants as c

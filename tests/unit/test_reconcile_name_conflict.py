@@ -14,7 +14,7 @@ from typing import Any
 
 from reconciler.ownership import NAME_CONFLICT_REQUEUE_SECONDS
 from reconciler.reconcile import Reconciler
-from tests.unit.test_reconcile_cascade import FakeKube
+from tests.fakes import FakeKube
 
 NOW = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
 NAME = "cb-lmcache-server"

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from reconciler.reconcile import Reconciler
-from reconciler.status import ProbeObservation
+from tests.fakes import FakeIndexServer as FakeServer
 from tests.fakes import FakeKube
 
 NOW = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
@@ -25,27 +25,6 @@ LMSERVER: dict[str, Any] = {
     "remoteStorage": {"provider": "LMCacheServer", "ownership": "Managed"},
     "observation": {"modelID": "Qwen/Qwen3"},
 }
-
-
-class FakeServer:
-    """Records every /probe call; answers with ``outcome``."""
-
-    def __init__(self, outcome: str = "ok") -> None:
-        self.outcome = outcome
-        self.calls: list[dict[str, Any]] = []
-
-    def probe(
-        self, backend: str, model: str, hash_scheme: str, backend_type: str | None
-    ) -> ProbeObservation:
-        self.calls.append(
-            {
-                "backend": backend,
-                "model": model,
-                "hash_scheme": hash_scheme,
-                "backend_type": backend_type,
-            }
-        )
-        return ProbeObservation(self.outcome)
 
 
 def make(

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from reconciler import kube as k
+from kubeio import client as k
 from reconciler import metrics
 from reconciler.reads import OWNED_RESOURCES
 

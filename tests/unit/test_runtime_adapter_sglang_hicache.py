@@ -12,13 +12,10 @@ from shared.bindings import Binding
 from shared.runtime_adapters.base import InjectContext, InjectionRejectedError
 from shared.runtime_adapters.registry import select
 from shared.runtime_adapters.sglang_hicache import SGLangHiCacheAdapter
-from tests.unit.test_pod_wiring import (
-    assert_valid_pod,
-    containers_of,
-    make_backend,
-    make_container,
-    make_pod,
-)
+from tests.builders import assert_valid_pod, containers_of, parsed_backend
+from tests.builders import backend as make_backend
+from tests.builders import container as make_container
+from tests.builders import pod as make_pod
 
 ADAPTER = SGLangHiCacheAdapter()
 CTX = InjectContext()
@@ -26,9 +23,7 @@ IMAGE = "lmsysorg/sglang:v0.5.13-cu129"
 
 
 def backend(**hi: Any) -> CacheBackend:
-    return CacheBackend.model_validate(
-        make_backend(runtime="SGLang", type_="SGLangHiCache", hiCache=hi or {"ratio": "2.0"})
-    )
+    return parsed_backend(runtime="SGLang", type_="SGLangHiCache", hiCache=hi or {"ratio": "2.0"})
 
 
 def engine(name: str = "sglang", **kw: Any) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import subprocess
 import sys
@@ -18,15 +19,15 @@ from shared.runtime_adapters import sglang_lmcache as mp
 from shared.runtime_adapters.base import InjectContext, InjectionRejectedError
 from shared.runtime_adapters.registry import select
 from shared.runtime_adapters.sglang_lmcache import SGLangLMCacheAdapter
-from tests.unit.test_pod_wiring import (
+from tests.builders import (
     assert_valid_pod,
     containers_of,
     env_of,
     init_containers_of,
-    make_backend,
-    make_container,
-    make_pod,
+    parsed_backend,
 )
+from tests.builders import container as make_container
+from tests.builders import pod as make_pod
 
 ADAPTER = SGLangLMCacheAdapter()
 CTX = InjectContext()
@@ -34,8 +35,8 @@ REDIS = Binding("resp", "cache-redis.team-a.svc:6379")
 IMAGE = "lmsysorg/sglang:v0.5.13-cu129"
 
 
-def backend(**kw: Any) -> CacheBackend:
-    return CacheBackend.model_validate(make_backend(runtime="SGLang", **kw))
+# The builders' backend, on the SGLang runtime.
+backend = functools.partial(parsed_backend, runtime="SGLang")
 
 
 def sglang(name: str = "sglang", **kw: Any) -> dict[str, Any]:
@@ -228,6 +229,7 @@ def test_worker_startup_probe_checks_loopback_zmq_port() -> None:
     assert probe["failureThreshold"] * probe["periodSeconds"] >= 300
 
 
+@pytest.mark.services
 def test_worker_bootstrap_writes_config_then_execs_the_mp_server(tmp_path: Path) -> None:
     """Run the bootstrap with a stand-in lmcache.v1.multiprocess.server module."""
     pkg = tmp_path / "lmcache" / "v1" / "multiprocess"

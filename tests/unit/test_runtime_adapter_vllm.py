@@ -14,24 +14,15 @@ from shared.runtime_adapters.base import InjectContext, InjectionRejectedError
 from shared.runtime_adapters.registry import select
 from shared.runtime_adapters.sizing import gib_decimal_string
 from shared.runtime_adapters.vllm_lmcache import VLLMLMCacheAdapter
-from tests.unit.test_pod_wiring import (
-    assert_valid_pod,
-    containers_of,
-    env_of,
-    init_containers_of,
-    make_backend,
-    make_container,
-    make_pod,
-)
+from tests.builders import assert_valid_pod, containers_of, env_of, init_containers_of
+from tests.builders import container as make_container
+from tests.builders import parsed_backend as backend
+from tests.builders import pod as make_pod
 
 ADAPTER = VLLMLMCacheAdapter()
 CTX = InjectContext()
 LM = Binding("lm", "cache.team-a.svc:65432")
 MOONCAKE = Binding("mooncakestore", "mc.team-a.svc:50051")
-
-
-def backend(**kw: Any) -> CacheBackend:
-    return CacheBackend.model_validate(make_backend(**kw))
 
 
 def inject(

@@ -42,7 +42,9 @@ def server() -> Iterator[tuple[ServerClient, type[_Answer]]]:
         pass
 
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(Answer))
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    # shutdown() waits for serve_forever to look at its flag: every 50 ms, not the
+    # default 500 ms each test would otherwise spend in teardown.
+    thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     client = ServerClient(f"http://127.0.0.1:{httpd.server_address[1]}", token_path="/nonexistent")
     try:

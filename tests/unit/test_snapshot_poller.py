@@ -11,16 +11,11 @@ import redis
 from reconciler.cluster_cache import ClusterCache
 from reconciler.server_client import ServerClient
 from reconciler.snapshot import SnapshotPoller
-from tests.fakes import FakeKube
-from tests.unit.test_cluster_cache import NS, backend, cluster, engine
-
-
-class StubServer:
-    def __init__(self, replicas: list[dict[str, Any]]) -> None:
-        self.replicas = replicas
-
-    def snapshot(self) -> dict[str, Any]:
-        return {"replicas": self.replicas}
+from tests.builders import NS
+from tests.builders import engine_pod as engine
+from tests.builders import selecting_backend as backend
+from tests.fakes import FakeIndexServer, FakeKube
+from tests.fakes import fake_cluster as cluster
 
 
 def fleet() -> FakeKube:
@@ -38,7 +33,9 @@ def replica(pod: str, prefixes: int) -> dict[str, Any]:
 
 
 def poller(kube: FakeKube, cache: ClusterCache | None = None) -> SnapshotPoller:
-    server = StubServer([replica("wired", 1), replica("moved", 10), replica("plain", 100)])
+    server = FakeIndexServer(
+        replicas=[replica("wired", 1), replica("moved", 10), replica("plain", 100)]
+    )
     return SnapshotPoller(kube, cast(ServerClient, server), cast(redis.Redis, None), cache=cache)
 
 

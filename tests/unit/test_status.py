@@ -21,14 +21,9 @@ from reconciler.status import (
     status_equal,
 )
 from shared.api.duration import parse_go_duration
-from tests.builders import external_spec
-
-T0 = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
-MANAGED_SPEC: dict[str, Any] = {
-    "runtime": "VLLM",
-    "remoteStorage": {"provider": "LMCacheServer", "ownership": "Managed"},
-}
-ENDPOINT = "cb-lmcache-server.ns.svc:65432"
+from tests.builders import ENDPOINT, MANAGED_SPEC, NO_GATE, T0, external_spec
+from tests.builders import condition_of as cond
+from tests.builders import status_backend as obj
 
 
 def must_find(conditions: Any, type_: str) -> dict[str, Any]:
@@ -36,25 +31,6 @@ def must_find(conditions: Any, type_: str) -> dict[str, Any]:
     found = find(conditions, type_)
     assert found is not None, f"no {type_} condition in {conditions}"
     return found
-
-
-def obj(
-    spec: dict[str, Any] | None = None,
-    status: dict[str, Any] | None = None,
-    annotations: dict[str, str] | None = None,
-    generation: int = 1,
-) -> dict[str, Any]:
-    o: dict[str, Any] = {
-        "apiVersion": "inferencecache.io/v1alpha1",
-        "kind": "CacheBackend",
-        "metadata": {"name": "cb", "namespace": "ns", "uid": "u", "generation": generation},
-        "spec": spec if spec is not None else dict(MANAGED_SPEC),
-    }
-    if annotations:
-        o["metadata"]["annotations"] = annotations
-    if status is not None:
-        o["status"] = status
-    return o
 
 
 def workload(
@@ -90,11 +66,6 @@ def run(
     return compute_status(o, observed or Observed(), now).status
 
 
-def cond(status: dict[str, Any], type_: str) -> tuple[str, str] | None:
-    c = find(status.get("conditions"), type_)
-    return (c["status"], c["reason"]) if c else None
-
-
 def types(status: dict[str, Any]) -> set[str]:
     return {c["type"] for c in status.get("conditions") or []}
 
@@ -104,9 +75,6 @@ def step(o: dict[str, Any], observed: Observed, now: dt.datetime) -> dict[str, A
     o = dict(o)
     o["status"] = run(o, observed, now)
     return o
-
-
-NO_GATE = {"inferencecache.io/require-kv-events": "false"}
 
 
 # ======================================================================= managed

@@ -17,7 +17,9 @@ from typing import Any
 import pytest
 
 from reconciler.status import Observed, WorkloadObservation, compute_status
-from tests.unit.test_status import ENDPOINT, NO_GATE, T0, cond, obj
+from tests.builders import ENDPOINT, NO_GATE, T0
+from tests.builders import condition_of as cond
+from tests.builders import status_backend as obj
 
 
 def deployment(

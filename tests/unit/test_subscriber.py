@@ -9,14 +9,10 @@ import pytest
 from shared.pod_wiring import OUTCOME_INJECTED, wire_pod
 from shared.runtime_adapters import subscriber
 from shared.runtime_adapters.base import InjectContext
-from tests.unit.test_pod_wiring import (
-    assert_idempotent,
-    assert_valid_pod,
-    containers_of,
-    make_backend,
-    make_container,
-    make_pod,
-)
+from tests.builders import assert_idempotent, assert_valid_pod, containers_of
+from tests.builders import backend as make_backend
+from tests.builders import container as make_container
+from tests.builders import pod as make_pod
 
 IMAGE = "ghcr.io/inference-cache/kvevent-subscriber:v1.2.3"
 CTX = InjectContext(kvevent_subscriber_image=IMAGE, server_address="inference-cache-server:50051")

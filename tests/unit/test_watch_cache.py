@@ -21,61 +21,11 @@ from reconciler.watch_cache import (
     WatchSpec,
     list_then_watch,
 )
-from tests.fakes import FakeKube
+from tests.fakes import FakeKube, ScriptedKube
 
 
 def pod(name: str, rv: str, ns: str = "ns", **labels: str) -> dict[str, Any]:
     return {"metadata": {"name": name, "namespace": ns, "resourceVersion": rv, "labels": labels}}
-
-
-class ScriptedKube(FakeKube):
-    """Lists and watch streams from a script: ``lists`` answered in turn; each watch
-    call takes the next entry of ``watches`` — a list of events, or an exception."""
-
-    def __init__(self, lists: list[list[dict[str, Any]]], watches: list[Any]) -> None:
-        super().__init__()
-        self.lists = lists
-        self.watches = watches
-        self.list_calls: list[dict[str, Any]] = []
-        self.watch_calls: list[dict[str, Any]] = []
-        self.done = threading.Event()
-
-    def list(
-        self,
-        res: k.Resource,
-        namespace: str | None = None,
-        *,
-        label_selector: str | None = None,
-        resource_version: str | None = None,
-        limit: int | None = None,
-        metadata_only: bool = False,
-    ) -> dict[str, Any]:
-        self.list_calls.append(
-            {"selector": label_selector, "limit": limit, "metadata_only": metadata_only}
-        )
-        items = self.lists.pop(0) if self.lists else []
-        rv = str(100 * len(self.list_calls))
-        return {"metadata": {"resourceVersion": rv}, "items": items}
-
-    def watch(
-        self,
-        res: k.Resource,
-        *,
-        resource_version: str,
-        label_selector: str | None = None,
-        timeout_seconds: int = 300,
-        metadata_only: bool = False,
-        namespace: str | None = None,
-    ) -> Iterator[dict[str, Any]]:
-        self.watch_calls.append({"rv": resource_version, "metadata_only": metadata_only})
-        if not self.watches:
-            self.done.set()
-            time.sleep(0.05)
-            return
-        step = self.watches.pop(0)
-        if isinstance(step, Exception):
-            raise step
-        yield from step
 
 
 def test_store_replace_reports_what_changed_against_what_it_held() -> None:

@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from shared.runtime_adapters.base import InjectContext
-from tests.builders import pod
+from tests.builders import admission_review, pod
 from tests.samples import SAMPLES_DIR
 from webhook_svc.app import PATH_MUTATE_CB, PATH_MUTATE_POD, PATH_VALIDATE_CB, create_app
 from webhook_svc.backend_files import load_backends
@@ -33,18 +33,8 @@ def app_client() -> TestClient:
 def _review(
     obj: dict[str, Any], kind: str = "CacheBackend", operation: str = "CREATE"
 ) -> dict[str, Any]:
-    return {
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": "uid-1",
-            "kind": {"group": "", "version": "v1", "kind": kind},
-            "operation": operation,
-            "namespace": "default",
-            "name": obj.get("metadata", {}).get("name", ""),
-            "object": obj,
-        },
-    }
+    name = obj.get("metadata", {}).get("name", "")
+    return admission_review(obj, kind=kind, operation=operation, name=name)
 
 
 def test_health_and_readiness(app_client: TestClient) -> None:

@@ -13,6 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from shared.runtime_adapters.base import InjectContext
+from tests.builders import admission_review as _review
 from tests.samples import SAMPLES_DIR
 from webhook_svc.app import PATH_MUTATE_CB, PATH_MUTATE_POD, PATH_VALIDATE_CB, create_app
 from webhook_svc.backend_files import load_backends
@@ -27,20 +28,6 @@ def client() -> TestClient:
     source = FileBackendSource(SAMPLES_DIR, load_backends)
     app = create_app(source, InjectContext("ghcr.io/inference-cache/kvevent-subscriber:0.1.0"))
     return TestClient(app, raise_server_exceptions=False)
-
-
-def _review(obj: Any, uid: str = "uid-1", kind: str = "Pod") -> dict[str, Any]:
-    return {
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": uid,
-            "kind": {"group": "", "version": "v1", "kind": kind},
-            "operation": "CREATE",
-            "namespace": "default",
-            "object": obj,
-        },
-    }
 
 
 def _engine_pod(annotations: Any) -> dict[str, Any]:

@@ -113,6 +113,7 @@ def test_a_fresh_app_exposes_every_known_label_child_at_zero() -> None:
     assert not missing, missing
 
 
+@pytest.mark.services
 def test_with_several_workers_the_zero_children_reach_the_scrape(tmp_path: Path) -> None:
     """Multiprocess mode (webhook --workers N): a worker that has answered nothing still
     writes its zero children into the shared files, so the replica's /metrics carries

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
@@ -82,6 +83,7 @@ def test_children_of_reads_the_children_file_or_scans_proc(tmp_path: Path) -> No
     assert children_of(10, proc=tmp_path) == [20, 21]
 
 
+@pytest.mark.services
 def test_multiprocess_gc_counters_are_summed_over_workers(tmp_path: Path) -> None:
     """Two workers flush their collections into the shared files; a third answers the
     scrape with their sum (each in its own interpreter: prometheus_client picks its

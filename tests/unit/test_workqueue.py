@@ -16,7 +16,7 @@ import pytest
 import redis
 
 from reconciler.workqueue import BUSY, DONE, LOST, STALE, STARTED, QueueSettings, WorkQueue
-from tests.fakes import ScriptedWatchKube
+from tests.fakes import ScriptedWatchKube, clear_queue, queue_failures, queue_state
 from tests.harness.redis_server import RedisServer
 
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ def queue(redis_server: RedisServer, clock: Clock) -> Iterator[WorkQueue]:
     )
     q = WorkQueue(client, settings, clock=clock)
     yield q
-    q.clear()
+    clear_queue(q)
     client.close()
 
 
@@ -79,7 +79,7 @@ def test_add_while_queued_collapses_into_the_dispatched_run(queue: WorkQueue) ->
     assert queue.pop_due() == ["k"]
     assert queue.add("k") is False
     assert queue.pop_due() == []
-    assert queue.snapshot()["pending"] == {}
+    assert queue_state(queue)["pending"] == {}
 
 
 def test_earlier_add_advances_a_delayed_entry(queue: WorkQueue, clock: Clock) -> None:
@@ -133,7 +133,7 @@ def test_start_of_processing_key_is_busy_and_marks_dirty(queue: WorkQueue) -> No
     assert queue.start("k", "a") == STARTED
     queue.redis.zadd(queue.k_queued, {"k": 0})
     assert queue.start("k", "b") == BUSY
-    assert "k" in queue.snapshot()["dirty"]
+    assert "k" in queue_state(queue)["dirty"]
 
 
 # ------------------------------------------------------------------ dirty
@@ -145,7 +145,7 @@ def test_event_during_run_causes_exactly_one_more_run(queue: WorkQueue) -> None:
     assert queue.start("k", "a") == STARTED
     for _ in range(3):
         queue.add("k")
-    assert queue.snapshot()["dirty"] == {"k"}
+    assert queue_state(queue)["dirty"] == {"k"}
     assert queue.done("k", "a")[0] == DONE
     assert queue.pop_due() == ["k"]
     assert queue.start("k", "b") == STARTED
@@ -157,7 +157,7 @@ def test_no_event_during_run_means_no_more_runs(queue: WorkQueue) -> None:
     queue.add("k")
     run_once(queue, "k")
     assert queue.pop_due() == []
-    assert queue.snapshot() == {
+    assert queue_state(queue) == {
         "pending": {},
         "queued": {},
         "processing": {},
@@ -188,7 +188,7 @@ def test_delayed_requeue_coming_due_during_a_run_marks_dirty(
     assert queue.start("k", "a") == STARTED
     queue.redis.zadd(queue.k_pending, {"k": 0})  # a stray due entry while running
     assert queue.pop_due() == []
-    assert queue.snapshot()["dirty"] == {"k"}
+    assert queue_state(queue)["dirty"] == {"k"}
 
 
 # ------------------------------------------------------------------ backoff
@@ -211,10 +211,10 @@ def test_errors_back_off_exponentially_per_key_and_reset_on_success(
     assert delays[:6] == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0]
     assert max(delays) == 300.0
     assert delays[-1] == 300.0
-    assert queue.failures("k") == 12
+    assert queue_failures(queue, "k") == 12
     clock.advance(300)
     run_once(queue, "k")
-    assert queue.failures("k") == 0
+    assert queue_failures(queue, "k") == 0
 
 
 def test_backoff_is_per_key(queue: WorkQueue, clock: Clock) -> None:
@@ -225,8 +225,8 @@ def test_backoff_is_per_key(queue: WorkQueue, clock: Clock) -> None:
         queue.start(key, "t")
     assert queue.done("a", "t", error=True)[1] == 0.5
     assert queue.done("b", "t")[0] == DONE
-    assert queue.failures("a") == 1
-    assert queue.failures("b") == 0
+    assert queue_failures(queue, "a") == 1
+    assert queue_failures(queue, "b") == 0
 
 
 def test_event_during_failed_run_reruns_immediately(queue: WorkQueue) -> None:
@@ -260,7 +260,7 @@ def test_worker_killed_mid_run_lease_expires_and_key_is_rerun(
     assert queue.start("k", "new-worker") == STARTED
     # The presumed-dead worker wakes up: its done() changes nothing.
     assert queue.done("k", "dead-worker")[0] == LOST
-    assert queue.snapshot()["processing"] == {"k": "new-worker"}
+    assert queue_state(queue)["processing"] == {"k": "new-worker"}
     assert queue.done("k", "new-worker")[0] == DONE
 
 
@@ -313,7 +313,7 @@ def test_leased_context_renews_in_the_background(redis_server: RedisServer) -> N
         with q.leased("k") as token:
             assert token is None, "nothing dispatched: nothing to run"
     finally:
-        q.clear()
+        clear_queue(q)
         client.close()
 
 
@@ -363,7 +363,7 @@ def _dispatcher(queue: WorkQueue, kube: ScriptedWatchKube) -> Dispatcher:
 
 
 def test_watch_relists_on_410_gone_and_resumes_from_resource_version(queue: WorkQueue) -> None:
-    from reconciler import kube as k
+    from kubeio import client as k
 
     fake = ScriptedWatchKube({"cachebackends": [_obj("ns", "a"), _obj("ns", "b")]}, gone_once=True)
     d = _dispatcher(queue, fake)
@@ -386,7 +386,7 @@ def test_watch_relists_on_410_gone_and_resumes_from_resource_version(queue: Work
 
 
 def test_owned_objects_enqueue_their_owner_and_only_the_leader_enqueues(queue: WorkQueue) -> None:
-    from reconciler.dispatcher import owner_key
+    from reconciler.enqueue_keys import owner_key
 
     assert owner_key(_obj("ns", "cb-redis", owner="cb")) == "ns/cb"
     assert owner_key(_obj("ns", "stray")) is None
