@@ -35,9 +35,9 @@ from icache_cli.habits import UsageError as UsageError
 # name -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "crd": ("icache_cli.crd", "print the CacheBackend CRD YAML"),
-    "webhook": ("webhook_svc.serve", "serve the CacheBackend and Pod admission webhooks"),
+    "webhook": ("webhook_svc.webhook_cli", "serve the CacheBackend and Pod admission webhooks"),
     "admit-pod": (
-        "webhook_svc.dry_run",
+        "webhook_svc.admit_pod_cli",
         "offline dry run: wire every Pod and workload of the input as the Pod webhook would",
     ),
     "validate": (
@@ -66,15 +66,15 @@ def _crd() -> ModuleType:
 
 
 def _webhook() -> ModuleType:
-    from webhook_svc import serve
+    from webhook_svc import webhook_cli
 
-    return serve
+    return webhook_cli
 
 
 def _admit_pod() -> ModuleType:
-    from webhook_svc import dry_run
+    from webhook_svc import admit_pod_cli
 
-    return dry_run
+    return admit_pod_cli
 
 
 def _validate() -> ModuleType:
@@ -128,8 +128,8 @@ def _webhook_preflight() -> ModuleType:
 # module name -> its importer (every module SUBCOMMANDS and PREFLIGHT name).
 IMPORTERS: Final[dict[str, Callable[[], ModuleType]]] = {
     "icache_cli.crd": _crd,
-    "webhook_svc.serve": _webhook,
-    "webhook_svc.dry_run": _admit_pod,
+    "webhook_svc.webhook_cli": _webhook,
+    "webhook_svc.admit_pod_cli": _admit_pod,
     "webhook_svc.validate_cli": _validate,
     "reconciler.dispatcher_cli": _dispatcher,
     "reconciler.worker_cli": _worker,

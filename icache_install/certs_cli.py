@@ -409,11 +409,11 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def parse_and_run(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="icache certs", description=__doc__.splitlines()[0])
     add_arguments(parser)
     return run(parser.parse_args(argv))
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(parse_and_run())

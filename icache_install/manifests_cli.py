@@ -160,7 +160,7 @@ def render(
     return docs
 
 
-def dump(docs: Iterable[Mapping[str, Any]]) -> str:
+def dump_documents(docs: Iterable[Mapping[str, Any]]) -> str:
     return "".join("---\n" + yaml.safe_dump(dict(doc), sort_keys=False) for doc in docs)
 
 
@@ -168,7 +168,7 @@ def dump(docs: Iterable[Mapping[str, Any]]) -> str:
 _TAG_RE: Final = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 
 
-def image_tag(value: str) -> str:
+def image_tag_argument(value: str) -> str:
     if not _TAG_RE.match(value):
         raise argparse.ArgumentTypeError(
             f"invalid image tag {value!r} (letters, digits, '_', '.', '-'; at most 128)"
@@ -198,7 +198,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--image-tag",
-        type=image_tag,
+        type=image_tag_argument,
         metavar="TAG",
         help="tag of the ghcr.io/inference-cache images (default: the rendered manifests' tag)",
     )
@@ -232,5 +232,5 @@ def run(args: argparse.Namespace) -> int:
         return 1
     source = dist_file(args.variant, root)
     sys.stdout.write(f"# Rendered by `icache manifests` from {source}\n")
-    sys.stdout.write(dump(docs))
+    sys.stdout.write(dump_documents(docs))
     return 0

@@ -5,8 +5,9 @@ Redis, the dispatcher and the workers)."""
 from __future__ import annotations
 
 import base64
-import secrets
 from typing import Any, Final, Protocol
+
+from shared.storage_providers.render import new_password
 
 DEFAULT_SECRET: Final = "inference-cache-redis-auth"
 PASSWORD_KEY: Final = "password"
@@ -23,11 +24,6 @@ class SecretStore(Protocol):
     def write_secret(
         self, namespace: str, current: dict[str, Any] | None, body: dict[str, Any]
     ) -> None: ...
-
-
-def new_password() -> str:
-    """256 bits, hex: safe in a URL, a Redis config line and a shell word alike."""
-    return secrets.token_hex(32)
 
 
 def password_secret(name: str, namespace: str, password: str) -> dict[str, Any]:

@@ -347,9 +347,9 @@ def append_subscriber(
     model_id = effective.model_id(backend.spec)
     if not ctx.kvevent_subscriber_image or not model_id:
         return False
-    subscriber.converge(
+    subscriber.converge_subscriber(
         pod,
-        subscriber.render(
+        subscriber.render_subscriber(
             image=ctx.kvevent_subscriber_image,
             port=subscriber.kv_events_port(engine),
             server_address=ctx.server_address,

@@ -246,7 +246,7 @@ def admission_router(
     def pod_fallback(req: AdmissionRequest, exc: Exception) -> dict[str, Any]:
         return pod_fail_open(counters, req, exc)
 
-    async def default_cachebackend(request: Request) -> Response:
+    async def default_cachebackend_route(request: Request) -> Response:
         return await admission.serve(request, PATH_MUTATE_CB, default_judge, internal_denial)
 
     async def validate_cachebackend_route(request: Request) -> Response:
@@ -258,7 +258,7 @@ def admission_router(
     # Request in, Response out: routes without FastAPI's parameter solving and response
     # model, which have nothing to do for raw bytes (a tenth of a small admission's CPU).
     for path, endpoint in (
-        (PATH_MUTATE_CB, default_cachebackend),
+        (PATH_MUTATE_CB, default_cachebackend_route),
         (PATH_VALIDATE_CB, validate_cachebackend_route),
         (PATH_MUTATE_POD, wire_pod_route),
     ):

@@ -71,7 +71,7 @@ SKIPPED: Final = "skipped"
 
 
 @dataclass
-class Verdict:
+class DocumentVerdict:
     """What the API server would answer for one document."""
 
     doc: Document
@@ -237,18 +237,18 @@ def judge(
     namespace: str | None,
     old: Document | None = None,
     field_validation: str = "Strict",
-) -> Verdict:
+) -> DocumentVerdict:
     """The API server's answer to ``kubectl apply`` of ``doc`` (see module docstring)."""
     body = doc.body
     if not isinstance(body, dict) or not (
         doc.kind == c.KIND and doc.api_version.split("/", 1)[0] == c.GROUP
     ):
         what = f"{doc.kind or 'a document without a kind'}"
-        return Verdict(doc, SKIPPED, note=f"{what} is not a CacheBackend: not judged")
+        return DocumentVerdict(doc, SKIPPED, note=f"{what} is not a CacheBackend: not judged")
     ns = str(doc.metadata.get("namespace") or namespace or DEFAULT_NAMESPACE)
     name = str(doc.metadata.get("name") or "")
     operation = "UPDATE" if old is not None else "CREATE"
-    verdict = Verdict(doc, INVALID, operation=operation, namespace=ns, name=name)
+    verdict = DocumentVerdict(doc, INVALID, operation=operation, namespace=ns, name=name)
     if doc.api_version != c.API_VERSION:
         verdict.stage, verdict.reason = "decode", "NotFound"
         verdict.message = f'no matches for kind "{c.KIND}" in version "{doc.api_version}"'
@@ -315,7 +315,7 @@ def judge_all(
     *,
     namespace: str | None,
     field_validation: str,
-) -> list[Verdict]:
+) -> list[DocumentVerdict]:
     def key(d: Document) -> tuple[str, str]:
         return (str(d.metadata.get("namespace") or namespace or DEFAULT_NAMESPACE), d.name)
 
@@ -329,12 +329,12 @@ def judge_all(
 # -------------------------------------------------------------------- output
 
 
-def _label(v: Verdict) -> str:
+def _label(v: DocumentVerdict) -> str:
     name = f"{v.namespace}/{v.name}" if v.name else (v.doc.name or "(no name)")
     return f"{(v.doc.kind or 'document').lower()} {name} ({v.doc.where})"
 
 
-def text_report(verdicts: Sequence[Verdict]) -> str:
+def validation_text_report(verdicts: Sequence[DocumentVerdict]) -> str:
     lines = []
     for v in verdicts:
         if v.result == SKIPPED:
@@ -350,7 +350,7 @@ def text_report(verdicts: Sequence[Verdict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def summary(verdicts: Sequence[Verdict]) -> dict[str, int]:
+def summary(verdicts: Sequence[DocumentVerdict]) -> dict[str, int]:
     return {
         VALID: sum(v.result == VALID for v in verdicts),
         INVALID: sum(v.result == INVALID for v in verdicts),
@@ -359,7 +359,7 @@ def summary(verdicts: Sequence[Verdict]) -> dict[str, int]:
     }
 
 
-def summary_line(verdicts: Sequence[Verdict]) -> str:
+def summary_line(verdicts: Sequence[DocumentVerdict]) -> str:
     s = summary(verdicts)
     judged = s[VALID] + s[INVALID]
     if not judged:
@@ -370,7 +370,7 @@ def summary_line(verdicts: Sequence[Verdict]) -> str:
     )
 
 
-def json_report(verdicts: Sequence[Verdict]) -> str:
+def validation_json_report(verdicts: Sequence[DocumentVerdict]) -> str:
     report = {
         "apiVersion": REPORT_API_VERSION,
         "kind": REPORT_KIND,
@@ -380,7 +380,7 @@ def json_report(verdicts: Sequence[Verdict]) -> str:
     return json.dumps(report, indent=2) + "\n"
 
 
-def exit_code(verdicts: Sequence[Verdict], warnings_as_errors: bool) -> int:
+def exit_code(verdicts: Sequence[DocumentVerdict], warnings_as_errors: bool) -> int:
     s = summary(verdicts)
     return 1 if s[INVALID] or (warnings_as_errors and s["warnings"]) else 0
 
@@ -446,11 +446,11 @@ def run(args: argparse.Namespace) -> int:
         docs, old_docs, namespace=args.namespace, field_validation=args.field_validation
     )
     if args.output == "json":
-        sys.stdout.write(json_report(verdicts))
+        sys.stdout.write(validation_json_report(verdicts))
     elif args.output == "yaml":
         objects = [v.defaulted for v in verdicts if v.defaulted is not None]
         sys.stdout.write("".join("---\n" + yaml.safe_dump(o, sort_keys=False) for o in objects))
-        sys.stderr.write(text_report(verdicts))
+        sys.stderr.write(validation_text_report(verdicts))
     else:
-        sys.stdout.write(text_report(verdicts))
+        sys.stdout.write(validation_text_report(verdicts))
     return exit_code(verdicts, args.warnings_as_errors)

@@ -123,7 +123,7 @@ def _check_install(
         None,
     )
     if lease_ok:
-        out += install.check_lease(lease, names, reader.now())
+        out += install.check_leader_lease(lease, names, reader.now())
     if names.redis_secret:
         exists, ok = _read(
             out,

@@ -580,7 +580,7 @@ def check_deployments(
 LEASE_MARGIN: Final = dt.timedelta(seconds=2)
 
 
-def check_lease(
+def check_leader_lease(
     lease: Mapping[str, Any] | None, names: InstallNames, now: dt.datetime
 ) -> list[Finding]:
     ref = ObjectRef("Lease", names.lease, names.namespace)

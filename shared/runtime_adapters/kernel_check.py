@@ -166,7 +166,7 @@ def check_resources(engine: dict[str, Any]) -> dict[str, Any]:
     return {section: values for section, values in out.items() if values}
 
 
-def render(mode: str, engine: dict[str, Any]) -> dict[str, Any]:
+def render_check(mode: str, engine: dict[str, Any]) -> dict[str, Any]:
     """The init container, in the engine's image and pull policy."""
     container: dict[str, Any] = {
         "name": CONTAINER_NAME,
@@ -185,7 +185,7 @@ def render(mode: str, engine: dict[str, Any]) -> dict[str, Any]:
     return container
 
 
-def converge(pod: dict[str, Any], mode: str | None, engine: dict[str, Any]) -> None:
+def converge_check(pod: dict[str, Any], mode: str | None, engine: dict[str, Any]) -> None:
     """Put the check in ``initContainers`` (a normal init container: it runs and exits
     before the engine starts), or take a prior one out when the mode is now off."""
     spec = pod.setdefault("spec", {})
@@ -199,7 +199,7 @@ def converge(pod: dict[str, Any], mode: str | None, engine: dict[str, Any]) -> N
             else:
                 spec.pop("initContainers", None)
         return
-    desired = render(mode, engine)
+    desired = render_check(mode, engine)
     if existing:
         # The name is the check's own; a re-admitted pod converges onto the current
         # render with the API server's defaulted fields kept.

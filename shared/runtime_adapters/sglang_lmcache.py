@@ -127,7 +127,7 @@ def l2_adapter_arg(binding: Binding) -> str:
     return json.dumps(config, separators=(",", ":"))
 
 
-def password_env(binding: Binding | None) -> list[dict[str, Any]]:
+def worker_password_env(binding: Binding | None) -> list[dict[str, Any]]:
     """The worker's password env var for a RESP binding with credentials, else none."""
     if binding is None or binding.protocol != "resp" or not binding.password_secret:
         return []
@@ -344,7 +344,7 @@ class SGLangLMCacheAdapter(RuntimeAdapter):
             l1_gib=l1_gib,
             security_context=engine_image_security_context(engine_in),
             engine=engine_in,
-            extra_env=password_env(binding),
+            extra_env=worker_password_env(binding),
         )
 
         out = json_copy(pod)

@@ -76,7 +76,7 @@ def _field_env(name: str, path: str) -> dict[str, Any]:
     return {"name": name, "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": path}}}
 
 
-def render(
+def render_subscriber(
     *,
     image: str,
     port: int,
@@ -107,7 +107,7 @@ def render(
     }
 
 
-def converge(pod: dict[str, Any], desired: dict[str, Any]) -> None:
+def converge_subscriber(pod: dict[str, Any], desired: dict[str, Any]) -> None:
     """Append the sidecar to ``spec.containers``, or converge an existing one in place.
 
     The securityContext is settled here, against the pod: runAsNonRoot is left out on a

@@ -282,5 +282,5 @@ class VLLMLMCacheAdapter(RuntimeAdapter):
         if extra is not None:
             upsert_env(engine, EXTRA_CONFIG_ENV, extra)
             place_pod_ip_before(engine, EXTRA_CONFIG_ENV)
-        kernel_check.converge(out, kernel_check.admitted_mode(mode, engine), engine)
+        kernel_check.converge_check(out, kernel_check.admitted_mode(mode, engine), engine)
         return out

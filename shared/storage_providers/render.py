@@ -169,7 +169,7 @@ def _container(cb: CacheBackend, provider: StorageProvider) -> dict[str, Any]:
     if args is not None:
         container["args"] = args
     if provider.requires_auth:
-        container["env"] = [password_env(cb.metadata.name or "")]
+        container["env"] = [provider_password_env(cb.metadata.name or "")]
     container["ports"] = [
         {"name": p.name, "containerPort": p.port, "protocol": "TCP"}
         for p in provider.container_ports
@@ -281,7 +281,7 @@ def auth_secret_name(cb_name: str) -> str:
     return _shorten(f"{cb_name}-{AUTH_SECRET_SUFFIX}")
 
 
-def password_env(cb_name: str) -> dict[str, Any]:
+def provider_password_env(cb_name: str) -> dict[str, Any]:
     """The provider container's password env var: a reference, never the value."""
     return {
         "name": AUTH_PASSWORD_ENV,

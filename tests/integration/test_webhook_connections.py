@@ -214,10 +214,10 @@ def test_the_default_head_bound_is_ten_seconds() -> None:
     """Rule: --request-head-timeout defaults to 10 s, --keep-alive-timeout to 5 s."""
     import argparse
 
-    from webhook_svc import serve
+    from webhook_svc import webhook_cli
 
     parser = argparse.ArgumentParser()
-    serve.add_arguments(parser)
+    webhook_cli.add_arguments(parser)
     args = parser.parse_args([])
     assert args.request_head_timeout == 10.0
     assert args.keep_alive_timeout == 5

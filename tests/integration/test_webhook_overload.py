@@ -30,7 +30,7 @@ from tests.harness.controlplane import (
 )
 from tests.samples import SAMPLES_DIR
 from tests.webhook_process import spawn_webhook
-from webhook_svc import serve
+from webhook_svc import webhook_cli
 from webhook_svc.app import PATH_MUTATE_CB, PATH_MUTATE_POD, PATH_VALIDATE_CB
 
 FLOOD_SECONDS = 20
@@ -64,7 +64,7 @@ def _shipped_sizing_args() -> list[str]:
 
 def _default_max_body() -> int:
     parser = argparse.ArgumentParser()
-    serve.add_arguments(parser)
+    webhook_cli.add_arguments(parser)
     return int(parser.parse_args([]).max_body_bytes)
 
 

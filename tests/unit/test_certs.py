@@ -428,6 +428,6 @@ def test_renew_before_refuses_what_is_not_a_positive_duration(text: str) -> None
 
 def test_a_window_as_long_as_the_validity_is_refused_before_any_api_call() -> None:
     """Every certificate issued would be due at once: each run would rotate."""
-    from icache_install.certs_cli import main
+    from icache_install.certs_cli import parse_and_run
 
-    assert main(["--renew-before", "400d", "--kubeconfig", "/nonexistent"]) == 1
+    assert parse_and_run(["--renew-before", "400d", "--kubeconfig", "/nonexistent"]) == 1

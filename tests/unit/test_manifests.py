@@ -525,14 +525,14 @@ def test_webhook_memory_limit_covers_its_workers_at_their_worst(
 ) -> None:
     """The webhook pins --workers (no CPU limit, so the default would be
     the node's CPU count) and its memory limit covers that many workers' worst case."""
-    from webhook_svc import serve
+    from webhook_svc import webhook_cli
 
     deployment = one(docs, "Deployment", "inference-cache-webhook")
     (container,) = containers(deployment)
     with pytest.MonkeyPatch.context() as patch:
         paths_unchecked(patch)  # the pod's mounted certificate is not here
         parser = argparse.ArgumentParser()
-        serve.add_arguments(parser)
+        webhook_cli.add_arguments(parser)
     args = parser.parse_args(container["args"][1:])  # after the subcommand
     assert args.workers >= 1
     budget = max(args.max_inflight_bytes, args.max_body_bytes) / 2**20

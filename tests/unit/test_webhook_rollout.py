@@ -15,7 +15,7 @@ import pytest
 from icache_install.manifests_cli import render
 from tests.cli_helpers import paths_unchecked
 from tests.samples import ROOT
-from webhook_svc import serve
+from webhook_svc import webhook_cli
 
 
 def _webhook_pod_spec() -> dict[str, Any]:
@@ -32,7 +32,7 @@ def _args(container: dict[str, Any]) -> argparse.Namespace:
     with pytest.MonkeyPatch.context() as patch:
         paths_unchecked(patch)  # the pod's mounted certificate is not here
         parser = argparse.ArgumentParser()
-        serve.add_arguments(parser)
+        webhook_cli.add_arguments(parser)
     return parser.parse_args(container["args"][1:])
 
 
@@ -62,7 +62,7 @@ def test_the_image_has_the_sleep_the_prestop_runs() -> None:
 
 def test_the_cli_drains_by_default() -> None:
     parser = argparse.ArgumentParser()
-    serve.add_arguments(parser)
+    webhook_cli.add_arguments(parser)
     args = parser.parse_args([])
     assert 1 <= args.shutdown_drain_seconds <= 10
     assert args.shutdown_timeout_seconds > 0

@@ -56,7 +56,7 @@ def test_the_httptools_protocol_takes_what_serving_passes() -> None:
 
 
 def test_the_server_builds_protocols_and_ssl_contexts_as_serve_configures_them() -> None:
-    """serve.py gives uvicorn.Config a protocol class (``http=``) and a reloading SSL
+    """webhook_cli.py gives uvicorn.Config a protocol class (``http=``) and a reloading SSL
     context (``ssl_context_factory=``, called with the config and uvicorn's default
     factory); uvicorn builds each connection's protocol with keyword arguments only."""
     config_parameters = _parameters(uvicorn.Config.__init__)

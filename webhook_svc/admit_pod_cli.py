@@ -106,7 +106,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 @dataclass(frozen=True)
-class Admission:
+class WorkloadAdmission:
     """One workload of the input and what the Pod webhook makes of its pod."""
 
     doc: Document
@@ -268,7 +268,7 @@ def admit(
 
 def admit_all(
     docs: list[Document], backends: list[dict[str, Any]], ctx: InjectContext, namespace: str | None
-) -> list[Admission]:
+) -> list[WorkloadAdmission]:
     out = []
     for doc in docs:
         if not is_workload(doc):
@@ -278,7 +278,7 @@ def admit_all(
             pod, result = admit(doc.body, backends, ctx, ns)
         except InputError as exc:
             raise InputError(f"{doc.where}: {exc}") from exc
-        out.append(Admission(doc, ns, pod, result))
+        out.append(WorkloadAdmission(doc, ns, pod, result))
     return out
 
 
@@ -288,7 +288,7 @@ def _yaml_docs(objects: list[dict[str, Any]]) -> str:
     return "".join("---\n" + yaml.safe_dump(o, sort_keys=False) for o in objects)
 
 
-def render(admissions: list[Admission], output: str) -> str:
+def render(admissions: list[WorkloadAdmission], output: str) -> str:
     if output == "json":
         return json.dumps([a.report() for a in admissions], indent=2) + "\n"
     if output == "patch":
