@@ -261,18 +261,31 @@ def _key_matches(cert: x509.Certificate, key_pem: bytes) -> bool:
     return cert.public_key().public_bytes(*fmt) == public.public_bytes(*fmt)
 
 
+def _usable_pair(
+    pair: KeyPair, mismatch: str, unreadable: str
+) -> tuple[x509.Certificate | None, str | None]:
+    """The pair's certificate, or (None, why it cannot be used): unreadable, or its key
+    does not match it."""
+    try:
+        cert = pair.cert
+        if not _key_matches(cert, pair.key_pem):
+            return None, mismatch
+    except ValueError as exc:
+        return None, f"{unreadable} ({exc})"
+    return cert, None
+
+
 def ca_problem(
     ca: KeyPair | None, now: dt.datetime, renew_within: dt.timedelta | None = None
 ) -> str | None:
     """Why ``ca`` cannot be reused (``None``: it can)."""
     if ca is None:
         return "no CA stored yet"
-    try:
-        cert = ca.cert
-        if not _key_matches(cert, ca.key_pem):
-            return "stored CA key does not match the CA certificate"
-    except ValueError as exc:
-        return f"stored CA is unreadable ({exc})"
+    cert, problem = _usable_pair(
+        ca, "stored CA key does not match the CA certificate", "stored CA is unreadable"
+    )
+    if cert is None:
+        return problem
     try:
         constraints = cert.extensions.get_extension_for_class(x509.BasicConstraints).value
     except x509.ExtensionNotFound:
@@ -296,12 +309,13 @@ def serving_problem(
     """Why ``serving`` must be re-issued (``None``: it can stay)."""
     if serving is None:
         return "no serving certificate stored yet"
-    try:
-        cert = serving.cert
-        if not _key_matches(cert, serving.key_pem):
-            return "serving key does not match the serving certificate"
-    except ValueError as exc:
-        return f"stored serving certificate is unreadable ({exc})"
+    cert, problem = _usable_pair(
+        serving,
+        "serving key does not match the serving certificate",
+        "stored serving certificate is unreadable",
+    )
+    if cert is None:
+        return problem
     try:
         cert.verify_directly_issued_by(ca.cert)
     except (ValueError, TypeError, InvalidSignature):
