@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
+from reconciler.backend_keys import object_key
 from shared import kubeclient as k
 
 log = logging.getLogger(__name__)
@@ -63,11 +64,6 @@ class WatchSpec:
         return (
             self.res.plural + where + (f" ({self.label_selector})" if self.label_selector else "")
         )
-
-
-def object_key(obj: dict[str, Any]) -> tuple[str, str]:
-    meta = obj.get("metadata") or {}
-    return str(meta.get("namespace") or ""), str(meta.get("name") or "")
 
 
 def resource_version(obj: dict[str, Any] | None) -> str:

@@ -10,7 +10,8 @@ import pytest
 from prometheus_client import REGISTRY
 
 from reconciler import metrics
-from reconciler.dispatcher import Dispatcher, pod_backend_key, t2_hit_rate
+from reconciler.dispatcher import Dispatcher, t2_hit_rate
+from reconciler.enqueue_keys import pod_backend_key
 from reconciler.pod_events import (
     EnginePodEvents,
     injected_by_cache_backend_event,
