@@ -26,8 +26,8 @@ ReplicaSets, metadata only   engine Deployments, derived from their ReplicaSets
 ===========================  ====================================================
 
 Each change the cache takes in is also turned into a work-queue add for the backends
-it concerns (:class:`reconciler.enqueue_keys.ChangeRouter`): the dispatcher's watch may see an event before this
-cache does, and a reconcile woken by it could read the older view; the add made here,
+it concerns (:class:`reconciler.enqueue_keys.ChangeRouter`): the dispatcher's watch
+may see an event before this cache does, and a reconcile woken by it could read the older view; the add made here,
 after the cache holds the change, guarantees a run that sees it (adds collapse, so
 this costs a Redis call, not a reconcile).
 
