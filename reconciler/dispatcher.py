@@ -88,7 +88,7 @@ def dispatch_fence_after_data_loss(
     The loss took the ``processing`` hash with it, so a worker still running a key from
     before it looks like no one to the queue. That worker keeps believing its lease
     for at most ``lease_seconds`` after its last confirmed renewal (which came before
-    the loss) and stops writing before then (reconciler.tasks.check_lease); the loss
+    the loss) and stops writing before then (reconciler.lease_fence.check_lease); the loss
     was seen at most one reap interval after it happened. Waiting that long means no
     two workers ever run one key at once."""
     return detected_at + lease_seconds + reap_interval

@@ -24,7 +24,7 @@ import httpx
 import pytest
 from kubernetes import client
 
-from reconciler import dispatcher_cli, tasks
+from reconciler import dispatcher_cli, worker_runtime
 from shared import kubeaccess
 from shared.kubeclient import CACHEBACKENDS, SECRETS, Kube, KubeClient, Resource
 from tests.harness.controlplane import (
@@ -139,12 +139,14 @@ def test_the_worker_reconciler_connects_through_kubeconfig_env(
     namespace: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """tasks.runtime() builds the reconcile client from WorkerConfig.kubeconfig,
+    """worker_runtime.runtime() builds the reconcile client from WorkerConfig.kubeconfig,
     which `icache worker` leaves None without --kubeconfig. Redis is not touched."""
-    monkeypatch.setattr(tasks, "_config", None)
-    monkeypatch.setattr(tasks, "_runtime", None)
-    tasks.configure(tasks.WorkerConfig(kubeconfig=None, redis_url="redis://127.0.0.1:1/0"))
-    runtime = tasks.runtime()
+    monkeypatch.setattr(worker_runtime, "_config", None)
+    monkeypatch.setattr(worker_runtime, "_runtime", None)
+    worker_runtime.configure(
+        worker_runtime.WorkerConfig(kubeconfig=None, redis_url="redis://127.0.0.1:1/0")
+    )
+    runtime = worker_runtime.runtime()
     try:
         _lists_cachebackends(runtime.reconciler.kube, namespace)
     finally:
