@@ -36,7 +36,7 @@ from celery import Celery
 
 from reconciler import kube as k
 from reconciler import metrics
-from reconciler.backend_keys import object_key
+from reconciler.backend_keys import BackendKey, object_key
 from reconciler.celery_app import QUEUE_NAME, RECONCILE_TASK
 from reconciler.enqueue_keys import SelectorIndex, match_labels, owner_key, pod_backend_key
 from reconciler.leader import ElectionSettings, LeaderElector
@@ -151,7 +151,7 @@ class Dispatcher:
         s = self.elector.s
         log.info(
             "campaigning for the leader lease",
-            extra={"identity": s.identity, "lease": f"{s.namespace}/{s.name}"},
+            extra={"identity": s.identity, "lease": str(BackendKey(s.namespace, s.name))},
         )
         try:
             while not self._stop.is_set():

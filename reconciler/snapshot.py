@@ -96,7 +96,7 @@ def project_index_participation(
 
     out: dict[str, dict[str, Any]] = {}
     for cb in backends:
-        key = f"{cb['metadata']['namespace']}/{cb['metadata']['name']}"
+        key = str(object_key(cb))
         seen = agg.get(key)
         if seen is None:
             if (cb.get("status") or {}).get("indexParticipation") is not None:
@@ -203,7 +203,7 @@ class SnapshotPoller(threading.Thread):
         projection = project_index_participation(snapshot, pods, backends)
         for cb in backends:
             meta = cb["metadata"]
-            key = f"{meta['namespace']}/{meta['name']}"
+            key = str(object_key(cb))
             want = projection.get(key)
             status = dict(cb.get("status") or {})
             if want is None or status.get("indexParticipation") == want:
