@@ -250,6 +250,7 @@ class Reconciler:
         owned = self._list_owned(p)
         # The live objects let an autoscaled workload keep the HPA's replica count.
         desired = render(p.cb, owned)
+        wanted = {(o["kind"], o["metadata"]["name"]) for o in desired}
         existing = self._read_unlisted(p, desired, owned)
         unlisted_ours = {
             key: obj for key, obj in existing.items() if obj is not None and owned_by(obj, p.uid)
@@ -259,7 +260,6 @@ class Reconciler:
             # holds and the render depends on (a password) is kept, not replaced.
             desired = render(p.cb, {**owned, **unlisted_ours})
         p.conflicts = tuple(name_conflicts(desired, existing, p.uid))
-        wanted = {(o["kind"], o["metadata"]["name"]) for o in desired}
         if p.conflicts:
             self._hold(p, owned, wanted)
         else:
