@@ -26,8 +26,8 @@ ReplicaSets, metadata only   engine Deployments, derived from their ReplicaSets
 ===========================  ====================================================
 
 Each change the cache takes in is also turned into a work-queue add for the backends
-it concerns (``ChangeRouter``): the dispatcher's watch may see an event before this
-cache does, and a reconcile woken by it could read the older view; the add made here,
+it concerns (:class:`reconciler.enqueue_keys.ChangeRouter`): the dispatcher's watch
+may see an event before this cache does, and a reconcile woken by it could read the older view; the add made here,
 after the cache holds the change, guarantees a run that sees it (adds collapse, so
 this costs a Redis call, not a reconcile).
 
@@ -52,10 +52,11 @@ from reconciler import enqueue_keys, metrics
 from reconciler.engine_deployments import (
     deployments_from_replicasets,
     replicaset_metadata,
-    replicaset_shape,
-    replicaset_template_labels,
 )
-from reconciler.enqueue_keys import match_labels, object_key, owner_key, pod_backend_key
+from reconciler.enqueue_keys import (
+    ChangeRouter,
+    match_labels,
+)
 from reconciler.reads import OWNED_RESOURCES, LiveReads, template_labels, with_kind
 from reconciler.watch_cache import Reflector, WatchSpec, reduced_metadata, resource_version
 from shared import constants as c
@@ -309,73 +310,6 @@ def _count_restart(watch: str) -> Callable[[str], None]:
     return count
 
 
-# ------------------------------------------------------------------ change routing
-
-
-class ChangeRouter:
-    """Which backends a cached change concerns, and the work-queue add for each."""
-
-    def __init__(self, backends: Reflector, enqueue: Callable[[str], None]) -> None:
-        self.backends = backends
-        self.enqueue = enqueue
-
-    def _selecting(self, namespace: str, labels: Mapping[str, str]) -> set[str]:
-        """Backends of ``namespace`` whose engine selector ``labels`` satisfies."""
-        out = set()
-        for cb in self.backends.store.in_namespace(namespace):
-            selector = match_labels(cb)
-            if labels_match(selector, labels):
-                out.add(object_key(cb))
-        return out
-
-    def _send(self, keys: Iterable[str]) -> None:
-        for key in sorted(set(keys)):
-            self.enqueue(key)
-
-    def backend(self, _kind: str, old: Obj | None, new: Obj | None) -> None:
-        obj = new or old
-        if obj is not None:
-            self._send([object_key(obj)])
-
-    def owned(self, _kind: str, old: Obj | None, new: Obj | None) -> None:
-        self._send(key for obj in (old, new) if obj and (key := owner_key(obj)))
-
-    def pod(self, _kind: str, old: Obj | None, new: Obj | None) -> None:
-        """Injected or cache-server pods: their backend, on any change."""
-        self._send(key for obj in (old, new) if obj and (key := pod_backend_key(obj)))
-
-    def engine_pod(self, _kind: str, old: Obj | None, new: Obj | None) -> None:
-        """Engine pods (metadata): the backends whose match set changed, and, for a pod
-        without the injected-by-uid label, the backend its annotations name (its
-        status is read live)."""
-        obj = new or old
-        if obj is None:
-            return
-        namespace = str((obj.get("metadata") or {}).get("namespace"))
-        before = self._selecting(namespace, _labels(old)) if old is not None else set()
-        after = self._selecting(namespace, _labels(new)) if new is not None else set()
-        keys = before ^ after
-        for pod in (old, new):
-            if pod is not None and c.LABEL_INJECTED_BY_UID not in _labels(pod):
-                key = pod_backend_key(pod)
-                if key is not None:
-                    keys.add(key)
-        self._send(keys)
-
-    def replicaset(self, _kind: str, old: Obj | None, new: Obj | None) -> None:
-        """Engine ReplicaSets (metadata): the backends selecting their pod template,
-        when what an engine Deployment is derived from changes (its replicas or
-        template labels: the churn cadence and the message), not on a status change."""
-        if old is not None and new is not None and replicaset_shape(old) == replicaset_shape(new):
-            return
-        keys: set[str] = set()
-        for obj in (old, new):
-            if obj is not None:
-                namespace = str((obj.get("metadata") or {}).get("namespace"))
-                keys |= self._selecting(namespace, replicaset_template_labels(obj))
-        self._send(keys)
-
-
 def _labels(obj: Obj | None) -> dict[str, str]:
     return dict(((obj or {}).get("metadata") or {}).get("labels") or {})
 
@@ -403,7 +337,7 @@ class ClusterCache:
             on_restart=_count_restart(k.CACHEBACKENDS.plural),
             watch_timeout=watch_timeout,
         )
-        router = ChangeRouter(self.backends, self._add)
+        router = ChangeRouter(self.backends.store, self._add)
         self.router = router
         self.owned = {
             res.kind: Reflector(

@@ -36,8 +36,9 @@ from celery import Celery
 
 from kubeio import client as k
 from reconciler import enqueue_keys, metrics
+from reconciler.backend_keys import BackendKey, object_key
 from reconciler.celery_app import QUEUE_NAME, RECONCILE_TASK
-from reconciler.enqueue_keys import match_labels, object_key, owner_key, pod_backend_key
+from reconciler.enqueue_keys import SelectorIndex, owner_key, pod_backend_key
 from reconciler.leader import ElectionSettings, LeaderElector
 from reconciler.pod_events import EnginePodEvents
 from reconciler.reads import DISPATCHER_OWNED_RESOURCES
@@ -53,62 +54,6 @@ class DispatcherSettings:
     watch_timeout: int = 300
     reap_interval: float = 1.0
     pump_batch: int = 500
-
-
-class SelectorIndex:
-    """Which backends' engine selectors each pod satisfies, to enqueue a backend when a
-    pod starts or stops matching it (its matchedEnginePods count changes) — not on
-    every status change of an already-matching pod."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        # namespace -> backend key -> matchLabels (non-empty only)
-        self._selectors: dict[str, dict[str, dict[str, str]]] = {}
-        # pod (namespace, name) -> backend keys it matched when last seen
-        self._matched: dict[tuple[str, str], frozenset[str]] = {}
-
-    def set_backend(self, obj: dict[str, Any], deleted: bool = False) -> None:
-        meta = obj.get("metadata") or {}
-        ns, key = str(meta.get("namespace")), object_key(obj)
-        labels = {} if deleted else match_labels(obj)
-        with self._lock:
-            per_ns = self._selectors.setdefault(ns, {})
-            if labels:
-                per_ns[key] = labels
-            else:
-                per_ns.pop(key, None)
-
-    def reset_backends(self, items: list[dict[str, Any]]) -> None:
-        with self._lock:
-            self._selectors = {}
-        for obj in items:
-            self.set_backend(obj)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._selectors = {}
-            self._matched = {}
-
-    def pod_changed(self, kind: str, pod: dict[str, Any]) -> frozenset[str]:
-        """The backends whose match set this pod event changes (old ∆ new)."""
-        meta = pod.get("metadata") or {}
-        ns, name = str(meta.get("namespace")), str(meta.get("name"))
-        labels = meta.get("labels") or {}
-        with self._lock:
-            if kind == "DELETED":
-                now: frozenset[str] = frozenset()
-            else:
-                now = frozenset(
-                    key
-                    for key, sel in (self._selectors.get(ns) or {}).items()
-                    if sel.items() <= labels.items()
-                )
-            before = self._matched.get((ns, name), frozenset())
-            if now:
-                self._matched[(ns, name)] = now
-            else:
-                self._matched.pop((ns, name), None)
-        return before ^ now
 
 
 def t2_hit_rate(obj: dict[str, Any]) -> float | None:
@@ -130,7 +75,7 @@ def dispatch_fence_after_data_loss(
     The loss took the ``processing`` hash with it, so a worker still running a key from
     before it looks like no one to the queue. That worker keeps believing its lease
     for at most ``lease_seconds`` after its last confirmed renewal (which came before
-    the loss) and stops writing before then (reconciler.tasks.check_lease); the loss
+    the loss) and stops writing before then (reconciler.lease_fence.check_lease); the loss
     was seen at most one reap interval after it happened. Waiting that long means no
     two workers ever run one key at once."""
     return detected_at + lease_seconds + reap_interval
@@ -193,7 +138,7 @@ class Dispatcher:
         s = self.elector.s
         log.info(
             "campaigning for the leader lease",
-            extra={"identity": s.identity, "lease": f"{s.namespace}/{s.name}"},
+            extra={"identity": s.identity, "lease": str(BackendKey(s.namespace, s.name))},
         )
         try:
             while not self._stop.is_set():
@@ -287,8 +232,15 @@ class Dispatcher:
 
     # ------------------------------------------------------------ enqueue
 
-    def enqueue(self, key: str, leading: threading.Event) -> None:
-        if not leading.is_set():
+    def _is_leading(self) -> bool:
+        """This process holds the Lease now. The watch, pump and resync loops are bound
+        to the term that started them (they stop when its event clears); what they call
+        asks the current term here."""
+        leading = self._leading
+        return leading is not None and leading.is_set()
+
+    def enqueue(self, key: str) -> None:
+        if not self._is_leading():
             return
         try:
             self.queue.add(key)
@@ -297,18 +249,16 @@ class Dispatcher:
             log.warning("could not enqueue", extra={"key": key, "error": str(exc)})
             self._resync_requested.set()
 
-    def _enqueue_all(self, leading: threading.Event) -> None:
+    def _enqueue_all(self) -> None:
         with self._known_lock:
             keys = sorted(self.known)
         for key in keys:
-            self.enqueue(key, leading)
+            self.enqueue(key)
 
     # ------------------------------------------------------------ watches
 
-    def _handle_cachebackend(
-        self, kind: str, obj: dict[str, Any], leading: threading.Event
-    ) -> None:
-        key = object_key(obj)
+    def _handle_cachebackend(self, kind: str, obj: dict[str, Any]) -> None:
+        key = str(object_key(obj))
         with self._known_lock:
             if kind == "DELETED":
                 self.known.discard(key)
@@ -316,7 +266,7 @@ class Dispatcher:
                 self.known.add(key)
         self.selectors.set_backend(obj, deleted=kind == "DELETED")
         self._export_t2(key, None if kind == "DELETED" else obj)
-        self.enqueue(key, leading)
+        self.enqueue(key)
 
     @staticmethod
     def _export_t2(key: str, obj: dict[str, Any] | None) -> None:
@@ -324,8 +274,8 @@ class Dispatcher:
         (``obj`` None: the backend is gone)."""
         metrics.LEADER_SERIES.backend(key, obj, t2_hit_rate(obj) if obj is not None else None)
 
-    def _handle_pod(self, kind: str, pod: dict[str, Any], leading: threading.Event) -> None:
-        if not leading.is_set():
+    def _handle_pod(self, kind: str, pod: dict[str, Any]) -> None:
+        if not self._is_leading():
             return
         self.pod_events.observe(kind, pod)
         changed = self.selectors.pod_changed(kind, pod)
@@ -338,12 +288,12 @@ class Dispatcher:
         with self._known_lock:
             keys &= self.known
         for key in sorted(keys):
-            self.enqueue(key, leading)
+            self.enqueue(key)
 
-    def _handle_owned(self, obj: dict[str, Any], leading: threading.Event) -> None:
+    def _handle_owned(self, obj: dict[str, Any]) -> None:
         key = owner_key(obj)
         if key is not None:
-            self.enqueue(key, leading)
+            self.enqueue(key)
 
     def _watch_loop(
         self,
@@ -358,32 +308,32 @@ class Dispatcher:
 
         def on_list(items: list[dict[str, Any]]) -> None:
             if is_cb:
-                current = {object_key(o) for o in items}
+                current = {str(object_key(o)) for o in items}
                 with self._known_lock:
                     vanished = self.known - current
                     self.known = current
                 self.selectors.reset_backends(items)
                 for o in items:
-                    self._export_t2(object_key(o), o)
+                    self._export_t2(str(object_key(o)), o)
                 for key in vanished:
                     self._export_t2(key, None)
                 # Deleted while we were not watching: one last (no-op) pass.
                 for key in sorted(vanished | current):
-                    self.enqueue(key, leading)
+                    self.enqueue(key)
             elif is_pod:
                 for o in items:
-                    self._handle_pod("LIST", o, leading)
+                    self._handle_pod("LIST", o)
             else:
                 for o in items:
-                    self._handle_owned(o, leading)
+                    self._handle_owned(o)
 
         def on_event(kind: str, obj: dict[str, Any]) -> None:
             if is_cb:
-                self._handle_cachebackend(kind, obj, leading)
+                self._handle_cachebackend(kind, obj)
             elif is_pod:
-                self._handle_pod(kind, obj, leading)
+                self._handle_pod(kind, obj)
             else:
-                self._handle_owned(obj, leading)
+                self._handle_owned(obj)
 
         list_then_watch(
             self.kube,
@@ -401,7 +351,7 @@ class Dispatcher:
         while leading.is_set() and not self._stop.wait(self.settings.resync_period):
             if not leading.is_set():
                 return
-            self._enqueue_all(leading)
+            self._enqueue_all()
             self.pod_events.retry()
 
     def _queue_data_lost(self, why: str) -> None:
@@ -421,7 +371,7 @@ class Dispatcher:
         self.queue.mark_epoch()
         self._resync_requested.set()
 
-    def _check_redis_restart(self, leading: threading.Event) -> None:
+    def _check_redis_restart(self) -> None:
         """A Redis that restarted without persistence lost the queue: re-add every key."""
         run_id = str(self.queue.redis.info("server").get("run_id"))
         restarted = self._redis_run_id is not None and run_id != self._redis_run_id
@@ -433,7 +383,7 @@ class Dispatcher:
             self._epoch_marked = True
         if self._resync_requested.is_set():
             self._resync_requested.clear()
-            self._enqueue_all(leading)
+            self._enqueue_all()
 
     def _pump_loop(self, leading: threading.Event) -> None:
         last_reap = 0.0
@@ -461,7 +411,7 @@ class Dispatcher:
                 now = self.pump_beat = time.monotonic()
                 if now - last_reap >= self.settings.reap_interval:
                     last_reap = now
-                    self._check_redis_restart(leading)
+                    self._check_redis_restart()
                     backlog = int(self.queue.redis.llen(QUEUE_NAME))
                     self.queue.reap(broker_backlog=backlog)
                     self.queue.update_depth_metrics()

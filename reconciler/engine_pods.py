@@ -28,7 +28,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from reconciler.enqueue_keys import namespaced_key
+from reconciler.backend_keys import BackendKey
 from shared import constants as c
 from shared.client_versions import (
     kernel_check_termination,
@@ -37,6 +37,7 @@ from shared.client_versions import (
 from shared.client_versions import (
     parse_kernel_check_verdict as parse_kernel_check_verdict,
 )
+from shared.labels import labels_match
 from shared.runtime_adapters import kernel_check
 from shared.runtime_adapters.engine import SUBSCRIBER_CONTAINER
 
@@ -122,7 +123,7 @@ def injected_by_backend(pod: dict[str, Any], namespace: str, name: str, uid: str
         return False
     annotations = _annotations(pod)
     return (
-        annotations.get(c.ANNOTATION_INJECTED_BY) == namespaced_key(namespace, name)
+        annotations.get(c.ANNOTATION_INJECTED_BY) == str(BackendKey(namespace, name))
         and annotations.get(c.ANNOTATION_INJECTED_BY_UID) == uid
     )
 
@@ -212,10 +213,6 @@ def observe_injected_pods(
 # ------------------------------------------------------------------ cache-server pods
 
 
-def _labels_match(selector: dict[str, str], labels: dict[str, str]) -> bool:
-    return bool(selector) and selector.items() <= labels.items()
-
-
 def _pod_ready(pod: dict[str, Any]) -> bool:
     if _terminating(pod):
         return False
@@ -268,6 +265,6 @@ def server_pods(pods: Sequence[dict[str, Any]], workload: dict[str, Any]) -> Ser
             restarts=restart_sum(p, containers),
         )
         for p in pods
-        if _labels_match(selector, dict(_meta(p).get("labels") or {})) and _meta(p).get("uid")
+        if labels_match(selector, _meta(p).get("labels")) and _meta(p).get("uid")
     ]
     return ServerPodsObservation(tuple(sorted(out, key=lambda p: p.name)))

@@ -18,6 +18,7 @@ from typing import Any
 from kubernetes import client as k8s_client
 
 from kubeio import client as k
+from reconciler.backend_keys import BackendKey
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +91,7 @@ class LeaderElector:
         return acquired
 
     def _log_fields(self, exc: BaseException) -> dict[str, Any]:
-        return {"lease": f"{self.s.namespace}/{self.s.name}", "error": str(exc)}
+        return {"lease": str(BackendKey(self.s.namespace, self.s.name)), "error": str(exc)}
 
     def _spec(self, prev: dict[str, Any] | None) -> dict[str, Any]:
         now = micro_time(self._wall())

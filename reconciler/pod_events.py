@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from kubeio import client as k
-from reconciler.enqueue_keys import namespaced_key
+from reconciler.backend_keys import BackendKey
 from reconciler.events import NORMAL, core_event
 from shared import constants as c
 from shared.pod_wiring import skip_inject_requested
@@ -75,7 +75,7 @@ class InjectedByClaim:
 
     @property
     def key(self) -> str:
-        return namespaced_key(self.namespace, self.name)
+        return str(BackendKey(self.namespace, self.name))
 
 
 def injected_by_claim(pod: dict[str, Any]) -> InjectedByClaim | None:
@@ -84,12 +84,10 @@ def injected_by_claim(pod: dict[str, Any]) -> InjectedByClaim | None:
     annotations = _annotations(pod)
     injected = (annotations.get(c.ANNOTATION_INJECTED_BY) or "").strip()
     uid = (annotations.get(c.ANNOTATION_INJECTED_BY_UID) or "").strip()
-    namespace, sep, name = injected.partition("/")
-    if not sep or not namespace or not name or not uid:
+    key = BackendKey.parse(injected)
+    if key is None or not uid or key.namespace != _meta(pod).get("namespace"):
         return None
-    if namespace != _meta(pod).get("namespace"):
-        return None
-    return InjectedByClaim(namespace, name, uid)
+    return InjectedByClaim(key.namespace, key.name, uid)
 
 
 def injected_by_cache_backend_event(

@@ -23,6 +23,7 @@ import pydantic
 
 from kubeio import client as k
 from reconciler import metrics
+from reconciler.backend_keys import BackendKey, object_key
 from reconciler.cascade import (
     CASCADE_WINDOW_SECONDS,
     InstanceTransition,
@@ -39,8 +40,8 @@ from reconciler.engine_pods import (
     server_pods,
     workload_selector,
 )
-from reconciler.events import event_object, transition_events
-from reconciler.ownership import name_conflicts, owned_by
+from reconciler.events import EventSpec, event_object, transition_events
+from reconciler.ownership import NameConflict, name_conflicts, owned_by
 from reconciler.reads import ClusterReads, LiveReads, controller_name, template_labels
 from reconciler.server_client import Prober
 from reconciler.status import (
@@ -57,7 +58,7 @@ from reconciler.status import (
 from shared import constants as c
 from shared.api import effective
 from shared.api.models import CacheBackend
-from shared.labels import valid_selector
+from shared.labels import labels_match, valid_selector
 from shared.pod_wiring import injected_by_uid_label
 from shared.storage_providers.render import render, service_endpoint
 
@@ -83,6 +84,33 @@ class ReconcileResult:
     writes: int = 0
     mode: str = ""
     notes: list[str] = field(default_factory=list)
+
+
+# A pass's clock before observing starts.
+NOT_YET: Final = dt.datetime.min.replace(tzinfo=dt.UTC)
+# A rendered or owned object within the backend's namespace: (kind, name).
+ObjKey = tuple[str, str]
+
+
+@dataclass
+class Pass:
+    """One reconcile pass over one backend: the object as read and parsed, where it
+    reads from, and what converging and observing found, for the steps after."""
+
+    obj: dict[str, Any]
+    cb: CacheBackend
+    key: BackendKey
+    uid: str | None
+    mode: Mode
+    reads: ClusterReads
+    result: ReconcileResult
+    # The live object of each rendered kind, once converged (or held).
+    live_by_kind: dict[str, dict[str, Any]] = field(default_factory=dict)
+    conflicts: tuple[NameConflict, ...] = ()
+    # Taken when observing starts: the status and the cascade stamp use it.
+    now: dt.datetime = NOT_YET
+    # Seconds until a cascade this pass could not finish should be looked at again.
+    cascade_wait: float | None = None
 
 
 # (key) -> seconds until the next probe is allowed (None: allowed now, and claimed).
@@ -155,7 +183,10 @@ class Reconciler:
     # ------------------------------------------------------------ entry point
 
     def reconcile(self, key: str) -> ReconcileResult:
-        namespace, name = key.split("/", 1)
+        parsed = BackendKey.parse(key)
+        if parsed is None:
+            raise ReconcileError(f"{key}: not a namespace/name key")
+        namespace, name = parsed
         reads = self.reads
         for _ in range(CONFLICT_RETRIES):
             cb_obj = reads.backend(namespace, name)
@@ -178,232 +209,177 @@ class Reconciler:
     # ------------------------------------------------------------ one pass
 
     def _reconcile(self, cb_obj: dict[str, Any], reads: ClusterReads) -> ReconcileResult:
-        meta = cb_obj["metadata"]
-        namespace, name, uid = meta["namespace"], meta["name"], meta.get("uid")
+        """Converge the owned objects on the render, observe what they and the engines
+        show, publish the status that follows."""
+        p = self._begin(cb_obj, reads)
+        if p is None:
+            return ReconcileResult(mode="invalid")
+        self._converge(p)
+        observed = self._observe(p)
+        self._publish(p, observed)
+        return p.result
+
+    def _begin(self, cb_obj: dict[str, Any], reads: ClusterReads) -> Pass | None:
+        key = object_key(cb_obj)
         try:
             cb = CacheBackend.model_validate(cb_obj)
         except pydantic.ValidationError as exc:
             # A stored object we cannot read: nothing useful to do until it changes.
             log.error(
                 "unreadable CacheBackend; waiting for it to change",
-                extra={"key": f"{namespace}/{name}", "error": str(exc)},
+                extra={"key": str(key), "error": str(exc)},
             )
-            return ReconcileResult(mode="invalid")
+            return None
         mode = backend_mode(cb)
-        result = ReconcileResult(mode=str(mode))
+        return Pass(
+            obj=cb_obj,
+            cb=cb,
+            key=key,
+            uid=cb_obj["metadata"].get("uid"),
+            mode=mode,
+            reads=reads,
+            result=ReconcileResult(mode=str(mode)),
+        )
 
-        owned = self._list_owned(reads, namespace, name, uid)
+    # ------------------------------------------------------------ converge
+
+    def _converge(self, p: Pass) -> None:
+        """Apply what the render wants, shed what it no longer renders; or, while a
+        rendered name is taken by an object not ours, write nothing. Sets the live
+        object of each rendered kind and the name conflicts."""
+        owned = self._list_owned(p)
         # The live objects let an autoscaled workload keep the HPA's replica count.
-        desired = render(cb, owned)
+        desired = render(p.cb, owned)
         wanted = {(o["kind"], o["metadata"]["name"]) for o in desired}
-        existing = self._read_unlisted(namespace, desired, owned)
+        existing = self._read_unlisted(p, desired, owned)
         unlisted_ours = {
-            key: obj for key, obj in existing.items() if obj is not None and owned_by(obj, uid)
+            key: obj for key, obj in existing.items() if obj is not None and owned_by(obj, p.uid)
         }
         if unlisted_ours:
             # Ours, but not (yet) in what was listed: render again from it, so what it
             # holds and the render depends on (a password) is kept, not replaced.
-            desired = render(cb, {**owned, **unlisted_ours})
-        conflicts = name_conflicts(desired, existing, uid)
-
-        live_by_kind: dict[str, dict[str, Any]] = {}
-        if conflicts:
-            # Hold the backend as a unit: no shed, no apply, until every rendered name
-            # is free or ours (a half-provisioned backend, or a shed workload whose
-            # replacement cannot be created, is worse than the last good state).
-            log.warning(
-                "name conflict: writing nothing",
-                extra={
-                    "key": f"{namespace}/{name}",
-                    "conflicts": ", ".join(f"{x.kind} {x.name}" for x in conflicts),
-                },
-            )
-            for (kind, obj_name), live in owned.items():
-                if (kind, obj_name) in wanted:
-                    live_by_kind[kind] = live
+            desired = render(p.cb, {**owned, **unlisted_ours})
+        p.conflicts = tuple(name_conflicts(desired, existing, p.uid))
+        if p.conflicts:
+            self._hold(p, owned, wanted)
         else:
-            # Shed what is no longer desired (mode switch, provider or kind change).
-            # Only objects we control are candidates (see _list_owned), and the delete
-            # is preconditioned on the uid we looked at.
-            for (kind, obj_name), live in owned.items():
-                if (kind, obj_name) not in wanted:
-                    log.info(
-                        "shedding an object the spec no longer renders",
-                        extra={"key": f"{namespace}/{name}", "kind": kind, "object": obj_name},
-                    )
-                    self.kube.delete(
-                        k.BY_KIND[kind], namespace, obj_name, uid=live["metadata"].get("uid")
-                    )
-                    self.reads.after_write(
-                        k.BY_KIND[kind], namespace, obj_name, _resource_version(live), None
-                    )
-                    self._count_write("delete", kind)
-                    result.writes += 1
+            self._shed(p, owned, wanted)
+            self._apply(p, desired, owned, existing)
 
-            for obj in desired:
-                kind, obj_name = obj["kind"], obj["metadata"]["name"]
-                current = owned.get((kind, obj_name)) or existing.get((kind, obj_name))
-                if current is None or needs_apply(obj, current):
-                    # An existing object is updated only as the very object we saw
-                    # (uid precondition), so a foreign object recreated under the name
-                    # meanwhile is refused, not adopted.
-                    live_uid = (current or {}).get("metadata", {}).get("uid")
-                    before = _resource_version(current)
-                    current = self.kube.apply(k.BY_KIND[kind], namespace, obj, uid=live_uid)
-                    self.reads.after_write(
-                        k.BY_KIND[kind], namespace, obj_name, before, _resource_version(current)
-                    )
-                    self._count_write("apply", kind)
-                    result.writes += 1
-                live_by_kind[kind] = current
+    def _hold(self, p: Pass, owned: dict[ObjKey, dict[str, Any]], wanted: set[ObjKey]) -> None:
+        """Hold the backend as a unit: no shed, no apply, until every rendered name is
+        free or ours (a half-provisioned backend, or a shed workload whose replacement
+        cannot be created, is worse than the last good state)."""
+        log.warning(
+            "name conflict: writing nothing",
+            extra={
+                "key": str(p.key),
+                "conflicts": ", ".join(f"{x.kind} {x.name}" for x in p.conflicts),
+            },
+        )
+        for (kind, obj_name), live in owned.items():
+            if (kind, obj_name) in wanted:
+                p.live_by_kind[kind] = live
 
-        workload_obj = live_by_kind.get(c.DEPLOYMENT_KIND_DEPLOYMENT) or live_by_kind.get(
+    def _shed(self, p: Pass, owned: dict[ObjKey, dict[str, Any]], wanted: set[ObjKey]) -> None:
+        """Delete what is no longer rendered (mode switch, provider or kind change). Only
+        objects we control are candidates (see _list_owned), and the delete is
+        preconditioned on the uid we looked at."""
+        namespace = p.key.namespace
+        for (kind, obj_name), live in owned.items():
+            if (kind, obj_name) in wanted:
+                continue
+            log.info(
+                "shedding an object the spec no longer renders",
+                extra={"key": str(p.key), "kind": kind, "object": obj_name},
+            )
+            self.kube.delete(k.BY_KIND[kind], namespace, obj_name, uid=live["metadata"].get("uid"))
+            self.reads.after_write(
+                k.BY_KIND[kind], namespace, obj_name, _resource_version(live), None
+            )
+            self._count_write("delete", kind)
+            p.result.writes += 1
+
+    def _apply(
+        self,
+        p: Pass,
+        desired: list[dict[str, Any]],
+        owned: dict[ObjKey, dict[str, Any]],
+        existing: dict[ObjKey, dict[str, Any] | None],
+    ) -> None:
+        """Create or update each rendered object that differs from the live one."""
+        namespace = p.key.namespace
+        for obj in desired:
+            kind, obj_name = obj["kind"], obj["metadata"]["name"]
+            current = owned.get((kind, obj_name)) or existing.get((kind, obj_name))
+            if current is None or needs_apply(obj, current):
+                # An existing object is updated only as the very object we saw (uid
+                # precondition), so a foreign object recreated under the name
+                # meanwhile is refused, not adopted.
+                live_uid = (current or {}).get("metadata", {}).get("uid")
+                before = _resource_version(current)
+                current = self.kube.apply(k.BY_KIND[kind], namespace, obj, uid=live_uid)
+                self.reads.after_write(
+                    k.BY_KIND[kind], namespace, obj_name, before, _resource_version(current)
+                )
+                self._count_write("apply", kind)
+                p.result.writes += 1
+            p.live_by_kind[kind] = current
+
+    def _list_owned(self, p: Pass) -> dict[ObjKey, dict[str, Any]]:
+        """Objects carrying our labels *and* a controller reference to this backend."""
+        return {
+            (str(item["kind"]), item["metadata"]["name"]): item
+            for item in p.reads.owned(p.key.namespace, p.key.name)
+            if owned_by(item, p.uid)
+        }
+
+    def _read_unlisted(
+        self, p: Pass, desired: list[dict[str, Any]], owned: dict[ObjKey, dict[str, Any]]
+    ) -> dict[ObjKey, dict[str, Any] | None]:
+        """The live object of each rendered name the owned list did not cover (None:
+        absent). Steady state reads nothing here: every rendered object is owned."""
+        out: dict[ObjKey, dict[str, Any] | None] = {}
+        for obj in desired:
+            key = (obj["kind"], obj["metadata"]["name"])
+            if key not in owned:
+                out[key] = self.kube.get_or_none(k.BY_KIND[key[0]], p.key.namespace, key[1])
+        return out
+
+    # ------------------------------------------------------------ observe
+
+    def _observe(self, p: Pass) -> Observed:
+        """What the converged objects, the engines and the cache server show now (the
+        cascade, when the server was replaced, runs here: it decides
+        observedServerInstance)."""
+        workload_obj = p.live_by_kind.get(c.DEPLOYMENT_KIND_DEPLOYMENT) or p.live_by_kind.get(
             c.DEPLOYMENT_KIND_STATEFULSET
         )
-        service = live_by_kind.get("Service")
+        service = p.live_by_kind.get("Service")
         workload = WorkloadObservation.from_object(workload_obj) if workload_obj else None
-        now = self.clock()
-        engine_pods, engines = self._observe_engines(reads, cb)
+        p.now = self.clock()
+        engine_pods, engines = observe_engines(p.reads, p.cb)
         injected: list[dict[str, Any]] | None = None
-        if mode in ENGINE_ADVISORY_MODES:
-            injected = self._injected_pods(reads, namespace, name, uid, engine_pods)
+        if p.mode in ENGINE_ADVISORY_MODES:
+            injected = self._injected_pods(p, engine_pods)
         server_instance: str | None = None
-        cascade_wait: float | None = None
-        if mode == Mode.MANAGED and workload_obj is not None:
-            server_instance, cascade_wait, cascaded = self._server_instance(
-                reads, cb_obj, workload_obj, workload, injected, now
-            )
-            result.writes += cascaded
-        observed = Observed(
+        if p.mode == Mode.MANAGED and workload_obj is not None:
+            server_instance = self._server_instance(p, workload_obj, workload, injected)
+        return Observed(
             workload=workload,
             service_endpoint=service_endpoint(service) if service else "",
             engines=engines,
             injected_pods=(
-                observe_injected_pods(injected, namespace, name, uid)
+                observe_injected_pods(injected, p.key.namespace, p.key.name, p.uid)
                 if injected is not None
                 else None
             ),
             server_instance=server_instance,
-            name_conflicts=tuple(conflicts),
-        )
-        outcome = compute_status(cb_obj, observed, now)
-        if self.server is not None and outcome.mode == Mode.MANAGED:
-            probe = self._probe(cb, outcome.status)
-            if probe is not None:
-                observed = dataclasses.replace(observed, probe=probe)
-                outcome = compute_status(cb_obj, observed, now)
-        result.requeue_after = _min_delay(outcome.requeue_after, cascade_wait)
-
-        old_status = cb_obj.get("status") or {}
-        if not status_equal(old_status, outcome.status):
-            body = dict(cb_obj)
-            body["status"] = outcome.status
-            updated = self.kube.replace_status(k.CACHEBACKENDS, namespace, name, body)
-            self.reads.after_write(
-                k.CACHEBACKENDS,
-                namespace,
-                name,
-                _resource_version(cb_obj),
-                _resource_version(updated),
-            )
-            self._count_write("update", "CacheBackend/status")
-            result.writes += 1
-            for event in transition_events(old_status, outcome.status):
-                try:
-                    self.kube.create(
-                        k.EVENTS, namespace, event_object(updated, event, now, self.instance)
-                    )
-                    self._count_write("create", "Event")
-                    result.writes += 1
-                except k.ApiError as exc:  # Events are best effort
-                    log.warning(
-                        "could not record an Event",
-                        extra={
-                            "key": f"{namespace}/{name}",
-                            "event_reason": event.reason,
-                            "error": str(exc),
-                        },
-                    )
-        return result
-
-    # ------------------------------------------------------------ observation
-
-    @staticmethod
-    def _list_owned(
-        reads: ClusterReads, namespace: str, name: str, uid: str | None
-    ) -> dict[tuple[str, str], dict[str, Any]]:
-        """Objects carrying our labels *and* a controller reference to this backend."""
-        return {
-            (str(item["kind"]), item["metadata"]["name"]): item
-            for item in reads.owned(namespace, name)
-            if owned_by(item, uid)
-        }
-
-    def _read_unlisted(
-        self,
-        namespace: str,
-        desired: list[dict[str, Any]],
-        owned: dict[tuple[str, str], dict[str, Any]],
-    ) -> dict[tuple[str, str], dict[str, Any] | None]:
-        """The live object of each rendered name the owned list did not cover (None:
-        absent). Steady state reads nothing here: every rendered object is owned."""
-        out: dict[tuple[str, str], dict[str, Any] | None] = {}
-        for obj in desired:
-            key = (obj["kind"], obj["metadata"]["name"])
-            if key not in owned:
-                out[key] = self.kube.get_or_none(k.BY_KIND[key[0]], namespace, key[1])
-        return out
-
-    @staticmethod
-    def _observe_engines(
-        reads: ClusterReads, cb: CacheBackend
-    ) -> tuple[list[dict[str, Any]] | None, EngineObservation | None]:
-        """The pods spec.engineSelector matches (their metadata) and what
-        matchedEnginePods, engineSelectorMessage and the churn cadence decide on.
-        ([], None) without a claim-capable selector; None for what could not be read
-        this time (the previous values stand)."""
-        labels = effective.match_labels(cb.spec)
-        if not labels:
-            return [], None
-        if not valid_selector(labels):
-            # No object can carry a label that is not valid syntax: nothing matches,
-            # and the API server would refuse the selector.
-            return [], EngineObservation(matched_pods=0)
-        namespace = str(cb.metadata.namespace)
-        try:
-            pods = reads.engine_pods(namespace, labels)
-        except k.ApiError as exc:
-            # A transient failure keeps the previous observation.
-            log.warning(
-                "could not list engine pods", extra={"namespace": namespace, "error": str(exc)}
-            )
-            return None, None
-        try:
-            deployments = reads.engine_deployments(namespace, labels)
-        except k.ApiError as exc:
-            log.warning(
-                "could not read engine Deployments",
-                extra={"namespace": namespace, "error": str(exc)},
-            )
-            return pods, None
-        replicas = sum(
-            1 if (d.get("spec") or {}).get("replicas") is None else int(d["spec"]["replicas"])
-            for d in deployments
-            if template_labels(d).items() >= labels.items()
-        )
-        return pods, EngineObservation(
-            matched_pods=len(pods),
-            matching_deployments=len(deployments),
-            matching_deployment_replicas=replicas,
+            name_conflicts=p.conflicts,
         )
 
     def _injected_pods(
-        self,
-        reads: ClusterReads,
-        namespace: str,
-        name: str,
-        uid: str | None,
-        engine_pods: list[dict[str, Any]] | None,
+        self, p: Pass, engine_pods: list[dict[str, Any]] | None
     ) -> list[dict[str, Any]] | None:
         """Whole pods that may be this backend's injected engines: those carrying its
         injected-by-uid label, plus any selector-matched pod whose annotations name it
@@ -411,16 +387,17 @@ class Reconciler:
         one. The annotation rule (``injected_by_backend``) decides afterwards, so a
         stale or forged label counts for nothing. None: a read failed (the advisory
         conditions keep their previous verdict)."""
-        if not uid:
+        if not p.uid:
             return []
         if engine_pods is None:
             return None
+        namespace, name = p.key
         try:
-            pods = reads.injected_pods(namespace, uid) if injected_by_uid_label(uid) else []
-            seen = {str((p.get("metadata") or {}).get("name")) for p in pods}
+            pods = p.reads.injected_pods(namespace, p.uid) if injected_by_uid_label(p.uid) else []
+            seen = {str((pod.get("metadata") or {}).get("name")) for pod in pods}
             for meta in engine_pods:
                 pod_name = str((meta.get("metadata") or {}).get("name"))
-                if pod_name in seen or not injected_by_backend(meta, namespace, name, uid):
+                if pod_name in seen or not injected_by_backend(meta, namespace, name, p.uid):
                     continue
                 # One GET per reconcile for each such pod until its workload rolls
                 # (new pods carry the label): counted, so the cost is visible.
@@ -435,19 +412,60 @@ class Reconciler:
             return None
         return pods
 
-    def _probe(self, cb: CacheBackend, pre_status: dict[str, Any]) -> ProbeObservation | None:
+    # ------------------------------------------------------------ publish
+
+    def _publish(self, p: Pass, observed: Observed) -> None:
+        """The status this pass decides (probing first when the gates upstream of the
+        probe say Ready), written only if it changed, with an Event per transition."""
+        outcome = compute_status(p.cb, p.obj.get("status"), observed, p.now)
+        if self.server is not None and outcome.mode == Mode.MANAGED:
+            probe = self._probe(p, outcome.status)
+            if probe is not None:
+                observed = dataclasses.replace(observed, probe=probe)
+                outcome = compute_status(p.cb, p.obj.get("status"), observed, p.now)
+        p.result.requeue_after = _min_delay(outcome.requeue_after, p.cascade_wait)
+        old_status = p.obj.get("status") or {}
+        if status_equal(old_status, outcome.status):
+            return
+        body = dict(p.obj)
+        body["status"] = outcome.status
+        namespace, name = p.key
+        updated = self.kube.replace_status(k.CACHEBACKENDS, namespace, name, body)
+        self.reads.after_write(
+            k.CACHEBACKENDS, namespace, name, _resource_version(p.obj), _resource_version(updated)
+        )
+        self._count_write("update", "CacheBackend/status")
+        p.result.writes += 1
+        for event in transition_events(old_status, outcome.status):
+            self._record_event(p, updated, event)
+
+    def _record_event(self, p: Pass, updated: dict[str, Any], event: EventSpec) -> None:
+        try:
+            self.kube.create(
+                k.EVENTS, p.key.namespace, event_object(updated, event, p.now, self.instance)
+            )
+            self._count_write("create", "Event")
+            p.result.writes += 1
+        except k.ApiError as exc:  # Events are best effort
+            log.warning(
+                "could not record an Event",
+                extra={"key": str(p.key), "event_reason": event.reason, "error": str(exc)},
+            )
+
+    def _probe(self, p: Pass, pre_status: dict[str, Any]) -> ProbeObservation | None:
         """The functional-probe gate's input: bypassed, rate-limited, or a real call.
 
         Only probes when the upstream gates would say Ready (probing a not-yet-ready
         backend is noise and cannot diagnose anything).
         """
         assert self.server is not None
+        cb = p.cb
         annotations = cb.metadata.annotations or {}
         if (annotations.get(c.ANNOTATION_SKIP_FUNCTIONAL_PROBE) or "").strip().lower() == "true":
             return ProbeObservation("bypassed")
         if not is_true(pre_status.get("conditions"), c.COND_READY):
             return ProbeObservation("rate_limited")
-        key = f"{cb.metadata.namespace}/{cb.metadata.name}"
+        key = str(p.key)
         wait = self.probe_rate_limiter(key)
         if wait is not None:
             return ProbeObservation("rate_limited", retry_after_seconds=wait)
@@ -470,59 +488,72 @@ class Reconciler:
 
     def _server_instance(
         self,
-        reads: ClusterReads,
-        cb_obj: dict[str, Any],
+        p: Pass,
         workload_obj: dict[str, Any],
         workload: WorkloadObservation | None,
         injected: list[dict[str, Any]] | None,
-        now: dt.datetime,
-    ) -> tuple[str | None, float | None, int]:
-        """observedServerInstance for this reconcile, cascading first when the
-        transition is a replacement. Returns (value — None keeps the prior one —,
-        seconds until the cascade should be looked at again, writes made)."""
-        meta = cb_obj["metadata"]
-        namespace, name, uid = meta["namespace"], meta["name"], meta.get("uid")
-        key = f"{namespace}/{name}"
-        prior = str((cb_obj.get("status") or {}).get("observedServerInstance") or "")
-        transition = self._instance_transition(reads, namespace, prior, workload_obj, workload)
+    ) -> str | None:
+        """observedServerInstance for this pass (None keeps the prior one), cascading
+        first when the transition is a replacement; sets how soon the cascade should
+        be looked at again."""
+        prior = str((p.obj.get("status") or {}).get("observedServerInstance") or "")
+        transition = self._instance_transition(
+            p.reads, p.key.namespace, prior, workload_obj, workload
+        )
         if transition is None or not transition.cascade:
-            return (transition.value if transition else None), None, 0
+            return transition.value if transition else None
         if injected is None:
-            return None, CASCADE_RECHECK_SECONDS, 0  # whom to roll is unknown this time
+            p.cascade_wait = CASCADE_RECHECK_SECONDS  # whom to roll is unknown this time
+            return None
         # Rolling engines is the one write a stale view could make wrongly: decide it
         # again on the API server's current state (the backend's baseline and the
         # server pods) and go ahead only if that decision is the same.
-        confirmed = self._confirm_replacement(namespace, name, uid, workload_obj, workload)
+        confirmed = self._confirm_replacement(p, workload_obj, workload)
         if confirmed != transition.value:
             log.info(
                 "cache-server replacement not confirmed by a fresh read; looking again",
-                extra={"key": key, "cached": transition.value, "fresh": confirmed or ""},
+                extra={"key": str(p.key), "cached": transition.value, "fresh": confirmed or ""},
             )
-            return None, CASCADE_RECHECK_SECONDS, 0
-        targets = self._cascade_targets(namespace, name, uid, injected)
+            p.cascade_wait = CASCADE_RECHECK_SECONDS
+            return None
+        targets = self._cascade_targets(p, injected)
         if not targets:
             log.info(
                 "cache server replaced; no engine Deployment to roll",
-                extra={"key": key, "prior_instance": prior},
+                extra={"key": str(p.key), "prior_instance": prior},
             )
-            return transition.value, None, 0
-        verdict, wait = self.cascade_limiter.claim(key, transition.value)
+            return transition.value
+        verdict, wait = self.cascade_limiter.claim(str(p.key), transition.value)
         if verdict == "done":
-            return transition.value, None, 0
+            return transition.value
         if verdict == "wait":
             log.info(
                 "cache server replaced; engine cascade rate-limited",
-                extra={"key": key, "delay_s": round(wait, 1)},
+                extra={"key": str(p.key), "delay_s": round(wait, 1)},
             )
-            return None, wait, 0
-        stamp = format_time(now)
-        writes = 0
+            p.cascade_wait = wait
+            return None
+        self._roll_engines(p, targets)
+        log.info(
+            "cache server replaced: rolled engine Deployments",
+            extra={
+                "key": str(p.key),
+                "prior_instance": prior,
+                "instance": transition.value,
+                "deployments": list(targets),
+            },
+        )
+        return transition.value
+
+    def _roll_engines(self, p: Pass, targets: list[str]) -> None:
+        """Restart each target Deployment; the claim is given back if a patch fails."""
+        stamp = format_time(p.now)
         try:
             for deployment in targets:
                 try:
                     self.kube.patch(
                         k.DEPLOYMENTS,
-                        namespace,
+                        p.key.namespace,
                         deployment,
                         restart_trigger_patch(stamp),
                         content_type=k.MERGE_PATCH,
@@ -531,20 +562,10 @@ class Reconciler:
                     if not exc.not_found:  # deleted meanwhile: nothing to roll
                         raise
                 self._count_write("patch", "Deployment")
-                writes += 1
+                p.result.writes += 1
         except Exception:
-            self.cascade_limiter.release(key)
+            self.cascade_limiter.release(str(p.key))
             raise
-        log.info(
-            "cache server replaced: rolled engine Deployments",
-            extra={
-                "key": key,
-                "prior_instance": prior,
-                "instance": transition.value,
-                "deployments": list(targets),
-            },
-        )
-        return transition.value, None, writes
 
     @staticmethod
     def _instance_transition(
@@ -565,39 +586,33 @@ class Reconciler:
             )
             return None
         observation = server_pods(pods, workload_obj)
-        live_ready = sum(1 for p in observation.pods if p.ready)
+        live_ready = sum(1 for pod in observation.pods if pod.ready)
         return observed_server_instance_transition(
             prior, observation.pods, deployment_converged(workload, live_ready)
         )
 
     def _confirm_replacement(
-        self,
-        namespace: str,
-        name: str,
-        uid: str | None,
-        workload_obj: dict[str, Any],
-        workload: WorkloadObservation | None,
+        self, p: Pass, workload_obj: dict[str, Any], workload: WorkloadObservation | None
     ) -> str | None:
         """The new identifier if fresh reads also call this a replacement, else None."""
-        live = self.fresh_reads.backend(namespace, name)
-        if live is None or (live.get("metadata") or {}).get("uid") != uid:
+        live = self.fresh_reads.backend(p.key.namespace, p.key.name)
+        if live is None or (live.get("metadata") or {}).get("uid") != p.uid:
             return None
         prior = str((live.get("status") or {}).get("observedServerInstance") or "")
         fresh = self._instance_transition(
-            self.fresh_reads, namespace, prior, workload_obj, workload
+            self.fresh_reads, p.key.namespace, prior, workload_obj, workload
         )
         return fresh.value if fresh is not None and fresh.cascade else None
 
-    def _cascade_targets(
-        self, namespace: str, name: str, uid: str | None, injected: list[dict[str, Any]]
-    ) -> list[str]:
+    def _cascade_targets(self, p: Pass, injected: list[dict[str, Any]]) -> list[str]:
         """The engine Deployments to roll: the owners of the ReplicaSets that own this
         backend's injected pods, each ReplicaSet read by name."""
+        namespace, name = p.key
         names = sorted(
             {
                 owner
                 for pod in injected
-                if injected_by_backend(pod, namespace, name, uid)
+                if injected_by_backend(pod, namespace, name, p.uid)
                 and (owner := controller_name(pod, "ReplicaSet")) is not None
             }
         )
@@ -606,11 +621,52 @@ class Reconciler:
             for rs_name in names
             if (replicaset := self.kube.get_or_none(k.REPLICASETS, namespace, rs_name)) is not None
         ]
-        return cascade_targets(injected, replicasets, namespace, name, uid)
+        return cascade_targets(injected, replicasets, namespace, name, p.uid)
 
     @staticmethod
     def _count_write(verb: str, resource: str) -> None:
         metrics.API_WRITES.labels(verb, resource).inc()
+
+
+def observe_engines(
+    reads: ClusterReads, cb: CacheBackend
+) -> tuple[list[dict[str, Any]] | None, EngineObservation | None]:
+    """The pods spec.engineSelector matches (their metadata) and what
+    matchedEnginePods, engineSelectorMessage and the churn cadence decide on.
+    ([], None) without a claim-capable selector; None for what could not be read
+    this time (the previous values stand)."""
+    labels = effective.match_labels(cb.spec)
+    if not labels:
+        return [], None
+    if not valid_selector(labels):
+        # No object can carry a label that is not valid syntax: nothing matches,
+        # and the API server would refuse the selector.
+        return [], EngineObservation(matched_pods=0)
+    namespace = str(cb.metadata.namespace)
+    try:
+        pods = reads.engine_pods(namespace, labels)
+    except k.ApiError as exc:
+        # A transient failure keeps the previous observation.
+        log.warning("could not list engine pods", extra={"namespace": namespace, "error": str(exc)})
+        return None, None
+    try:
+        deployments = reads.engine_deployments(namespace, labels)
+    except k.ApiError as exc:
+        log.warning(
+            "could not read engine Deployments",
+            extra={"namespace": namespace, "error": str(exc)},
+        )
+        return pods, None
+    replicas = sum(
+        1 if (d.get("spec") or {}).get("replicas") is None else int(d["spec"]["replicas"])
+        for d in deployments
+        if labels_match(labels, template_labels(d))
+    )
+    return pods, EngineObservation(
+        matched_pods=len(pods),
+        matching_deployments=len(deployments),
+        matching_deployment_replicas=replicas,
+    )
 
 
 def _resource_version(obj: dict[str, Any] | None) -> str:

@@ -19,22 +19,18 @@ from typing import Any, Final
 import redis
 
 from kubeio import client as k
+from reconciler.backend_keys import injected_by_key, object_key
 from reconciler.cluster_cache import ClusterCache, fresh, selector_groups, set_selector
 from reconciler.conditions import format_time, parse_time
-from reconciler.enqueue_keys import object_key
+from reconciler.enqueue_keys import match_labels
 from reconciler.server_client import ServerClient
 from shared import constants as c
-from shared.labels import valid_selector
+from shared.labels import labels_match, valid_selector
 
 log = logging.getLogger(__name__)
 
 _EPOCH: Final = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 POLL_LOCK: Final = "icache:snapshot-poller"
-
-
-def _selector(cb: dict[str, Any]) -> dict[str, str]:
-    sel = ((cb.get("spec") or {}).get("engineSelector") or {}).get("matchLabels") or {}
-    return {str(key): str(v) for key, v in sel.items()}
 
 
 def owning_backend(pod: dict[str, Any], backends_in_namespace: list[dict[str, Any]]) -> str | None:
@@ -50,16 +46,13 @@ def owning_backend(pod: dict[str, Any], backends_in_namespace: list[dict[str, An
     not written by it, and honouring it would let a pod in one namespace make another
     namespace's backend look fed (and pass its KV-event gate).
     """
-    meta = pod.get("metadata") or {}
-    injected = str((meta.get("annotations") or {}).get(c.ANNOTATION_INJECTED_BY) or "")
-    claim_namespace, _, claim_name = injected.partition("/")
-    if claim_name and claim_namespace == meta.get("namespace"):
-        return injected
-    labels = meta.get("labels") or {}
+    claim = injected_by_key(pod)
+    if claim is not None:
+        return str(claim)
+    labels = (pod.get("metadata") or {}).get("labels")
     for cb in sorted(backends_in_namespace, key=lambda o: str(o["metadata"]["name"])):
-        sel = _selector(cb)
-        if sel and sel.items() <= labels.items():
-            return object_key(cb)
+        if labels_match(match_labels(cb), labels):
+            return str(object_key(cb))
     return None
 
 
@@ -103,7 +96,7 @@ def project_index_participation(
 
     out: dict[str, dict[str, Any]] = {}
     for cb in backends:
-        key = object_key(cb)
+        key = str(object_key(cb))
         seen = agg.get(key)
         if seen is None:
             if (cb.get("status") or {}).get("indexParticipation") is not None:
@@ -167,7 +160,7 @@ class SnapshotPoller(threading.Thread):
         self, namespace: str, backends: list[dict[str, Any]]
     ) -> list[dict[str, Any]]:
         """Pods of ``namespace`` a replica can be attributed to (metadata is enough)."""
-        selectors = [sel for cb in backends if (sel := _selector(cb)) and valid_selector(sel)]
+        selectors = [sel for cb in backends if (sel := match_labels(cb)) and valid_selector(sel)]
         cache = self.cache
         if cache is not None and fresh(cache.injected_pods):
             watches = [cache.engine_pods.covering(namespace, sel, 0.0) for sel in selectors]
@@ -210,7 +203,7 @@ class SnapshotPoller(threading.Thread):
         projection = project_index_participation(snapshot, pods, backends)
         for cb in backends:
             meta = cb["metadata"]
-            key = object_key(cb)
+            key = str(object_key(cb))
             want = projection.get(key)
             status = dict(cb.get("status") or {})
             if want is None or status.get("indexParticipation") == want:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from kubeio import client as k
-from reconciler.enqueue_keys import object_name
+from reconciler.backend_keys import object_key
 
 log = logging.getLogger(__name__)
 
@@ -192,7 +192,7 @@ class Store:
             return sum(len(per_ns) for per_ns in self._by_ns.values())
 
     def put(self, obj: dict[str, Any]) -> dict[str, Any] | None:
-        ns, name = object_name(obj)
+        ns, name = object_key(obj)
         with self._lock:
             per_ns = self._by_ns.setdefault(ns, {})
             old = per_ns.get(name)
@@ -201,7 +201,7 @@ class Store:
             return old
 
     def remove(self, obj: dict[str, Any]) -> dict[str, Any] | None:
-        ns, name = object_name(obj)
+        ns, name = object_key(obj)
         with self._lock:
             per_ns = self._by_ns.get(ns) or {}
             old = per_ns.pop(name, None)
@@ -216,7 +216,7 @@ class Store:
         """Hold exactly ``items``; returns the changes against what was held before."""
         fresh: dict[str, dict[str, dict[str, Any]]] = {}
         for obj in items:
-            ns, name = object_name(obj)
+            ns, name = object_key(obj)
             fresh.setdefault(ns, {})[name] = obj
         with self._lock:
             old = self._by_ns

@@ -8,7 +8,7 @@ import socket
 
 from icache_cli import arg_types as cli_types
 from kubeio import access as kubeaccess
-from reconciler import health, metrics, tasks
+from reconciler import health, metrics, tasks, worker_runtime
 from reconciler.celery_app import QUEUE_NAME, make_app
 from reconciler.cli_common import add_common_arguments, readiness, redis_timeouts, setup_logging
 from reconciler.redis_conn import redis_client
@@ -29,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--token-path",
-        default=tasks.WorkerConfig.token_path,
+        default=worker_runtime.WorkerConfig.token_path,
         metavar="PATH",
         help="projected ServiceAccount token sent to the server",
     )
@@ -55,8 +55,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--reads",
-        default=tasks.READS_CACHE,
-        choices=tasks.READS_CHOICES,
+        default=worker_runtime.READS_CACHE,
+        choices=worker_runtime.READS_CHOICES,
         help="where reconciles read from: this process's watch caches (cache), or the "
         "API server, scoped by label selectors (api)",
     )
@@ -75,8 +75,8 @@ def run(args: argparse.Namespace) -> int:
     # Reconciles connect lazily (per forked process); check the configuration now so a
     # worker without one fails at start, naming what it tried, not on every task.
     kubeaccess.load_configuration(args.kubeconfig)
-    tasks.configure(
-        tasks.WorkerConfig(
+    worker_runtime.configure(
+        worker_runtime.WorkerConfig(
             kubeconfig=args.kubeconfig,
             redis_url=args.redis_url,
             redis_timeouts=redis_timeouts(args),
@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     if args.pool != "prefork":
         # Reconciles run in this process: build its clients and start its watch caches
         # now, so they have listed by the first task (a prefork child builds its own).
-        tasks.runtime()
+        worker_runtime.runtime()
     if args.server_url:
         # The poller projects /snapshot into status.indexParticipation, which the
         # KV-event readiness gate reads.
@@ -111,8 +111,8 @@ def run(args: argparse.Namespace) -> int:
         # their watch caches. A prefork pool's caches live in its children, so the
         # poller there reads the API server (scoped, metadata only).
         cache = (
-            tasks.runtime().cache
-            if args.reads == tasks.READS_CACHE and args.pool != "prefork"
+            worker_runtime.runtime().cache
+            if args.reads == worker_runtime.READS_CACHE and args.pool != "prefork"
             else None
         )
         SnapshotPoller(

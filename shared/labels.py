@@ -8,7 +8,10 @@
   is not can match no object (the API server validates every object's labels), and the
   API server refuses it in a labelSelector query.
 - ``equality_selector``: ``k1=v1,k2=v2`` (sorted) for a labelSelector query.
-- ``labels_match``: the map is non-empty and contained in an object's labels.
+- ``labels_match``: the map is non-empty and contained in an object's labels. The one
+  engineSelector match: the Pod webhook and doctor (``shared.pod_wiring``), the
+  dispatcher's and the workers' enqueue rules (``reconciler.enqueue_keys``) and the
+  workers' reads all call it.
 """
 
 from __future__ import annotations

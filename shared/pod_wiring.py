@@ -229,8 +229,7 @@ def _selector(raw: dict[str, Any]) -> dict[str, Any]:
 
 def selector_matches(raw_backend: dict[str, Any], pod_labels: dict[str, str]) -> bool:
     """Every matchLabels pair is on the pod; an empty selector claims nothing."""
-    selector = _selector(raw_backend)
-    return bool(selector) and all(pod_labels.get(k) == v for k, v in selector.items())
+    return shared_labels.labels_match(_selector(raw_backend), pod_labels)
 
 
 def _meta(raw: dict[str, Any]) -> dict[str, Any]:

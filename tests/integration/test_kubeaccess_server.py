@@ -26,7 +26,7 @@ from kubernetes import client
 
 from kubeio import access as kubeaccess
 from kubeio.client import CACHEBACKENDS, SECRETS, Kube, KubeClient, Resource
-from reconciler import dispatcher_cli, tasks
+from reconciler import dispatcher_cli, worker_runtime
 from tests.harness.controlplane import (
     ControlPlane,
     free_port,
@@ -139,12 +139,14 @@ def test_the_worker_reconciler_connects_through_kubeconfig_env(
     namespace: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """tasks.runtime() builds the reconcile client from WorkerConfig.kubeconfig,
+    """worker_runtime.runtime() builds the reconcile client from WorkerConfig.kubeconfig,
     which `icache worker` leaves None without --kubeconfig. Redis is not touched."""
-    monkeypatch.setattr(tasks, "_config", None)
-    monkeypatch.setattr(tasks, "_runtime", None)
-    tasks.configure(tasks.WorkerConfig(kubeconfig=None, redis_url="redis://127.0.0.1:1/0"))
-    runtime = tasks.runtime()
+    monkeypatch.setattr(worker_runtime, "_config", None)
+    monkeypatch.setattr(worker_runtime, "_runtime", None)
+    worker_runtime.configure(
+        worker_runtime.WorkerConfig(kubeconfig=None, redis_url="redis://127.0.0.1:1/0")
+    )
+    runtime = worker_runtime.runtime()
     try:
         _lists_cachebackends(runtime.reconciler.kube, namespace)
     finally:

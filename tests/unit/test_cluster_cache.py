@@ -23,7 +23,6 @@ from kubeio import client as k
 from reconciler import cluster_cache, metrics
 from reconciler.cluster_cache import (
     CachedReads,
-    ChangeRouter,
     ClusterCache,
     engine_pod_metadata,
     regroup_needed,
@@ -37,6 +36,7 @@ from reconciler.engine_deployments import (
     deployments_from_replicasets,
     replicaset_metadata,
 )
+from reconciler.enqueue_keys import ChangeRouter
 from reconciler.reads import LiveReads
 from reconciler.reconcile import Reconciler
 from reconciler.watch_cache import ADDED, MODIFIED, Reflector, WatchSpec
@@ -465,7 +465,7 @@ def router_with(*backends: dict[str, Any]) -> tuple[ChangeRouter, list[str]]:
     reflector = Reflector(FakeKube(), WatchSpec(k.CACHEBACKENDS))
     reflector.store.replace(list(backends))
     sent: list[str] = []
-    return ChangeRouter(reflector, sent.append), sent
+    return ChangeRouter(reflector.store, sent.append), sent
 
 
 def test_a_cached_change_wakes_exactly_the_backends_it_concerns() -> None:

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from kubernetes.client import ApiClient, Configuration
 
-from reconciler import tasks
+from reconciler import lease_fence
 from reconciler.redis_conn import RedisTimeouts, redis_client
 from reconciler.workqueue import QueueSettings, WorkQueue
 from tests.harness.redis_server import RedisServer
@@ -29,8 +29,8 @@ def own_redis() -> Iterator[RedisServer]:
 
 def fence_holds() -> bool:
     try:
-        tasks.check_lease()
-    except tasks.LeaseExpiredError:
+        lease_fence.check_lease()
+    except lease_fence.LeaseExpiredError:
         return False
     return True
 
@@ -52,22 +52,19 @@ def test_a_worker_that_cannot_renew_its_lease_stops_writing_before_it_can_expire
     queue.add("ns/a")
     assert queue.pop_due() == ["ns/a"]
     # A Kube with no connection: a write that passed the fence would fail differently.
-    kube = tasks.FencedKube(ApiClient(Configuration(host="http://127.0.0.1:9")))
+    kube = lease_fence.FencedKube(ApiClient(Configuration(host="http://127.0.0.1:9")))
     with queue.leased("ns/a") as token:
         assert token is not None
-        tasks._running.lease = (queue, "ns/a", token)
-        try:
+        with lease_fence.holding(queue, "ns/a", token):
             time.sleep(LEASE)  # renewals keep the lease (the thing under test is time)
             assert fence_holds(), "a renewed lease lets the reconcile write"
             with own_redis.frozen():
                 frozen_at = time.monotonic()
                 wait(lambda: not fence_holds())
                 fenced_after = time.monotonic() - frozen_at
-                with pytest.raises(tasks.LeaseExpiredError):
+                with pytest.raises(lease_fence.LeaseExpiredError):
                     kube.request("PATCH", "/apis/apps/v1/namespaces/ns/deployments/a", body={})
             # Before the lease could have expired on the Redis side.
             assert fenced_after < LEASE, fenced_after
             wait(fence_holds)  # renewals succeed again once Redis answers
-        finally:
-            tasks._running.lease = None
     client.close()

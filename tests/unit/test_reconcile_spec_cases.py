@@ -30,7 +30,7 @@ import pytest
 from reconciler.engine_pods import observe_injected_pods
 from reconciler.events import transition_events
 from reconciler.reads import LiveReads, template_labels
-from reconciler.reconcile import Reconciler
+from reconciler.reconcile import observe_engines
 from reconciler.status import (
     EngineObservation,
     Observed,
@@ -283,7 +283,7 @@ def observe(case: Case, cb_obj: dict[str, Any]) -> Observed:
     service = rendered_service(cb_obj)
     engines: EngineObservation | None = None
     if case.pods is not None:
-        _, engines = Reconciler._observe_engines(_CaseReads(case.pods, case.deployments), cb)
+        _, engines = observe_engines(_CaseReads(case.pods, case.deployments), cb)
     injected = observe_injected_pods(case.pods, NS, NAME, UID) if case.pods is not None else None
     return Observed(
         workload=workload,
@@ -1322,7 +1322,9 @@ def test_spec_case(case: Case) -> None:
     cb_obj = cb_object(case)
     observed = observe(case, cb_obj)
     old = copy.deepcopy(cb_obj.get("status") or {})
-    result = compute_status(cb_obj, observed, case.now)
+    result = compute_status(
+        CacheBackend.model_validate(cb_obj), cb_obj.get("status"), observed, case.now
+    )
     new = result.status
 
     assert conditions_of(new) == case.conditions, case.id
@@ -1345,7 +1347,12 @@ def test_spec_case(case: Case) -> None:
     # An unchanged second pass: same status, no Event — nothing to write.
     again_obj = copy.deepcopy(cb_obj)
     again_obj["status"] = copy.deepcopy(new)
-    again = compute_status(again_obj, observe(case, again_obj), case.now).status
+    again = compute_status(
+        CacheBackend.model_validate(again_obj),
+        again_obj.get("status"),
+        observe(case, again_obj),
+        case.now,
+    ).status
     assert status_equal(again, new), case.id
     assert transition_events(new, again) == [], case.id
 
@@ -1353,7 +1360,12 @@ def test_spec_case(case: Case) -> None:
 def test_unchanged_conditions_keep_their_transition_time() -> None:
     """lastTransitionTime moves only when a condition's status changes."""
     (case,) = [c for c in CASES if c.id.startswith("kv-gate/sticky:")]
-    new = compute_status(cb_object(case), observe(case, cb_object(case)), T0).status
+    new = compute_status(
+        CacheBackend.model_validate(cb_object(case)),
+        cb_object(case).get("status"),
+        observe(case, cb_object(case)),
+        T0,
+    ).status
     degraded = next(c for c in new["conditions"] if c["type"] == "Degraded")
     assert degraded["lastTransitionTime"] == ago(minutes=1)
 
@@ -1361,6 +1373,11 @@ def test_unchanged_conditions_keep_their_transition_time() -> None:
 def test_awaiting_requeues_at_the_first_event_deadline() -> None:
     """'no event by firstEventTimeout' must flip on time without any watch event."""
     (case,) = [c for c in CASES if c.id.startswith("kv-gate/awaiting:")]
-    result = compute_status(cb_object(case), observe(case, cb_object(case)), T0)
+    result = compute_status(
+        CacheBackend.model_validate(cb_object(case)),
+        cb_object(case).get("status"),
+        observe(case, cb_object(case)),
+        T0,
+    )
     assert result.requeue_after is not None
     assert 300 <= result.requeue_after <= 301

@@ -21,6 +21,7 @@ from reconciler.status import (
     status_equal,
 )
 from shared.api.duration import parse_go_duration
+from shared.api.models import CacheBackend
 from tests.builders import ENDPOINT, MANAGED_SPEC, NO_GATE, T0, external_spec
 from tests.builders import condition_of as cond
 from tests.builders import status_backend as obj
@@ -63,7 +64,9 @@ def managed_obs(w: WorkloadObservation | None = None, **kw: Any) -> Observed:
 def run(
     o: dict[str, Any], observed: Observed | None = None, now: dt.datetime = T0
 ) -> dict[str, Any]:
-    return compute_status(o, observed or Observed(), now).status
+    return compute_status(
+        CacheBackend.model_validate(o), o.get("status"), observed or Observed(), now
+    ).status
 
 
 def types(status: dict[str, Any]) -> set[str]:
@@ -154,7 +157,7 @@ def test_managed_endpoint_is_the_observed_service_endpoint() -> None:
 
 
 def test_kv_gate_awaiting_first_event_within_timeout_requeues_at_deadline() -> None:
-    res = compute_status(obj(), managed_obs(), T0)
+    res = compute_status(CacheBackend.model_validate(obj()), obj().get("status"), managed_obs(), T0)
     assert cond(res.status, "Ready") == ("False", "AwaitingFirstKVEvent")
     assert cond(res.status, "Progressing") == ("True", "AwaitingFirstKVEvent")
     assert cond(res.status, "Degraded") == ("False", "NotDegraded")
@@ -195,7 +198,9 @@ def test_kv_gate_first_event_timeout_zero_reports_no_kv_events_at_once(zero: str
     require-kv-events annotation turns the gate off): Degraded/NoKVEventsObserved as
     soon as the backend is up, with no requeue timer, until the first event."""
     spec = dict(MANAGED_SPEC, observation={"firstEventTimeout": zero})
-    res = compute_status(obj(spec), managed_obs(), T0)
+    res = compute_status(
+        CacheBackend.model_validate(obj(spec)), obj(spec).get("status"), managed_obs(), T0
+    )
     assert cond(res.status, "Ready") == ("False", "NoKVEventsObserved")
     assert cond(res.status, "Degraded") == ("True", "NoKVEventsObserved")
     assert res.requeue_after is None or res.requeue_after > 0
@@ -449,7 +454,9 @@ def test_sglang_hicache_publishes_no_ready() -> None:
 
 def test_unsupported_runtime_pair() -> None:
     spec = {"runtime": "VLLM", "type": "SGLangHiCache"}
-    res = compute_status(obj(spec), Observed(), T0)
+    res = compute_status(
+        CacheBackend.model_validate(obj(spec)), obj(spec).get("status"), Observed(), T0
+    )
     assert res.mode == Mode.UNSUPPORTED
     assert cond(res.status, "Ready") == ("False", REASON_UNSUPPORTED_RUNTIME_PAIR)
 
@@ -501,14 +508,22 @@ def test_engine_churn_requeues_every_5s_while_pod_count_differs_from_desired() -
     churn = EngineObservation(
         matched_pods=1, matching_deployments=1, matching_deployment_replicas=2
     )
-    res = compute_status(obj(spec, annotations=NO_GATE), managed_obs(engines=churn), T0)
+    res = compute_status(
+        CacheBackend.model_validate(obj(spec, annotations=NO_GATE)),
+        obj(spec, annotations=NO_GATE).get("status"),
+        managed_obs(engines=churn),
+        T0,
+    )
     assert res.requeue_after == 5.0
     steady = EngineObservation(
         matched_pods=2, matching_deployments=1, matching_deployment_replicas=2
     )
     assert (
         compute_status(
-            obj(spec, annotations=NO_GATE), managed_obs(engines=steady), T0
+            CacheBackend.model_validate(obj(spec, annotations=NO_GATE)),
+            obj(spec, annotations=NO_GATE).get("status"),
+            managed_obs(engines=steady),
+            T0,
         ).requeue_after
         is None
     )
@@ -576,13 +591,23 @@ def test_rate_limited_probe_requeues_at_the_window_expiry() -> None:
     also schedules a requeue at the rate-limit window expiry so a quiet stuck backend
     re-probes even without external watch events." """
     o = step(READY_OBJ, probe_obs("failed", failed_stage="routing", message="m"), T0)
-    res = compute_status(o, probe_obs("rate_limited", retry_after_seconds=12.5), T0)
+    res = compute_status(
+        CacheBackend.model_validate(o),
+        o.get("status"),
+        probe_obs("rate_limited", retry_after_seconds=12.5),
+        T0,
+    )
     assert cond(res.status, "Ready") == ("False", "ProbeRoutingFailed")
     assert res.requeue_after == 12.5
     # A healthy backend is re-probed each window too (the next probe is what would
     # notice a regression), and the earlier of two deadlines wins.
     ok = step(READY_OBJ, probe_obs("ok"), T0)
-    res = compute_status(ok, probe_obs("rate_limited", retry_after_seconds=20.0), T0)
+    res = compute_status(
+        CacheBackend.model_validate(ok),
+        ok.get("status"),
+        probe_obs("rate_limited", retry_after_seconds=20.0),
+        T0,
+    )
     assert cond(res.status, "FunctionalProbeOK") == ("True", "ProbeOK")
     assert res.requeue_after == 20.0
 

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from reconciler.status import Observed, WorkloadObservation, compute_status
+from shared.api.models import CacheBackend
 from tests.builders import ENDPOINT, NO_GATE, T0
 from tests.builders import condition_of as cond
 from tests.builders import status_backend as obj
@@ -52,7 +53,12 @@ def ready_of(workload: dict[str, Any]) -> dict[str, tuple[str, str] | None]:
     observed = Observed(
         workload=WorkloadObservation.from_object(workload), service_endpoint=ENDPOINT
     )
-    st = compute_status(obj(annotations=NO_GATE), observed, T0).status
+    st = compute_status(
+        CacheBackend.model_validate(obj(annotations=NO_GATE)),
+        obj(annotations=NO_GATE).get("status"),
+        observed,
+        T0,
+    ).status
     return {t: cond(st, t) for t in ("Ready", "Degraded", "Progressing")}
 
 

@@ -26,6 +26,7 @@ from reconciler.version_skew import (
 )
 from shared import constants as c
 from shared import engine_versions as ev
+from shared.api.models import CacheBackend
 from shared.client_versions import client_skewed, major_minor, server_version_of_image
 from tests.builders import backend, external, managed
 
@@ -230,7 +231,7 @@ def status_of(
         service_endpoint="cache-lmcache-server.team-a.svc:65432",
         injected_pods=injected,
     )
-    return compute_status(o, observed, T0).status
+    return compute_status(CacheBackend.model_validate(o), o.get("status"), observed, T0).status
 
 
 def cond(status: dict[str, Any], type_: str) -> tuple[str, str] | None:

@@ -369,6 +369,7 @@ def test_watch_relists_on_410_gone_and_resumes_from_resource_version(queue: Work
     d = _dispatcher(queue, fake)
     leading = threading.Event()
     leading.set()
+    d._leading = leading
     t = threading.Thread(target=d._watch_loop, args=(k.CACHEBACKENDS, None, leading), daemon=True)
     t.start()
     deadline = time.monotonic() + 5
@@ -391,12 +392,12 @@ def test_owned_objects_enqueue_their_owner_and_only_the_leader_enqueues(queue: W
     assert owner_key(_obj("ns", "cb-redis", owner="cb")) == "ns/cb"
     assert owner_key(_obj("ns", "stray")) is None
     d = _dispatcher(queue, ScriptedWatchKube({}, gone_once=False))
-    standby = threading.Event()
-    d.enqueue("ns/cb", standby)
+    d.enqueue("ns/cb")
     assert queue.pop_due() == [], "a standby never enqueues"
     leader = threading.Event()
     leader.set()
-    d.enqueue("ns/cb", leader)
+    d._leading = leader
+    d.enqueue("ns/cb")
     assert queue.pop_due() == ["ns/cb"]
 
 
@@ -412,7 +413,7 @@ def _pod(ns: str, name: str, labels: dict[str, str]) -> dict[str, object]:
 
 
 def test_selector_index_reports_backends_a_pod_starts_or_stops_matching() -> None:
-    from reconciler.dispatcher import SelectorIndex
+    from reconciler.enqueue_keys import SelectorIndex
 
     idx = SelectorIndex()
     idx.reset_backends(
@@ -439,8 +440,9 @@ def test_a_pod_matching_an_engine_selector_enqueues_its_backend(queue: WorkQueue
     d = _dispatcher(queue, ScriptedWatchKube({}, gone_once=False))
     leading = threading.Event()
     leading.set()
-    d._handle_cachebackend("ADDED", _cb("ns", "a", {"app": "vllm"}), leading)
-    d._handle_cachebackend("ADDED", _cb("ns", "b", None), leading)
+    d._leading = leading
+    d._handle_cachebackend("ADDED", _cb("ns", "a", {"app": "vllm"}))
+    d._handle_cachebackend("ADDED", _cb("ns", "b", None))
 
     def drained() -> list[str]:
         keys = sorted(queue.pop_due())
@@ -450,11 +452,11 @@ def test_a_pod_matching_an_engine_selector_enqueues_its_backend(queue: WorkQueue
         return keys
 
     assert drained() == ["ns/a", "ns/b"]
-    d._handle_pod("ADDED", _pod("ns", "vllm-0", {"app": "vllm"}), leading)
+    d._handle_pod("ADDED", _pod("ns", "vllm-0", {"app": "vllm"}))
     assert drained() == ["ns/a"]
-    d._handle_pod("MODIFIED", _pod("ns", "vllm-0", {"app": "vllm"}), leading)
+    d._handle_pod("MODIFIED", _pod("ns", "vllm-0", {"app": "vllm"}))
     assert drained() == []
-    d._handle_pod("DELETED", _pod("ns", "vllm-0", {"app": "vllm"}), leading)
+    d._handle_pod("DELETED", _pod("ns", "vllm-0", {"app": "vllm"}))
     assert drained() == ["ns/a"]
 
 
