@@ -142,9 +142,9 @@ def live_source(
     from kubernetes import client
 
     from kubeio import access as kubeaccess
+    from kubeio.async_client import ApiServer
     from tests.harness.controlplane import ControlPlane
     from tests.kube_helpers import install_crd
-    from webhook_svc.apiserver import ApiServer
     from webhook_svc.backend_source import ApiBackendSource
 
     cp = ControlPlane(audit=False)

@@ -22,7 +22,7 @@ order.
 Both faces of the API client read their shared rules from here, so every process
 follows them: the synchronous :class:`kubeio.client.Kube` (the reconciler, the
 dispatcher, ``icache certs`` and doctor) and the webhook's asyncio
-:class:`webhook_svc.apiserver.ApiServer`. The rules are the per-request timeout, one
+:class:`kubeio.async_client.ApiServer`. The rules are the per-request timeout, one
 retry and Retry-After policy (:data:`RETRY_POLICY`, decided by
 :func:`retry_after_wait`) and the API paths of every resource the project touches (one
 table of :class:`Resource`, built from :mod:`shared.constants`).
@@ -337,6 +337,23 @@ def async_client_for(loaded: Loaded, pool_size: int = 16) -> AsyncApiClient:
         extra={"source": loaded.source, "server": source.host, "client": "asyncio"},
     )
     return AsyncApiClient(target)
+
+
+def context_namespace(kubeconfig: str | None, context: str | None) -> str:
+    """The namespace of the kubeconfig context, as kubectl would use it."""
+    try:
+        from kubernetes.config import kube_config
+
+        files = (
+            kubeconfig or os.environ.get("KUBECONFIG") or kube_config.KUBE_CONFIG_DEFAULT_LOCATION
+        )
+        contexts, current = kube_config.list_kube_config_contexts(
+            config_file=files.split(os.pathsep)[0]
+        )
+        chosen = next((x for x in contexts if x["name"] == context), None) if context else current
+        return str(((chosen or {}).get("context") or {}).get("namespace") or "default")
+    except Exception:  # no kubeconfig (in-cluster) or an unreadable one: kubectl's default
+        return "default"
 
 
 def connect(

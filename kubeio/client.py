@@ -18,7 +18,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, Final, Protocol, TypeVar
+from typing import Any, Final, Protocol, Self, TypeVar
 from urllib.parse import urlencode
 
 import urllib3
@@ -164,6 +164,13 @@ class Kube:
     ) -> None:
         self.api_client = api_client
         self.timeout = timeout
+
+    @classmethod
+    def from_configuration(
+        cls, configuration: k8s_client.Configuration, *, timeout: float = DEFAULT_TIMEOUT_SECONDS
+    ) -> Self:
+        """A client on a loaded configuration (kubeio.access.load_configuration)."""
+        return cls(k8s_client.ApiClient(configuration), timeout=timeout)
 
     def close(self) -> None:
         self.api_client.close()

@@ -15,8 +15,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kubernetes import client as k8s_client
-
 from kubeio import client as k
 from reconciler.backend_keys import BackendKey
 
@@ -34,9 +32,8 @@ def lease_client(kube: k.KubeClient, renew_deadline: float) -> k.KubeClient:
         return kube
     configuration = copy.deepcopy(kube.api_client.configuration)
     configuration.retries = False
-    return k.Kube(
-        k8s_client.ApiClient(configuration),
-        timeout=min(kube.timeout, max(renew_deadline, 1.0)),
+    return k.Kube.from_configuration(
+        configuration, timeout=min(kube.timeout, max(renew_deadline, 1.0))
     )
 
 

@@ -17,8 +17,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
-from kubernetes.client import ApiClient
-
 from kubeio import access as kubeaccess
 from kubeio.client import Kube
 from reconciler.cascade import CASCADE_WINDOW_SECONDS
@@ -102,7 +100,7 @@ def build(config: WorkerConfig) -> Runtime:
         "kubernetes configuration loaded",
         extra={"source": loaded.source, "server": loaded.configuration.host},
     )
-    kube = FencedKube(ApiClient(loaded.configuration))
+    kube = FencedKube.from_configuration(loaded.configuration)
     cache: ClusterCache | None = None
     reads: ClusterReads = LiveReads(kube)
     if config.reads == READS_CACHE:
@@ -140,4 +138,4 @@ def _cache_client(loaded: kubeaccess.Loaded) -> Kube:
     refresh) with the reconciles' client."""
     configuration = copy.copy(loaded.configuration)
     configuration.connection_pool_maxsize = CACHE_CONNECTIONS
-    return Kube(ApiClient(configuration))
+    return Kube.from_configuration(configuration)

@@ -18,7 +18,7 @@ from typing import Any, Final, Protocol
 import orjson
 
 from kubeio.access import CACHEBACKENDS
-from webhook_svc.apiserver import ApiServer
+from kubeio.async_client import ApiServer
 
 
 class BackendSource(Protocol):

@@ -34,7 +34,7 @@ from webhook_svc.serving import (
 )
 
 if TYPE_CHECKING:
-    from webhook_svc.apiserver import ApiServer
+    from kubeio.async_client import ApiServer
     from webhook_svc.workload_authz import AccessReviewer
 from webhook_svc.workers import (
     available_cpus,
@@ -214,7 +214,7 @@ def build_api(args: argparse.Namespace) -> ApiServer | None:
     KUBECONFIG, ~/.kube/config); None in embedded mode."""
     if args.backends_from:
         return None
-    from webhook_svc.apiserver import ApiServer
+    from kubeio.async_client import ApiServer
 
     loaded = kubeaccess.load_configuration(args.kubeconfig)
     return ApiServer(functools.partial(kubeaccess.async_client_for, loaded))

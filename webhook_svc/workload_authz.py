@@ -38,7 +38,7 @@ from shared.storage_providers.render import managed_provider, render_workload
 from webhook_svc.admission_review import AdmissionRequest, deny, failure_status
 
 if TYPE_CHECKING:
-    from webhook_svc.apiserver import ApiServer
+    from kubeio.async_client import ApiServer
 
 log = logging.getLogger("icache.webhook.authz")
 

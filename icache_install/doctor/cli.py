@@ -145,23 +145,6 @@ def install_names(args: argparse.Namespace) -> InstallNames:
     )
 
 
-def _context_namespace(kubeconfig: str | None, context: str | None) -> str:
-    """The namespace of the kubeconfig context, as kubectl would use it."""
-    try:
-        from kubernetes.config import kube_config
-
-        files = (
-            kubeconfig or os.environ.get("KUBECONFIG") or kube_config.KUBE_CONFIG_DEFAULT_LOCATION
-        )
-        contexts, current = kube_config.list_kube_config_contexts(
-            config_file=files.split(os.pathsep)[0]
-        )
-        chosen = next((x for x in contexts if x["name"] == context), None) if context else current
-        return str(((chosen or {}).get("context") or {}).get("namespace") or "default")
-    except Exception:  # no kubeconfig (in-cluster) or an unreadable one: kubectl's default
-        return "default"
-
-
 def use_colour(choice: str) -> bool:
     if choice != "auto":
         return choice == "always"
@@ -173,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
     namespace = (
         None
         if args.all_namespaces
-        else (args.namespace or _context_namespace(args.kubeconfig, args.context))
+        else (args.namespace or kubeaccess.context_namespace(args.kubeconfig, args.context))
     )
     names = install_names(args)
     kube = kubeaccess.connect(args.kubeconfig, context=args.context, timeout=15.0)

@@ -1,6 +1,6 @@
 """The Pod route's live read is exactly as fresh as a LIST.
 
-The live source lists through the webhook's API client (webhook_svc/apiserver.py,
+The live source lists through the webhook's API client (kubeio/async_client.py,
 kubernetes.aio) without the generated methods; these tests hold it to the same
 answers, the same auth (client certificate, bearer token) and the same freshness as a
 fresh LIST.
@@ -18,10 +18,10 @@ import pytest
 from kubernetes import client
 
 from kubeio import access as kubeaccess
+from kubeio.async_client import ApiServer
 from tests.freshness import GROUP, PLURAL, VERSION, fresh_backend_wires_next_pod
 from tests.harness.controlplane import ControlPlane, wait_until
 from tests.webhook_process import labelled_namespace, registered, run_webhook
-from webhook_svc.apiserver import ApiServer
 from webhook_svc.backend_source import ApiBackendSource, ListFailedError
 
 

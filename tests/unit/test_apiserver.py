@@ -1,4 +1,4 @@
-"""The webhook's API client (webhook_svc/apiserver.py, ``kubernetes.aio``) against a
+"""The webhook's API client (kubeio/async_client.py, ``kubernetes.aio``) against a
 scripted API server.
 
 ``ApiServer`` sends requests with the configuration kubeio.access builds (server,
@@ -31,8 +31,8 @@ from kubernetes import client
 
 from icache_install import certs
 from kubeio import access as kubeaccess
-from webhook_svc import apiserver
-from webhook_svc.apiserver import ApiServer
+from kubeio import async_client as apiserver
+from kubeio.async_client import ApiServer
 from webhook_svc.backend_source import ApiBackendSource, ListFailedError
 from webhook_svc.workload_authz import ApiAccessReviewer, ReviewCache, ReviewError
 
