@@ -20,8 +20,6 @@ from typing import Any, Final
 
 import jsonpatch
 
-from shared import json_diff
-from shared.jsoncopy import json_copy
 from shared.pod_wiring import (
     DEFAULT_NAMESPACE,
     OUTCOME_FAIL_OPEN,
@@ -168,21 +166,15 @@ def field_level_patch(before: dict[str, Any], after: dict[str, Any]) -> list[dic
     return ops + _field_ops("", rest_b, rest_a)
 
 
-def verified_patch(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:
-    """The minimal patch, checked by applying it; the field-level one if that ever fails
-    (a wrong patch would wire the pod to something nobody rendered)."""
-    patch = json_patch(before, after)
-    try:
-        try:
-            patched = json_diff.apply(json_copy(before), patch)
-        except json_diff.UnsupportedOpError:  # jsonpatch's patches may move and copy
-            patched = jsonpatch.apply_patch(json_copy(before), patch, in_place=True)
-        if json_diff.same(patched, after):
-            return patch
-    except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException, LookupError, TypeError):
-        pass
+def _field_level_fallback(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:
     log.warning("minimal JSON patch did not reproduce the wired pod; using field-level ops")
     return field_level_patch(before, after)
+
+
+def verified_patch(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:
+    """The minimal patch, checked by applying it once; the field-level one if that ever
+    fails (a wrong patch would wire the pod to something nobody rendered)."""
+    return json_patch(before, after, fallback=_field_level_fallback)
 
 
 def _answer(

@@ -17,6 +17,7 @@ import jsonpatch
 import pytest
 
 from shared import constants as c
+from shared import json_diff
 from tests.unit.test_pod_wiring import CTX, NS, make_backend, make_pod, stale_annotations
 from webhook_svc import pod_admission
 from webhook_svc.admission_review import AdmissionRequest, parse_review
@@ -281,7 +282,9 @@ def test_a_pod_without_any_namespace_is_in_default() -> None:
 def test_a_patch_that_does_not_reproduce_the_pod_falls_back_to_field_ops(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(pod_admission, "json_patch", lambda before, after: [])
+    # Neither candidate reproduces the wired pod: the fast diff and jsonpatch's search.
+    monkeypatch.setattr(json_diff, "diff", lambda before, after: [])
+    monkeypatch.setattr(jsonpatch, "make_patch", lambda before, after: jsonpatch.JsonPatch([]))
     pod = make_pod()
     review, outcome, _ = mutate_pod(request(pod), lister(make_backend()), CTX)
     assert outcome == "injected"
@@ -295,6 +298,24 @@ def test_a_patch_that_does_not_reproduce_the_pod_falls_back_to_field_ops(
     monkeypatch.undo()
     again, _, _ = mutate_pod(request(wired), lister(make_backend()), CTX)
     assert "patch" not in again["response"]
+
+
+def test_the_pod_patch_is_built_and_applied_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The minimal patch is verified by applying it to a copy of the pod (a wrong patch
+    # would wire the pod to something nobody rendered): once per admission, not once
+    # per layer that builds it.
+    applied: list[int] = []
+    real_apply = json_diff.apply
+
+    def counting_apply(doc: Any, patch: list[dict[str, Any]]) -> Any:
+        applied.append(len(patch))
+        return real_apply(doc, patch)
+
+    monkeypatch.setattr(json_diff, "apply", counting_apply)
+    review, outcome, _ = mutate_pod(request(make_pod()), lister(make_backend()), CTX)
+    assert outcome == "injected"
+    assert len(applied) == 1
+    assert applied == [len(patch_of(review))]
 
 
 def test_field_level_patch_round_trips() -> None:
