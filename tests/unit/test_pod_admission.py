@@ -1,8 +1,9 @@
 """Mutate_pod: AdmissionReview handling of the Pod webhook; always allowed, fail-open.
 
-Driven as the Pod route drives it: the namespace ``namespace_to_list`` names is listed
-(here through a scripted lister, which may raise), then the pure ``mutate_pod`` judges
-the request with what the list returned, or with the exception it raised."""
+Driven as the Pod route drives it: the request is classified once (``classify_pod``),
+the namespace its ``namespace_to_list`` names is listed (here through a scripted
+lister, which may raise), then the pure ``answer_pod`` judges the same classified
+request with what the list returned, or with the exception it raised."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from shared import json_diff
 from tests.unit.test_pod_wiring import CTX, NS, make_backend, make_pod, stale_annotations
 from webhook_svc import pod_admission
 from webhook_svc.admission_review import AdmissionRequest, parse_review
-from webhook_svc.pod_admission import Backends, namespace_to_list
+from webhook_svc.pod_admission import Backends
 
 
 def mutate_pod(
@@ -30,14 +31,15 @@ def mutate_pod(
     ctx: Any,
 ) -> tuple[dict[str, Any], str, str]:
     """The Pod route's steps (webhook_svc/app.py), with ``list_backends`` for the LIST."""
-    namespace = namespace_to_list(req)
+    pod_request = pod_admission.classify_pod(req)
+    namespace = pod_request.namespace_to_list
     backends: Backends = []
     if namespace is not None:
         try:
             backends = list_backends(namespace)
         except Exception as exc:
             backends = exc
-    return pod_admission.mutate_pod(req, backends, ctx)
+    return pod_admission.answer_pod(pod_request, backends, ctx)
 
 
 def request(obj: Any, operation: str = "CREATE", namespace: str = NS) -> AdmissionRequest:
@@ -194,7 +196,7 @@ def test_internal_error_fails_open_without_patch(monkeypatch: pytest.MonkeyPatch
     def boom(*_: Any, **__: Any) -> Any:
         raise ValueError("bug")
 
-    monkeypatch.setattr(pod_admission, "wire_pod", boom)
+    monkeypatch.setattr(pod_admission, "wire_facts", boom)
     review, outcome, reason = mutate_pod(request(make_pod()), lister(make_backend()), CTX)
     assert_allowed(review)
     assert "patch" not in review["response"]
