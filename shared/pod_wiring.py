@@ -1,7 +1,8 @@
 """The decision core of the mutating Pod webhook: which backend wires a pod, and how.
 
 ``wire_pod`` is a pure function of the pod, the CacheBackends of the cluster and the
-webhook settings. It never raises for a bad pod or backend: every problem becomes a
+webhook settings; ``wire_facts`` is the same over a pod already read by ``pod_facts``
+(its shape, the opt-out, its namespace), which the webhook reads once per request. It never raises for a bad pod or backend: every problem becomes a
 fail-open result (the pod admitted unwired), because a cache is an optimisation and must
 never block engine admission.
 
@@ -431,6 +432,29 @@ def _valid_pod_shape(pod: Any) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class PodFacts:
+    """What wiring reads of a pod, read once: its shape, the opt-out and the namespace
+    whose CacheBackends may wire it. The webhook classifies a request with it before it
+    lists, and the wiring takes the same facts after."""
+
+    pod: dict[str, Any]
+    namespace: Any  # the caller's, else the pod's metadata.namespace, else "default"
+    shape_error: str | None  # why the API server would not hold this as a Pod
+    skip_inject: bool  # the inferencecache.io/skip-inject opt-out
+
+
+def pod_facts(pod: dict[str, Any], namespace: str | None = None) -> PodFacts:
+    metadata = pod.get("metadata")
+    own = metadata.get("namespace") if isinstance(metadata, dict) else None
+    return PodFacts(
+        pod=pod,
+        namespace=namespace or own or DEFAULT_NAMESPACE,
+        shape_error=_valid_pod_shape(pod),
+        skip_inject=skip_inject_requested(pod),
+    )
+
+
 def wire_pod(
     pod: dict[str, Any],
     backends: list[dict[str, Any]],
@@ -440,13 +464,20 @@ def wire_pod(
 ) -> WiringResult:
     """Wire ``pod`` to its CacheBackend; ``namespace`` defaults to the pod's own, else
     ``default``."""
-    shape_error = _valid_pod_shape(pod)
-    if shape_error:
-        if isinstance(pod, dict) and isinstance(pod.get("metadata", {}), dict):
-            return _fail_open(pod, REASON_INVALID_POD, shape_error)
-        return WiringResult(pod, OUTCOME_FAIL_OPEN, REASON_INVALID_POD, shape_error)
+    if not isinstance(pod, dict):
+        return WiringResult(pod, OUTCOME_FAIL_OPEN, REASON_INVALID_POD, "the object is not a Pod")
+    return wire_facts(pod_facts(pod, namespace), backends, ctx)
 
-    if skip_inject_requested(pod):
+
+def wire_facts(facts: PodFacts, backends: list[dict[str, Any]], ctx: InjectContext) -> WiringResult:
+    """``wire_pod`` over a pod already read: shape, opt-out, selection, then the mode."""
+    pod = facts.pod
+    if facts.shape_error:
+        if isinstance(pod.get("metadata", {}), dict):
+            return _fail_open(pod, REASON_INVALID_POD, facts.shape_error)
+        return WiringResult(pod, OUTCOME_FAIL_OPEN, REASON_INVALID_POD, facts.shape_error)
+
+    if facts.skip_inject:
         return WiringResult(
             skip_injection(pod),
             OUTCOME_SKIPPED,
@@ -455,7 +486,7 @@ def wire_pod(
         )
 
     metadata = pod.get("metadata") or {}
-    ns = namespace or metadata.get("namespace") or DEFAULT_NAMESPACE
+    ns = facts.namespace
     labels = {str(k): str(v) for k, v in (metadata.get("labels") or {}).items()}
     raw = select_backend(backends, ns, labels)
     if raw is None:

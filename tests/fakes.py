@@ -29,7 +29,7 @@ from reconciler.workqueue import WorkQueue
 from webhook_svc import pod_admission
 from webhook_svc.admission_gate import ByteBudget
 from webhook_svc.admission_review import AdmissionRequest
-from webhook_svc.pod_admission import Backends, namespace_to_list
+from webhook_svc.pod_admission import Backends
 
 
 def selector_matches(selector: str | None, labels: dict[str, str]) -> bool:
@@ -453,17 +453,18 @@ def mutate_pod(
     ctx: Any,
 ) -> tuple[dict[str, Any], str, str]:
     """The Pod route's steps (webhook_svc/app.py), with ``list_backends`` standing in
-    for the live CacheBackend LIST: the namespace ``namespace_to_list`` names is
-    listed (an exception the lister raises is what the route passes on), then the pure
-    ``mutate_pod`` judges the request."""
-    namespace = namespace_to_list(req)
+    for the live CacheBackend LIST: the request is classified once, the namespace its
+    ``namespace_to_list`` names is listed (an exception the lister raises is what the
+    route passes on), then ``answer_pod`` judges the same classified request."""
+    pod_request = pod_admission.classify_pod(req)
+    namespace = pod_request.namespace_to_list
     backends: Backends = []
     if namespace is not None:
         try:
             backends = list_backends(namespace)
         except Exception as exc:
             backends = exc
-    return pod_admission.mutate_pod(req, backends, ctx)
+    return pod_admission.answer_pod(pod_request, backends, ctx)
 
 
 # mypy holds the fakes to the Protocol the production code depends on.

@@ -62,8 +62,9 @@ from webhook_svc.metrics import WebhookMetrics
 from webhook_svc.pod_admission import (
     REASON_INTERNAL_ERROR,
     Backends,
-    mutate_pod,
-    namespace_to_list,
+    PodRequest,
+    answer_pod,
+    classify_pod,
 )
 from webhook_svc.serving import ServingMiddleware
 from webhook_svc.workload_authz import AccessReviewer, authorize, review_plan
@@ -193,7 +194,7 @@ def pod_fail_open(
     )
     counters.pod_wiring.labels(OUTCOME_FAIL_OPEN, REASON_INTERNAL_ERROR).inc()
     response = allow(req.uid)
-    # The same decision record as every other Pod answer (see pod_admission.mutate_pod).
+    # The same decision record as every other Pod answer (see pod_admission.answer_pod).
     response["response"]["auditAnnotations"] = {
         "outcome": OUTCOME_FAIL_OPEN,
         "reason": REASON_INTERNAL_ERROR,
@@ -232,14 +233,15 @@ def admission_router(
         return response, cachebackend_outcome(response)
 
     async def pod_judge(req: AdmissionRequest, run: Run) -> tuple[dict[str, Any], str]:
-        namespace = namespace_to_list(req)
+        pod_request: PodRequest = await run(classify_pod, req)
+        namespace = pod_request.namespace_to_list
         found: Backends = []
         if namespace is not None:
             try:
                 found = await backends.list(namespace)
-            except Exception as exc:  # mutate_pod admits the pod unwired: list_error
+            except Exception as exc:  # answer_pod admits the pod unwired: list_error
                 found = exc
-        response, outcome, reason = await run(mutate_pod, req, found, inject_ctx)
+        response, outcome, reason = await run(answer_pod, pod_request, found, inject_ctx)
         counters.pod_wiring.labels(outcome, reason).inc()
         return response, outcome
 

@@ -16,12 +16,11 @@ import copy
 import logging
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
 import jsonpatch
 
-from shared import json_diff
-from shared.jsoncopy import json_copy
 from shared.pod_wiring import (
     DEFAULT_NAMESPACE,
     OUTCOME_FAIL_OPEN,
@@ -30,10 +29,11 @@ from shared.pod_wiring import (
     REASON_INVALID_BACKEND,
     REASON_INVALID_RESULT,
     WIRING_REASONS,
+    PodFacts,
     WiringResult,
-    skip_inject_requested,
+    pod_facts,
     strip_decision_annotations,
-    wire_pod,
+    wire_facts,
 )
 from shared.runtime_adapters.base import InjectContext
 from webhook_svc.admission_review import AdmissionRequest, allow, json_patch
@@ -45,7 +45,7 @@ REASON_DECODE_ERROR: Final = "decode_error"
 REASON_LIST_ERROR: Final = "list_error"
 REASON_INTERNAL_ERROR: Final = "internal_error"
 REASON_ENCODE_ERROR: Final = "encode_error"
-# Every (outcome, reason) label value mutate_pod can return, e.g. to pre-register metrics.
+# Every (outcome, reason) label value answer_pod can return, e.g. to pre-register metrics.
 ADMISSION_REASONS: Final = (
     *WIRING_REASONS,
     REASON_NOT_CREATE,
@@ -95,16 +95,45 @@ def _namespace(req: AdmissionRequest, pod: dict[str, Any]) -> str:
     )
 
 
-def namespace_to_list(req: AdmissionRequest) -> str | None:
-    """The namespace whose CacheBackends wiring ``req`` reads, or None when its answer
-    needs no list: the same steps, in the same order, as ``mutate_pod`` takes before it
-    lists (not a CREATE, not a decodable Pod, the skip-inject opt-out)."""
+@dataclass(frozen=True)
+class Unwired:
+    """A Pod request answered without wiring and without a patch."""
+
+    outcome: str
+    reason: str
+    message: str
+    logged: dict[str, Any] | None  # the object the log line takes pod names from
+
+
+@dataclass(frozen=True)
+class PodRequest:
+    """A Pod AdmissionRequest decoded and classified once. The route's LIST decision
+    (``namespace_to_list``) and the answer (``answer_pod``) both read it."""
+
+    req: AdmissionRequest
+    subject: PodFacts | Unwired
+
+    @property
+    def namespace_to_list(self) -> str | None:
+        """The namespace whose CacheBackends the wiring reads, or None when the answer
+        needs no list (not a CREATE, not a decodable Pod, the skip-inject opt-out)."""
+        facts = self.subject
+        if isinstance(facts, Unwired) or facts.skip_inject:
+            return None
+        return str(facts.namespace)
+
+
+def classify_pod(req: AdmissionRequest) -> PodRequest:
+    """Only a CREATE of a decodable Pod is wired; its facts are read here, once."""
     if req.operation != "CREATE":
-        return None
+        message = f"{req.operation or 'unknown'} is not wired (CREATE only)"
+        return PodRequest(req, Unwired(OUTCOME_SKIPPED, REASON_NOT_CREATE, message, req.obj))
     pod = _decode_pod(req)
-    if pod is None or skip_inject_requested(pod):
-        return None
-    return _namespace(req, pod)
+    if pod is None:
+        # No Pod to patch: stale annotations cannot be cleared on this path.
+        message = "the request object is not a decodable Pod"
+        return PodRequest(req, Unwired(OUTCOME_FAIL_OPEN, REASON_DECODE_ERROR, message, None))
+    return PodRequest(req, pod_facts(pod, _namespace(req, pod)))
 
 
 def _log(
@@ -168,21 +197,15 @@ def field_level_patch(before: dict[str, Any], after: dict[str, Any]) -> list[dic
     return ops + _field_ops("", rest_b, rest_a)
 
 
-def verified_patch(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:
-    """The minimal patch, checked by applying it; the field-level one if that ever fails
-    (a wrong patch would wire the pod to something nobody rendered)."""
-    patch = json_patch(before, after)
-    try:
-        try:
-            patched = json_diff.apply(json_copy(before), patch)
-        except json_diff.UnsupportedOpError:  # jsonpatch's patches may move and copy
-            patched = jsonpatch.apply_patch(json_copy(before), patch, in_place=True)
-        if json_diff.same(patched, after):
-            return patch
-    except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException, LookupError, TypeError):
-        pass
+def _field_level_fallback(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:
     log.warning("minimal JSON patch did not reproduce the wired pod; using field-level ops")
     return field_level_patch(before, after)
+
+
+def verified_patch(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:
+    """The minimal patch, checked by applying it once; the field-level one if that ever
+    fails (a wrong patch would wire the pod to something nobody rendered)."""
+    return json_patch(before, after, fallback=_field_level_fallback)
 
 
 def _answer(
@@ -216,9 +239,18 @@ def mutate_pod(
     backends: Backends,
     ctx: InjectContext,
 ) -> tuple[dict[str, Any], str, str]:
+    """``answer_pod`` for a request not yet classified."""
+    return answer_pod(classify_pod(req), backends, ctx)
+
+
+def answer_pod(
+    request: PodRequest,
+    backends: Backends,
+    ctx: InjectContext,
+) -> tuple[dict[str, Any], str, str]:
     """(AdmissionReview response, outcome, reason); the response always allows.
 
-    ``backends`` are the CacheBackends of the namespace ``namespace_to_list(req)``
+    ``backends`` are the CacheBackends of the namespace ``request.namespace_to_list``
     names (ignored when it names none), or the exception listing them raised.
 
     The response carries the decision as ``auditAnnotations`` (``outcome``,
@@ -226,45 +258,25 @@ def mutate_pod(
     ``mpod.inferencecache.io/``, so why a pod was (not) wired is visible there as well
     as in our log line and metric, and a client replaying a review reads it directly.
     """
-    response, outcome, reason = _decide(req, backends, ctx)
+    response, outcome, reason = _decide(request, backends, ctx)
     response["response"]["auditAnnotations"] = {"outcome": outcome, "reason": reason}
     return response, outcome, reason
 
 
 def _decide(
-    req: AdmissionRequest,
+    request: PodRequest,
     backends: Backends,
     ctx: InjectContext,
 ) -> tuple[dict[str, Any], str, str]:
     started = time.perf_counter()
-    if req.operation != "CREATE":
-        _log(
-            req,
-            req.obj,
-            OUTCOME_SKIPPED,
-            REASON_NOT_CREATE,
-            f"{req.operation or 'unknown'} is not wired (CREATE only)",
-            None,
-            started,
-        )
-        return allow(req.uid), OUTCOME_SKIPPED, REASON_NOT_CREATE
-    pod = _decode_pod(req)
-    if pod is None:
-        # No Pod to patch: stale annotations cannot be cleared on this path.
-        _log(
-            req,
-            None,
-            OUTCOME_FAIL_OPEN,
-            REASON_DECODE_ERROR,
-            "the request object is not a decodable Pod",
-            None,
-            started,
-        )
-        return allow(req.uid), OUTCOME_FAIL_OPEN, REASON_DECODE_ERROR
-    namespace = _namespace(req, pod)
-    if skip_inject_requested(pod):
+    req, facts = request.req, request.subject
+    if isinstance(facts, Unwired):
+        _log(req, facts.logged, facts.outcome, facts.reason, facts.message, None, started)
+        return allow(req.uid), facts.outcome, facts.reason
+    pod = facts.pod
+    if facts.skip_inject:
         # The explicit opt-out needs no backend: decided before (and despite) the list.
-        return _answer(req, pod, wire_pod(pod, [], ctx, namespace=namespace), started)
+        return _answer(req, pod, wire_facts(facts, [], ctx), started)
     if isinstance(backends, Exception):  # any list failure (API, network, file) fails open
         stripped = copy.deepcopy(pod)
         strip_decision_annotations(stripped)
@@ -272,8 +284,8 @@ def _decide(
         result = WiringResult(stripped, OUTCOME_FAIL_OPEN, REASON_LIST_ERROR, message)
         return _answer(req, pod, result, started)
     try:
-        result = wire_pod(pod, list(backends), ctx, namespace=namespace)
-    except Exception as exc:  # wire_pod is total; this is a last line of defence
+        result = wire_facts(facts, list(backends), ctx)
+    except Exception as exc:  # wiring is total; this is a last line of defence
         _log(
             req,
             pod,

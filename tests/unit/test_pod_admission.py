@@ -1,8 +1,9 @@
 """Mutate_pod: AdmissionReview handling of the Pod webhook; always allowed, fail-open.
 
-Driven as the Pod route drives it: the namespace ``namespace_to_list`` names is listed
-(here through a scripted lister, which may raise), then the pure ``mutate_pod`` judges
-the request with what the list returned, or with the exception it raised."""
+Driven as the Pod route drives it: the request is classified once (``classify_pod``),
+the namespace its ``namespace_to_list`` names is listed (here through a scripted
+lister, which may raise), then the pure ``answer_pod`` judges the same classified
+request with what the list returned, or with the exception it raised."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import jsonpatch
 import pytest
 
 from shared import constants as c
+from shared import json_diff
 from tests.builders import CTX, NS, admission_review, stale_annotations
 from tests.builders import backend as make_backend
 from tests.builders import pod as make_pod
@@ -166,7 +168,7 @@ def test_internal_error_fails_open_without_patch(monkeypatch: pytest.MonkeyPatch
     def boom(*_: Any, **__: Any) -> Any:
         raise ValueError("bug")
 
-    monkeypatch.setattr(pod_admission, "wire_pod", boom)
+    monkeypatch.setattr(pod_admission, "wire_facts", boom)
     review, outcome, reason = mutate_pod(request(make_pod()), lister(make_backend()), CTX)
     assert_allowed(review)
     assert "patch" not in review["response"]
@@ -254,7 +256,9 @@ def test_a_pod_without_any_namespace_is_in_default() -> None:
 def test_a_patch_that_does_not_reproduce_the_pod_falls_back_to_field_ops(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(pod_admission, "json_patch", lambda before, after: [])
+    # Neither candidate reproduces the wired pod: the fast diff and jsonpatch's search.
+    monkeypatch.setattr(json_diff, "diff", lambda before, after: [])
+    monkeypatch.setattr(jsonpatch, "make_patch", lambda before, after: jsonpatch.JsonPatch([]))
     pod = make_pod()
     review, outcome, _ = mutate_pod(request(pod), lister(make_backend()), CTX)
     assert outcome == "injected"
@@ -268,6 +272,24 @@ def test_a_patch_that_does_not_reproduce_the_pod_falls_back_to_field_ops(
     monkeypatch.undo()
     again, _, _ = mutate_pod(request(wired), lister(make_backend()), CTX)
     assert "patch" not in again["response"]
+
+
+def test_the_pod_patch_is_built_and_applied_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The minimal patch is verified by applying it to a copy of the pod (a wrong patch
+    # would wire the pod to something nobody rendered): once per admission, not once
+    # per layer that builds it.
+    applied: list[int] = []
+    real_apply = json_diff.apply
+
+    def counting_apply(doc: Any, patch: list[dict[str, Any]]) -> Any:
+        applied.append(len(patch))
+        return real_apply(doc, patch)
+
+    monkeypatch.setattr(json_diff, "apply", counting_apply)
+    review, outcome, _ = mutate_pod(request(make_pod()), lister(make_backend()), CTX)
+    assert outcome == "injected"
+    assert len(applied) == 1
+    assert applied == [len(patch_of(review))]
 
 
 def test_field_level_patch_round_trips() -> None:

@@ -127,6 +127,36 @@ def test_pod_route_fails_open_and_counts_the_reason(app_client: TestClient) -> N
     assert sample(app_client, name, labels) == 1.0
 
 
+def test_pod_route_reads_a_request_once_for_the_list_and_the_wiring(
+    monkeypatch: pytest.MonkeyPatch, app_client: TestClient
+) -> None:
+    """One Pod admission decodes its object and reads the skip-inject opt-out once: the
+    same classification decides the CacheBackend LIST and drives the wiring."""
+    from shared import pod_wiring
+    from webhook_svc import pod_admission
+
+    calls: list[str] = []
+
+    def counted(name: str, real: Any) -> Any:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            calls.append(name)
+            return real(*args, **kwargs)
+
+        return wrapper
+
+    monkeypatch.setattr(pod_admission, "_decode_pod", counted("decode", pod_admission._decode_pod))
+    skip = counted("skip_inject", pod_wiring.skip_inject_requested)
+    monkeypatch.setattr(pod_wiring, "skip_inject_requested", skip)
+    # Where an importer holds its own reference to the rule, count that one too.
+    monkeypatch.setattr(pod_admission, "skip_inject_requested", skip, raising=False)
+    response = app_client.post(
+        PATH_MUTATE_POD,
+        json=_review(pod(labels={"app": "vllm-llama"}, namespace="default"), kind="Pod"),
+    ).json()["response"]
+    assert response["auditAnnotations"] == {"outcome": "injected", "reason": "injected"}
+    assert sorted(calls) == ["decode", "skip_inject"]
+
+
 def test_each_app_has_its_own_metrics_registry() -> None:
     """Two apps in one process do not share counters, so a test's
     metrics are its own app's (and /metrics shows one app's traffic)."""
@@ -197,7 +227,7 @@ UNEXPECTED = [
     (PATH_MUTATE_POD, ["parse_body"]),
     (PATH_MUTATE_CB, ["parse_body"]),
     (PATH_VALIDATE_CB, ["parse_body"]),
-    (PATH_MUTATE_POD, ["mutate_pod", "pod_fail_open"]),
+    (PATH_MUTATE_POD, ["answer_pod", "pod_fail_open"]),
     (PATH_MUTATE_CB, ["mutate_cachebackend", "internal_denial"]),
     (PATH_VALIDATE_CB, ["validate_cachebackend", "internal_denial"]),
 ]

@@ -131,8 +131,8 @@ def test_pod_route_fails_open_when_anything_raises(monkeypatch: pytest.MonkeyPat
     def boom(*_args: Any, **_kwargs: Any) -> None:
         raise RuntimeError("unexpected")
 
-    monkeypatch.setattr(pod_admission, "skip_inject_requested", boom)
-    monkeypatch.setattr(pod_admission, "wire_pod", boom)
+    monkeypatch.setattr(pod_admission, "pod_facts", boom)
+    monkeypatch.setattr(pod_admission, "wire_facts", boom)
     client = TestClient(
         create_app(FileBackendSource(SAMPLES_DIR, load_backends), InjectContext()),
         raise_server_exceptions=False,
