@@ -69,9 +69,9 @@ def replicaset_shape(replicaset: Obj) -> tuple[object, ...]:
 
 
 def deployments_from_replicasets(replicasets: Iterable[Obj]) -> list[Obj]:
-    """Each Deployment owning one of ``replicasets`` (by controller reference), shaped
-    as ``reconciler.cluster_cache.engine_deployment`` shapes a Deployment: replicas
-    from its newest ReplicaSet's desired-replicas annotation (newest by revision), pod
+    """Each Deployment owning one of ``replicasets`` (by controller reference), in the
+    shape ``reconciler.reads.ClusterReads.engine_deployments`` promises: replicas from
+    its newest ReplicaSet's desired-replicas annotation (newest by revision), pod
     template labels from that ReplicaSet's labels less ``pod-template-hash``.
 
     A ReplicaSet without a revision, or a newest one without desired-replicas, was not
