@@ -102,21 +102,21 @@ def test_client_versions_against_the_managed_lmcache_server(cluster: Cluster, st
     backend = f"{ns}/cb"
     cb = cluster.create_cb(ns, "cb", MANAGED, NO_GATE)
     wait_rolled_out(cluster, ns, "Deployment", "cb-lmcache-server")
-    cluster.wait_condition(ns, "cb", "Ready", "True", "BackendReady")
-    assert poll(lambda: gauge(port, backend) == 0.0, timeout=15, what="the gauge at 0")
+    cluster.wait_condition(ns, "cb", "Ready", "True", "BackendReady", timeout=60)
+    assert poll(lambda: gauge(port, backend) == 0.0, timeout=60, what="the gauge at 0")
 
     # None reported: a client pip-installed at engine start (versions without lmcache)
     # and a verdict from before versions were reported.
     engine(cluster, ns, cb, "e-none", verdict({"vllm": "0.11.0", "torch": "2.8.0"}))
     engine(cluster, ns, cb, "e-old", verdict(None))
-    obj = cluster.wait_condition(ns, "cb", SKEW, "Unknown", "ClientVersionUnknown")
+    obj = cluster.wait_condition(ns, "cb", SKEW, "Unknown", "ClientVersionUnknown", timeout=60)
     assert "e-none, e-old" in message_of(obj, SKEW)
     assert condition(obj, "Ready") == ("True", "BackendReady")
     assert condition(obj, "EngineKernelsHealthy") == ("True", "KernelsHealthy")
 
     # A matching client (0.4.x against the default lmcache/standalone:v0.4.7).
     engine(cluster, ns, cb, "e-match", verdict({"lmcache": "0.4.7", "vllm": "0.11.0"}))
-    obj = cluster.wait_condition(ns, "cb", SKEW, "False", "VersionsAligned")
+    obj = cluster.wait_condition(ns, "cb", SKEW, "False", "VersionsAligned", timeout=60)
     aligned = message_of(obj, SKEW)
     assert "e-match (lmcache 0.4.7)" in aligned
     assert "lmcache/standalone:v0.4.7" in aligned
@@ -127,7 +127,7 @@ def test_client_versions_against_the_managed_lmcache_server(cluster: Cluster, st
 
     # A skewed client: the condition, one Warning Event, the gauge; Ready unchanged.
     engine(cluster, ns, cb, "e-skew", verdict({"lmcache": "0.5.6", "vllm": "0.33.0"}))
-    obj = cluster.wait_condition(ns, "cb", SKEW, "True", "ClientServerVersionSkew")
+    obj = cluster.wait_condition(ns, "cb", SKEW, "True", "ClientServerVersionSkew", timeout=60)
     skewed = message_of(obj, SKEW)
     assert "e-skew (lmcache 0.5.6)" in skewed
     assert "e-match (lmcache 0.4.7)" in skewed
@@ -136,29 +136,33 @@ def test_client_versions_against_the_managed_lmcache_server(cluster: Cluster, st
     assert condition(obj, "Degraded") == ("False", "NotDegraded")
     poll(
         lambda: event_count(cluster, ns, "LMCacheVersionSkew") == 1,
-        timeout=10,
+        timeout=60,
         what="the LMCacheVersionSkew Event",
     )
     event = next(e for e in cluster.events(ns, "cb") if e["reason"] == "LMCacheVersionSkew")
     assert event["type"] == "Warning"
     assert "e-skew (lmcache 0.5.6)" in event["message"]
-    poll(lambda: gauge(port, backend) == 1.0, timeout=15, what="the skew gauge at 1")
+    poll(lambda: gauge(port, backend) == 1.0, timeout=60, what="the skew gauge at 1")
 
     # Still skewed with another pod, which also runs a vLLM below the proven minimum:
     # the skew is no new Event; the minimum warning is its own, once.
     old_vllm = "0.10.1"
     assert ev.older_than(old_vllm, ev.minimum_for("VLLM", "LMCache", "LMCacheServer")["vllm"])
     engine(cluster, ns, cb, "e-skew2", verdict({"lmcache": "0.5.1", "vllm": old_vllm}))
-    obj = cluster.wait_condition(ns, "cb", BELOW, "True", "ReleaseBelowMinimum")
+    obj = cluster.wait_condition(ns, "cb", BELOW, "True", "ReleaseBelowMinimum", timeout=60)
     assert f"e-skew2 (vllm {old_vllm} <" in message_of(obj, BELOW)
     obj = cluster.wait_cb(
-        ns, "cb", lambda o: "e-skew2 (lmcache 0.5.1)" in message_of(o, SKEW), "e-skew2 listed"
+        ns,
+        "cb",
+        lambda o: "e-skew2 (lmcache 0.5.1)" in message_of(o, SKEW),
+        "e-skew2 listed",
+        timeout=60,
     )
     assert condition(obj, SKEW) == ("True", "ClientServerVersionSkew")
     assert condition(obj, "Ready") == ("True", "BackendReady")
     poll(
         lambda: event_count(cluster, ns, "EngineVersionBelowMinimum") == 1,
-        timeout=10,
+        timeout=60,
         what="the EngineVersionBelowMinimum Event",
     )
     assert event_count(cluster, ns, "LMCacheVersionSkew") == 1
@@ -169,11 +173,11 @@ def test_client_versions_against_the_managed_lmcache_server(cluster: Cluster, st
         "cb",
         {"spec": {"remoteStorage": {"lmCacheServer": {"image": "lmcache/standalone:v0.5.6"}}}},
     )
-    obj = cluster.wait_condition(ns, "cb", SKEW, "True", "ClientServerVersionSkew")
+    obj = cluster.wait_condition(ns, "cb", SKEW, "True", "ClientServerVersionSkew", timeout=60)
     assert "e-match (lmcache 0.4.7)" in message_of(obj, SKEW)
     cluster.kube.delete(k.PODS, ns, "e-match")
     obj = cluster.wait_condition(ns, "cb", SKEW, "False", "VersionsAligned", timeout=60)
-    poll(lambda: gauge(port, backend) == 0.0, timeout=15, what="the skew gauge back at 0")
+    poll(lambda: gauge(port, backend) == 0.0, timeout=60, what="the skew gauge back at 0")
     assert event_count(cluster, ns, "LMCacheVersionSkew") == 1
 
     # A server pinned by digest has no version to compare: said so, never guessed.
@@ -181,4 +185,4 @@ def test_client_versions_against_the_managed_lmcache_server(cluster: Cluster, st
     cluster.patch_cb(ns, "cb", {"spec": {"remoteStorage": {"lmCacheServer": {"image": digest}}}})
     obj = cluster.wait_condition(ns, "cb", SKEW, "Unknown", "ServerVersionUnknown", timeout=60)
     assert digest in message_of(obj, SKEW)
-    poll(lambda: gauge(port, backend) == 0.0, timeout=15, what="the skew gauge at 0")
+    poll(lambda: gauge(port, backend) == 0.0, timeout=60, what="the skew gauge at 0")
