@@ -109,8 +109,17 @@ def test_client_versions_against_the_managed_lmcache_server(cluster: Cluster, st
     # and a verdict from before versions were reported.
     engine(cluster, ns, cb, "e-none", verdict({"vllm": "0.11.0", "torch": "2.8.0"}))
     engine(cluster, ns, cb, "e-old", verdict(None))
-    obj = cluster.wait_condition(ns, "cb", SKEW, "Unknown", "ClientVersionUnknown", timeout=60)
-    assert "e-none, e-old" in message_of(obj, SKEW)
+    # Both pods counted: the worker may publish between the two creations.
+    obj = cluster.wait_cb(
+        ns,
+        "cb",
+        lambda o: (
+            condition(o, SKEW) == ("Unknown", "ClientVersionUnknown")
+            and "e-none, e-old" in message_of(o, SKEW)
+        ),
+        "ClientVersionUnknown naming e-none and e-old",
+        timeout=60,
+    )
     assert condition(obj, "Ready") == ("True", "BackendReady")
     assert condition(obj, "EngineKernelsHealthy") == ("True", "KernelsHealthy")
 
