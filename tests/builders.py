@@ -496,8 +496,8 @@ def cachebackend_review(
     operation: str,
     obj: Any = None,
     old: Any = None,
-    *,
     namespace: str | None = NS,
+    *,
     uid: str = REVIEW_UID,
     sparse: bool = False,
     **extra: Any,
@@ -522,16 +522,36 @@ def cachebackend_review(
             request["oldObject"] = old
     else:
         request.update(
-            requestKind=dict(CACHEBACKEND_GVK),
-            operation=operation,
-            userInfo=dict(ADMIN),
-            object=obj,
-            oldObject=old,
-            dryRun=False,
-            **extra,
+            {
+                "requestKind": dict(CACHEBACKEND_GVK),
+                "operation": operation,
+                "userInfo": dict(ADMIN),
+                "object": obj,
+                "oldObject": old,
+                "dryRun": False,
+                **extra,
+            }
         )
     if namespace is not None:
         request["namespace"] = namespace
+    return review_of(request)
+
+
+def workload_review(
+    obj: dict[str, Any], old: dict[str, Any] | None = None, user: Any = None
+) -> dict[str, Any]:
+    """A review of backend team-a/cb as the workload authorization reads it: CREATE,
+    or UPDATE from ``old``; ``user``: its userInfo (left out when None)."""
+    request: dict[str, Any] = {
+        "uid": "r-1",
+        "operation": "UPDATE" if old else "CREATE",
+        "namespace": "team-a",
+        "name": "cb",
+        "object": obj,
+        "oldObject": old,
+    }
+    if user is not None:
+        request["userInfo"] = user
     return review_of(request)
 
 
