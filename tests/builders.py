@@ -84,6 +84,12 @@ def cb(
     return obj
 
 
+def spec_only_cb(name: str, **spec: Any) -> dict[str, Any]:
+    """A CacheBackend named ``name`` whose spec is exactly ``spec``, no runtime added
+    (so a broken one too), as a client sends it (the request names the namespace)."""
+    return cb(dict(spec), name, namespace=None)
+
+
 def new_cb(
     name: str,
     selector: dict[str, str] | None = None,
