@@ -13,6 +13,8 @@ no use for them, the tests do; and ``held``, a byte budget of the webhook held f
 a block; and ``mutate_pod``, the Pod route's steps over a scripted CacheBackend
 lister.
 
+``FakeAccessReviewer`` answers the webhook's SubjectAccessReviews.
+
 For the client code itself: ``GapKube``, the real client with a dropped watch and a
 held reconnect; and two scripted HTTP/1.1 API servers on 127.0.0.1 that answer as a
 test says, ``ScriptedHttpServer`` (threaded, for the synchronous ``Kube``) and
@@ -44,6 +46,7 @@ from webhook_svc import pod_admission
 from webhook_svc.admission_gate import ByteBudget
 from webhook_svc.admission_review import AdmissionRequest
 from webhook_svc.pod_admission import Backends
+from webhook_svc.workload_authz import ReviewError
 
 
 def selector_matches(selector: str | None, labels: dict[str, str]) -> bool:
@@ -403,6 +406,23 @@ class GapKube(k.Kube):
                 self.dropped.set()
                 raise ConnectionResetError("the watch connection dropped")
             yield event
+
+
+class FakeAccessReviewer:
+    """A SubjectAccessReview client that allows the resources in ``allowed`` (every
+    review it is asked is kept in ``asked``); ``error``: each review fails."""
+
+    def __init__(self, allowed: set[str] | None = None, error: bool = False) -> None:
+        self.allowed = allowed or set()
+        self.error = error
+        self.asked: list[dict[str, Any]] = []
+
+    async def review(self, body: dict[str, Any]) -> dict[str, Any]:
+        self.asked.append(body)
+        if self.error:
+            raise ReviewError("API server said 503 Service Unavailable")
+        resource = body["spec"]["resourceAttributes"]["resource"]
+        return {"status": {"allowed": resource in self.allowed}}
 
 
 # --------------------------------------------------- scripted API servers on 127.0.0.1

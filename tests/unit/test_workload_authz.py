@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from tests.builders import workload_review
+from tests.fakes import FakeAccessReviewer
 from webhook_svc.admission_review import AdmissionRequest, parse_review
 from webhook_svc.cachebackend_admission import validate_cachebackend
 from webhook_svc.workload_authz import (
@@ -115,26 +116,12 @@ def test_the_review_carries_the_requesting_user_as_the_admission_request_names_t
     }
 
 
-class Reviewer:
-    def __init__(self, allowed: set[str] | None = None, error: bool = False) -> None:
-        self.allowed = allowed or set()
-        self.error = error
-        self.asked: list[dict[str, Any]] = []
-
-    async def review(self, body: dict[str, Any]) -> dict[str, Any]:
-        self.asked.append(body)
-        if self.error:
-            raise ReviewError("API server said 503 Service Unavailable")
-        resource = body["spec"]["resourceAttributes"]["resource"]
-        return {"status": {"allowed": resource in self.allowed}}
-
-
 def request(obj: dict[str, Any], old: dict[str, Any] | None = None, user: Any = USER) -> Any:
     """The parsed request of a review of ``obj`` by ``user``."""
     return parse_review(workload_review(obj, old, user))
 
 
-def authorizing(reviewer: Reviewer) -> Callable[[AdmissionRequest], dict[str, Any]]:
+def authorizing(reviewer: FakeAccessReviewer) -> Callable[[AdmissionRequest], dict[str, Any]]:
     """What the validating route does: validate, then the reviews for what it allows."""
 
     def handler(req: AdmissionRequest) -> dict[str, Any]:
@@ -147,7 +134,7 @@ def authorizing(reviewer: Reviewer) -> Callable[[AdmissionRequest], dict[str, An
 
 
 def test_a_user_who_may_not_create_deployments_is_denied_with_a_field_scoped_403() -> None:
-    handler = authorizing(Reviewer())
+    handler = authorizing(FakeAccessReviewer())
     resp = handler(request(MANAGED))["response"]
     assert resp["allowed"] is False
     status = resp["status"]
@@ -157,7 +144,7 @@ def test_a_user_who_may_not_create_deployments_is_denied_with_a_field_scoped_403
 
 
 def test_a_user_who_may_is_allowed_and_nothing_is_asked_when_nothing_is_shaped() -> None:
-    reviewer = Reviewer({"deployments"})
+    reviewer = FakeAccessReviewer({"deployments"})
     handler = authorizing(reviewer)
     assert handler(request(MANAGED))["response"]["allowed"] is True
     assert len(reviewer.asked) == 1
@@ -172,9 +159,10 @@ def test_a_user_who_may_is_allowed_and_nothing_is_asked_when_nothing_is_shaped()
 
 
 @pytest.mark.parametrize(
-    ("reviewer", "user"), [(Reviewer(error=True), USER), (Reviewer({"deployments"}), None)]
+    ("reviewer", "user"),
+    [(FakeAccessReviewer(error=True), USER), (FakeAccessReviewer({"deployments"}), None)],
 )
-def test_a_review_that_cannot_be_made_fails_closed(reviewer: Reviewer, user: Any) -> None:
+def test_a_review_that_cannot_be_made_fails_closed(reviewer: FakeAccessReviewer, user: Any) -> None:
     resp = authorizing(reviewer)(request(MANAGED, user=user))["response"]
     assert resp["allowed"] is False
     assert resp["status"]["code"] == 503
@@ -182,7 +170,7 @@ def test_a_review_that_cannot_be_made_fails_closed(reviewer: Reviewer, user: Any
 
 
 def test_invalid_objects_are_denied_by_validation_before_any_review() -> None:
-    reviewer = Reviewer({"deployments"})
+    reviewer = FakeAccessReviewer({"deployments"})
     bad = with_spec(MANAGED, remoteStorage={"provider": "LMCacheServer", "ownership": "External"})
     resp = authorizing(reviewer)(request(bad))["response"]
     assert resp["allowed"] is False
@@ -194,7 +182,7 @@ def test_authorized_by_privileged_group_asks_nothing_for_system_masters() -> Non
     """Rule authorized_by_privileged_group: the API server's superuser authorizer allows
     every review for system:masters, so the webhook makes none; any other group is asked."""
     root = {"username": "kubernetes-admin", "groups": ["system:masters", "system:authenticated"]}
-    reviewer = Reviewer()
+    reviewer = FakeAccessReviewer()
     handler = authorizing(reviewer)
     sts = with_spec(MANAGED, deploymentKind="StatefulSet")
     assert handler(request(sts, user=root))["response"]["allowed"] is True
