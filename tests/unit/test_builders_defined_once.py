@@ -11,6 +11,9 @@ two files):
 - no dict literal whose ``"kind"`` is ``"AdmissionReview"`` (tests/builders.py builds
   the envelope; a response checked for that kind is a comparison, not a literal);
 - no class that subclasses ``Kube`` or ``FakeKube`` (tests/fakes.py holds the doubles).
+
+And no module imports from a test module (``test_*``): what two test modules share
+lives in a helper module (builders, fakes, a conftest, a harness module).
 """
 
 from __future__ import annotations
@@ -58,6 +61,13 @@ def _base_name(base: ast.expr) -> str:
     return base.id if isinstance(base, ast.Name) else ""
 
 
+def _imported(node: ast.Import | ast.ImportFrom) -> list[str]:
+    """The dotted module names an import statement reads from."""
+    if isinstance(node, ast.ImportFrom):
+        return [node.module or ""]
+    return [alias.name for alias in node.names]
+
+
 def violations(path: Path, source: str) -> list[str]:
     """Where the module at ``path`` defines a builder or a double outside its home,
     in line order."""
@@ -68,6 +78,10 @@ def violations(path: Path, source: str) -> list[str]:
         if fn.name in BUILDER_NAMES
     ]
     for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom | ast.Import) and any(
+            part.startswith("test_") for name in _imported(node) for part in name.split(".")
+        ):
+            found.append((node.lineno, "imports from a test module"))
         if isinstance(node, ast.Dict) and _is_admission_review_literal(node):
             found.append((node.lineno, "builds an AdmissionReview literal"))
         if isinstance(node, ast.ClassDef) and any(
@@ -85,6 +99,7 @@ def test_the_rule_sees_each_kind_of_redefinition() -> None:
         "class Reader:\n    def cb(self): ...\n"
         "R = {'apiVersion': 'admission.k8s.io/v1', 'kind': 'AdmissionReview'}\n"
         "class Gap(k.Kube): ...\n"
+        "from tests.unit.test_status import obj\n"
     )
     found = violations(Path("m.py"), source)
     assert found == [
@@ -92,6 +107,7 @@ def test_the_rule_sees_each_kind_of_redefinition() -> None:
         "m.py:3 defines backend()",
         "m.py:6 builds an AdmissionReview literal",
         "m.py:7 defines a Kubernetes double Gap",
+        "m.py:8 imports from a test module",
     ]
 
 
