@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import json
 import re
+from pathlib import Path
 from typing import Any
 
 from reconciler.conditions import find
@@ -19,6 +21,7 @@ from shared.api.models import CacheBackend
 from shared.pod_wiring import WiringResult, wire_pod
 from shared.runtime_adapters.base import InjectContext
 from shared.runtime_adapters.podcheck import pod_problems
+from tests.harness.kwok import GPU_RESOURCE, RESTARTS_ANNOTATION
 from webhook_svc.admission_review import json_patch
 
 
@@ -63,31 +66,64 @@ def cb(
     spec: Any = None,
     name: str = "cache",
     *,
-    namespace: str = NS,
+    namespace: str | None = NS,
     no_spec: bool = False,
     **meta: Any,
 ) -> dict[str, Any]:
     """A CacheBackend object as JSON; ``meta``: more metadata fields (uid, annotations,
-    generation, ...); ``no_spec`` leaves .spec out entirely."""
+    generation, ...); ``no_spec`` leaves .spec out entirely; ``namespace=None`` leaves
+    it out (the request names it)."""
+    where = {} if namespace is None else {"namespace": namespace}
     obj: dict[str, Any] = {
         "apiVersion": c.API_VERSION,
         "kind": c.KIND,
-        "metadata": {"name": name, "namespace": namespace, **meta},
+        "metadata": {"name": name, **where, **meta},
     }
     if not no_spec:
         obj["spec"] = spec
     return obj
 
 
-def new_cb(name: str, selector: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
+def spec_only_cb(name: str, **spec: Any) -> dict[str, Any]:
+    """A CacheBackend named ``name`` whose spec is exactly ``spec``, no runtime added
+    (so a broken one too), as a client sends it (the request names the namespace)."""
+    return cb(dict(spec), name, namespace=None)
+
+
+def new_cb(
+    name: str,
+    selector: dict[str, str] | None = None,
+    *,
+    labels: dict[str, str] | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
     """A CacheBackend as a test creates it through the API server: metadata.name only
     (the request names the namespace); runtime VLLM unless ``runtime`` is given;
-    ``selector``: spec.engineSelector.matchLabels; ``spec``: more spec fields."""
+    ``selector``: spec.engineSelector.matchLabels; ``labels``: the backend's own
+    metadata.labels; ``spec``: more spec fields."""
     body: dict[str, Any] = {"runtime": c.RUNTIME_VLLM}
     if selector is not None:
         body["engineSelector"] = {"matchLabels": selector}
     body.update(spec)
-    return {"apiVersion": c.API_VERSION, "kind": c.KIND, "metadata": {"name": name}, "spec": body}
+    metadata: dict[str, Any] = {"name": name}
+    if labels is not None:
+        metadata["labels"] = labels
+    return {"apiVersion": c.API_VERSION, "kind": c.KIND, "metadata": metadata, "spec": body}
+
+
+def selector_cb(
+    ns: str, name: str, labels: dict[str, str] | None, ip: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """A vLLM backend as the selector indexes and /snapshot read it: namespace, name and
+    spec only; ``labels``: its engineSelector.matchLabels (None: no selector);
+    ``ip``: its status.indexParticipation."""
+    spec: dict[str, Any] = {"runtime": c.RUNTIME_VLLM}
+    if labels is not None:
+        spec["engineSelector"] = {"matchLabels": labels}
+    o: dict[str, Any] = {"metadata": {"namespace": ns, "name": name}, "spec": spec}
+    if ip is not None:
+        o["status"] = {"indexParticipation": ip}
+    return o
 
 
 MODEL = "Qwen/Qwen3-8B"
@@ -160,6 +196,38 @@ def parsed_backend(**kw: Any) -> CacheBackend:
     return CacheBackend.model_validate(backend(**kw))
 
 
+def hicache_backend(**hi: Any) -> CacheBackend:
+    """An SGLang native HiCache backend; ``hi``: spec.hiCache (default ratio 2.0)."""
+    return parsed_backend(runtime="SGLang", type_="SGLangHiCache", hiCache=hi or {"ratio": "2.0"})
+
+
+def rendered_backend(spec: dict[str, Any], name: str = "cb", namespace: str = "ns") -> CacheBackend:
+    """A backend (uid uid-1, generation 1) as the storage providers render it."""
+    return CacheBackend.model_validate(
+        {
+            "metadata": {"name": name, "namespace": namespace, "uid": "uid-1", "generation": 1},
+            "spec": spec,
+        }
+    )
+
+
+def isolated_backend(
+    provider: str,
+    *,
+    selector: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+    **spec: Any,
+) -> CacheBackend:
+    """A backend of a Managed ``provider`` that selects engine pods (``selector``,
+    default app=engine), as the tier's NetworkPolicies are rendered from it."""
+    body = managed_spec(provider, **spec)
+    body["engineSelector"] = {"matchLabels": ENGINE_LABELS if selector is None else selector}
+    meta: dict[str, Any] = {"name": "cache", "namespace": NS, "uid": "uid-1"}
+    if annotations:
+        meta["annotations"] = annotations
+    return CacheBackend.model_validate({"metadata": meta, "spec": body})
+
+
 # ------------------------------------------------------- CacheBackend, as status sees it
 
 # The time the status tests reconcile at.
@@ -179,13 +247,14 @@ def status_backend(
     status: dict[str, Any] | None = None,
     annotations: dict[str, str] | None = None,
     generation: int = 1,
+    uid: str = "u",
 ) -> dict[str, Any]:
-    """CacheBackend ns/cb (uid u) as compute_status reads it: a Managed LMCacheServer
-    spec unless ``spec`` is given."""
+    """CacheBackend ns/cb (uid ``uid``) as compute_status and the reconciler read it:
+    a Managed LMCacheServer spec unless ``spec`` is given."""
     o: dict[str, Any] = {
         "apiVersion": "inferencecache.io/v1alpha1",
         "kind": "CacheBackend",
-        "metadata": {"name": "cb", "namespace": "ns", "uid": "u", "generation": generation},
+        "metadata": {"name": "cb", "namespace": "ns", "uid": uid, "generation": generation},
         "spec": spec if spec is not None else dict(MANAGED_SPEC),
     }
     if annotations:
@@ -193,6 +262,15 @@ def status_backend(
     if status is not None:
         o["status"] = status
     return o
+
+
+def conditioned_backend(*conditions: tuple[str, str, str]) -> dict[str, Any]:
+    """Backend ns/cb carrying only these (type, status, reason) conditions, as the
+    condition gauge reads it."""
+    return {
+        "metadata": {"namespace": "ns", "name": "cb"},
+        "status": {"conditions": [{"type": t, "status": s, "reason": r} for t, s, r in conditions]},
+    }
 
 
 def condition_of(status: dict[str, Any], type_: str) -> tuple[str, str] | None:
@@ -252,7 +330,144 @@ def pod(
     }
 
 
+def vllm_container(**extra: Any) -> dict[str, Any]:
+    """The vLLM engine container the Pod spec cases start from: serving :data:`MODEL`."""
+    return {
+        "name": "vllm",
+        "image": VLLM_IMAGE,
+        "args": ["--model", MODEL, "--port", "8000"],
+        **extra,
+    }
+
+
+def replicaset_pod(
+    *containers: dict[str, Any], labels: dict[str, str] | None = None, **kw: Any
+) -> dict[str, Any]:
+    """A pod as a Deployment's ReplicaSet creates it: generateName only, the
+    pod-template-hash label, the ReplicaSet's ownerReference; one
+    :func:`vllm_container` by default; ``kw``: more :func:`pod` arguments."""
+    return pod(
+        *(containers or (vllm_container(),)),
+        labels={**ENGINE_LABELS, "pod-template-hash": "7d9f8b6c5"} if labels is None else labels,
+        generate_name="engine-7d9f8b6c5-",
+        owner=REPLICASET_OWNER,
+        **kw,
+    )
+
+
+def named_pod(
+    name: str, labels: dict[str, str], container_name: str, image: str, args: list[str]
+) -> dict[str, Any]:
+    """A pod of one container that the test names itself (the request names the
+    namespace)."""
+    return pod(
+        container(container_name, image, args=args), labels=labels, namespace=None, name=name
+    )
+
+
+def template_pod(
+    template: dict[str, Any], name: str, extra_labels: dict[str, str]
+) -> dict[str, Any]:
+    """A pod made from a workload's pod ``template``, named ``name``, with
+    ``extra_labels`` added to the template's."""
+    meta = copy.deepcopy(template["metadata"])
+    meta["name"] = name
+    meta["labels"] = {**meta.get("labels", {}), **extra_labels}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": template["spec"]}
+
+
+def stored_pod(name: str, labels: dict[str, str], **extra: Any) -> dict[str, Any]:
+    """An engine pod as the API server stores it: namespace :data:`NS`, uid uid-<name>,
+    one vLLM container; ``extra["meta"]``: more metadata; other ``extra``: more
+    top-level fields (status, ...)."""
+    meta: dict[str, Any] = {"name": name, "namespace": NS, "uid": f"uid-{name}", "labels": labels}
+    meta.update(extra.pop("meta", {}))
+    spec = {"containers": [{"name": "vllm", "image": VLLM_IMAGE}]}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, **extra}
+
+
+def gpu_pod(name: str, gpus: int = 0) -> dict[str, Any]:
+    """A pod of one container asking for ``gpus`` GPUs (none: no resources), as the
+    harness's kwok nodes schedule it: metadata.name and spec only."""
+    box: dict[str, Any] = {"name": "main", "image": "engine:1"}
+    if gpus:
+        box["resources"] = {"limits": {GPU_RESOURCE: str(gpus)}}
+    return {"metadata": {"name": name}, "spec": {"containers": [box]}}
+
+
+def restarted_pod(restarts: dict[str, int], annotation: str | None = None) -> dict[str, object]:
+    """Pod p whose containers have restarted ``restarts`` times; ``annotation``: the
+    harness's restart annotation, as kwok reads it."""
+    meta: dict[str, object] = {"name": "p"}
+    if annotation is not None:
+        meta["annotations"] = {RESTARTS_ANNOTATION: annotation}
+    statuses = [{"name": name, "restartCount": n} for name, n in restarts.items()]
+    return {"metadata": meta, "status": {"containerStatuses": statuses}}
+
+
+def meta_pod(
+    name: str | None = None,
+    namespace: str = "ns",
+    *,
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+    uid: str | None = None,
+    resource_version: str | None = None,
+) -> dict[str, Any]:
+    """A pod as the watch caches, selector indexes and pod-event filters read it:
+    metadata only, each field left out unless given."""
+    meta: dict[str, Any] = {"namespace": namespace}
+    for key, value in (
+        ("name", name),
+        ("uid", uid),
+        ("resourceVersion", resource_version),
+        ("labels", labels),
+        ("annotations", annotations),
+    ):
+        if value is not None:
+            meta[key] = value
+    return {"metadata": meta}
+
+
+def listed_pod(name: str, rv: str, ns: str = "ns", **labels: str) -> dict[str, Any]:
+    """:func:`meta_pod` at resourceVersion ``rv``, as a LIST or watch event carries it."""
+    return meta_pod(name, ns, labels=labels, resource_version=rv)
+
+
+def selected_pod(
+    ns: str, name: str, labels: dict[str, str], injected: str | None = None
+) -> dict[str, Any]:
+    """:func:`meta_pod` with ``labels``; ``injected``: its injected-by annotation."""
+    annotations = {c.ANNOTATION_INJECTED_BY: injected} if injected else None
+    return meta_pod(name, ns, labels=labels, annotations=annotations)
+
+
+def event_pod(
+    annotations: dict[str, str], name: str = "engine-0", uid: str = "pod-uid"
+) -> dict[str, Any]:
+    """:func:`meta_pod` ns/``name`` at resourceVersion 7, as a pod event carries it."""
+    return meta_pod(name, "ns", annotations=annotations, uid=uid, resource_version="7")
+
+
+def claiming_pod(namespace: str, claim: str) -> dict[str, Any]:
+    """A pod (no name) whose injected-by annotation names ``claim``."""
+    return meta_pod(namespace=namespace, annotations={c.ANNOTATION_INJECTED_BY: claim})
+
+
 # --------------------------------------------------------------------- AdmissionReview
+
+
+ADMISSION_API = "admission.k8s.io/v1"
+# The request uid of the CacheBackend reviews (an API server's uid has this shape).
+REVIEW_UID = "705ab4f5-6393-11e8-b7cc-42010a800002"
+CACHEBACKEND_GVK = {"group": c.GROUP, "version": c.VERSION, "kind": c.KIND}
+CACHEBACKEND_GVR = {"group": c.GROUP, "version": c.VERSION, "resource": c.PLURAL}
+ADMIN = {"username": "kubernetes-admin", "groups": ["system:masters"]}
+
+
+def review_of(request: dict[str, Any]) -> dict[str, Any]:
+    """The admission.k8s.io/v1 AdmissionReview envelope around ``request`` as given."""
+    return {"apiVersion": ADMISSION_API, "kind": "AdmissionReview", "request": request}
 
 
 def admission_review(
@@ -260,22 +475,107 @@ def admission_review(
     *,
     kind: str = "Pod",
     operation: str = "CREATE",
-    namespace: str = "default",
+    namespace: str | None = "default",
     uid: str = "uid-1",
     name: str | None = None,
+    resource: str | None = None,
 ) -> dict[str, Any]:
     """An admission.k8s.io/v1 AdmissionReview asking about ``obj`` (any JSON value, so
-    a hostile one too), of core group kind ``kind``; ``name`` is left out unless given."""
+    a hostile one too), of core group kind ``kind``; ``name`` is left out unless given,
+    ``namespace`` when None; ``resource``: the core group resource the request names."""
     request: dict[str, Any] = {
         "uid": uid,
         "kind": {"group": "", "version": "v1", "kind": kind},
-        "operation": operation,
-        "namespace": namespace,
     }
+    if resource is not None:
+        request["resource"] = {"group": "", "version": "v1", "resource": resource}
+    request["operation"] = operation
+    if namespace is not None:
+        request["namespace"] = namespace
     if name is not None:
         request["name"] = name
     request["object"] = obj
-    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+    return review_of(request)
+
+
+def cachebackend_review(
+    operation: str,
+    obj: Any = None,
+    old: Any = None,
+    namespace: str | None = NS,
+    *,
+    uid: str = REVIEW_UID,
+    sparse: bool = False,
+    **extra: Any,
+) -> dict[str, Any]:
+    """An AdmissionReview of CacheBackend ``cache`` as the API server sends it: kind,
+    resource, requestKind, the admin user, object and oldObject (null when not given)
+    and dryRun false. ``sparse``: only uid, kind, resource, name, namespace and
+    operation, with object/oldObject only when given. ``extra``: more request fields;
+    ``namespace=None`` leaves it out."""
+    request: dict[str, Any] = {
+        "uid": uid,
+        "kind": dict(CACHEBACKEND_GVK),
+        "resource": dict(CACHEBACKEND_GVR),
+        "name": "cache",
+    }
+    if sparse:
+        request["operation"] = operation
+        request.update(extra)
+        if obj is not None:
+            request["object"] = obj
+        if old is not None:
+            request["oldObject"] = old
+    else:
+        request.update(
+            {
+                "requestKind": dict(CACHEBACKEND_GVK),
+                "operation": operation,
+                "userInfo": dict(ADMIN),
+                "object": obj,
+                "oldObject": old,
+                "dryRun": False,
+                **extra,
+            }
+        )
+    if namespace is not None:
+        request["namespace"] = namespace
+    return review_of(request)
+
+
+def workload_review(
+    obj: dict[str, Any], old: dict[str, Any] | None = None, user: Any = None
+) -> dict[str, Any]:
+    """A review of backend team-a/cb as the workload authorization reads it: CREATE,
+    or UPDATE from ``old``; ``user``: its userInfo (left out when None)."""
+    request: dict[str, Any] = {
+        "uid": "r-1",
+        "operation": "UPDATE" if old else "CREATE",
+        "namespace": "team-a",
+        "name": "cb",
+        "object": obj,
+        "oldObject": old,
+    }
+    if user is not None:
+        request["userInfo"] = user
+    return review_of(request)
+
+
+def example_review(
+    path: Path, namespace: str, user: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The example AdmissionReview at ``path`` moved into ``namespace`` (the request's and
+    each object's that names one); ``user``: its userInfo instead."""
+    body: dict[str, Any] = json.loads(path.read_text())
+    request = body["request"]
+    request["namespace"] = namespace
+    for key in ("object", "oldObject"):
+        meta = (request.get(key) or {}).get("metadata")
+        if isinstance(meta, dict) and "namespace" in meta:
+            meta["namespace"] = namespace
+    if user is not None:
+        request["userInfo"] = user
+    return body
 
 
 # ------------------------------------- a backend and its engine pods, as a worker reads them

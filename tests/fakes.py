@@ -12,24 +12,41 @@ state (``queue_state``, ``queue_failures``, ``clear_queue``): the queue itself h
 no use for them, the tests do; and ``held``, a byte budget of the webhook held for
 a block; and ``mutate_pod``, the Pod route's steps over a scripted CacheBackend
 lister.
+
+``FakeAccessReviewer`` answers the webhook's SubjectAccessReviews.
+
+For the client code itself: ``GapKube``, the real client with a dropped watch and a
+held reconnect; and two scripted HTTP/1.1 API servers on 127.0.0.1 that answer as a
+test says, ``ScriptedHttpServer`` (threaded, for the synchronous ``Kube``) and
+``AsyncScriptedServer`` (asyncio, for the webhook's ``ApiServer``, which ``api_for``
+connects to it).
 """
 
 from __future__ import annotations
 
+import asyncio
 import copy
+import ssl
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from kubernetes import client
+
+from kubeio import access as kubeaccess
 from kubeio import client as k
+from kubeio.async_client import ApiServer
 from reconciler.status import ProbeObservation
 from reconciler.workqueue import WorkQueue
 from webhook_svc import pod_admission
 from webhook_svc.admission_gate import ByteBudget
 from webhook_svc.admission_review import AdmissionRequest
 from webhook_svc.pod_admission import Backends
+from webhook_svc.workload_authz import ReviewError
 
 
 def selector_matches(selector: str | None, labels: dict[str, str]) -> bool:
@@ -355,6 +372,193 @@ class FailingEvents(FakeKube):
             self.writes.append(("create-failed", res.plural, str(body.get("reason"))))
             raise k.ApiError(403, "Forbidden", "events is forbidden")
         return super().create(res, namespace, body)
+
+
+class GapKube(k.Kube):
+    """The real client with a fault: ``drop()`` breaks the open watch at its next event
+    (that event is lost) and holds every reconnect until ``resume()``, which resumes
+    from resourceVersion 1 (compacted away by the test, so the API server answers 410
+    Gone)."""
+
+    def __init__(self, kube: k.Kube) -> None:
+        super().__init__(kube.api_client)
+        self._dropping = threading.Event()
+        self._resumed = threading.Event()
+        self._resumed.set()
+        self.dropped = threading.Event()
+
+    def drop(self) -> None:
+        self._resumed.clear()
+        self._dropping.set()
+
+    def resume(self) -> None:
+        self._resumed.set()
+
+    def watch(
+        self, res: k.Resource, *, resource_version: str, **kwargs: Any
+    ) -> Iterator[dict[str, Any]]:
+        if not self._resumed.is_set():
+            self._resumed.wait(60)
+            resource_version = "1"
+        for event in super().watch(res, resource_version=resource_version, **kwargs):
+            if self._dropping.is_set():
+                self._dropping.clear()
+                self.dropped.set()
+                raise ConnectionResetError("the watch connection dropped")
+            yield event
+
+
+class FakeAccessReviewer:
+    """A SubjectAccessReview client that allows the resources in ``allowed`` (every
+    review it is asked is kept in ``asked``); ``error``: each review fails."""
+
+    def __init__(self, allowed: set[str] | None = None, error: bool = False) -> None:
+        self.allowed = allowed or set()
+        self.error = error
+        self.asked: list[dict[str, Any]] = []
+
+    async def review(self, body: dict[str, Any]) -> dict[str, Any]:
+        self.asked.append(body)
+        if self.error:
+            raise ReviewError("API server said 503 Service Unavailable")
+        resource = body["spec"]["resourceAttributes"]["resource"]
+        return {"status": {"allowed": resource in self.allowed}}
+
+
+# --------------------------------------------------- scripted API servers on 127.0.0.1
+
+# Answers one request by its number (1 for the first): (status, headers, body).
+Script = Callable[[int], tuple[int, dict[str, str], bytes]]
+
+
+class ScriptedHttpServer:
+    """A threaded HTTP/1.1 server answering each request as ``script`` says; it counts
+    the requests."""
+
+    def __init__(self, script: Script) -> None:
+        self.script = script
+        self.requests: list[str] = []
+        self._lock = threading.Lock()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _answer(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                if length:
+                    self.rfile.read(length)
+                with outer._lock:
+                    outer.requests.append(f"{self.command} {self.path}")
+                    number = len(outer.requests)
+                status, headers, body = outer.script(number)
+                self.send_response(status)
+                for name, value in {**headers, "Content-Length": str(len(body))}.items():
+                    self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _answer  # noqa: N815
+
+            def log_message(self, *_: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self._thread.join()
+
+
+@dataclass
+class Request:
+    connection: int  # 0 for the server's first connection, 1 for the next, ...
+    line: str
+    headers: list[tuple[str, str]]
+    body: bytes = b""
+
+    def header(self, name: str) -> list[str]:
+        return [v for k, v in self.headers if k.lower() == name.lower()]
+
+
+# Answers one request: writes (some of) an answer and says whether to keep reading on
+# this connection (False: the server closes it).
+Respond = Callable[[Request, asyncio.StreamWriter], Awaitable[bool]]
+
+
+class AsyncScriptedServer:
+    """A scripted HTTP/1.1 server: ``respond`` answers each request."""
+
+    def __init__(self, respond: Respond, tls: ssl.SSLContext | None = None) -> None:
+        self.respond = respond
+        self.tls = tls
+        self.requests: list[Request] = []
+        self.connections = 0
+        self.client_closed: list[asyncio.Event] = []  # per connection: EOF from the client
+        self._writers: list[asyncio.StreamWriter] = []
+        self._handlers: list[asyncio.Task[Any]] = []
+
+    async def __aenter__(self) -> AsyncScriptedServer:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=self.tls)
+        self.port = self.server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        self.server.close()
+        for writer in self._writers:
+            writer.close()  # each handler then sees EOF and ends
+        await asyncio.wait_for(asyncio.gather(*self._handlers), 5)
+        await self.server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connection = self.connections
+        self.connections += 1
+        self.client_closed.append(asyncio.Event())
+        self._writers.append(writer)
+        handler = asyncio.current_task()
+        assert handler is not None
+        self._handlers.append(handler)
+        try:
+            while True:
+                try:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    self.client_closed[connection].set()
+                    return
+                line, *fields = head.decode("latin-1").split("\r\n")[:-2]
+                headers = [(k.strip(), v.strip()) for k, _, v in (f.partition(":") for f in fields)]
+                request = Request(connection, line, headers)
+                length = request.header("content-length")
+                if length:
+                    request.body = await reader.readexactly(int(length[0]))
+                self.requests.append(request)
+                if not await self.respond(request, writer):
+                    return
+                await writer.drain()
+        finally:
+            writer.close()
+
+    def configuration(self, scheme: str = "http", **settings: Any) -> client.Configuration:
+        """A real kubernetes client configuration for this server, bearer token t0k."""
+        configuration = client.Configuration()
+        configuration.host = f"{scheme}://127.0.0.1:{self.port}"
+        configuration.api_key = {"authorization": "t0k"}
+        configuration.api_key_prefix = {"authorization": "Bearer"}
+        for name, value in settings.items():
+            setattr(configuration, name, value)
+        return configuration
+
+    def api(self, scheme: str = "http", **settings: Any) -> ApiServer:
+        return api_for(self.configuration(scheme, **settings))
+
+
+def api_for(configuration: client.Configuration) -> ApiServer:
+    loaded = kubeaccess.Loaded(configuration, "test")
+    return ApiServer(lambda: kubeaccess.async_client_for(loaded))
 
 
 class FakeIndexServer:

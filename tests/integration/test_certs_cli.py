@@ -23,7 +23,7 @@ from kubernetes import client
 
 from icache_install.manifests_cli import render
 from kubeio.client import ApiError, Kube
-from tests.builders import new_cb
+from tests.builders import new_cb, template_pod
 from tests.harness.controlplane import (
     ControlPlane,
     free_port,
@@ -265,20 +265,16 @@ def _wire_engine_pod(kube: Kube, namespace: str) -> None:
     )
     template = engine["spec"]["template"]
 
-    def pod(name: str, extra_labels: dict[str, str]) -> dict[str, Any]:
-        meta = copy.deepcopy(template["metadata"])
-        meta["name"] = name
-        meta["labels"] = {**meta.get("labels", {}), **extra_labels}
-        return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": template["spec"]}
-
-    wired = kube.request("POST", pods, body=pod("engine", {}))
+    wired = kube.request("POST", pods, body=template_pod(template, "engine", {}))
     annotations = wired["metadata"].get("annotations") or {}
     assert (
         annotations.get("inferencecache.io/injected-by")
         == f"{namespace}/{backend['metadata']['name']}"
     )
     opted_out = kube.request(
-        "POST", pods, body=pod("opted-out", {"inferencecache.io/pod-webhook": "disabled"})
+        "POST",
+        pods,
+        body=template_pod(template, "opted-out", {"inferencecache.io/pod-webhook": "disabled"}),
     )
     assert not any(
         k.startswith("inferencecache.io/") for k in opted_out["metadata"].get("annotations") or {}

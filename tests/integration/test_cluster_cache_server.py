@@ -5,7 +5,6 @@ backends' selectors, changes that wake the right backends, and a watch gap (a re
 from __future__ import annotations
 
 import json
-import threading
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -18,6 +17,7 @@ from reconciler.cluster_cache import CachedReads, ClusterCache
 from reconciler.reads import LiveReads
 from reconciler.watch_cache import Reflector, WatchSpec
 from shared import constants as c
+from tests.fakes import GapKube
 from tests.harness.controlplane import ControlPlane
 from tests.harness.polling import poll
 
@@ -272,40 +272,6 @@ def compact_etcd(cp: ControlPlane, revision: str) -> None:
     request = urllib.request.Request(f"{cp.etcd_url}/v3/kv/compaction", data=body, method="POST")
     with urllib.request.urlopen(request, timeout=10) as resp:
         assert resp.status == 200
-
-
-class GapKube(k.Kube):
-    """The real client with a fault: ``drop()`` breaks the open watch at its next event
-    (that event is lost) and holds every reconnect until ``resume()``, which resumes
-    from resourceVersion 1 (compacted away by the test, so the API server answers 410
-    Gone)."""
-
-    def __init__(self, kube: k.Kube) -> None:
-        super().__init__(kube.api_client)
-        self._dropping = threading.Event()
-        self._resumed = threading.Event()
-        self._resumed.set()
-        self.dropped = threading.Event()
-
-    def drop(self) -> None:
-        self._resumed.clear()
-        self._dropping.set()
-
-    def resume(self) -> None:
-        self._resumed.set()
-
-    def watch(
-        self, res: k.Resource, *, resource_version: str, **kwargs: Any
-    ) -> Iterator[dict[str, Any]]:
-        if not self._resumed.is_set():
-            self._resumed.wait(60)
-            resource_version = "1"
-        for event in super().watch(res, resource_version=resource_version, **kwargs):
-            if self._dropping.is_set():
-                self._dropping.clear()
-                self.dropped.set()
-                raise ConnectionResetError("the watch connection dropped")
-            yield event
 
 
 @pytest.fixture(scope="module")

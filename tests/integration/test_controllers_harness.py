@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from tests.builders import gpu_pod as _pod
 from tests.harness import kwok
 from tests.harness.controllers import ControllerBinaries
 from tests.harness.controlplane import REPO_ROOT, ControlPlane, find_binaries, wait_until
@@ -64,13 +65,6 @@ def test_kwok_manages_gpu_and_cpu_nodes(api: client.ApiClient) -> None:
         else:
             assert kwok.GPU_RESOURCE not in allocatable
             assert kwok.GPU_RESOURCE not in taints
-
-
-def _pod(name: str, gpus: int = 0) -> dict[str, Any]:
-    container: dict[str, Any] = {"name": "main", "image": "engine:1"}
-    if gpus:
-        container["resources"] = {"limits": {kwok.GPU_RESOURCE: str(gpus)}}
-    return {"metadata": {"name": name}, "spec": {"containers": [container]}}
 
 
 @pytest.fixture

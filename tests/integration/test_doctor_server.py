@@ -33,6 +33,7 @@ from icache_install.doctor.install import InstallNames
 from icache_install.doctor.reader import CRDS, ClusterReader
 from kubeio.client import Kube
 from shared import constants as c
+from tests.builders import new_cb, pod
 from tests.harness.controlplane import ControlPlane, wait_until
 from tests.kube_helpers import create_namespace
 from tests.webhook_process import ICACHE
@@ -332,7 +333,7 @@ def errors(findings: list[Finding]) -> set[str]:
 # ------------------------------------------------------------------ backends / pods
 
 
-def cb(
+def create_cb(
     api: client.ApiClient,
     ns: str,
     name: str,
@@ -340,15 +341,10 @@ def cb(
     status: dict[str, Any] | None = None,
     **spec: Any,
 ) -> dict[str, Any]:
+    """Create backend ns/``name`` (:func:`tests.builders.new_cb`); ``status``: then
+    write its status."""
     custom: Any = client.CustomObjectsApi(api)
-    body: dict[str, Any] = {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "CacheBackend",
-        "metadata": {"name": name},
-        "spec": {"runtime": "VLLM", **spec},
-    }
-    if labels is not None:
-        body["spec"]["engineSelector"] = {"matchLabels": labels}
+    body = new_cb(name, labels, **spec)
     created = custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)
     if status is not None:
         created["status"] = status
@@ -378,20 +374,16 @@ def ready(
     }
 
 
-def pod(
+def create_pod(
     api: client.ApiClient,
     ns: str,
     name: str,
     labels: dict[str, str],
     annotations: dict[str, str] | None = None,
 ) -> dict[str, Any]:
+    """Create pod ns/``name`` of one vLLM container (:func:`tests.builders.pod`)."""
     core: Any = client.CoreV1Api(api)
-    body = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "labels": labels, "annotations": annotations or {}},
-        "spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.11.0"}]},
-    }
+    body = pod(labels=labels, annotations=annotations, namespace=None, name=name)
     out: dict[str, Any] = api.sanitize_for_serialization(core.create_namespaced_pod(ns, body))
     return out
 
@@ -424,8 +416,8 @@ def test_a_healthy_install_with_a_wired_pod_has_no_problem(
     kube_api_client: client.ApiClient, make_install: Any, app_ns: str
 ) -> None:
     install = make_install()
-    backend = cb(kube_api_client, app_ns, "host", {"app": "vllm"}, ready())
-    pod(kube_api_client, app_ns, "engine", {"app": "vllm"}, injected(backend))
+    backend = create_cb(kube_api_client, app_ns, "host", {"app": "vllm"}, ready())
+    create_pod(kube_api_client, app_ns, "engine", {"app": "vllm"}, injected(backend))
     found = run_doctor(kube_api_client, install, app_ns)
     problems = [(f.code, f.message) for f in found if f.severity != "info"]
     assert problems == []
@@ -701,8 +693,8 @@ def test_every_condition_reason_the_spec_defines_becomes_a_finding(
                 }
             ],
         }
-        cb(kube_api_client, app_ns, f"cond-{i}", {"app": f"a{i}"}, status)
-    cb(
+        create_cb(kube_api_client, app_ns, f"cond-{i}", {"app": f"a{i}"}, status)
+    create_cb(
         kube_api_client,
         app_ns,
         "cond-unknown",
@@ -737,13 +729,13 @@ def test_backend_spec_and_status_findings(
     kube_api_client: client.ApiClient, make_install: Any, app_ns: str
 ) -> None:
     install = make_install()
-    cb(kube_api_client, app_ns, "never-reconciled", {"app": "x"})
-    lagging = cb(kube_api_client, app_ns, "lagging", {"app": "lag"}, ready())
+    create_cb(kube_api_client, app_ns, "never-reconciled", {"app": "x"})
+    lagging = create_cb(kube_api_client, app_ns, "lagging", {"app": "lag"}, ready())
     custom: Any = client.CustomObjectsApi(kube_api_client)
     lagging["spec"]["replicas"] = 2  # a new generation the status has not seen
     custom.replace_namespaced_custom_object(GROUP, VERSION, app_ns, PLURAL, "lagging", lagging)
-    cb(kube_api_client, app_ns, "no-selector", None, ready())
-    cb(
+    create_cb(kube_api_client, app_ns, "no-selector", None, ready())
+    create_cb(
         kube_api_client,
         app_ns,
         "moon",
@@ -751,7 +743,7 @@ def test_backend_spec_and_status_findings(
         ready(c.REASON_BACKEND_READY),
         remoteStorage={"provider": "Mooncake", "ownership": "Managed"},
     )
-    cb(
+    create_cb(
         kube_api_client,
         app_ns,
         "closed",
@@ -759,7 +751,7 @@ def test_backend_spec_and_status_findings(
         ready(),
         integration={"failOpen": False},
     )
-    pod(kube_api_client, app_ns, "lag-pod", {"app": "lag"})
+    create_pod(kube_api_client, app_ns, "lag-pod", {"app": "lag"})
     found = run_doctor(kube_api_client, install, app_ns)
     assert one(found, "backend.NotReconciled").object.name == "never-reconciled"
     assert one(found, "backend.ObservedGenerationLagging").object.name == "lagging"
@@ -775,9 +767,9 @@ def test_overlapping_selectors_name_the_winner_in_list_order(
 ) -> None:
     """Spec "Mutating Pod webhook": the first matching CacheBackend wins."""
     install = make_install()
-    cb(kube_api_client, app_ns, "b-narrow", {"app": "vllm", "tier": "gold"}, ready())
-    wide = cb(kube_api_client, app_ns, "a-wide", {"app": "vllm"}, ready())
-    pod(kube_api_client, app_ns, "gold-0", {"app": "vllm", "tier": "gold"}, injected(wide))
+    create_cb(kube_api_client, app_ns, "b-narrow", {"app": "vllm", "tier": "gold"}, ready())
+    wide = create_cb(kube_api_client, app_ns, "a-wide", {"app": "vllm"}, ready())
+    create_pod(kube_api_client, app_ns, "gold-0", {"app": "vllm", "tier": "gold"}, injected(wide))
     found = run_doctor(kube_api_client, install, app_ns)
     overlap = one(found, "backend.SelectorOverlap")
     assert overlap.object.name == "b-narrow"
@@ -793,26 +785,28 @@ def test_pod_findings_wired_stale_orphaned_and_opted_out(
     kube_api_client: client.ApiClient, make_install: Any, app_ns: str
 ) -> None:
     install = make_install()
-    backend = cb(kube_api_client, app_ns, "host", {"app": "vllm"}, ready())
-    other = cb(kube_api_client, app_ns, "other", {"app": "other"}, ready())
-    pod(kube_api_client, app_ns, "wired", {"app": "vllm"}, injected(backend))
-    pod(kube_api_client, app_ns, "stale", {"app": "vllm"}, injected(backend, uid="0000-old"))
-    pod(
+    backend = create_cb(kube_api_client, app_ns, "host", {"app": "vllm"}, ready())
+    other = create_cb(kube_api_client, app_ns, "other", {"app": "other"}, ready())
+    create_pod(kube_api_client, app_ns, "wired", {"app": "vllm"}, injected(backend))
+    create_pod(kube_api_client, app_ns, "stale", {"app": "vllm"}, injected(backend, uid="0000-old"))
+    create_pod(
         kube_api_client,
         app_ns,
         "no-uid",
         {"app": "vllm"},
         {c.ANNOTATION_INJECTED_BY: f"{app_ns}/host"},
     )
-    pod(
+    create_pod(
         kube_api_client,
         app_ns,
         "orphan",
         {"app": "gone"},
         {c.ANNOTATION_INJECTED_BY: f"{app_ns}/deleted", c.ANNOTATION_INJECTED_BY_UID: "1234"},
     )
-    pod(kube_api_client, app_ns, "moved", {"app": "vllm"}, injected(other))
-    pod(kube_api_client, app_ns, "opted-out", {"app": "vllm"}, {c.ANNOTATION_SKIP_INJECT: "true"})
+    create_pod(kube_api_client, app_ns, "moved", {"app": "vllm"}, injected(other))
+    create_pod(
+        kube_api_client, app_ns, "opted-out", {"app": "vllm"}, {c.ANNOTATION_SKIP_INJECT: "true"}
+    )
     found = run_doctor(kube_api_client, install, app_ns)
     by_pod = {f.object.name: f.code for f in found if f.code.startswith("pod.")}
     assert by_pod == {
@@ -829,11 +823,11 @@ def test_unwired_pods_get_their_likely_reason(
     kube_api_client: client.ApiClient, make_install: Any, app_ns: str
 ) -> None:
     install = make_install()
-    early = pod(kube_api_client, app_ns, "early", {"app": "late"})
+    early = create_pod(kube_api_client, app_ns, "early", {"app": "late"})
     wait_past(kube_api_client, early["metadata"]["creationTimestamp"])
-    cb(kube_api_client, app_ns, "late", {"app": "late"}, ready())
+    create_cb(kube_api_client, app_ns, "late", {"app": "late"}, ready())
     managed = {"provider": "LMCacheServer", "ownership": "Managed"}
-    cb(
+    create_cb(
         kube_api_client,
         app_ns,
         "pending",
@@ -851,10 +845,10 @@ def test_unwired_pods_get_their_likely_reason(
         },
         remoteStorage=managed,
     )
-    pod(kube_api_client, app_ns, "no-endpoint", {"app": "pending"})
-    before = pod(kube_api_client, app_ns, "before-endpoint", {"app": "served"})
+    create_pod(kube_api_client, app_ns, "no-endpoint", {"app": "pending"})
+    before = create_pod(kube_api_client, app_ns, "before-endpoint", {"app": "served"})
     wait_past(kube_api_client, before["metadata"]["creationTimestamp"])
-    cb(
+    create_cb(
         kube_api_client,
         app_ns,
         "served",
@@ -866,8 +860,8 @@ def test_unwired_pods_get_their_likely_reason(
         ),
         remoteStorage=managed,
     )
-    cb(kube_api_client, app_ns, "plain", {"app": "plain"}, ready())
-    pod(kube_api_client, app_ns, "unexplained", {"app": "plain"})
+    create_cb(kube_api_client, app_ns, "plain", {"app": "plain"}, ready())
+    create_pod(kube_api_client, app_ns, "unexplained", {"app": "plain"})
     found = run_doctor(kube_api_client, install, app_ns)
     by_pod = {f.object.name: f.code for f in found if f.code.startswith("pod.")}
     assert by_pod == {
@@ -884,9 +878,9 @@ def test_a_pod_created_before_its_backend_became_ready(
     """Created after the backend, before its Ready transition (its endpoint)."""
     install = make_install()
     managed = {"provider": "LMCacheServer", "ownership": "Managed"}
-    backend = cb(kube_api_client, app_ns, "served", {"app": "served"}, remoteStorage=managed)
+    backend = create_cb(kube_api_client, app_ns, "served", {"app": "served"}, remoteStorage=managed)
     wait_past(kube_api_client, backend["metadata"]["creationTimestamp"])
-    engine = pod(kube_api_client, app_ns, "engine", {"app": "served"})
+    engine = create_pod(kube_api_client, app_ns, "engine", {"app": "served"})
     created = dt.datetime.fromisoformat(
         engine["metadata"]["creationTimestamp"].replace("Z", "+00:00")
     )
@@ -909,8 +903,8 @@ def test_a_pod_created_while_the_webhook_was_down(
 ) -> None:
     """The webhook Deployment became Available only after the pod was created."""
     install = make_install(available_since=_now() + dt.timedelta(minutes=1))
-    cb(kube_api_client, app_ns, "host", {"app": "vllm"}, ready())
-    pod(kube_api_client, app_ns, "engine", {"app": "vllm"})
+    create_cb(kube_api_client, app_ns, "host", {"app": "vllm"}, ready())
+    create_pod(kube_api_client, app_ns, "engine", {"app": "vllm"})
     found = run_doctor(kube_api_client, install, app_ns)
     finding = one(found, "pod.UnwiredWebhookDown")
     assert "rollout restart" in finding.next_step or "delete" in finding.next_step
@@ -982,8 +976,8 @@ def test_the_command_is_read_only_and_exits_1_on_an_error(
     user = f"doctor-{uuid.uuid4().hex[:6]}"
     kubeconfig = _reader_kubeconfig(control_plane, tmp_path, user)
     install = make_install(lease_renewed=_now() - dt.timedelta(minutes=10))
-    backend = cb(kube_api_client, app_ns, "host", {"app": "vllm"}, ready())
-    pod(kube_api_client, app_ns, "stale", {"app": "vllm"}, injected(backend, uid="old"))
+    backend = create_cb(kube_api_client, app_ns, "host", {"app": "vllm"}, ready())
+    create_pod(kube_api_client, app_ns, "stale", {"app": "vllm"}, injected(backend, uid="old"))
     since = control_plane.audit_offset()
     base = [
         ICACHE,

@@ -19,6 +19,7 @@ from kubernetes import client
 
 from kubeio import access as kubeaccess
 from kubeio.async_client import ApiServer
+from tests.builders import new_cb
 from tests.freshness import GROUP, PLURAL, VERSION, fresh_backend_wires_next_pod
 from tests.harness.controlplane import ControlPlane, wait_until
 from tests.webhook_process import labelled_namespace, registered, run_webhook
@@ -47,15 +48,6 @@ ROUNDS = int(os.environ.get("ICACHE_FRESHNESS_ROUNDS", "1000"))
 SUFFIX = "fresh"
 
 
-def _backend(name: str, app: str) -> dict[str, Any]:
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "CacheBackend",
-        "metadata": {"name": name, "labels": {"team": "a"}},
-        "spec": {"runtime": "VLLM", "engineSelector": {"matchLabels": {"app": app}}},
-    }
-
-
 def test_live_source_returns_the_api_servers_list_as_raw_dicts(
     kube_api_client: client.ApiClient, cachebackend_crd: dict[str, Any], namespace: str
 ) -> None:
@@ -63,7 +55,7 @@ def test_live_source_returns_the_api_servers_list_as_raw_dicts(
     assert _listed(_source(kube_api_client.configuration), namespace) == []
     for name in ("b", "a"):
         custom.create_namespaced_custom_object(
-            GROUP, VERSION, namespace, PLURAL, _backend(name, name)
+            GROUP, VERSION, namespace, PLURAL, new_cb(name, {"app": name}, labels={"team": "a"})
         )
     expected: Any = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)
     got = _listed(_source(kube_api_client.configuration), namespace)
@@ -84,7 +76,7 @@ def test_live_source_reads_with_a_bearer_token_as_in_cluster(
     # Plain manifest dicts: the typed client sends them as they are.
     rbac: Any = client.RbacAuthorizationV1Api(kube_api_client)
     client.CustomObjectsApi(kube_api_client).create_namespaced_custom_object(
-        GROUP, VERSION, namespace, PLURAL, _backend("only", "x")
+        GROUP, VERSION, namespace, PLURAL, new_cb("only", {"app": "x"}, labels={"team": "a"})
     )
 
     def token_for(sa: str) -> str:

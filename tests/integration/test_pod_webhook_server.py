@@ -15,7 +15,7 @@ import pytest
 from kubernetes import client
 
 from shared import constants as c
-from tests import builders
+from tests.builders import named_pod as _pod
 from tests.builders import new_cb
 from tests.harness.controlplane import (
     AuditEvent,
@@ -38,15 +38,6 @@ SUFFIX = "pods"
 # mutating webhook call (failurePolicy Ignore).
 FAILED_OPEN_ANNOTATION = "failed-open.mutation.webhook.admission.k8s.io/"
 SUBSCRIBER_IMAGE = "ghcr.io/inference-cache/kvevent-subscriber:0.1.0"
-
-
-def _pod(
-    name: str, labels: dict[str, str], container: str, image: str, args: list[str]
-) -> dict[str, Any]:
-    """A pod of one container that the test names itself."""
-    return builders.pod(
-        builders.container(container, image, args=args), labels=labels, namespace=None, name=name
-    )
 
 
 @pytest.fixture(scope="module")

@@ -19,6 +19,7 @@ import pytest
 from kubernetes import client
 
 from kubeio.client import Kube
+from tests.builders import spec_only_cb
 from tests.harness.controlplane import ControlPlane, wait_until
 from tests.samples import sample_backends
 from tests.webhook_process import TEST_NAMESPACE_LABEL, labelled_namespace, registered, run_webhook
@@ -29,46 +30,37 @@ SUFFIX = "validate"
 COLLECTION = "/apis/inferencecache.io/v1alpha1/namespaces/{ns}/cachebackends"
 
 
-def _cb(name: str, **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "inferencecache.io/v1alpha1",
-        "kind": "CacheBackend",
-        "metadata": {"name": name},
-        "spec": spec,
-    }
-
-
 VLLM = {"runtime": "VLLM"}
 BROKEN: list[dict[str, Any]] = [
-    _cb(
+    spec_only_cb(
         "aggregated",
         **VLLM,
         remoteStorage={"provider": "Redis", "ownership": "External", "endpoint": "redis://r:6379"},
         replicas=0,
         autoscaling={"maxReplicas": 2},
     ),
-    _cb("wrong-type", **VLLM, replicas="3"),
-    _cb("old-type", **VLLM, type="Mooncake"),
-    _cb("no-runtime", replicas=1),
-    _cb("typo", **VLLM, engineSelectr={"matchLabels": {"app": "x"}}),
-    _cb("moon", **VLLM, remoteStorage={"provider": "Mooncake", "ownership": "Managed"}),
-    _cb(
+    spec_only_cb("wrong-type", **VLLM, replicas="3"),
+    spec_only_cb("old-type", **VLLM, type="Mooncake"),
+    spec_only_cb("no-runtime", replicas=1),
+    spec_only_cb("typo", **VLLM, engineSelectr={"matchLabels": {"app": "x"}}),
+    spec_only_cb("moon", **VLLM, remoteStorage={"provider": "Mooncake", "ownership": "Managed"}),
+    spec_only_cb(
         "reserved",
         **VLLM,
         integration={"engineOverrides": {"env": [{"name": "PYTHONHASHSEED", "value": "1"}]}},
     ),
-    _cb(
+    spec_only_cb(
         "ext-no-endpoint",
         **VLLM,
         remoteStorage={"provider": "LMCacheServer", "ownership": "External"},
     ),
-    _cb(
+    spec_only_cb(
         "events-remote",
         **VLLM,
         integration={"mode": "EventsOnly"},
         remoteStorage={"provider": "LMCacheServer", "ownership": "Managed"},
     ),
-    _cb(
+    spec_only_cb(
         "negative",
         **VLLM,
         remoteStorage={
@@ -78,13 +70,13 @@ BROKEN: list[dict[str, Any]] = [
         },
     ),
     {
-        **_cb("kernel-typo", **VLLM),
+        **spec_only_cb("kernel-typo", **VLLM),
         "metadata": {
             "name": "kernel-typo",
             "annotations": {"inferencecache.io/lmcache-kernel-check": "strcit"},
         },
     },
-    _cb("sglang-role", runtime="SGLang", integration={"role": "ReadOnly"}),
+    spec_only_cb("sglang-role", runtime="SGLang", integration={"role": "ReadOnly"}),
 ]
 CORPUS = [doc for _, doc in sample_backends()] + BROKEN
 
@@ -100,8 +92,10 @@ def validate_ns(
         ns = labelled_namespace(kube_api_client, f"val-{uuid.uuid4().hex[:6]}", SUFFIX)
 
         def both_webhooks_answer() -> bool:
-            allowed, status, _ = _live(kube_api_client, "POST", ns, _cb("probe", **VLLM))
-            probe = _cb("p", **VLLM, remoteStorage={"provider": "Redis", "ownership": "External"})
+            allowed, status, _ = _live(kube_api_client, "POST", ns, spec_only_cb("probe", **VLLM))
+            probe = spec_only_cb(
+                "p", **VLLM, remoteStorage={"provider": "Redis", "ownership": "External"}
+            )
             denied, _, _ = _live(kube_api_client, "POST", ns, probe)
             return allowed and "integration" in status.get("spec", {}) and not denied
 
@@ -169,7 +163,7 @@ def test_validate_update_counts_only_introduced_violations(
     edited; changing its bad value to another bad value is a fresh violation."""
     custom = client.CustomObjectsApi(kube_api_client)
     core = client.CoreV1Api(kube_api_client)
-    legacy = _cb(
+    legacy = spec_only_cb(
         "legacy",
         **VLLM,
         remoteStorage={"provider": "Redis", "ownership": "External", "endpoint": "lm://r:1"},
@@ -180,7 +174,7 @@ def test_validate_update_counts_only_introduced_violations(
         "inferencecache.io", "v1alpha1", namespace, "cachebackends", legacy
     )
     core.patch_namespace(namespace, {"metadata": {"labels": {TEST_NAMESPACE_LABEL: SUFFIX}}})
-    probe = _cb("p", **VLLM, remoteStorage={"provider": "Redis", "ownership": "External"})
+    probe = spec_only_cb("p", **VLLM, remoteStorage={"provider": "Redis", "ownership": "External"})
     wait_until(
         lambda: not _live(kube_api_client, "POST", namespace, probe)[0],
         timeout=30,

@@ -21,6 +21,7 @@ from typing import Any
 
 from kubernetes import client
 
+from tests.builders import example_review
 from tests.harness.controlplane import ControlPlane
 from tests.samples import ROOT, sample_backends
 from tests.webhook_process import run_webhook
@@ -28,19 +29,6 @@ from tests.webhook_process import run_webhook
 EXAMPLES = ROOT / "examples" / "admission"
 NS = f"apiserver-restart-{uuid.uuid4().hex[:6]}"
 WRITER = f"writer-{uuid.uuid4().hex[:6]}"
-
-
-def review(name: str, user: dict[str, Any] | None = None) -> bytes:
-    body = json.loads((EXAMPLES / name).read_text())
-    request = body["request"]
-    request["namespace"] = NS
-    for key in ("object", "oldObject"):
-        meta = (request.get(key) or {}).get("metadata")
-        if isinstance(meta, dict) and "namespace" in meta:
-            meta["namespace"] = NS
-    if user is not None:
-        request["userInfo"] = user
-    return json.dumps(body).encode()
 
 
 def post(url: str, body: bytes, ca_pem: bytes) -> dict[str, Any]:
@@ -82,8 +70,10 @@ def test_admissions_right_after_an_apiserver_restart_are_answered_as_before(
 ) -> None:
     setup_namespace(kube_api_client)
     writer = {"username": WRITER, "groups": ["system:authenticated"]}
-    pod = review("pod-vllm-host-only.json")
-    managed = review("create-vllm-lmcacheserver-managed.json", writer)
+    pod = json.dumps(example_review(EXAMPLES / "pod-vllm-host-only.json", NS)).encode()
+    managed = json.dumps(
+        example_review(EXAMPLES / "create-vllm-lmcacheserver-managed.json", NS, writer)
+    ).encode()
     with run_webhook(control_plane.kubeconfig_path) as hook:
         pod_url = hook.url + "/mutate--v1-pod"
         validate_url = hook.url + "/validate-inferencecache-io-v1alpha1-cachebackend"

@@ -22,6 +22,7 @@ import httpx
 import pytest
 from cryptography import x509
 
+from tests.builders import admission_review, pod
 from tests.harness.controlplane import free_port, tail, terminate_process_group, wait_until
 from tests.samples import ROOT, SAMPLES_DIR
 from tests.webhook_process import run_webhook
@@ -97,22 +98,8 @@ def test_examples_replay_over_plain_http(insecure_webhook: str, example: Path) -
 
 
 def test_pod_replay_uses_embedded_backends_and_subscriber(insecure_webhook: str) -> None:
-    review = {
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": "pod-1",
-            "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "operation": "CREATE",
-            "namespace": "default",
-            "object": {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"generateName": "vllm-", "labels": {"app": "vllm-llama"}},
-                "spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.11.0"}]},
-            },
-        },
-    }
+    engine = pod(labels={"app": "vllm-llama"}, namespace=None, generate_name="vllm-")
+    review = admission_review(engine, uid="pod-1")
     body = httpx.post(insecure_webhook + "/mutate--v1-pod", json=review, timeout=5).json()
     ops = json.loads(base64.b64decode(body["response"]["patch"]))
     added = json.dumps(ops)

@@ -28,53 +28,21 @@ from fastapi.testclient import TestClient
 
 from shared.runtime_adapters import registry
 from shared.runtime_adapters.base import InjectContext
-from tests.builders import cb, external, managed
+from tests.builders import REVIEW_UID, cb, external, managed
+from tests.builders import cachebackend_review as review
 from tests.samples import SAMPLES_DIR, sample_backends
 from webhook_svc.app import PATH_MUTATE_CB, PATH_VALIDATE_CB, create_app
 from webhook_svc.backend_files import load_backends
 from webhook_svc.backend_source import FileBackendSource
 
 NS = "team-a"
-UID = "3f1b7c2e-0d55-4c1c-9f3e-2d7a1e0b9c41"
+UID = REVIEW_UID
 
 
 @pytest.fixture(scope="module")
 def client() -> TestClient:
     app = create_app(FileBackendSource(SAMPLES_DIR, load_backends), InjectContext())
     return TestClient(app)
-
-
-def review(
-    operation: str,
-    obj: Any = None,
-    old: Any = None,
-    namespace: str | None = NS,
-    **extra: Any,
-) -> dict[str, Any]:
-    request: dict[str, Any] = {
-        "uid": UID,
-        "kind": {"group": "inferencecache.io", "version": "v1alpha1", "kind": "CacheBackend"},
-        "resource": {
-            "group": "inferencecache.io",
-            "version": "v1alpha1",
-            "resource": "cachebackends",
-        },
-        "requestKind": {
-            "group": "inferencecache.io",
-            "version": "v1alpha1",
-            "kind": "CacheBackend",
-        },
-        "name": "cache",
-        "operation": operation,
-        "userInfo": {"username": "kubernetes-admin", "groups": ["system:masters"]},
-        "object": obj,
-        "oldObject": old,
-        "dryRun": False,
-        **extra,
-    }
-    if namespace is not None:
-        request["namespace"] = namespace
-    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
 
 
 def post(client: TestClient, path: str, body: dict[str, Any]) -> dict[str, Any]:

@@ -18,8 +18,7 @@ import datetime as dt
 import os
 import ssl
 import time
-from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, cast
 
@@ -32,7 +31,7 @@ from kubernetes import client
 from icache_install import certs
 from kubeio import access as kubeaccess
 from kubeio import async_client as apiserver
-from kubeio.async_client import ApiServer
+from tests.fakes import AsyncScriptedServer, Request, Respond, api_for
 from webhook_svc.backend_source import ApiBackendSource, ListFailedError
 from webhook_svc.workload_authz import ApiAccessReviewer, ReviewCache, ReviewError
 
@@ -43,22 +42,6 @@ Run = Callable[[Coroutine[Any, Any, None]], None]
 def run(request: pytest.FixtureRequest) -> Run:
     """Both event loops: the webhook reads on uvloop, asyncio's is the fallback."""
     return asyncio.run if request.param == "asyncio" else uvloop.run
-
-
-@dataclass
-class Request:
-    connection: int  # 0 for the server's first connection, 1 for the next, ...
-    line: str
-    headers: list[tuple[str, str]]
-    body: bytes = b""
-
-    def header(self, name: str) -> list[str]:
-        return [v for k, v in self.headers if k.lower() == name.lower()]
-
-
-# Answers one request: writes (some of) an answer and says whether to keep reading on
-# this connection (False: the server closes it).
-Respond = Callable[[Request, asyncio.StreamWriter], Awaitable[bool]]
 
 
 def answer(status: int, body: bytes, *extra: str) -> bytes:
@@ -78,83 +61,12 @@ async def never_answer(_request: Request, _writer: asyncio.StreamWriter) -> bool
     return True  # reads on: sees the client's EOF when it gives up
 
 
-class ScriptedServer:
-    """A scripted HTTP/1.1 server: ``respond`` answers each request."""
-
-    def __init__(self, respond: Respond, tls: ssl.SSLContext | None = None) -> None:
-        self.respond = respond
-        self.tls = tls
-        self.requests: list[Request] = []
-        self.connections = 0
-        self.client_closed: list[asyncio.Event] = []  # per connection: EOF from the client
-        self._writers: list[asyncio.StreamWriter] = []
-        self._handlers: list[asyncio.Task[Any]] = []
-
-    async def __aenter__(self) -> ScriptedServer:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=self.tls)
-        self.port = self.server.sockets[0].getsockname()[1]
-        return self
-
-    async def __aexit__(self, *_: object) -> None:
-        self.server.close()
-        for writer in self._writers:
-            writer.close()  # each handler then sees EOF and ends
-        await asyncio.wait_for(asyncio.gather(*self._handlers), 5)
-        await self.server.wait_closed()
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        connection = self.connections
-        self.connections += 1
-        self.client_closed.append(asyncio.Event())
-        self._writers.append(writer)
-        handler = asyncio.current_task()
-        assert handler is not None
-        self._handlers.append(handler)
-        try:
-            while True:
-                try:
-                    head = await reader.readuntil(b"\r\n\r\n")
-                except (asyncio.IncompleteReadError, ConnectionError):
-                    self.client_closed[connection].set()
-                    return
-                line, *fields = head.decode("latin-1").split("\r\n")[:-2]
-                headers = [(k.strip(), v.strip()) for k, _, v in (f.partition(":") for f in fields)]
-                request = Request(connection, line, headers)
-                length = request.header("content-length")
-                if length:
-                    request.body = await reader.readexactly(int(length[0]))
-                self.requests.append(request)
-                if not await self.respond(request, writer):
-                    return
-                await writer.drain()
-        finally:
-            writer.close()
-
-    def configuration(self, scheme: str = "http", **settings: Any) -> client.Configuration:
-        """A real kubernetes client configuration for this server, bearer token t0k."""
-        configuration = client.Configuration()
-        configuration.host = f"{scheme}://127.0.0.1:{self.port}"
-        configuration.api_key = {"authorization": "t0k"}
-        configuration.api_key_prefix = {"authorization": "Bearer"}
-        for name, value in settings.items():
-            setattr(configuration, name, value)
-        return configuration
-
-    def api(self, scheme: str = "http", **settings: Any) -> ApiServer:
-        return api_for(self.configuration(scheme, **settings))
-
-
-def api_for(configuration: client.Configuration) -> ApiServer:
-    loaded = kubeaccess.Loaded(configuration, "test")
-    return ApiServer(lambda: kubeaccess.async_client_for(loaded))
-
-
 def test_a_get_returns_status_and_body_and_sends_the_clients_auth(run: Run) -> None:
     """Rule: one GET with the client's bearer token (update_params_for_auth), Host
     and Accept: application/json; the answer is (status, body)."""
 
     async def scenario() -> None:
-        async with ScriptedServer(ok(b'{"kind": "List"}')) as server:
+        async with AsyncScriptedServer(ok(b'{"kind": "List"}')) as server:
             api = server.api()
             assert await api.get("/api/v1/x", 5) == (200, b'{"kind": "List"}')
             await api.close()
@@ -172,7 +84,7 @@ def test_a_rotated_token_is_sent_on_the_next_request(run: Run) -> None:
     a token the refresh hook replaced is the one sent next."""
 
     async def scenario() -> None:
-        async with ScriptedServer(ok()) as server:
+        async with AsyncScriptedServer(ok()) as server:
             configuration = server.configuration()
             token = ["t0k"]
 
@@ -197,7 +109,7 @@ def test_the_request_carries_one_user_agent(run: Run) -> None:
     """Rule (HTTP): a sender does not repeat a header field that is not a list."""
 
     async def scenario() -> None:
-        async with ScriptedServer(ok()) as server:
+        async with AsyncScriptedServer(ok()) as server:
             api = server.api()
             await api.get("/a", 5)
             await api.close()
@@ -211,7 +123,7 @@ def test_sequential_gets_reuse_one_connection(run: Run) -> None:
     """Rule: keep-alive pooling; a second GET goes over the first GET's connection."""
 
     async def scenario() -> None:
-        async with ScriptedServer(ok()) as server:
+        async with AsyncScriptedServer(ok()) as server:
             api = server.api()
             for _ in range(3):
                 assert (await api.get("/a", 5))[0] == 200
@@ -238,7 +150,7 @@ def test_an_idle_connection_the_server_closed_is_replaced_transparently(
             writer.write(answer(200, b'{"n": %d}' % len(server.requests)))
             return when != "after answering"
 
-        async with ScriptedServer(respond) as server:
+        async with AsyncScriptedServer(respond) as server:
             api = server.api()
             assert await api.get("/a", 5) == (200, b'{"n": 1}')
             assert await api.get("/a", 5) == (200, b'{"n": %d}' % len(server.requests))
@@ -263,7 +175,7 @@ def test_a_partial_answer_then_close_raises_and_is_not_retried(run: Run) -> None
             writer.write(b'HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{"items": [')
             return False
 
-        async with ScriptedServer(respond) as server:
+        async with AsyncScriptedServer(respond) as server:
             api = server.api()
             await api.get("/a", 5)  # the connection is now pooled: a retry would be allowed
             with pytest.raises(aiohttp.ClientError):
@@ -289,7 +201,7 @@ def test_a_chunked_answer_is_reassembled(run: Run) -> None:
             writer.write(b"0\r\n\r\n")
             return True
 
-        async with ScriptedServer(respond) as server:
+        async with AsyncScriptedServer(respond) as server:
             api = server.api()
             assert await api.get("/a", 5) == (200, body)
             assert await api.get("/a", 5) == (200, body)  # and the connection is reusable
@@ -308,7 +220,7 @@ def test_connection_close_answer_is_not_reused(run: Run) -> None:
             writer.write(answer(200, b"{}", "Connection: close"))
             return True
 
-        async with ScriptedServer(respond) as server:
+        async with AsyncScriptedServer(respond) as server:
             api = server.api()
             await api.get("/a", 5)
             await api.get("/a", 5)
@@ -329,7 +241,7 @@ def test_a_cancelled_get_closes_its_connection(run: Run) -> None:
                 writer.write(answer(200, b"{}"))
             return True
 
-        async with ScriptedServer(respond) as server:
+        async with AsyncScriptedServer(respond) as server:
             api = server.api()
             started = time.monotonic()
             with pytest.raises(TimeoutError):
@@ -348,7 +260,7 @@ def test_backend_source_lists_the_namespaces_cachebackends(run: Run) -> None:
     items = [{"metadata": {"name": "b1"}}, {"metadata": {"name": "b2"}}]
 
     async def scenario() -> None:
-        async with ScriptedServer(ok(orjson.dumps({"items": items}))) as server:
+        async with AsyncScriptedServer(ok(orjson.dumps({"items": items}))) as server:
             source = ApiBackendSource(server.api(), 5)
             assert await source.list("team-a") == items
         (request,) = server.requests
@@ -366,7 +278,7 @@ def test_backend_source_raises_list_failed_on_a_non_200(run: Run) -> None:
             writer.write(answer(403, b'{"kind": "Status", "reason": "Forbidden"}'))
             return True
 
-        async with ScriptedServer(forbidden) as server:
+        async with AsyncScriptedServer(forbidden) as server:
             source = ApiBackendSource(server.api(), 5)
             with pytest.raises(ListFailedError) as failed:
                 await source.list("team-a")
@@ -380,7 +292,7 @@ def test_backend_source_gives_up_at_its_deadline(run: Run) -> None:
     wording (the list_error reason shows it)."""
 
     async def scenario() -> None:
-        async with ScriptedServer(never_answer) as server:
+        async with AsyncScriptedServer(never_answer) as server:
             source = ApiBackendSource(server.api(), 0.3)
             started = time.monotonic()
             with pytest.raises(TimeoutError) as late:
@@ -397,7 +309,7 @@ def test_an_http_proxy_in_the_configuration_is_used(run: Run) -> None:
     environment."""
 
     async def scenario() -> None:
-        async with ScriptedServer(ok()) as proxy:
+        async with AsyncScriptedServer(ok()) as proxy:
             configuration = client.Configuration()
             configuration.host = "http://kubernetes.invalid:6443"
             configuration.proxy = f"http://127.0.0.1:{proxy.port}"
@@ -453,7 +365,7 @@ def test_https_as_the_client_configuration_says(
         settings = {**settings, "ssl_ca_cert": str(pki / settings["ssl_ca_cert"])}
 
     async def scenario() -> None:
-        async with ScriptedServer(ok(b"{}"), tls=serving_context(pki, serving)) as server:
+        async with AsyncScriptedServer(ok(b"{}"), tls=serving_context(pki, serving)) as server:
             api = server.api("https", **settings)
             assert await api.get("/a", 5) == (200, b"{}")
             assert await api.get("/a", 5) == (200, b"{}")
@@ -473,7 +385,7 @@ def test_https_refuses_a_certificate_it_cannot_verify(
     host dialled, fails verification before any request is sent."""
 
     async def scenario() -> None:
-        async with ScriptedServer(ok(b"{}"), tls=serving_context(pki, serving)) as server:
+        async with AsyncScriptedServer(ok(b"{}"), tls=serving_context(pki, serving)) as server:
             api = server.api("https", ssl_ca_cert=str(pki / ca))
             with pytest.raises(aiohttp.ClientConnectorCertificateError):
                 await api.get("/a", 5)
@@ -501,7 +413,7 @@ def test_a_rotated_ca_file_is_used_from_the_next_request(
     serving.load_cert_chain(tmp_path / "old.crt", tmp_path / "old.key")
 
     async def scenario() -> None:
-        async with ScriptedServer(ok(b"{}"), tls=serving) as server:
+        async with AsyncScriptedServer(ok(b"{}"), tls=serving) as server:
             api = server.api("https", ssl_ca_cert=str(ca_file))
             assert await api.get("/a", 5) == (200, b"{}")
             # The API server's certificate and the mounted CA rotate together.
@@ -535,7 +447,7 @@ def test_an_async_review_posts_the_review_and_reads_its_status(run: Run) -> None
     granted = b'{"status": {"allowed": true, "reason": "RBAC: allowed"}}'
 
     async def scenario() -> None:
-        async with ScriptedServer(answering(201, granted)) as server:
+        async with AsyncScriptedServer(answering(201, granted)) as server:
             reviewer = ApiAccessReviewer(server.api())
             outcome = await reviewer.review(REVIEW)
         assert outcome == {"status": {"allowed": True, "denied": False, "reason": "RBAC: allowed"}}
@@ -564,7 +476,7 @@ def test_an_async_review_that_cannot_be_read_is_a_review_error(
     webhook then denies with 503, failing closed)."""
 
     async def scenario() -> None:
-        async with ScriptedServer(answering(status, body)) as server:
+        async with AsyncScriptedServer(answering(status, body)) as server:
             with pytest.raises(ReviewError, match=message):
                 await ApiAccessReviewer(server.api()).review(REVIEW)
 
@@ -575,7 +487,7 @@ def test_an_async_review_has_a_hard_budget(run: Run) -> None:
     """Rule: each review gets a wall-clock budget; past it, ReviewError naming it."""
 
     async def scenario() -> None:
-        async with ScriptedServer(never_answer) as server:
+        async with AsyncScriptedServer(never_answer) as server:
             started = time.monotonic()
             with pytest.raises(ReviewError, match=r"^no answer from the API server within 0\.2 s$"):
                 await ApiAccessReviewer(server.api(), budget=0.2).review(REVIEW)
@@ -628,7 +540,7 @@ def test_a_retry_after_that_fits_the_deadline_is_waited_out(
     answer."""
 
     async def scenario() -> None:
-        async with ScriptedServer(busy_then_ok(1, status, retry_after)) as server:
+        async with AsyncScriptedServer(busy_then_ok(1, status, retry_after)) as server:
             api = server.api()
             got, _ = await api.get("/a", budget)
             await api.close()
@@ -643,7 +555,7 @@ def test_the_async_client_sends_at_most_the_shared_policys_sends(run: Run) -> No
     ``sends`` sends the last answer stands."""
 
     async def scenario() -> None:
-        async with ScriptedServer(busy_then_ok(100)) as server:
+        async with AsyncScriptedServer(busy_then_ok(100)) as server:
             api = server.api()
             assert (await api.get("/a", 5.0))[0] == 429
             await api.close()
@@ -657,7 +569,7 @@ def test_the_backend_source_waits_out_a_restarting_api_server(run: Run) -> None:
     Retry-After) within its budget instead of failing open."""
 
     async def scenario() -> None:
-        async with ScriptedServer(busy_then_ok(2)) as server:
+        async with AsyncScriptedServer(busy_then_ok(2)) as server:
             source = ApiBackendSource(server.api(), 2.0)
             assert await source.list("ns") == []
         assert len(server.requests) == 3
@@ -704,7 +616,7 @@ def test_the_reviewer_asks_once_per_review_while_its_answer_is_kept(run: Run) ->
         return True
 
     async def scenario() -> None:
-        async with ScriptedServer(respond) as server:
+        async with AsyncScriptedServer(respond) as server:
             reviewer = ApiAccessReviewer(server.api(), cache=ReviewCache(60, 0))
             for _ in range(3):
                 assert (await reviewer.review(_review_for("alice")))["status"]["allowed"]

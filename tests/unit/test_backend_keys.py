@@ -4,7 +4,7 @@ carries: built and read in reconciler.backend_keys only."""
 from __future__ import annotations
 
 from reconciler.backend_keys import BackendKey, injected_by_key, object_key
-from shared import constants as c
+from tests.builders import claiming_pod as pod
 
 
 def test_the_text_form_round_trips_and_keeps_a_slash_in_the_name() -> None:
@@ -22,11 +22,6 @@ def test_object_key_reads_metadata_and_missing_parts_as_empty() -> None:
 
 def test_an_injected_by_claim_counts_only_in_the_pods_own_namespace() -> None:
     """The webhook wires a pod only to a backend of the pod's namespace."""
-
-    def pod(namespace: str, claim: str) -> dict[str, object]:
-        return {
-            "metadata": {"namespace": namespace, "annotations": {c.ANNOTATION_INJECTED_BY: claim}}
-        }
 
     assert injected_by_key(pod("ns", "ns/cb")) == BackendKey("ns", "cb")
     assert injected_by_key(pod("ns", "other/cb")) is None

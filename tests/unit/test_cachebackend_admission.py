@@ -13,7 +13,7 @@ import pytest
 
 from shared.defaulting import default_cachebackend
 from shared.validation.rules import MOONCAKE_HOST_NETWORK_WARNING
-from tests.builders import cb
+from tests.builders import cachebackend_review, cb
 from tests.samples import EXAMPLES_DIR as EXAMPLES
 from tests.samples import EXPECTED_CACHEBACKEND_EXAMPLES as EXPECTED_EXAMPLES
 from tests.samples import sample_backends
@@ -31,28 +31,8 @@ def request(
     uid: str = "705ab4f5-6393-11e8-b7cc-42010a800002",
     **extra: Any,
 ) -> AdmissionRequest:
-    body: dict[str, Any] = {
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": uid,
-            "kind": {"group": "inferencecache.io", "version": "v1alpha1", "kind": "CacheBackend"},
-            "resource": {
-                "group": "inferencecache.io",
-                "version": "v1alpha1",
-                "resource": "cachebackends",
-            },
-            "name": "cache",
-            "namespace": NS,
-            "operation": operation,
-            **extra,
-        },
-    }
-    if obj is not None:
-        body["request"]["object"] = obj
-    if old is not None:
-        body["request"]["oldObject"] = old
-    return parse_review(body)
+    """The parsed request of a sparse CacheBackend review (no user, no requestKind)."""
+    return parse_review(cachebackend_review(operation, obj, old, uid=uid, sparse=True, **extra))
 
 
 def response(review: dict[str, Any]) -> dict[str, Any]:

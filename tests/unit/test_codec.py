@@ -19,17 +19,16 @@ import pytest
 
 from shared.jsoncopy import json_copy
 from shared.quantity import parse_quantity
+from tests.builders import review_of
 from webhook_svc import codec
 from webhook_svc.codec import BadBodyError, decode_body, encode_json
 
-REVIEW: dict[str, Any] = {
-    "apiVersion": "admission.k8s.io/v1",
-    "kind": "AdmissionReview",
-    "request": {
+REVIEW: dict[str, Any] = review_of(
+    {
         "uid": "u-1",
         "object": {"metadata": {"name": "ünïcode ✓"}, "spec": {"replicas": 2, "x": [1.5, None]}},
-    },
-}
+    }
+)
 
 BODIES = [
     json.dumps(REVIEW).encode(),

@@ -21,21 +21,10 @@ from reconciler.pod_events import (
     relevant,
     skipped_by_operator_event,
 )
+from tests.builders import event_pod as pod
 from tests.fakes import FakeKube
 
 NOW = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
-
-
-def pod(annotations: dict[str, str], name: str = "engine-0", uid: str = "pod-uid") -> Any:
-    return {
-        "metadata": {
-            "name": name,
-            "namespace": "ns",
-            "uid": uid,
-            "resourceVersion": "7",
-            "annotations": annotations,
-        }
-    }
 
 
 INJECTED = {"inferencecache.io/injected-by": "ns/cb", "inferencecache.io/injected-by-uid": "u1"}

@@ -8,15 +8,8 @@ from pathlib import Path
 
 import yaml
 
+from tests.builders import restarted_pod as pod
 from tests.harness import kwok
-
-
-def pod(restarts: dict[str, int], annotation: str | None = None) -> dict[str, object]:
-    meta: dict[str, object] = {"name": "p"}
-    if annotation is not None:
-        meta["annotations"] = {kwok.RESTARTS_ANNOTATION: annotation}
-    statuses = [{"name": name, "restartCount": n} for name, n in restarts.items()]
-    return {"metadata": meta, "status": {"containerStatuses": statuses}}
 
 
 def wanted(patch: dict[str, object]) -> dict[str, int]:

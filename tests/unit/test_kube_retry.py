@@ -11,9 +11,7 @@ request's budget, for a request that may be sent twice, at most
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -27,6 +25,7 @@ from kubeio.access import (
     retry_after_wait,
 )
 from kubeio.client import ApiError, Kube
+from tests.fakes import Script, ScriptedHttpServer
 
 # ------------------------------------------------------------------ the rule
 
@@ -101,61 +100,15 @@ def test_the_policy_is_the_webhooks_and_the_processes_one() -> None:
 
 # ------------------------------------------------------------------ the sync face
 
-# Answers one request by its number (1 for the first): (status, headers, body).
-Script = Callable[[int], tuple[int, dict[str, str], bytes]]
-
-
-class Scripted:
-    """A threaded HTTP/1.1 server answering each request as ``script`` says; it counts
-    the requests."""
-
-    def __init__(self, script: Script) -> None:
-        self.script = script
-        self.requests: list[str] = []
-        self._lock = threading.Lock()
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def _answer(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                if length:
-                    self.rfile.read(length)
-                with outer._lock:
-                    outer.requests.append(f"{self.command} {self.path}")
-                    number = len(outer.requests)
-                status, headers, body = outer.script(number)
-                self.send_response(status)
-                for name, value in {**headers, "Content-Length": str(len(body))}.items():
-                    self.send_header(name, value)
-                self.end_headers()
-                self.wfile.write(body)
-
-            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _answer  # noqa: N815
-
-            def log_message(self, *_: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self._thread.start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self._thread.join()
-
 
 @pytest.fixture
-def serve(tmp_path: Path) -> Iterator[Callable[[Script, float], tuple[Scripted, Kube]]]:
+def serve(tmp_path: Path) -> Iterator[Callable[[Script, float], tuple[ScriptedHttpServer, Kube]]]:
     """A scripted server and a ``Kube`` connected to it the way every process
     connects (kubeio.access.connect from a kubeconfig), with a request budget."""
-    started: list[tuple[Scripted, Kube]] = []
+    started: list[tuple[ScriptedHttpServer, Kube]] = []
 
-    def start(script: Script, timeout: float) -> tuple[Scripted, Kube]:
-        server = Scripted(script)
+    def start(script: Script, timeout: float) -> tuple[ScriptedHttpServer, Kube]:
+        server = ScriptedHttpServer(script)
         path = tmp_path / f"kubeconfig-{server.port}"
         path.write_text(
             yaml.safe_dump(

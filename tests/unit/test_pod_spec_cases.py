@@ -35,15 +35,15 @@ from shared import constants as c
 from shared.runtime_adapters.base import InjectContext
 from tests import builders
 from tests.builders import (
-    ENGINE_LABELS,
     MODEL,
-    REPLICASET_OWNER,
     UID,
     VLLM_IMAGE,
     backend,
     external,
     managed,
 )
+from tests.builders import replicaset_pod as pod
+from tests.builders import vllm_container as vllm
 from webhook_svc.app import PATH_MUTATE_POD, create_app
 from webhook_svc.backend_files import load_backends
 from webhook_svc.backend_source import FileBackendSource
@@ -94,16 +94,9 @@ class Webhook:
         operation: str = "CREATE",
         uid: str = "req-1",
     ) -> dict[str, Any]:
-        request: dict[str, Any] = {
-            "uid": uid,
-            "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "operation": operation,
-            "object": obj,
-        }
-        if namespace is not None:
-            request["namespace"] = namespace
-        body = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+        body = builders.admission_review(
+            obj, operation=operation, namespace=namespace, uid=uid, resource="pods"
+        )
         http = self.client.post(PATH_MUTATE_POD, json=body)
         assert http.status_code == 200, http.text
         review: dict[str, Any] = http.json()
@@ -191,15 +184,6 @@ def review_ok_without_patch(hook: Webhook, obj: Any, *, reason: str, **kw: Any) 
 # ---------------------------------------------------------------------- builders
 
 
-def vllm(**extra: Any) -> dict[str, Any]:
-    return {
-        "name": "vllm",
-        "image": VLLM_IMAGE,
-        "args": ["--model", MODEL, "--port", "8000"],
-        **extra,
-    }
-
-
 def sglang(name: str = "sglang", **extra: Any) -> dict[str, Any]:
     return {
         "name": name,
@@ -211,20 +195,6 @@ def sglang(name: str = "sglang", **extra: Any) -> dict[str, Any]:
 
 
 GPU = {"limits": {"nvidia.com/gpu": "1"}}
-
-
-def pod(
-    *containers: dict[str, Any], labels: dict[str, str] | None = None, **kw: Any
-) -> dict[str, Any]:
-    """A pod as a Deployment's ReplicaSet creates it: generateName only, the
-    pod-template-hash label, the ReplicaSet's ownerReference; one vLLM by default."""
-    return builders.pod(
-        *(containers or (vllm(),)),
-        labels={**ENGINE_LABELS, "pod-template-hash": "7d9f8b6c5"} if labels is None else labels,
-        generate_name="engine-7d9f8b6c5-",
-        owner=REPLICASET_OWNER,
-        **kw,
-    )
 
 
 def vllm_env(

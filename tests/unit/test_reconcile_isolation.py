@@ -7,6 +7,7 @@ while the Secret holds one. The real-API-server proof is tests/e2e/test_tier_iso
 from __future__ import annotations
 
 import base64
+import copy
 import datetime as dt
 from typing import Any
 
@@ -15,6 +16,7 @@ from reconciler.reads import LiveReads
 from reconciler.reconcile import Reconciler
 from shared import constants as c
 from shared.storage_providers.render import password_digest, secret_password
+from tests.builders import status_backend
 from tests.fakes import FakeKube
 
 NOW = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
@@ -22,24 +24,14 @@ SECRET = "cb-redis-auth"
 WORKLOAD = "cb-redis"
 
 
-def backend(kube: FakeKube, **annotations: str) -> None:
-    meta: dict[str, Any] = {"name": "cb", "namespace": "ns", "uid": "cb-uid", "generation": 1}
-    if annotations:
-        meta["annotations"] = annotations
-    kube.put(
-        "cachebackends",
-        {
-            "apiVersion": "inferencecache.io/v1alpha1",
-            "kind": "CacheBackend",
-            "metadata": meta,
-            "spec": {
-                "runtime": "SGLang",
-                "type": "LMCache",
-                "engineSelector": {"matchLabels": {"app": "engine"}},
-                "remoteStorage": {"provider": "Redis", "ownership": "Managed"},
-            },
-        },
-    )
+# The backend the tests reconcile: SGLang over a Managed Redis tier.
+REDIS_SPEC: dict[str, Any] = {
+    "runtime": "SGLang",
+    "type": "LMCache",
+    "engineSelector": {"matchLabels": {"app": "engine"}},
+    "remoteStorage": {"provider": "Redis", "ownership": "Managed"},
+}
+UID = "cb-uid"
 
 
 def obj(kube: FakeKube, plural: str, name: str) -> dict[str, Any]:
@@ -53,7 +45,7 @@ def digest(kube: FakeKube) -> str:
 
 def test_first_reconcile_creates_secret_policy_and_a_redis_that_reads_the_secret() -> None:
     kube = FakeKube()
-    backend(kube)
+    kube.put("cachebackends", status_backend(copy.deepcopy(REDIS_SPEC), uid=UID))
     rec = Reconciler(kube, clock=lambda: NOW)
     rec.reconcile("ns/cb")
     applied = [(verb, plural) for verb, plural, _ in kube.writes if verb == "apply"]
@@ -68,7 +60,7 @@ def test_first_reconcile_creates_secret_policy_and_a_redis_that_reads_the_secret
 
 def test_a_deleted_secret_is_recreated_with_a_new_password_and_redis_rolls() -> None:
     kube = FakeKube()
-    backend(kube)
+    kube.put("cachebackends", status_backend(copy.deepcopy(REDIS_SPEC), uid=UID))
     rec = Reconciler(kube, clock=lambda: NOW)
     rec.reconcile("ns/cb")
     old = secret_password(obj(kube, "secrets", SECRET))
@@ -83,7 +75,7 @@ def test_a_deleted_secret_is_recreated_with_a_new_password_and_redis_rolls() -> 
 
 def test_a_drifted_policy_is_repaired() -> None:
     kube = FakeKube()
-    backend(kube)
+    kube.put("cachebackends", status_backend(copy.deepcopy(REDIS_SPEC), uid=UID))
     rec = Reconciler(kube, clock=lambda: NOW)
     rec.reconcile("ns/cb")
     policy = obj(kube, "networkpolicies", WORKLOAD)
@@ -97,11 +89,18 @@ def test_a_drifted_policy_is_repaired() -> None:
 
 def test_the_opt_out_sheds_the_policy_and_keeps_the_password() -> None:
     kube = FakeKube()
-    backend(kube)
+    kube.put("cachebackends", status_backend(copy.deepcopy(REDIS_SPEC), uid=UID))
     rec = Reconciler(kube, clock=lambda: NOW)
     rec.reconcile("ns/cb")
     password = secret_password(obj(kube, "secrets", SECRET))
-    backend(kube, **{c.ANNOTATION_SKIP_NETWORK_POLICY: "true"})
+    kube.put(
+        "cachebackends",
+        status_backend(
+            copy.deepcopy(REDIS_SPEC),
+            annotations={c.ANNOTATION_SKIP_NETWORK_POLICY: "true"},
+            uid=UID,
+        ),
+    )
     kube.writes.clear()
     rec.reconcile("ns/cb")
     assert ("delete", "networkpolicies", WORKLOAD) in kube.writes
@@ -120,7 +119,7 @@ def test_a_secret_the_list_missed_is_read_and_its_password_kept() -> None:
     """The password is rendered from the live Secret; one read by name (not listed yet)
     is ours all the same, and must not be replaced by a new random password."""
     kube = FakeKube()
-    backend(kube)
+    kube.put("cachebackends", status_backend(copy.deepcopy(REDIS_SPEC), uid=UID))
     Reconciler(kube, clock=lambda: NOW).reconcile("ns/cb")
     password = secret_password(obj(kube, "secrets", SECRET))
     kube.writes.clear()
@@ -133,7 +132,7 @@ def test_a_password_written_into_the_secret_is_kept_and_rolls_redis() -> None:
     """Rotation by editing the Secret: the operator's password stays (the Secret is not
     re-applied) and Redis's pod template takes its digest, so Redis restarts with it."""
     kube = FakeKube()
-    backend(kube)
+    kube.put("cachebackends", status_backend(copy.deepcopy(REDIS_SPEC), uid=UID))
     rec = Reconciler(kube, clock=lambda: NOW)
     rec.reconcile("ns/cb")
     chosen = "f" * 64

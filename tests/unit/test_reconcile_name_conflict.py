@@ -14,6 +14,7 @@ from typing import Any
 
 from reconciler.ownership import NAME_CONFLICT_REQUEUE_SECONDS
 from reconciler.reconcile import Reconciler
+from tests.builders import status_backend
 from tests.fakes import FakeKube
 
 NOW = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
@@ -21,21 +22,12 @@ NAME = "cb-lmcache-server"
 OWNED = ("deployments", "statefulsets", "services", "horizontalpodautoscalers")
 
 
-def backend(kube: FakeKube, spec: dict[str, Any] | None = None) -> None:
-    kube.put(
-        "cachebackends",
-        {
-            "apiVersion": "inferencecache.io/v1alpha1",
-            "kind": "CacheBackend",
-            "metadata": {"name": "cb", "namespace": "ns", "uid": "cb-uid", "generation": 1},
-            "spec": spec
-            or {
-                "runtime": "VLLM",
-                "remoteStorage": {"provider": "LMCacheServer", "ownership": "Managed"},
-                "autoscaling": {"minReplicas": 1, "maxReplicas": 3},
-            },
-        },
-    )
+# The backend the tests reconcile: a Managed LMCacheServer tier that autoscales.
+AUTOSCALED: dict[str, Any] = {
+    "runtime": "VLLM",
+    "remoteStorage": {"provider": "LMCacheServer", "ownership": "Managed"},
+    "autoscaling": {"minReplicas": 1, "maxReplicas": 3},
+}
 
 
 def foreign(plural: str, kind: str, name: str = NAME, **meta: Any) -> dict[str, Any]:
@@ -60,7 +52,7 @@ def test_a_foreign_service_blocks_every_write_and_is_reported_once() -> None:
     """A CacheBackend named chat never takes over a team's existing chat-redis Service:
     the foreign object is left untouched and the backend says so."""
     kube = FakeKube()
-    backend(kube)
+    kube.put("cachebackends", status_backend(copy.deepcopy(AUTOSCALED), uid="cb-uid"))
     theirs = foreign("services", "Service")
     kube.put("services", theirs)
     before = copy.deepcopy(theirs)
@@ -102,7 +94,7 @@ def test_a_predecessors_object_is_foreign_until_garbage_collected() -> None:
     """Same labels, controller reference to an earlier CacheBackend of the same name
     (deleted and recreated; the GC has not run yet): not ours to adopt."""
     kube = FakeKube()
-    backend(kube)
+    kube.put("cachebackends", status_backend(copy.deepcopy(AUTOSCALED), uid="cb-uid"))
     stale = foreign(
         "deployments",
         "Deployment",
@@ -121,7 +113,7 @@ def test_a_predecessors_object_is_foreign_until_garbage_collected() -> None:
 
 def test_an_object_we_control_but_that_lost_our_labels_is_updated_not_a_conflict() -> None:
     kube = FakeKube()
-    backend(kube)
+    kube.put("cachebackends", status_backend(copy.deepcopy(AUTOSCALED), uid="cb-uid"))
     rec = Reconciler(kube, clock=lambda: NOW)
     rec.reconcile("ns/cb")
     svc = kube.objects[("services", "ns", NAME)]
@@ -136,7 +128,7 @@ def test_shedding_never_deletes_a_foreign_object_with_our_labels() -> None:
     """A mode flip sheds what we own; a same-named object that merely copies our
     labels (no controller reference to us) is not ours to delete."""
     kube = FakeKube()
-    backend(kube)
+    kube.put("cachebackends", status_backend(copy.deepcopy(AUTOSCALED), uid="cb-uid"))
     rec = Reconciler(kube, clock=lambda: NOW)
     rec.reconcile("ns/cb")
     labels = dict(kube.objects[("deployments", "ns", NAME)]["metadata"]["labels"])
@@ -159,7 +151,7 @@ def test_while_conflicted_nothing_owned_is_shed_either() -> None:
     """Deployment → StatefulSet with a foreign StatefulSet of the name: keep the owned
     Deployment (shedding it would leave the backend with no workload at all)."""
     kube = FakeKube()
-    backend(kube)
+    kube.put("cachebackends", status_backend(copy.deepcopy(AUTOSCALED), uid="cb-uid"))
     rec = Reconciler(kube, clock=lambda: NOW)
     rec.reconcile("ns/cb")
     kube.put("statefulsets", foreign("statefulsets", "StatefulSet"))

@@ -43,6 +43,7 @@ from shared.api.models import CacheBackend
 from shared.labels import labels_match
 from shared.storage_providers.render import render, service_endpoint
 from tests.builders import external_spec as external
+from tests.builders import stored_pod as pod
 from tests.fakes import FakeKube
 
 NS = "team-a"
@@ -176,13 +177,6 @@ def rendered_service(cb_obj: dict[str, Any]) -> dict[str, Any] | None:
         if o["kind"] == "Service":
             return o
     return None
-
-
-def pod(name: str, labels: dict[str, str], **extra: Any) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name, "namespace": NS, "uid": f"uid-{name}", "labels": labels}
-    meta.update(extra.pop("meta", {}))
-    spec = {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.11.0"}]}
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, **extra}
 
 
 def engine_deployment(name: str, labels: dict[str, str], replicas: int) -> dict[str, Any]:

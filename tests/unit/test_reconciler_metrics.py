@@ -4,19 +4,11 @@ unfinished-work gauges (docs/metrics.md)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from prometheus_client import CollectorRegistry, Gauge
 
 from reconciler import metrics
 from reconciler.metrics import LeaderSeries, RunningKeys, condition_series
-
-
-def _backend(*conditions: tuple[str, str, str]) -> dict[str, Any]:
-    return {
-        "metadata": {"namespace": "ns", "name": "cb"},
-        "status": {"conditions": [{"type": t, "status": s, "reason": r} for t, s, r in conditions]},
-    }
+from tests.builders import conditioned_backend as _backend
 
 
 def _samples(registry: CollectorRegistry, name: str) -> list[dict[str, str]]:

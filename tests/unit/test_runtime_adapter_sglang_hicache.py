@@ -12,18 +12,15 @@ from shared.bindings import Binding
 from shared.runtime_adapters.base import InjectContext, InjectionRejectedError
 from shared.runtime_adapters.registry import select
 from shared.runtime_adapters.sglang_hicache import SGLangHiCacheAdapter
-from tests.builders import assert_valid_pod, containers_of, parsed_backend
+from tests.builders import assert_valid_pod, containers_of
 from tests.builders import backend as make_backend
 from tests.builders import container as make_container
+from tests.builders import hicache_backend as backend
 from tests.builders import pod as make_pod
 
 ADAPTER = SGLangHiCacheAdapter()
 CTX = InjectContext()
 IMAGE = "lmsysorg/sglang:v0.5.13-cu129"
-
-
-def backend(**hi: Any) -> CacheBackend:
-    return parsed_backend(runtime="SGLang", type_="SGLangHiCache", hiCache=hi or {"ratio": "2.0"})
 
 
 def engine(name: str = "sglang", **kw: Any) -> dict[str, Any]:

@@ -24,6 +24,8 @@ from shared.api.duration import parse_go_duration
 from shared.api.models import CacheBackend
 from tests.builders import ENDPOINT, MANAGED_SPEC, NO_GATE, T0, external_spec
 from tests.builders import condition_of as cond
+from tests.builders import selected_pod as _pod
+from tests.builders import selector_cb as _cb
 from tests.builders import status_backend as obj
 
 
@@ -723,25 +725,6 @@ def test_parse_go_duration(text: str, seconds: float | None) -> None:
 
 
 # ======================================================================= /snapshot projection
-
-
-def _pod(ns: str, name: str, labels: dict[str, str], injected: str | None = None) -> dict[str, Any]:
-    meta: dict[str, Any] = {"namespace": ns, "name": name, "labels": labels}
-    if injected:
-        meta["annotations"] = {"inferencecache.io/injected-by": injected}
-    return {"metadata": meta}
-
-
-def _cb(
-    ns: str, name: str, labels: dict[str, str] | None, ip: dict[str, Any] | None = None
-) -> dict[str, Any]:
-    spec: dict[str, Any] = {"runtime": "VLLM"}
-    if labels is not None:
-        spec["engineSelector"] = {"matchLabels": labels}
-    o: dict[str, Any] = {"metadata": {"namespace": ns, "name": name}, "spec": spec}
-    if ip is not None:
-        o["status"] = {"indexParticipation": ip}
-    return o
 
 
 def test_index_participation_attributes_each_replica_to_one_backend() -> None:

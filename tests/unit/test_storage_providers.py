@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 
-from shared.api.models import CacheBackend
 from shared.storage_providers import registry
 from shared.storage_providers.render import (
     ANNOTATION_SPEC_HASH,
@@ -17,15 +16,7 @@ from shared.storage_providers.render import (
     service_endpoint,
 )
 from tests.builders import managed_spec as managed
-
-
-def backend(spec: dict[str, Any], name: str = "cb", namespace: str = "ns") -> CacheBackend:
-    return CacheBackend.model_validate(
-        {
-            "metadata": {"name": name, "namespace": namespace, "uid": "uid-1", "generation": 1},
-            "spec": spec,
-        }
-    )
+from tests.builders import rendered_backend as backend
 
 
 def PASSWORD() -> str:  # noqa: N802 - stands for a constant password source

@@ -23,7 +23,6 @@ import pytest
 
 from reconciler.diff import needs_apply
 from shared import constants as c
-from shared.api.models import CacheBackend
 from shared.network_policy import PodRef, ingress_allowed, selector_matches
 from shared.pod_wiring import OUTCOME_FAIL_OPEN, OUTCOME_INJECTED, WiringResult, wire_pod
 from shared.runtime_adapters.base import InjectContext
@@ -38,7 +37,8 @@ from shared.storage_providers.render import (
     secret_password,
 )
 from tests import builders
-from tests.builders import ENGINE_LABELS, managed_spec
+from tests.builders import ENGINE_LABELS
+from tests.builders import isolated_backend as backend
 
 NS = "team-a"
 PASSWORD = "5" * 64
@@ -46,21 +46,6 @@ PASSWORD = "5" * 64
 
 def fixed_password() -> str:
     return PASSWORD
-
-
-def backend(
-    provider: str,
-    *,
-    selector: dict[str, str] | None = None,
-    annotations: dict[str, str] | None = None,
-    **spec: Any,
-) -> CacheBackend:
-    body = managed_spec(provider, **spec)
-    body["engineSelector"] = {"matchLabels": ENGINE_LABELS if selector is None else selector}
-    meta: dict[str, Any] = {"name": "cache", "namespace": NS, "uid": "uid-1"}
-    if annotations:
-        meta["annotations"] = annotations
-    return CacheBackend.model_validate({"metadata": meta, "spec": body})
 
 
 def by_kind(objs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -21,11 +21,8 @@ from reconciler.watch_cache import (
     WatchSpec,
     list_then_watch,
 )
+from tests.builders import listed_pod as pod
 from tests.fakes import FakeKube, ScriptedKube
-
-
-def pod(name: str, rv: str, ns: str = "ns", **labels: str) -> dict[str, Any]:
-    return {"metadata": {"name": name, "namespace": ns, "resourceVersion": rv, "labels": labels}}
 
 
 def test_store_replace_reports_what_changed_against_what_it_held() -> None:

@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from tests.builders import workload_review
+from tests.fakes import FakeAccessReviewer
 from webhook_svc.admission_review import AdmissionRequest, parse_review
 from webhook_svc.cachebackend_admission import validate_cachebackend
 from webhook_svc.workload_authz import (
@@ -114,35 +116,12 @@ def test_the_review_carries_the_requesting_user_as_the_admission_request_names_t
     }
 
 
-class Reviewer:
-    def __init__(self, allowed: set[str] | None = None, error: bool = False) -> None:
-        self.allowed = allowed or set()
-        self.error = error
-        self.asked: list[dict[str, Any]] = []
-
-    async def review(self, body: dict[str, Any]) -> dict[str, Any]:
-        self.asked.append(body)
-        if self.error:
-            raise ReviewError("API server said 503 Service Unavailable")
-        resource = body["spec"]["resourceAttributes"]["resource"]
-        return {"status": {"allowed": resource in self.allowed}}
+def request(obj: dict[str, Any], old: dict[str, Any] | None = None, user: Any = USER) -> Any:
+    """The parsed request of a review of ``obj`` by ``user``."""
+    return parse_review(workload_review(obj, old, user))
 
 
-def review(obj: dict[str, Any], old: dict[str, Any] | None = None, user: Any = USER) -> Any:
-    request: dict[str, Any] = {
-        "uid": "r-1",
-        "operation": "UPDATE" if old else "CREATE",
-        "namespace": "team-a",
-        "name": "cb",
-        "object": obj,
-        "oldObject": old,
-    }
-    if user is not None:
-        request["userInfo"] = user
-    return parse_review({"request": request})
-
-
-def authorizing(reviewer: Reviewer) -> Callable[[AdmissionRequest], dict[str, Any]]:
+def authorizing(reviewer: FakeAccessReviewer) -> Callable[[AdmissionRequest], dict[str, Any]]:
     """What the validating route does: validate, then the reviews for what it allows."""
 
     def handler(req: AdmissionRequest) -> dict[str, Any]:
@@ -155,8 +134,8 @@ def authorizing(reviewer: Reviewer) -> Callable[[AdmissionRequest], dict[str, An
 
 
 def test_a_user_who_may_not_create_deployments_is_denied_with_a_field_scoped_403() -> None:
-    handler = authorizing(Reviewer())
-    resp = handler(review(MANAGED))["response"]
+    handler = authorizing(FakeAccessReviewer())
+    resp = handler(request(MANAGED))["response"]
     assert resp["allowed"] is False
     status = resp["status"]
     assert (status["code"], status["reason"]) == (403, "Forbidden")
@@ -165,34 +144,35 @@ def test_a_user_who_may_not_create_deployments_is_denied_with_a_field_scoped_403
 
 
 def test_a_user_who_may_is_allowed_and_nothing_is_asked_when_nothing_is_shaped() -> None:
-    reviewer = Reviewer({"deployments"})
+    reviewer = FakeAccessReviewer({"deployments"})
     handler = authorizing(reviewer)
-    assert handler(review(MANAGED))["response"]["allowed"] is True
+    assert handler(request(MANAGED))["response"]["allowed"] is True
     assert len(reviewer.asked) == 1
     reviewer.asked.clear()
-    assert handler(review(HOST_ONLY))["response"]["allowed"] is True
-    assert handler(review(with_spec(MANAGED, replicas=2), MANAGED))["response"]["allowed"]
+    assert handler(request(HOST_ONLY))["response"]["allowed"] is True
+    assert handler(request(with_spec(MANAGED, replicas=2), MANAGED))["response"]["allowed"]
     assert reviewer.asked == []
     sts = with_spec(MANAGED, deploymentKind="StatefulSet")
-    denied = handler(review(sts))["response"]
+    denied = handler(request(sts))["response"]
     assert denied["allowed"] is False
     assert "statefulsets.apps" in denied["status"]["message"]
 
 
 @pytest.mark.parametrize(
-    ("reviewer", "user"), [(Reviewer(error=True), USER), (Reviewer({"deployments"}), None)]
+    ("reviewer", "user"),
+    [(FakeAccessReviewer(error=True), USER), (FakeAccessReviewer({"deployments"}), None)],
 )
-def test_a_review_that_cannot_be_made_fails_closed(reviewer: Reviewer, user: Any) -> None:
-    resp = authorizing(reviewer)(review(MANAGED, user=user))["response"]
+def test_a_review_that_cannot_be_made_fails_closed(reviewer: FakeAccessReviewer, user: Any) -> None:
+    resp = authorizing(reviewer)(request(MANAGED, user=user))["response"]
     assert resp["allowed"] is False
     assert resp["status"]["code"] == 503
     assert "could not verify" in resp["status"]["message"]
 
 
 def test_invalid_objects_are_denied_by_validation_before_any_review() -> None:
-    reviewer = Reviewer({"deployments"})
+    reviewer = FakeAccessReviewer({"deployments"})
     bad = with_spec(MANAGED, remoteStorage={"provider": "LMCacheServer", "ownership": "External"})
-    resp = authorizing(reviewer)(review(bad))["response"]
+    resp = authorizing(reviewer)(request(bad))["response"]
     assert resp["allowed"] is False
     assert resp["status"]["code"] == 422
     assert reviewer.asked == []
@@ -202,10 +182,10 @@ def test_authorized_by_privileged_group_asks_nothing_for_system_masters() -> Non
     """Rule authorized_by_privileged_group: the API server's superuser authorizer allows
     every review for system:masters, so the webhook makes none; any other group is asked."""
     root = {"username": "kubernetes-admin", "groups": ["system:masters", "system:authenticated"]}
-    reviewer = Reviewer()
+    reviewer = FakeAccessReviewer()
     handler = authorizing(reviewer)
     sts = with_spec(MANAGED, deploymentKind="StatefulSet")
-    assert handler(review(sts, user=root))["response"]["allowed"] is True
+    assert handler(request(sts, user=root))["response"]["allowed"] is True
     assert reviewer.asked == []
     lookalikes = [
         {**root, "groups": ["system:masters-ish", "system:authenticated"]},
@@ -213,7 +193,7 @@ def test_authorized_by_privileged_group_asks_nothing_for_system_masters() -> Non
         {"groups": ["system:masters"]},  # no username: unverifiable, as before
     ]
     for user in lookalikes:
-        assert handler(review(MANAGED, user=user))["response"]["allowed"] is False
+        assert handler(request(MANAGED, user=user))["response"]["allowed"] is False
     assert len(reviewer.asked) == 2
 
 
@@ -233,7 +213,7 @@ def test_authorization_answer_is_a_pure_function_of_the_outcomes(
 ) -> None:
     """Rule: allowed only when every needed review allowed (a ``denied`` answer wins
     over ``allowed``); a review that failed, or was never made, fails closed (503)."""
-    req = review(obj)
+    req = request(obj)
     allowed = validate_cachebackend(req)
     plan = review_plan(req)
     assert plan is not None
@@ -249,12 +229,12 @@ def test_no_plan_for_writes_that_need_no_review() -> None:
     """Rule: system:masters, subresources, host-only backends and updates that leave
     the pod template alone need no review at all."""
     root = {"username": "admin", "groups": ["system:masters"]}
-    assert review_plan(review(MANAGED, user=root)) is None
-    assert review_plan(review(HOST_ONLY)) is None
-    assert review_plan(review(with_spec(MANAGED, replicas=2), MANAGED)) is None
-    status_write = review(MANAGED)
+    assert review_plan(request(MANAGED, user=root)) is None
+    assert review_plan(request(HOST_ONLY)) is None
+    assert review_plan(request(with_spec(MANAGED, replicas=2), MANAGED)) is None
+    status_write = request(MANAGED)
     status_write.raw["subResource"] = "status"
     assert review_plan(status_write) is None
-    plan = review_plan(review(with_spec(MANAGED, deploymentKind="StatefulSet")))
+    plan = review_plan(request(with_spec(MANAGED, deploymentKind="StatefulSet")))
     assert plan is not None
     assert plan.needed == (DEPLOYMENTS, STATEFULSETS)

@@ -16,6 +16,8 @@ import pytest
 import redis
 
 from reconciler.workqueue import BUSY, DONE, LOST, STALE, STARTED, QueueSettings, WorkQueue
+from tests.builders import selected_pod as _pod
+from tests.builders import selector_cb as _cb
 from tests.fakes import ScriptedWatchKube, clear_queue, queue_failures, queue_state
 from tests.harness.redis_server import RedisServer
 
@@ -399,17 +401,6 @@ def test_owned_objects_enqueue_their_owner_and_only_the_leader_enqueues(queue: W
     d._leading = leader
     d.enqueue("ns/cb")
     assert queue.pop_due() == ["ns/cb"]
-
-
-def _cb(ns: str, name: str, labels: dict[str, str] | None) -> dict[str, object]:
-    spec: dict[str, object] = {"runtime": "VLLM"}
-    if labels is not None:
-        spec["engineSelector"] = {"matchLabels": labels}
-    return {"metadata": {"namespace": ns, "name": name}, "spec": spec}
-
-
-def _pod(ns: str, name: str, labels: dict[str, str]) -> dict[str, object]:
-    return {"metadata": {"namespace": ns, "name": name, "labels": labels}}
 
 
 def test_selector_index_reports_backends_a_pod_starts_or_stops_matching() -> None:
