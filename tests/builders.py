@@ -240,6 +240,11 @@ MANAGED_SPEC: dict[str, Any] = {
 ENDPOINT = "cb-lmcache-server.ns.svc:65432"
 # The annotation that turns the KV-event gate off.
 NO_GATE = {"inferencecache.io/require-kv-events": "false"}
+# A Managed LMCacheServer backend selecting the e2e engine pods (app=vllm).
+MANAGED_VLLM_SPEC: dict[str, Any] = {
+    **MANAGED_SPEC,
+    "engineSelector": {"matchLabels": {"app": "vllm"}},
+}
 
 
 def status_backend(

@@ -17,6 +17,8 @@ import urllib.request
 import pytest
 
 from kubeio import client as k
+from tests.builders import MANAGED_VLLM_SPEC as MANAGED
+from tests.builders import NO_GATE
 from tests.e2e.conftest import (
     KERNEL_CHECK,
     Cluster,
@@ -28,13 +30,6 @@ from tests.e2e.conftest import (
     set_pod_status,
 )
 from tests.e2e.workloads import wait_rolled_out
-
-NO_GATE = {"inferencecache.io/require-kv-events": "false"}
-MANAGED = {
-    "runtime": "VLLM",
-    "remoteStorage": {"provider": "LMCacheServer", "ownership": "Managed"},
-    "engineSelector": {"matchLabels": {"app": "vllm"}},
-}
 
 
 def pod_event_reasons(cluster: Cluster, ns: str, pod: str) -> list[str]:

@@ -15,6 +15,7 @@ import pytest
 
 from kubeio import client as k
 from shared.constants import ANNOTATION_CACHE_SERVER_RESTART_TRIGGER as RESTART_TRIGGER
+from tests.builders import NO_GATE
 from tests.e2e.conftest import (
     WORKER_USER,
     Cluster,
@@ -41,7 +42,6 @@ from tests.webhook_process import TEST_NAMESPACE_LABEL, WebhookProcess, register
 
 pytestmark = pytest.mark.real_controllers
 
-NO_GATE = {"inferencecache.io/require-kv-events": "false"}
 SERVER = "cb-lmcache-server"
 
 

@@ -13,9 +13,9 @@ from typing import Any
 from kubeio import client as k
 from shared.pod_wiring import wire_pod
 from shared.runtime_adapters.base import InjectContext
+from tests.builders import NO_GATE
 from tests.e2e.conftest import WORKER_USER, Cluster, Stack, condition, poll, set_pod_status
 
-NO_GATE = {"inferencecache.io/require-kv-events": "false"}
 CTX = InjectContext(kvevent_subscriber_image="ghcr.io/inference-cache/kvevent-subscriber:1")
 
 

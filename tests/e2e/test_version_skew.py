@@ -23,6 +23,8 @@ import pytest
 
 from kubeio import client as k
 from shared import engine_versions as ev
+from tests.builders import MANAGED_VLLM_SPEC as MANAGED
+from tests.builders import NO_GATE
 from tests.e2e.conftest import (
     KERNEL_CHECK,
     Cluster,
@@ -36,12 +38,6 @@ from tests.e2e.conftest import (
 from tests.e2e.workloads import wait_rolled_out
 from tests.harness.controlplane import free_port
 
-NO_GATE = {"inferencecache.io/require-kv-events": "false"}
-MANAGED = {
-    "runtime": "VLLM",
-    "remoteStorage": {"provider": "LMCacheServer", "ownership": "Managed"},
-    "engineSelector": {"matchLabels": {"app": "vllm"}},
-}
 SKEW = "LMCacheVersionSkew"
 BELOW = "EngineVersionBelowMinimum"
 

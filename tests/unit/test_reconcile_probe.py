@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 
 from reconciler.reconcile import Reconciler
+from tests.builders import NO_GATE
 from tests.fakes import FakeIndexServer as FakeServer
 from tests.fakes import FakeKube
 
 NOW = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
-NO_GATE = {"inferencecache.io/require-kv-events": "false"}
 LMSERVER: dict[str, Any] = {
     "runtime": "VLLM",
     "remoteStorage": {"provider": "LMCacheServer", "ownership": "Managed"},

@@ -42,6 +42,7 @@ from reconciler.status import (
 from shared.api.models import CacheBackend
 from shared.labels import labels_match
 from shared.storage_providers.render import render, service_endpoint
+from tests.builders import NO_GATE
 from tests.builders import external_spec as external
 from tests.builders import stored_pod as pod
 from tests.fakes import FakeKube
@@ -63,7 +64,6 @@ class _Absent:
 
 
 ABSENT: Any = _Absent()
-NO_GATE = {"inferencecache.io/require-kv-events": "false"}
 
 # ------------------------------------------------------------------ spec shapes
 

@@ -28,11 +28,10 @@ from shared import constants as c
 from shared import engine_versions as ev
 from shared.api.models import CacheBackend
 from shared.client_versions import client_skewed, major_minor, server_version_of_image
-from tests.builders import backend, external, managed
+from tests.builders import NO_GATE, backend, external, managed
 
 T0 = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
 SERVER = "lmcache/standalone:v0.4.7"
-NO_GATE = {c.ANNOTATION_REQUIRE_KV_EVENTS: "false"}
 
 
 def report(pod: str, state: str = "ok", **versions: str) -> KernelCheckReport:
