@@ -106,7 +106,7 @@ def check_election(lease_duration: float, renew_deadline: float, retry_period: f
 def run(args: argparse.Namespace) -> int:
     check_election(args.lease_duration, args.renew_deadline, args.retry_period)
     setup_logging(args.log_level)
-    metrics.register(metrics.DISPATCHER)
+    metrics.register_metrics(metrics.DISPATCHER)
     queue = WorkQueue(
         redis_client(args.redis_url, redis_timeouts(args)),
         QueueSettings(

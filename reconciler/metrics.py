@@ -467,7 +467,7 @@ _registered: weakref.WeakKeyDictionary[CollectorRegistry, set[int]] = weakref.We
 _register_lock = threading.Lock()
 
 
-def register(role: str, registry: CollectorRegistry = REGISTRY) -> None:
+def register_metrics(role: str, registry: CollectorRegistry = REGISTRY) -> None:
     """Expose the series ``role`` (dispatcher, worker) feeds on ``registry``, with the
     counter children of its known label values at zero; idempotent, and a family both
     roles feed is registered once."""

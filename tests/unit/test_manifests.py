@@ -19,7 +19,7 @@ import yaml
 
 from icache_cli.main import SUBCOMMANDS, IcacheParser
 from icache_install import certs, manifests_cli, redis_auth
-from icache_install.manifests_cli import render, split_image
+from icache_install.manifests_cli import render_manifests, split_image
 from reconciler.server_client import DEFAULT_TOKEN_PATH
 from shared.quantity import parse_quantity
 from tests.cli_helpers import paths_unchecked
@@ -32,7 +32,7 @@ NAMESPACE = "inference-cache-system"
 
 @pytest.fixture(scope="module")
 def docs() -> list[dict[str, Any]]:
-    return render()
+    return render_manifests()
 
 
 def one(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
@@ -397,7 +397,7 @@ def test_worker_presents_an_audience_bound_projected_token(docs: list[dict[str, 
 
 
 def test_cert_manager_variant_issues_the_secret_the_webhook_mounts() -> None:
-    docs = render("cert-manager")
+    docs = render_manifests("cert-manager")
     serving = one(docs, "Certificate", "inference-cache-webhook")
     assert serving["spec"]["secretName"] == "inference-cache-webhook-tls"
     assert serving["spec"]["dnsNames"] == certs.service_hosts("inference-cache-webhook", NAMESPACE)
@@ -415,7 +415,7 @@ def test_cert_manager_variant_issues_the_secret_the_webhook_mounts() -> None:
     # Everything else is the default install, less the self-signed path's rotation
     # CronJob and its RBAC (cert-manager owns the Secret here).
     rotation = "inference-cache-cert-rotation"
-    default = {(d["kind"], d["metadata"]["name"]) for d in render()}
+    default = {(d["kind"], d["metadata"]["name"]) for d in render_manifests()}
     assert {name for _, name in default - {(d["kind"], d["metadata"]["name"]) for d in docs}} == {
         rotation
     }
@@ -428,7 +428,7 @@ def test_cert_manager_variant_issues_the_secret_the_webhook_mounts() -> None:
 
 
 def test_namespace_override_leaves_nothing_in_the_old_namespace() -> None:
-    docs = render("cert-manager", namespace="cache-ops")
+    docs = render_manifests("cert-manager", namespace="cache-ops")
     assert NAMESPACE not in yaml.safe_dump_all(docs)
     assert one(docs, "Namespace", "cache-ops")
     hook = webhooks(docs)["mpod.inferencecache.io"]
@@ -450,7 +450,7 @@ def test_namespace_override_leaves_nothing_in_the_old_namespace() -> None:
 
 
 def test_image_tag_retags_our_images_only() -> None:
-    docs = render(image_tag="0.2.0-rc.1")
+    docs = render_manifests(image_tag="0.2.0-rc.1")
     images = sorted({c["image"] for d in deployments(docs) for c in containers(d)})
     assert images == [
         "docker.io/library/redis:7.4.2-alpine",
@@ -483,10 +483,10 @@ def test_the_command_prints_the_rendered_file_and_fails_cleanly(
     assert manifests_cli.run(args) == 0
     out = capsys.readouterr().out
     assert out == (MANIFESTS / "rendered" / "install.yaml").read_text()
-    assert [d for d in yaml.safe_load_all(out) if d] == render()
+    assert [d for d in yaml.safe_load_all(out) if d] == render_manifests()
     args.image_tag = "9.9.9"
     assert manifests_cli.run(args) == 0
-    assert [d for d in yaml.safe_load_all(capsys.readouterr().out) if d] == render(
+    assert [d for d in yaml.safe_load_all(capsys.readouterr().out) if d] == render_manifests(
         image_tag="9.9.9"
     )
     # A --manifests-dir without the rendered file is bad input (exit 2).
