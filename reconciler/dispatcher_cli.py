@@ -18,7 +18,7 @@ from reconciler.dispatcher import Dispatcher, DispatcherSettings
 from reconciler.leader import ElectionSettings
 from reconciler.redis_conn import redis_client
 from reconciler.workqueue import QueueSettings, WorkQueue
-from shared.constants import INSTALL_NAMESPACE
+from shared.constants import DISPATCHER_LEASE, INSTALL_NAMESPACE
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--lease-name",
         type=cli_types.dns_subdomain,
-        default="inference-cache-dispatcher",
+        default=DISPATCHER_LEASE,
         metavar="NAME",
         help="name of the leader-election Lease",
     )

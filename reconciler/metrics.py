@@ -36,6 +36,7 @@ from prometheus_client.registry import Collector
 
 from kubeio import client as k
 from reconciler.reads import DISPATCHER_OWNED_RESOURCES, OWNED_RESOURCES
+from shared import constants as c
 
 # No `<name>_created` series beside every counter and histogram: Prometheus does not
 # read them from the text format, and they would double the series count.
@@ -46,7 +47,7 @@ disable_created_metrics()
 CONTROLLER: Final = "cachebackend"
 QUEUE: Final = "cachebackend"
 # The dispatcher's leader-election Lease name is the `name` label of the leader gauge.
-DEFAULT_LEADER_LEASE: Final = "inference-cache-dispatcher"
+DEFAULT_LEADER_LEASE: Final = c.DISPATCHER_LEASE
 
 # Reconcile results, as controller-runtime spells them.
 SUCCESS: Final = "success"
