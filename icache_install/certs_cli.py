@@ -29,15 +29,16 @@ from icache_install import certs, redis_auth
 from kubeio import access as kubeaccess
 from kubeio import client as kc
 from kubeio.client import KubeClient
+from shared import constants as c
 from shared.constants import INSTALL_NAMESPACE
 
 log = logging.getLogger("icache.certs")
 
 DEFAULT_NAMESPACE = INSTALL_NAMESPACE
-DEFAULT_SERVICE = "inference-cache-webhook"
-DEFAULT_SECRET = "inference-cache-webhook-tls"
-DEFAULT_MUTATING_CONFIG = "inference-cache-mutating"
-DEFAULT_VALIDATING_CONFIG = "inference-cache-validating"
+DEFAULT_SERVICE = c.WEBHOOK_SERVICE
+DEFAULT_SECRET = c.WEBHOOK_TLS_SECRET
+DEFAULT_MUTATING_CONFIG = c.MUTATING_WEBHOOK_CONFIGURATION
+DEFAULT_VALIDATING_CONFIG = c.VALIDATING_WEBHOOK_CONFIGURATION
 MANAGED_BY = {"app.kubernetes.io/managed-by": "icache-certs"}
 
 

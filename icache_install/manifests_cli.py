@@ -143,7 +143,7 @@ def retag_our_images(docs: list[Doc], tag: str) -> list[Doc]:
 # --------------------------------------------------------------------------- the command
 
 
-def render(
+def render_manifests(
     variant: str = "default",
     *,
     root: Path | None = None,
@@ -226,7 +226,9 @@ def run(args: argparse.Namespace) -> int:
         else:
             return 0
     try:
-        docs = render(args.variant, root=root, namespace=args.namespace, image_tag=args.image_tag)
+        docs = render_manifests(
+            args.variant, root=root, namespace=args.namespace, image_tag=args.image_tag
+        )
     except RenderError as exc:
         print(f"icache manifests: {exc}", file=sys.stderr)
         return 1

@@ -7,9 +7,10 @@ from __future__ import annotations
 import base64
 from typing import Any, Final, Protocol
 
+from shared import constants as c
 from shared.storage_providers.render import new_password
 
-DEFAULT_SECRET: Final = "inference-cache-redis-auth"
+DEFAULT_SECRET: Final = c.REDIS_AUTH_SECRET
 PASSWORD_KEY: Final = "password"
 MANAGED_BY: Final = {"app.kubernetes.io/managed-by": "icache-certs"}
 

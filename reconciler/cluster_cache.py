@@ -55,7 +55,7 @@ from reconciler.engine_deployments import (
 )
 from reconciler.enqueue_keys import (
     ChangeRouter,
-    match_labels,
+    engine_selector_labels,
 )
 from reconciler.reads import OWNED_RESOURCES, LiveReads, template_labels, with_kind
 from reconciler.watch_cache import Reflector, WatchSpec, reduced_metadata, resource_version
@@ -423,7 +423,7 @@ class ClusterCache:
             log.debug("could not enqueue from the cache", extra={"key": key, "error": str(exc)})
 
     def _backend_changed(self, kind: str, old: Obj | None, new: Obj | None) -> None:
-        if old is None or new is None or match_labels(old) != match_labels(new):
+        if old is None or new is None or engine_selector_labels(old) != engine_selector_labels(new):
             self._follow_selectors()
         self.router.backend(kind, old, new)
 
@@ -431,7 +431,7 @@ class ClusterCache:
         """Watch the engine pods and ReplicaSets of every cached backend's selector, in
         that backend's namespace."""
         groups = selector_groups(
-            (str((cb.get("metadata") or {}).get("namespace") or ""), match_labels(cb))
+            (str((cb.get("metadata") or {}).get("namespace") or ""), engine_selector_labels(cb))
             for cb in self.backends.store.all()
         )
         self.engine_pods.want(groups)

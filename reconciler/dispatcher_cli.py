@@ -18,7 +18,7 @@ from reconciler.dispatcher import Dispatcher, DispatcherSettings
 from reconciler.leader import ElectionSettings
 from reconciler.redis_conn import redis_client
 from reconciler.workqueue import QueueSettings, WorkQueue
-from shared.constants import INSTALL_NAMESPACE
+from shared.constants import DISPATCHER_LEASE, INSTALL_NAMESPACE
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--lease-name",
         type=cli_types.dns_subdomain,
-        default="inference-cache-dispatcher",
+        default=DISPATCHER_LEASE,
         metavar="NAME",
         help="name of the leader-election Lease",
     )
@@ -106,7 +106,7 @@ def check_election(lease_duration: float, renew_deadline: float, retry_period: f
 def run(args: argparse.Namespace) -> int:
     check_election(args.lease_duration, args.renew_deadline, args.retry_period)
     setup_logging(args.log_level)
-    metrics.register(metrics.DISPATCHER)
+    metrics.register_metrics(metrics.DISPATCHER)
     queue = WorkQueue(
         redis_client(args.redis_url, redis_timeouts(args)),
         QueueSettings(

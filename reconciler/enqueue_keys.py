@@ -55,7 +55,7 @@ def pod_backend_key(pod: Obj) -> str | None:
     return None
 
 
-def match_labels(obj: Obj) -> dict[str, str]:
+def engine_selector_labels(obj: Obj) -> dict[str, str]:
     """spec.engineSelector.matchLabels of a CacheBackend ({}: claims nothing)."""
     sel = ((obj.get("spec") or {}).get("engineSelector") or {}).get("matchLabels") or {}
     return {str(k): str(v) for k, v in sel.items()} if isinstance(sel, dict) else {}
@@ -89,7 +89,7 @@ class SelectorIndex:
 
     def set_backend(self, obj: Obj, deleted: bool = False) -> None:
         key = object_key(obj)
-        labels = {} if deleted else match_labels(obj)
+        labels = {} if deleted else engine_selector_labels(obj)
         with self._lock:
             per_ns = self._selectors.setdefault(key.namespace, {})
             if labels:
@@ -145,7 +145,7 @@ class ChangeRouter:
         """Backends of ``namespace`` whose engine selector ``labels`` satisfies."""
         return backends_selecting(
             (
-                (str(object_key(cb)), match_labels(cb))
+                (str(object_key(cb)), engine_selector_labels(cb))
                 for cb in self.backends.in_namespace(namespace)
             ),
             labels,

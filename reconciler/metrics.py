@@ -36,6 +36,7 @@ from prometheus_client.registry import Collector
 
 from kubeio import client as k
 from reconciler.reads import DISPATCHER_OWNED_RESOURCES, OWNED_RESOURCES
+from shared import constants as c
 
 # No `<name>_created` series beside every counter and histogram: Prometheus does not
 # read them from the text format, and they would double the series count.
@@ -46,7 +47,7 @@ disable_created_metrics()
 CONTROLLER: Final = "cachebackend"
 QUEUE: Final = "cachebackend"
 # The dispatcher's leader-election Lease name is the `name` label of the leader gauge.
-DEFAULT_LEADER_LEASE: Final = "inference-cache-dispatcher"
+DEFAULT_LEADER_LEASE: Final = c.DISPATCHER_LEASE
 
 # Reconcile results, as controller-runtime spells them.
 SUCCESS: Final = "success"
@@ -467,7 +468,7 @@ _registered: weakref.WeakKeyDictionary[CollectorRegistry, set[int]] = weakref.We
 _register_lock = threading.Lock()
 
 
-def register(role: str, registry: CollectorRegistry = REGISTRY) -> None:
+def register_metrics(role: str, registry: CollectorRegistry = REGISTRY) -> None:
     """Expose the series ``role`` (dispatcher, worker) feeds on ``registry``, with the
     counter children of its known label values at zero; idempotent, and a family both
     roles feed is registered once."""

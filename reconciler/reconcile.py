@@ -60,7 +60,7 @@ from shared.api import effective
 from shared.api.models import CacheBackend
 from shared.labels import labels_match, valid_selector
 from shared.pod_wiring import injected_by_uid_label
-from shared.storage_providers.render import render, service_endpoint
+from shared.storage_providers.render import render_managed_objects, service_endpoint
 
 log = logging.getLogger(__name__)
 
@@ -249,7 +249,7 @@ class Reconciler:
         object of each rendered kind and the name conflicts."""
         owned = self._list_owned(p)
         # The live objects let an autoscaled workload keep the HPA's replica count.
-        desired = render(p.cb, owned)
+        desired = render_managed_objects(p.cb, owned)
         wanted = {(o["kind"], o["metadata"]["name"]) for o in desired}
         existing = self._read_unlisted(p, desired, owned)
         unlisted_ours = {
@@ -258,7 +258,7 @@ class Reconciler:
         if unlisted_ours:
             # Ours, but not (yet) in what was listed: render again from it, so what it
             # holds and the render depends on (a password) is kept, not replaced.
-            desired = render(p.cb, {**owned, **unlisted_ours})
+            desired = render_managed_objects(p.cb, {**owned, **unlisted_ours})
         p.conflicts = tuple(name_conflicts(desired, existing, p.uid))
         if p.conflicts:
             self._hold(p, owned, wanted)
@@ -635,7 +635,7 @@ def observe_engines(
     matchedEnginePods, engineSelectorMessage and the churn cadence decide on.
     ([], None) without a claim-capable selector; None for what could not be read
     this time (the previous values stand)."""
-    labels = effective.match_labels(cb.spec)
+    labels = effective.claim_match_labels(cb.spec)
     if not labels:
         return [], None
     if not valid_selector(labels):

@@ -22,7 +22,7 @@ from kubeio import client as k
 from reconciler.backend_keys import injected_by_key, object_key
 from reconciler.cluster_cache import ClusterCache, fresh, selector_groups, set_selector
 from reconciler.conditions import format_time, parse_time
-from reconciler.enqueue_keys import match_labels
+from reconciler.enqueue_keys import engine_selector_labels
 from reconciler.server_client import ServerClient
 from shared import constants as c
 from shared.labels import labels_match, valid_selector
@@ -51,7 +51,7 @@ def owning_backend(pod: dict[str, Any], backends_in_namespace: list[dict[str, An
         return str(claim)
     labels = (pod.get("metadata") or {}).get("labels")
     for cb in sorted(backends_in_namespace, key=lambda o: str(o["metadata"]["name"])):
-        if labels_match(match_labels(cb), labels):
+        if labels_match(engine_selector_labels(cb), labels):
             return str(object_key(cb))
     return None
 
@@ -160,7 +160,9 @@ class SnapshotPoller(threading.Thread):
         self, namespace: str, backends: list[dict[str, Any]]
     ) -> list[dict[str, Any]]:
         """Pods of ``namespace`` a replica can be attributed to (metadata is enough)."""
-        selectors = [sel for cb in backends if (sel := match_labels(cb)) and valid_selector(sel)]
+        selectors = [
+            sel for cb in backends if (sel := engine_selector_labels(cb)) and valid_selector(sel)
+        ]
         cache = self.cache
         if cache is not None and fresh(cache.injected_pods):
             watches = [cache.engine_pods.covering(namespace, sel, 0.0) for sel in selectors]

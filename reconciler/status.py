@@ -59,6 +59,7 @@ from reconciler.ownership import (
     NameConflict,
     name_conflict_message,
 )
+from shared import client_versions as cv
 from shared import constants as c
 from shared.api import effective
 from shared.api.duration import parse_go_duration
@@ -263,7 +264,7 @@ class StatusResult:
 def backend_mode(cb: CacheBackend) -> Mode:
     """Which lifecycle shape this backend has; decides every other rule."""
     spec = cb.spec
-    if runtime_registry.select(spec.runtime, effective.cache_type(spec)) is None:
+    if runtime_registry.select_adapter(spec.runtime, effective.cache_type(spec)) is None:
         return Mode.UNSUPPORTED
     if effective.integration_mode(spec) == c.MODE_EVENTS_ONLY:
         return Mode.EVENTS_ONLY
@@ -778,18 +779,6 @@ def engine_kernel_strict_gate(
     )
 
 
-def lmcache_server_image(cb: CacheBackend, mode: Mode) -> str | None:
-    """The image of the LMCache server this backend provisions: Managed ownership of the
-    LMCacheServer provider only (External runs the operator's server, whose version the
-    controller cannot see)."""
-    if mode != Mode.MANAGED:
-        return None
-    provider = managed_provider(cb)
-    if provider is None or provider.provider != c.PROVIDER_LMCACHE_SERVER:
-        return None
-    return provider.image(cb.spec)
-
-
 def engine_version_conditions(
     cb: CacheBackend, mode: Mode, observed: Observed, prev_conditions: list[dict[str, Any]]
 ) -> list[DesiredCondition]:
@@ -807,7 +796,8 @@ def engine_version_conditions(
             find(prev_conditions, c.COND_ENGINE_VERSION_BELOW_MINIMUM),
         )
     ]
-    image = lmcache_server_image(cb, mode)
+    # Only a Managed backend runs the server whose image names its version.
+    image = cv.lmcache_server_image(cb) if mode == Mode.MANAGED else None
     if image is not None:
         out.append(
             version_skew.lmcache_version_skew_condition(
@@ -851,7 +841,7 @@ def engine_selector_status(
     unless every Deployment the selector matches is intentionally scaled to zero.
     When the pods could not be listed the previous values stand.
     """
-    labels = effective.match_labels(cb.spec)
+    labels = effective.claim_match_labels(cb.spec)
     if not labels:
         return None, None
     if engines is None:

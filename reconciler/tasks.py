@@ -104,7 +104,7 @@ def _finish(
             time.sleep(0.5)
 
 
-def register(app: Celery) -> None:
+def register_tasks(app: Celery) -> None:
     def reconcile_task(key: str) -> str:
         return run_key(key)
 

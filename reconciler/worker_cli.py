@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
             ),
         )
     )
-    metrics.register(metrics.WORKER)
+    metrics.register_metrics(metrics.WORKER)
     metrics.MAX_CONCURRENT.set(args.concurrency)
     heartbeat = health.Heartbeat()
     # Beaten once now: a consumer that never gets going (broker unreachable at start)
@@ -123,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
             cache=cache,
         ).start()
     app = make_app(args.redis_url, redis_timeouts(args))
-    tasks.register(app)
+    tasks.register_tasks(app)
     # A few beats per bound, so one late timer never fails the probe.
     install_consumer_heartbeat(app, heartbeat, max(args.liveness_timeout / 6.0, 0.2))
     app.worker_main(

@@ -18,8 +18,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from shared import constants as c
 from shared import engine_versions as ev
+from shared.api.models import CacheBackend
 from shared.runtime_adapters import kernel_check
+from shared.storage_providers.render import managed_provider
 
 LMCACHE: Final = "lmcache"
 VLLM: Final = "vllm"
@@ -145,3 +148,16 @@ def client_skewed(client: str, server: str) -> bool | None:
     if a is None or b is None:
         return None
     return a != b
+
+
+# ------------------------------------------------------------------ the managed server
+
+
+def lmcache_server_image(cb: CacheBackend) -> str | None:
+    """The image of the LMCache server this backend provisions: a managed LMCacheServer
+    provider only (External runs the operator's server, whose version the control plane
+    cannot see)."""
+    provider = managed_provider(cb)
+    if provider is None or provider.provider != c.PROVIDER_LMCACHE_SERVER:
+        return None
+    return provider.image(cb.spec)

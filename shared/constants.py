@@ -17,6 +17,18 @@ SHORT_NAME: Final = "cb"
 # The namespace the install (manifests/) puts the webhook, dispatcher, worker and
 # Redis in; the default of every process and installer flag that names it.
 INSTALL_NAMESPACE: Final = "inference-cache-system"
+# The install's objects in that namespace (the names manifests/ gives them): the one
+# table the processes' flag defaults, the cert installer and doctor read.
+WEBHOOK_DEPLOYMENT: Final = "inference-cache-webhook"
+WEBHOOK_SERVICE: Final = "inference-cache-webhook"
+WEBHOOK_TLS_SECRET: Final = "inference-cache-webhook-tls"
+MUTATING_WEBHOOK_CONFIGURATION: Final = "inference-cache-mutating"
+VALIDATING_WEBHOOK_CONFIGURATION: Final = "inference-cache-validating"
+DISPATCHER_DEPLOYMENT: Final = "inference-cache-dispatcher"
+# The dispatcher's leader-election Lease.
+DISPATCHER_LEASE: Final = "inference-cache-dispatcher"
+WORKER_DEPLOYMENT: Final = "inference-cache-worker"
+REDIS_AUTH_SECRET: Final = "inference-cache-redis-auth"
 
 # Runtimes, cache types, providers, ownership, modes, roles.
 RUNTIME_VLLM: Final = "VLLM"

@@ -41,7 +41,7 @@ class PodRef:
     named_ports: Mapping[str, tuple[int, str]] = field(default_factory=dict)
 
 
-def selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
+def label_selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
     """A metav1.LabelSelector against a label set. An empty selector selects everything;
     a None selector (the field absent) is the caller's to interpret."""
     selector = selector or {}
@@ -77,7 +77,7 @@ def applies_to_ingress(policy: Mapping[str, Any], target: PodRef) -> bool:
         return False
     if _namespace(policy) != target.namespace:
         return False
-    return selector_matches(spec.get("podSelector") or {}, target.labels)
+    return label_selector_matches(spec.get("podSelector") or {}, target.labels)
 
 
 def peer_matches(peer: Mapping[str, Any], policy_namespace: str, source: PodRef) -> bool:
@@ -88,8 +88,8 @@ def peer_matches(peer: Mapping[str, Any], policy_namespace: str, source: PodRef)
     if namespaces is None:
         in_scope = source.namespace == policy_namespace
     else:
-        in_scope = selector_matches(namespaces, source.namespace_labels)
-    return in_scope and (pods is None or selector_matches(pods, source.labels))
+        in_scope = label_selector_matches(namespaces, source.namespace_labels)
+    return in_scope and (pods is None or label_selector_matches(pods, source.labels))
 
 
 def port_matches(rule_port: Mapping[str, Any], target: PodRef, port: int, protocol: str) -> bool:

@@ -62,8 +62,7 @@ from shared.runtime_adapters.engine import EngineLocator, candidate_indexes
 from shared.runtime_adapters.overrides import apply_engine_overrides
 from shared.runtime_adapters.podcheck import introduced_problems
 from shared.runtime_adapters.podspec import cli_tokens, find_flag
-from shared.storage_providers.registry import UnknownProviderError
-from shared.storage_providers.registry import select as select_provider
+from shared.storage_providers.registry import UnknownProviderError, select_provider
 from shared.storage_providers.render import auth_secret_name
 
 OUTCOME_INJECTED: Final = "injected"
@@ -228,7 +227,7 @@ def _selector(raw: dict[str, Any]) -> dict[str, Any]:
     return labels if isinstance(labels, dict) else {}
 
 
-def selector_matches(raw_backend: dict[str, Any], pod_labels: dict[str, str]) -> bool:
+def backend_selects_pod(raw_backend: dict[str, Any], pod_labels: dict[str, str]) -> bool:
     """Every matchLabels pair is on the pod; an empty selector claims nothing."""
     return shared_labels.labels_match(_selector(raw_backend), pod_labels)
 
@@ -246,7 +245,7 @@ def select_backend(
         b for b in backends if isinstance(b, dict) and _meta(b).get("namespace") == namespace
     ]
     for raw in sorted(same_namespace, key=lambda b: str(_meta(b).get("name") or "")):
-        if selector_matches(raw, pod_labels):
+        if backend_selects_pod(raw, pod_labels):
             return raw
     return None
 
@@ -523,7 +522,7 @@ def wire_events_only(
         return _fail_open(
             pod, REASON_EVENTS_ONLY_NO_SUBSCRIBER, f"events-only: {missing}; pod left unwired", key
         )
-    adapter = registry.select(backend.spec.runtime, effective.cache_type(backend.spec))
+    adapter = registry.select_adapter(backend.spec.runtime, effective.cache_type(backend.spec))
     out = json_copy(pod)
     try:
         append_subscriber(out, backend, ctx, _engine_for_events(pod, adapter), offload=False)
@@ -538,7 +537,7 @@ def wire_offload(
     pod: dict[str, Any], backend: CacheBackend, ctx: InjectContext, key: str
 ) -> WiringResult:
     spec = backend.spec
-    adapter = registry.select(spec.runtime, effective.cache_type(spec))
+    adapter = registry.select_adapter(spec.runtime, effective.cache_type(spec))
     if adapter is None:
         return _fail_open(
             pod,

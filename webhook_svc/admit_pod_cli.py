@@ -288,7 +288,7 @@ def _yaml_docs(objects: list[dict[str, Any]]) -> str:
     return "".join("---\n" + yaml.safe_dump(o, sort_keys=False) for o in objects)
 
 
-def render(admissions: list[WorkloadAdmission], output: str) -> str:
+def render_admissions(admissions: list[WorkloadAdmission], output: str) -> str:
     if output == "json":
         return json.dumps([a.report() for a in admissions], indent=2) + "\n"
     if output == "patch":
@@ -322,7 +322,7 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    sys.stdout.write(render(admissions, args.output))
+    sys.stdout.write(render_admissions(admissions, args.output))
     for doc in docs:
         if not is_workload(doc):
             print(

@@ -9,7 +9,7 @@ from typing import Any
 from icache_install.doctor import conditions
 from icache_install.doctor.findings import Finding, ObjectRef, finding
 from shared import constants as c
-from shared.pod_wiring import select_backend, selector_matches
+from shared.pod_wiring import backend_selects_pod, select_backend
 
 Obj = Mapping[str, Any]
 
@@ -162,7 +162,7 @@ def check_selector(cb: Obj, pods: Sequence[Obj]) -> list[Finding]:
                 "set spec.engineSelector.matchLabels to the engine pods' template labels",
             )
         ]
-    if any(selector_matches(dict(cb), pod_labels(p)) for p in pods):
+    if any(backend_selects_pod(dict(cb), pod_labels(p)) for p in pods):
         return []
     shown = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
     return [
@@ -195,8 +195,8 @@ def check_overlaps(backends: Sequence[Obj], pods: Sequence[Obj]) -> list[Finding
             shared = [
                 p
                 for p in pods
-                if selector_matches(dict(first), pod_labels(p))
-                and selector_matches(dict(later), pod_labels(p))
+                if backend_selects_pod(dict(first), pod_labels(p))
+                and backend_selects_pod(dict(later), pod_labels(p))
             ]
             namespace = ref_of(first).namespace
             chosen = (

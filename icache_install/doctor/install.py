@@ -15,7 +15,6 @@ from urllib.parse import urlsplit
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 
-from icache_install import redis_auth
 from icache_install.doctor.findings import Finding, ObjectRef, finding
 from shared import constants as c
 from shared.api.crd import crd as generated_crd
@@ -38,14 +37,14 @@ class InstallNames:
     """Where the install's objects are (the defaults of manifests/)."""
 
     namespace: str = c.INSTALL_NAMESPACE
-    mutating_config: str = "inference-cache-mutating"
-    validating_config: str = "inference-cache-validating"
-    tls_secret: str = "inference-cache-webhook-tls"
-    redis_secret: str = redis_auth.DEFAULT_SECRET
-    lease: str = "inference-cache-dispatcher"
-    webhook_deployment: str = "inference-cache-webhook"
-    dispatcher_deployment: str = "inference-cache-dispatcher"
-    worker_deployment: str = "inference-cache-worker"
+    mutating_config: str = c.MUTATING_WEBHOOK_CONFIGURATION
+    validating_config: str = c.VALIDATING_WEBHOOK_CONFIGURATION
+    tls_secret: str = c.WEBHOOK_TLS_SECRET
+    redis_secret: str = c.REDIS_AUTH_SECRET
+    lease: str = c.DISPATCHER_LEASE
+    webhook_deployment: str = c.WEBHOOK_DEPLOYMENT
+    dispatcher_deployment: str = c.DISPATCHER_DEPLOYMENT
+    worker_deployment: str = c.WORKER_DEPLOYMENT
 
     @property
     def deployments(self) -> tuple[str, ...]:

@@ -17,10 +17,10 @@ from icache_install.doctor.install import _time
 from shared import constants as c
 from shared.pod_wiring import (
     BindingError,
+    backend_selects_pod,
     parse_backend,
     resolve_binding,
     select_backend,
-    selector_matches,
     skip_inject_requested,
 )
 
@@ -248,7 +248,7 @@ def engine_pods(pods: Sequence[Obj], backends: Sequence[Obj]) -> list[Obj]:
         annotations = _meta(pod).get("annotations") or {}
         ns = str(_meta(pod).get("namespace", ""))
         if annotations.get(c.ANNOTATION_INJECTED_BY) or any(
-            ref_of(b).namespace == ns and selector_matches(dict(b), pod_labels(pod))
+            ref_of(b).namespace == ns and backend_selects_pod(dict(b), pod_labels(pod))
             for b in backends
         ):
             out.append(pod)

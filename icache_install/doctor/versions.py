@@ -17,7 +17,6 @@ from icache_install.doctor.findings import Finding, finding
 from shared import client_versions as cv
 from shared import constants as c
 from shared.api.models import CacheBackend
-from shared.storage_providers.render import managed_provider
 
 Obj = Mapping[str, Any]
 
@@ -76,16 +75,13 @@ def pod_versions(pod: Obj) -> PodVersions:
     )
 
 
-def lmcache_server_image(cb: Obj) -> str | None:
-    """The image of the LMCache server a Managed LMCacheServer backend provisions."""
+def _server_image(cb: Obj) -> str | None:
+    """The managed LMCache server's image of a backend object (None when it does not parse)."""
     try:
         backend = CacheBackend.model_validate(dict(cb))
     except ValueError:
         return None
-    provider = managed_provider(backend)
-    if provider is None or provider.provider != c.PROVIDER_LMCACHE_SERVER:
-        return None
-    return provider.image(backend.spec)
+    return cv.lmcache_server_image(backend)
 
 
 def check_versions(cb: Obj, pods: Sequence[Obj]) -> list[Finding]:
@@ -99,7 +95,7 @@ def check_versions(cb: Obj, pods: Sequence[Obj]) -> list[Finding]:
     )
     if not mine:
         return []
-    image = lmcache_server_image(cb)
+    image = _server_image(cb)
     server = cv.server_version_of_image(image) if image is not None else None
     listed = "; ".join(v.text() for v in mine)
     if server is None:

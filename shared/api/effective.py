@@ -80,7 +80,7 @@ def model_id(spec: CacheBackendSpec) -> str | None:
     return spec.observation.model_id if spec.observation and spec.observation.model_id else None
 
 
-def match_labels(spec: CacheBackendSpec) -> dict[str, str]:
+def claim_match_labels(spec: CacheBackendSpec) -> dict[str, str]:
     """The claim-capable selector; empty means 'claims nothing'."""
     sel = spec.engine_selector
     return dict(sel.match_labels) if sel and sel.match_labels else {}

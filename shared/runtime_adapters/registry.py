@@ -14,7 +14,7 @@ REGISTRY: tuple[RuntimeAdapter, ...] = (
 )
 
 
-def select(runtime: str, cache_type: str) -> RuntimeAdapter | None:
+def select_adapter(runtime: str, cache_type: str) -> RuntimeAdapter | None:
     for adapter in REGISTRY:
         if adapter.runtime == runtime and adapter.cache_type == cache_type:
             return adapter

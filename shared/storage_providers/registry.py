@@ -18,7 +18,7 @@ class UnknownProviderError(KeyError):
     """No adapter serves this spec.remoteStorage.provider value."""
 
 
-def select(provider: str) -> StorageProvider:
+def select_provider(provider: str) -> StorageProvider:
     for adapter in REGISTRY:
         if adapter.provider == provider:
             return adapter

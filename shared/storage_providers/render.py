@@ -1,7 +1,7 @@
 """Pure rendering of the managed provider objects: password Secret, NetworkPolicy,
 workload, Service and HPA.
 
-``render(cb, live)`` is a function of the CacheBackend (and, for the one field another
+``render_managed_objects(cb, live)`` is a function of the CacheBackend (and, for the one field another
 controller owns — an autoscaled workload's replica count — and the password a live auth
 Secret already holds, of the live objects; a missing password is drawn at random). It
 returns the complete set of objects the controller wants to exist for that backend; anything owned by the
@@ -29,7 +29,7 @@ from shared.bindings import Binding
 from shared.quantity import parse_quantity
 from shared.runtime_adapters import registry as runtime_registry
 from shared.storage_providers.base import AUTH_PASSWORD_ENV, AUTH_PASSWORD_KEY, StorageProvider
-from shared.storage_providers.registry import UnknownProviderError, select
+from shared.storage_providers.registry import UnknownProviderError, select_provider
 
 LABEL_NAME: Final = "app.kubernetes.io/name"
 LABEL_INSTANCE: Final = "app.kubernetes.io/instance"
@@ -118,11 +118,11 @@ def managed_provider(cb: CacheBackend) -> StorageProvider | None:
         return None
     if effective.integration_mode(spec) == c.MODE_EVENTS_ONLY:
         return None
-    adapter = runtime_registry.select(spec.runtime, effective.cache_type(spec))
+    adapter = runtime_registry.select_adapter(spec.runtime, effective.cache_type(spec))
     if adapter is None:
         return None
     try:
-        provider = select(rs.provider)
+        provider = select_provider(rs.provider)
     except UnknownProviderError:
         return None
     if not adapter.supports_binding(Binding(protocol=provider.protocol, endpoint="")):
@@ -468,7 +468,7 @@ def hpa_owned_replicas(cb: CacheBackend, live_workload: Mapping[str, Any] | None
     return hpa_min_replicas(cb)
 
 
-def render(
+def render_managed_objects(
     cb: CacheBackend,
     live: LiveObjects | None = None,
     generate_password: Callable[[], str] = new_password,

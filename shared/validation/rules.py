@@ -235,7 +235,7 @@ def reject_unsupported_runtime_cache_pair(ctx: RuleContext) -> list[FieldError]:
     """Spec "Runtime/cache pair must be supported by an installed adapter"."""
     spec = ctx.parsed
     cache_type = effective.cache_type(spec)
-    if registry.select(spec.runtime, cache_type) is not None:
+    if registry.select_adapter(spec.runtime, cache_type) is not None:
         return []
     pairs = ", ".join(registry.supported_pairs())
     # Scoped to spec.type: the runtime is a valid enum value, the engine-cache type is
@@ -450,7 +450,7 @@ def reject_unsupported_binding(ctx: RuleContext) -> list[FieldError]:
     """Spec "Engine wire must accept the provider binding": the (runtime, type) adapter
     must accept the selected provider's binding; native HiCache accepts only host-only."""
     spec = ctx.parsed
-    adapter = registry.select(spec.runtime, effective.cache_type(spec))
+    adapter = registry.select_adapter(spec.runtime, effective.cache_type(spec))
     if adapter is None or _events_only(spec):
         return []  # no adapter: reported by the pair rule; events-only wires no connector
     rs = spec.remote_storage
@@ -798,7 +798,7 @@ def reject_reserved_engine_overrides(ctx: RuleContext) -> list[FieldError]:
     selected adapter; the error names the flag/env and the adapter."""
     spec = ctx.parsed
     overrides = spec.integration.engine_overrides if spec.integration else None
-    adapter = registry.select(spec.runtime, effective.cache_type(spec))
+    adapter = registry.select_adapter(spec.runtime, effective.cache_type(spec))
     if overrides is None or adapter is None:
         return []
     errors = []

@@ -32,7 +32,7 @@ from kubeio import client as k
 from shared import constants as c
 from shared.api.models import CacheBackend
 from shared.network_policy import PodRef, applies_to_ingress, ingress_allowed
-from shared.storage_providers.render import password_digest, render, secret_password
+from shared.storage_providers.render import password_digest, render_managed_objects, secret_password
 from tests.e2e.conftest import Cluster, Stack, condition, poll
 from tests.e2e.workloads import pod_ready, pods_of, rolled_out, wait_rolled_out
 from tests.harness.redis_server import RedisServer
@@ -399,7 +399,9 @@ def old_style_objects(cb: dict[str, Any]) -> list[dict[str, Any]]:
     """What the worker rendered for a managed Redis before this change: the Deployment
     and Service alone, Redis without a password and with protected mode off."""
     objs = [
-        o for o in render(CacheBackend.model_validate(cb)) if o["kind"] in ("Deployment", "Service")
+        o
+        for o in render_managed_objects(CacheBackend.model_validate(cb))
+        if o["kind"] in ("Deployment", "Service")
     ]
     dep = next(o for o in objs if o["kind"] == "Deployment")
     template = dep["spec"]["template"]

@@ -16,7 +16,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from icache_install.manifests_cli import render
+from icache_install.manifests_cli import render_manifests
 from tests.builders import new_cb
 from tests.harness.controlplane import ControlPlane, free_port, wait_until
 from tests.webhook_process import TEST_NAMESPACE_LABEL, labelled_namespace, registered, run_webhook
@@ -222,7 +222,7 @@ def _installed_webhooks_pointing_nowhere(api: client.ApiClient, suffix: str) -> 
     adm = client.AdmissionregistrationV1Api(api)
     created: list[tuple[Any, str]] = []
     try:
-        for doc in render():
+        for doc in render_manifests():
             if doc["kind"] not in (
                 "MutatingWebhookConfiguration",
                 "ValidatingWebhookConfiguration",

@@ -36,7 +36,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from icache_install.manifests_cli import render
+from icache_install.manifests_cli import render_manifests
 from kubeio.client import ApiError, Kube
 from tests.harness.controlplane import ControlPlane, free_port, terminate_process_group, wait_until
 from tests.integration.certs_webhook import (
@@ -82,7 +82,7 @@ class Install:
 
 @pytest.fixture
 def install(kube: Kube, namespace: str, cachebackend_crd: dict[str, Any]) -> Iterator[Install]:
-    docs = render(namespace=namespace)
+    docs = render_manifests(namespace=namespace)
     mine = Install(namespace, _one(docs, "CronJob", ROTATION))
     try:
         for doc in docs:

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from icache_install.manifests_cli import render
+from icache_install.manifests_cli import render_manifests
 from kubeio.client import ApiError, Kube
 from tests.builders import new_cb, template_pod
 from tests.harness.controlplane import (
@@ -70,7 +70,7 @@ def webhook_configs(kube: Kube, namespace: str) -> Iterator[WebhookConfigs]:
     for real under unique names and scoped to ``namespace``."""
     suffix = uuid.uuid4().hex[:6]
     names = WebhookConfigs(f"icache-test-{suffix}-mutating", f"icache-test-{suffix}-validating")
-    docs = [d for d in render(namespace=namespace) if d["kind"] in WEBHOOK_KINDS]
+    docs = [d for d in render_manifests(namespace=namespace) if d["kind"] in WEBHOOK_KINDS]
     assert sorted(d["kind"] for d in docs) == sorted(WEBHOOK_KINDS)
     for doc in docs:
         doc = copy.deepcopy(doc)

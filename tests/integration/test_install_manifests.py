@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from icache_install.manifests_cli import render
+from icache_install.manifests_cli import render_manifests
 from kubeio.client import ApiError
 from tests.harness.controlplane import wait_until
 from tests.integration.manifest_apply import Applier
@@ -31,9 +31,11 @@ def _id(doc: dict[str, Any]) -> str:
     return f"{doc['kind']}/{doc['metadata']['name']}"
 
 
-DEFAULT = render()
+DEFAULT = render_manifests()
 CERT_MANAGER = [
-    d for d in render("cert-manager") if d["kind"] not in CERT_MANAGER_KINDS and d not in DEFAULT
+    d
+    for d in render_manifests("cert-manager")
+    if d["kind"] not in CERT_MANAGER_KINDS and d not in DEFAULT
 ]
 
 

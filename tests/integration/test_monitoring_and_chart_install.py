@@ -23,7 +23,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from icache_install.manifests_cli import render
+from icache_install.manifests_cli import render_manifests
 from kubeio.client import ApiError, Kube
 from tests.harness.controlplane import ControlPlane, wait_until
 from tests.helm_chart import VALUE_SETS, template
@@ -67,7 +67,7 @@ def operator_crds(applier: Applier) -> None:
 
 @pytest.fixture(scope="module")
 def install_namespace(applier: Applier, cachebackend_crd: dict[str, Any]) -> str:
-    for doc in render():
+    for doc in render_manifests():
         if doc["kind"] in ("Namespace", "ServiceAccount"):
             applier.apply(doc, dry_run=False)
     wait_until(
@@ -84,7 +84,7 @@ def _id(doc: dict[str, Any]) -> str:
     return f"{doc['kind']}/{doc['metadata']['name']}"
 
 
-MONITORING = [d for d in render("monitoring") if d not in render()]
+MONITORING = [d for d in render_manifests("monitoring") if d not in render_manifests()]
 
 
 def test_the_monitoring_variant_adds_the_bundle() -> None:

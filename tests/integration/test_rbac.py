@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from icache_install.manifests_cli import render
+from icache_install.manifests_cli import render_manifests
 from kubeio.client import ApiError, Kube
 from tests.harness.controlplane import ControlPlane, wait_until
 from tests.integration.manifest_apply import Applier
@@ -74,7 +74,7 @@ def _isolated(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return docs
 
 
-DOCS = _isolated(render(namespace=NAMESPACE))
+DOCS = _isolated(render_manifests(namespace=NAMESPACE))
 WEBHOOK_SA = _service_account(DOCS, "webhook")
 WORKER_SA = _service_account(DOCS, "worker")
 DISPATCHER_SA = _service_account(DOCS, "dispatcher")

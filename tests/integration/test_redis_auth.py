@@ -26,7 +26,7 @@ import yaml
 from kubernetes import client
 
 from icache_install import redis_auth
-from icache_install.manifests_cli import render
+from icache_install.manifests_cli import render_manifests
 from kubeio.client import ApiError, Kube
 from reconciler.celery_app import make_app
 from reconciler.redis_settings import redis_url
@@ -62,7 +62,7 @@ def compose_interpolate(args: list[str], env: dict[str, str]) -> list[str]:
 def install_redis_args() -> list[str]:
     (deployment,) = [
         d
-        for d in render()
+        for d in render_manifests()
         if d["kind"] == "Deployment" and d["metadata"]["name"] == "inference-cache-redis"
     ]
     (container,) = deployment["spec"]["template"]["spec"]["containers"]

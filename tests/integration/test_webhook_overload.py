@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from icache_install.manifests_cli import render
+from icache_install.manifests_cli import render_manifests
 from shared.quantity import parse_quantity
 from tests.harness.controlplane import (
     child_pids,
@@ -41,7 +41,7 @@ HEALTH_TIMEOUT = 2.0  # the readinessProbe's timeoutSeconds
 def _container() -> dict[str, Any]:
     (deployment,) = [
         d
-        for d in render()
+        for d in render_manifests()
         if d["kind"] == "Deployment" and d["metadata"]["name"] == "inference-cache-webhook"
     ]
     (container,) = deployment["spec"]["template"]["spec"]["containers"]

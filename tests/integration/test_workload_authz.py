@@ -28,7 +28,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from icache_install.manifests_cli import render
+from icache_install.manifests_cli import render_manifests
 from kubeio.client import Kube
 from tests.builders import new_cb
 from tests.harness.controlplane import (
@@ -55,7 +55,7 @@ def webhook_docs() -> list[dict[str, Any]]:
     """The install's webhook ServiceAccount and RBAC, in a namespace of their own, the
     cluster-scoped names suffixed (other tests install the same names)."""
     out = []
-    for doc in render(namespace=SYSTEM_NS):
+    for doc in render_manifests(namespace=SYSTEM_NS):
         if doc["kind"] == "Namespace" or (
             doc["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding")
             and doc["metadata"]["name"] == "inference-cache-webhook"

@@ -229,7 +229,7 @@ def test_a_pod_injected_before_the_label_existed_is_read_by_name(reads_from: str
 
 
 def unlabelled_reads() -> float:
-    metrics.register(metrics.WORKER)
+    metrics.register_metrics(metrics.WORKER)
     return (
         REGISTRY.get_sample_value(
             "inferencecache_worker_cache_live_reads_total", {"read": "unlabelled-injected-pod"}

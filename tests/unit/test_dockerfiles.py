@@ -30,7 +30,7 @@ import yaml
 
 from icache_cli.main import SUBCOMMANDS
 from icache_install import certs
-from icache_install.manifests_cli import render, split_image
+from icache_install.manifests_cli import render_manifests, split_image
 from tests.cli_helpers import paths_unchecked
 from tests.harness.controlplane import (
     free_port,
@@ -189,7 +189,7 @@ def test_runs_as_a_numeric_non_root_user_the_manifests_agree_with(
     assert int(uid) != 0
     assert not gid or (gid.isdigit() and int(gid) != 0)
     # Every Deployment running this image asks for the same uid.
-    for doc in render():
+    for doc in render_manifests():
         if doc["kind"] != "Deployment":
             continue
         pod = doc["spec"]["template"]["spec"]
@@ -265,7 +265,7 @@ def test_webhook_exposes_the_port_the_deployment_uses() -> None:
     (expose,) = [i.args for i in final if i.keyword == "EXPOSE"]
     (deployment,) = [
         d
-        for d in render()
+        for d in render_manifests()
         if d["kind"] == "Deployment" and d["metadata"]["name"] == "inference-cache-webhook"
     ]
     ports = deployment["spec"]["template"]["spec"]["containers"][0]["ports"]

@@ -255,7 +255,7 @@ def test_t2_hit_rate_reads_the_status_field() -> None:
 
 
 def _gauge(backend: str) -> float | None:
-    metrics.register(metrics.DISPATCHER)
+    metrics.register_metrics(metrics.DISPATCHER)
     return REGISTRY.get_sample_value("inferencecache_backend_t2_hit_rate", {"backend": backend})
 
 

@@ -54,7 +54,7 @@ def test_the_health_server_answers_healthz_readyz_and_metrics() -> None:
     heartbeat.beat("consumer-loop")
     readiness = Readiness({"redis": lambda: None})
     port = free_port()
-    reconciler_metrics.register(reconciler_metrics.WORKER)
+    reconciler_metrics.register_metrics(reconciler_metrics.WORKER)
     server = serve(port, heartbeat, 0.5, readiness)
     try:
         code, body = get(port, "/readyz")

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from icache_install.manifests_cli import VARIANTS, render
+from icache_install.manifests_cli import VARIANTS, render_manifests
 
 REPO = Path(__file__).resolve().parents[2]
 MANIFESTS = REPO / "manifests"
@@ -74,4 +74,4 @@ def test_image_tag_override_matches_a_kustomize_images_overlay(
     }
     (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump(overlay))
     expected = documents(kustomize_build(kustomize_bin, tmp_path))
-    assert render(image_tag="9.9.9") == expected
+    assert render_manifests(image_tag="9.9.9") == expected

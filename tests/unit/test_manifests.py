@@ -18,9 +18,12 @@ import pytest
 import yaml
 
 from icache_cli.main import SUBCOMMANDS, IcacheParser
-from icache_install import certs, manifests_cli, redis_auth
-from icache_install.manifests_cli import render, split_image
+from icache_install import certs, certs_cli, manifests_cli, redis_auth
+from icache_install.doctor.install import InstallNames
+from icache_install.manifests_cli import render_manifests, split_image
+from reconciler import metrics as reconciler_metrics
 from reconciler.server_client import DEFAULT_TOKEN_PATH
+from shared import constants as c
 from shared.quantity import parse_quantity
 from tests.cli_helpers import paths_unchecked
 from tests.samples import ROOT
@@ -32,7 +35,7 @@ NAMESPACE = "inference-cache-system"
 
 @pytest.fixture(scope="module")
 def docs() -> list[dict[str, Any]]:
-    return render()
+    return render_manifests()
 
 
 def one(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
@@ -397,7 +400,7 @@ def test_worker_presents_an_audience_bound_projected_token(docs: list[dict[str, 
 
 
 def test_cert_manager_variant_issues_the_secret_the_webhook_mounts() -> None:
-    docs = render("cert-manager")
+    docs = render_manifests("cert-manager")
     serving = one(docs, "Certificate", "inference-cache-webhook")
     assert serving["spec"]["secretName"] == "inference-cache-webhook-tls"
     assert serving["spec"]["dnsNames"] == certs.service_hosts("inference-cache-webhook", NAMESPACE)
@@ -415,7 +418,7 @@ def test_cert_manager_variant_issues_the_secret_the_webhook_mounts() -> None:
     # Everything else is the default install, less the self-signed path's rotation
     # CronJob and its RBAC (cert-manager owns the Secret here).
     rotation = "inference-cache-cert-rotation"
-    default = {(d["kind"], d["metadata"]["name"]) for d in render()}
+    default = {(d["kind"], d["metadata"]["name"]) for d in render_manifests()}
     assert {name for _, name in default - {(d["kind"], d["metadata"]["name"]) for d in docs}} == {
         rotation
     }
@@ -428,7 +431,7 @@ def test_cert_manager_variant_issues_the_secret_the_webhook_mounts() -> None:
 
 
 def test_namespace_override_leaves_nothing_in_the_old_namespace() -> None:
-    docs = render("cert-manager", namespace="cache-ops")
+    docs = render_manifests("cert-manager", namespace="cache-ops")
     assert NAMESPACE not in yaml.safe_dump_all(docs)
     assert one(docs, "Namespace", "cache-ops")
     hook = webhooks(docs)["mpod.inferencecache.io"]
@@ -450,7 +453,7 @@ def test_namespace_override_leaves_nothing_in_the_old_namespace() -> None:
 
 
 def test_image_tag_retags_our_images_only() -> None:
-    docs = render(image_tag="0.2.0-rc.1")
+    docs = render_manifests(image_tag="0.2.0-rc.1")
     images = sorted({c["image"] for d in deployments(docs) for c in containers(d)})
     assert images == [
         "docker.io/library/redis:7.4.2-alpine",
@@ -483,10 +486,10 @@ def test_the_command_prints_the_rendered_file_and_fails_cleanly(
     assert manifests_cli.run(args) == 0
     out = capsys.readouterr().out
     assert out == (MANIFESTS / "rendered" / "install.yaml").read_text()
-    assert [d for d in yaml.safe_load_all(out) if d] == render()
+    assert [d for d in yaml.safe_load_all(out) if d] == render_manifests()
     args.image_tag = "9.9.9"
     assert manifests_cli.run(args) == 0
-    assert [d for d in yaml.safe_load_all(capsys.readouterr().out) if d] == render(
+    assert [d for d in yaml.safe_load_all(capsys.readouterr().out) if d] == render_manifests(
         image_tag="9.9.9"
     )
     # A --manifests-dir without the rendered file is bad input (exit 2).
@@ -543,3 +546,67 @@ def test_webhook_memory_limit_covers_its_workers_at_their_worst(
     resources = container["resources"]
     assert _mib(resources["limits"]["memory"]) >= worst, worst
     assert _mib(resources["requests"]["memory"]) >= SUPERVISOR_MIB + args.workers * 64
+
+
+INSTALL_OBJECTS = (
+    ("Deployment", c.WEBHOOK_DEPLOYMENT, c.INSTALL_NAMESPACE),
+    ("Service", c.WEBHOOK_SERVICE, c.INSTALL_NAMESPACE),
+    ("MutatingWebhookConfiguration", c.MUTATING_WEBHOOK_CONFIGURATION, None),
+    ("ValidatingWebhookConfiguration", c.VALIDATING_WEBHOOK_CONFIGURATION, None),
+    ("Deployment", c.DISPATCHER_DEPLOYMENT, c.INSTALL_NAMESPACE),
+    ("Deployment", c.WORKER_DEPLOYMENT, c.INSTALL_NAMESPACE),
+)
+
+
+@pytest.mark.parametrize(("kind", "name", "namespace"), INSTALL_OBJECTS)
+def test_the_install_names_table_names_the_rendered_objects(
+    docs: list[dict[str, Any]], kind: str, name: str, namespace: str | None
+) -> None:
+    """shared/constants.py is the one table of the install's object names: each names an
+    object manifests/ renders, in the install namespace."""
+    found = one(docs, kind, name)
+    assert found["metadata"].get("namespace") == namespace
+
+
+def test_the_rendered_deployments_refer_to_the_install_names_table(
+    docs: list[dict[str, Any]],
+) -> None:
+    """The objects the install creates outside manifests/ (the webhook's TLS Secret, the
+    Redis password Secret, the dispatcher's Lease) are the ones the Deployments name."""
+    webhook = yaml.safe_dump(one(docs, "Deployment", c.WEBHOOK_DEPLOYMENT))
+    dispatcher = one(docs, "Deployment", c.DISPATCHER_DEPLOYMENT)
+    assert f"secretName: {c.WEBHOOK_TLS_SECRET}\n" in webhook
+    assert f"--lease-name={c.DISPATCHER_LEASE}" in containers(dispatcher)[0].get("args", [])
+    assert f"name: {c.REDIS_AUTH_SECRET}\n" in yaml.safe_dump(dispatcher)
+
+
+def test_doctor_and_cert_installer_read_the_install_names_table() -> None:
+    """The install's object names are defined once (shared/constants.py): doctor's
+    defaults, the cert installer's and Redis-auth installer's defaults and the
+    dispatcher's Lease read it."""
+    names = InstallNames()
+    assert (names.namespace, names.mutating_config, names.validating_config) == (
+        c.INSTALL_NAMESPACE,
+        c.MUTATING_WEBHOOK_CONFIGURATION,
+        c.VALIDATING_WEBHOOK_CONFIGURATION,
+    )
+    assert (names.tls_secret, names.redis_secret, names.lease) == (
+        c.WEBHOOK_TLS_SECRET,
+        c.REDIS_AUTH_SECRET,
+        c.DISPATCHER_LEASE,
+    )
+    assert names.deployments == (
+        c.WEBHOOK_DEPLOYMENT,
+        c.DISPATCHER_DEPLOYMENT,
+        c.WORKER_DEPLOYMENT,
+    )
+    assert (certs_cli.DEFAULT_SERVICE, certs_cli.DEFAULT_SECRET) == (
+        c.WEBHOOK_SERVICE,
+        c.WEBHOOK_TLS_SECRET,
+    )
+    assert (certs_cli.DEFAULT_MUTATING_CONFIG, certs_cli.DEFAULT_VALIDATING_CONFIG) == (
+        c.MUTATING_WEBHOOK_CONFIGURATION,
+        c.VALIDATING_WEBHOOK_CONFIGURATION,
+    )
+    assert redis_auth.DEFAULT_SECRET == c.REDIS_AUTH_SECRET
+    assert reconciler_metrics.DEFAULT_LEADER_LEASE == c.DISPATCHER_LEASE

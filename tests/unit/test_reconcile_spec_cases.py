@@ -2,7 +2,7 @@
 
 Every case drives the pure pipeline of one reconcile with realistic observed inputs —
 the CacheBackend as stored (spec, annotations, generation, previous status), the
-managed workload and Service as rendered by ``render(cb)`` and then read back with a
+managed workload and Service as rendered by ``render_managed_objects(cb)`` and then read back with a
 Deployment/StatefulSet status the test writes (there is no controller-manager on the
 scenario control plane, and the HPA writes ``spec.replicas``), the namespace's pods
 and Deployments, the functional-probe outcome, and the clock — and asserts:
@@ -41,7 +41,7 @@ from reconciler.status import (
 )
 from shared.api.models import CacheBackend
 from shared.labels import labels_match
-from shared.storage_providers.render import render, service_endpoint
+from shared.storage_providers.render import render_managed_objects, service_endpoint
 from tests.builders import NO_GATE
 from tests.builders import external_spec as external
 from tests.builders import stored_pod as pod
@@ -131,7 +131,7 @@ def workload_object(cb_obj: dict[str, Any], w: Workload) -> dict[str, Any]:
     """The rendered Deployment/StatefulSet as the API server would return it."""
     (obj,) = [
         o
-        for o in render(CacheBackend.model_validate(cb_obj))
+        for o in render_managed_objects(CacheBackend.model_validate(cb_obj))
         if o["kind"] in ("Deployment", "StatefulSet")
     ]
     obj = copy.deepcopy(obj)
@@ -173,7 +173,7 @@ def workload_object(cb_obj: dict[str, Any], w: Workload) -> dict[str, Any]:
 
 
 def rendered_service(cb_obj: dict[str, Any]) -> dict[str, Any] | None:
-    for o in render(CacheBackend.model_validate(cb_obj)):
+    for o in render_managed_objects(CacheBackend.model_validate(cb_obj)):
         if o["kind"] == "Service":
             return o
     return None

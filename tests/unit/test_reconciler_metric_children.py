@@ -27,7 +27,7 @@ def _present(registry: CollectorRegistry, name: str, labels: dict[str, str]) -> 
 
 def test_the_dispatcher_exposes_its_counter_children_once_registered() -> None:
     registry = CollectorRegistry()
-    metrics.register(metrics.DISPATCHER, registry)
+    metrics.register_metrics(metrics.DISPATCHER, registry)
     for cause in ("lease_expired", "redispatch"):
         assert _present(
             registry,
@@ -45,7 +45,7 @@ def test_the_dispatcher_exposes_its_counter_children_once_registered() -> None:
 
 def test_the_worker_exposes_its_counter_children_once_registered() -> None:
     registry = CollectorRegistry()
-    metrics.register(metrics.WORKER, registry)
+    metrics.register_metrics(metrics.WORKER, registry)
     assert _present(
         registry,
         "inferencecache_workqueue_retries_total",

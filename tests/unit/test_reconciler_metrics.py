@@ -127,7 +127,7 @@ def test_running_keys_sum_and_max_the_ages_of_the_running_reconciles() -> None:
 
 def test_an_error_counts_in_reconcile_total_and_in_reconcile_errors_total() -> None:
     registry = CollectorRegistry()
-    metrics.register(metrics.WORKER, registry)
+    metrics.register_metrics(metrics.WORKER, registry)
 
     def value(name: str, labels: dict[str, str]) -> float:
         return registry.get_sample_value(name, labels) or 0.0
@@ -148,10 +148,10 @@ def test_each_process_registers_the_series_it_feeds_once() -> None:
     """A worker does not expose the dispatcher's series (as zeros), nor the reverse;
     the retries counter, fed by both, is registered once in a process running both."""
     worker, dispatcher, both = CollectorRegistry(), CollectorRegistry(), CollectorRegistry()
-    metrics.register(metrics.WORKER, worker)
-    metrics.register(metrics.DISPATCHER, dispatcher)
+    metrics.register_metrics(metrics.WORKER, worker)
+    metrics.register_metrics(metrics.DISPATCHER, dispatcher)
     for role in (metrics.WORKER, metrics.DISPATCHER, metrics.WORKER):
-        metrics.register(role, both)
+        metrics.register_metrics(role, both)
 
     def names(registry: CollectorRegistry) -> set[str]:
         return {family.name for family in registry.collect()}

@@ -10,7 +10,7 @@ import pytest
 from shared.api.models import CacheBackend
 from shared.bindings import Binding
 from shared.runtime_adapters.base import InjectContext, InjectionRejectedError
-from shared.runtime_adapters.registry import select
+from shared.runtime_adapters.registry import select_adapter
 from shared.runtime_adapters.sglang_hicache import SGLangHiCacheAdapter
 from tests.builders import assert_valid_pod, containers_of
 from tests.builders import backend as make_backend
@@ -36,7 +36,7 @@ def args_of(pod: dict[str, Any], name: str = "sglang") -> list[str]:
 
 
 def test_registry_and_declarations() -> None:
-    assert isinstance(select("SGLang", "SGLangHiCache"), SGLangHiCacheAdapter)
+    assert isinstance(select_adapter("SGLang", "SGLangHiCache"), SGLangHiCacheAdapter)
     assert ADAPTER.supports_binding(None)
     for protocol in ("lm", "resp", "mooncakestore"):
         assert not ADAPTER.supports_binding(Binding(protocol, "x:1"))

@@ -17,7 +17,7 @@ from shared.api.models import CacheBackend
 from shared.bindings import Binding
 from shared.runtime_adapters import sglang_lmcache as mp
 from shared.runtime_adapters.base import InjectContext, InjectionRejectedError
-from shared.runtime_adapters.registry import select
+from shared.runtime_adapters.registry import select_adapter
 from shared.runtime_adapters.sglang_lmcache import SGLangLMCacheAdapter
 from tests.builders import (
     assert_valid_pod,
@@ -62,7 +62,7 @@ def mounts_of(container: dict[str, Any]) -> dict[str, str]:
 
 
 def test_registry_and_declarations() -> None:
-    assert isinstance(select("SGLang", "LMCache"), SGLangLMCacheAdapter)
+    assert isinstance(select_adapter("SGLang", "LMCache"), SGLangLMCacheAdapter)
     assert ADAPTER.reserved_args == ("--enable-lmcache", "--lmcache-config-file")
     assert ADAPTER.reserved_env == ("LMCACHE_USE_EXPERIMENTAL", "INFERENCECACHE_FAIL_OPEN")
     assert ADAPTER.supports_binding(None)

@@ -11,7 +11,7 @@ import pytest
 from shared.api.models import CacheBackend
 from shared.bindings import Binding
 from shared.runtime_adapters.base import InjectContext, InjectionRejectedError
-from shared.runtime_adapters.registry import select
+from shared.runtime_adapters.registry import select_adapter
 from shared.runtime_adapters.sizing import gib_decimal_string
 from shared.runtime_adapters.vllm_lmcache import VLLMLMCacheAdapter
 from tests.builders import assert_valid_pod, containers_of, env_of, init_containers_of
@@ -36,7 +36,7 @@ def engine_of(pod: dict[str, Any], name: str = "vllm") -> dict[str, Any]:
 
 
 def test_registry_selects_vllm_lmcache_adapter() -> None:
-    assert isinstance(select("VLLM", "LMCache"), VLLMLMCacheAdapter)
+    assert isinstance(select_adapter("VLLM", "LMCache"), VLLMLMCacheAdapter)
 
 
 def test_declared_reserved_args_env_and_protocols() -> None:

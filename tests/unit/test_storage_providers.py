@@ -11,7 +11,7 @@ from shared.storage_providers import registry
 from shared.storage_providers.render import (
     ANNOTATION_SPEC_HASH,
     managed_provider,
-    render,
+    render_managed_objects,
     resource_name,
     service_endpoint,
 )
@@ -76,15 +76,15 @@ def container(objs: list[dict[str, Any]], kind: str = "Deployment") -> dict[str,
     ],
 )
 def test_nothing_is_rendered_without_a_managed_provider(spec: dict[str, Any]) -> None:
-    assert render(backend(spec)) == []
+    assert render_managed_objects(backend(spec)) == []
     assert managed_provider(backend(spec)) is None
 
 
 def test_select_returns_each_provider_and_rejects_unknown() -> None:
     for name in ("Redis", "LMCacheServer", "Mooncake"):
-        assert registry.select(name).provider == name
+        assert registry.select_provider(name).provider == name
     with pytest.raises(registry.UnknownProviderError):
-        registry.select("Memcached")
+        registry.select_provider("Memcached")
 
 
 @pytest.mark.parametrize(
@@ -92,7 +92,7 @@ def test_select_returns_each_provider_and_rejects_unknown() -> None:
     [("Redis", "resp"), ("LMCacheServer", "lm"), ("Mooncake", "mooncakestore")],
 )
 def test_provider_emits_its_binding_protocol(provider: str, protocol: str) -> None:
-    b = registry.select(provider).binding("svc.ns.svc:1")
+    b = registry.select_provider(provider).binding("svc.ns.svc:1")
     assert (b.protocol, b.endpoint) == (protocol, "svc.ns.svc:1")
 
 
@@ -103,7 +103,7 @@ def test_provider_emits_its_binding_protocol(provider: str, protocol: str) -> No
 def test_managed_provider_renders_deployment_and_service_owned_by_the_backend(
     provider: str,
 ) -> None:
-    objs = render(backend(managed(provider)))
+    objs = render_managed_objects(backend(managed(provider)))
     # Plus, for a provider that can be isolated, its password Secret (a provider that
     # requires auth) and NetworkPolicy: tests/unit/test_tier_isolation.py.
     isolation = {"Redis": ["Secret", "NetworkPolicy"], "LMCacheServer": ["NetworkPolicy"]}
@@ -132,7 +132,9 @@ def test_managed_provider_renders_deployment_and_service_owned_by_the_backend(
 
 def test_deployment_kind_statefulset_renders_statefulset_governed_by_the_service() -> None:
     objs = by_kind(
-        render(backend(managed("LMCacheServer", deploymentKind="StatefulSet", replicas=2)))
+        render_managed_objects(
+            backend(managed("LMCacheServer", deploymentKind="StatefulSet", replicas=2))
+        )
     )
     assert set(objs) == {"NetworkPolicy", "StatefulSet", "Service"}
     sts = objs["StatefulSet"]
@@ -142,13 +144,13 @@ def test_deployment_kind_statefulset_renders_statefulset_governed_by_the_service
 
 def test_object_names_are_per_provider_and_fit_dns_labels() -> None:
     long_name = "x" * 80
-    objs = render(backend(managed("LMCacheServer"), name=long_name))
+    objs = render_managed_objects(backend(managed("LMCacheServer"), name=long_name))
     for o in objs:
         assert len(o["metadata"]["name"]) <= 63
         for v in o["metadata"]["labels"].values():
             assert len(v) <= 63
-    assert resource_name("a", registry.select("Redis")) != resource_name(
-        "a", registry.select("Mooncake")
+    assert resource_name("a", registry.select_provider("Redis")) != resource_name(
+        "a", registry.select_provider("Mooncake")
     )
 
 
@@ -164,12 +166,14 @@ def test_render_is_pure_and_deterministic() -> None:
         )
     )
     before = copy.deepcopy(cb.model_dump())
-    a = by_kind(render(cb))["Deployment"]
+    a = by_kind(render_managed_objects(cb))["Deployment"]
     a["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"] = "99Gi"
     assert cb.model_dump() == before, "rendering must deep-copy provider resources"
     # Deterministic but for a password drawn when there is none yet.
-    assert render(cb, generate_password=PASSWORD) == render(cb, generate_password=PASSWORD)
-    assert container(render(cb))["resources"]["limits"]["memory"] == "1Gi"
+    assert render_managed_objects(cb, generate_password=PASSWORD) == render_managed_objects(
+        cb, generate_password=PASSWORD
+    )
+    assert container(render_managed_objects(cb))["resources"]["limits"]["memory"] == "1Gi"
 
 
 # ------------------------------------------------------------------ resources
@@ -177,7 +181,7 @@ def test_render_is_pure_and_deterministic() -> None:
 
 @pytest.mark.parametrize("provider", ["Redis", "LMCacheServer", "Mooncake"])
 def test_omitted_resources_block_uses_bounded_4gi_request_8gi_limit(provider: str) -> None:
-    res = container(render(backend(managed(provider))))["resources"]
+    res = container(render_managed_objects(backend(managed(provider))))["resources"]
     assert res == {"requests": {"memory": "4Gi"}, "limits": {"memory": "8Gi"}}
 
 
@@ -190,7 +194,7 @@ def test_explicit_empty_resources_suppresses_the_default() -> None:
             "lmCacheServer": {"resources": {}},
         },
     }
-    assert container(render(backend(spec)))["resources"] == {}
+    assert container(render_managed_objects(backend(spec)))["resources"] == {}
 
 
 def test_typed_resources_are_passed_through() -> None:
@@ -206,7 +210,7 @@ def test_typed_resources_are_passed_through() -> None:
             "mooncake": {"resources": res},
         },
     }
-    assert container(render(backend(spec)))["resources"] == res
+    assert container(render_managed_objects(backend(spec)))["resources"] == res
 
 
 @pytest.mark.parametrize(
@@ -228,7 +232,7 @@ def test_autoscaling_fills_cpu_request_when_absent_or_non_positive(
         block["requests"] = requests
     spec = managed("Redis", autoscaling={"minReplicas": 1, "maxReplicas": 3})
     spec["remoteStorage"]["redis"] = {"resources": block}
-    res = container(render(backend(spec)))["resources"]
+    res = container(render_managed_objects(backend(spec)))["resources"]
     assert res["requests"]["cpu"] == expected_cpu
     # CPU only: never synthesises a memory request.
     if requests is None:
@@ -236,9 +240,9 @@ def test_autoscaling_fills_cpu_request_when_absent_or_non_positive(
 
 
 def test_autoscaling_cpu_fallback_applies_to_the_default_block() -> None:
-    res = container(render(backend(managed("LMCacheServer", autoscaling={"maxReplicas": 2}))))[
-        "resources"
-    ]
+    res = container(
+        render_managed_objects(backend(managed("LMCacheServer", autoscaling={"maxReplicas": 2})))
+    )["resources"]
     assert res == {"requests": {"memory": "4Gi", "cpu": "250m"}, "limits": {"memory": "8Gi"}}
 
 
@@ -247,7 +251,7 @@ def test_autoscaling_cpu_fallback_applies_to_the_default_block() -> None:
 
 def test_autoscaling_renders_hpa_v2_with_cpu_target_default_80() -> None:
     objs = by_kind(
-        render(
+        render_managed_objects(
             backend(
                 managed(
                     "LMCacheServer", replicas=2, autoscaling={"minReplicas": 2, "maxReplicas": 5}
@@ -279,13 +283,13 @@ def test_autoscaled_workload_is_created_at_the_hpa_floor(kind: str) -> None:
         replicas=1,
         autoscaling={"minReplicas": 3, "maxReplicas": 5},
     )
-    objs = by_kind(render(backend(spec)))
+    objs = by_kind(render_managed_objects(backend(spec)))
     assert objs[kind]["spec"]["replicas"] == 3
     assert objs["HorizontalPodAutoscaler"]["spec"]["minReplicas"] == 3
     # A CR stored without minReplicas: the HPA's own floor of 1 (never spec.replicas).
     del spec["autoscaling"]["minReplicas"]
     spec["replicas"] = 4
-    assert by_kind(render(backend(spec)))[kind]["spec"]["replicas"] == 1
+    assert by_kind(render_managed_objects(backend(spec)))[kind]["spec"]["replicas"] == 1
 
 
 def test_autoscaled_workload_keeps_the_live_replica_count_the_hpa_wrote() -> None:
@@ -297,17 +301,19 @@ def test_autoscaled_workload_keeps_the_live_replica_count_the_hpa_wrote() -> Non
     spec = managed("LMCacheServer", autoscaling={"minReplicas": 2, "maxReplicas": 8})
     spec["remoteStorage"]["lmCacheServer"] = {"resources": {"limits": {"memory": "1024Mi"}}}
     cb = backend(spec)
-    created = by_kind(render(cb))["Deployment"]
+    created = by_kind(render_managed_objects(cb))["Deployment"]
     assert created["spec"]["replicas"] == 2
     live = _live(created)
     live["spec"]["replicas"] = 7  # scaled by the HPA
-    again = by_kind(render(cb, {("Deployment", "cb-lmcache-server"): live}))["Deployment"]
+    again = by_kind(render_managed_objects(cb, {("Deployment", "cb-lmcache-server"): live}))[
+        "Deployment"
+    ]
     assert again["spec"]["replicas"] == 7
     assert again["metadata"]["annotations"] == created["metadata"]["annotations"]
     assert not needs_apply(again, live), "the HPA's replica count is not drift"
     # Another object's replicas are not this workload's.
     other = {("StatefulSet", "cb-lmcache-server"): live}
-    assert by_kind(render(cb, other))["Deployment"]["spec"]["replicas"] == 2
+    assert by_kind(render_managed_objects(cb, other))["Deployment"]["spec"]["replicas"] == 2
 
 
 def test_without_autoscaling_replicas_follow_the_spec_whatever_the_live_value() -> None:
@@ -317,17 +323,19 @@ def test_without_autoscaling_replicas_follow_the_spec_whatever_the_live_value() 
     spec = managed("LMCacheServer", replicas=2)
     spec["remoteStorage"]["lmCacheServer"] = {"resources": {"limits": {"memory": "1024Mi"}}}
     cb = backend(spec)
-    desired = by_kind(render(cb))["Deployment"]
+    desired = by_kind(render_managed_objects(cb))["Deployment"]
     live = _live(desired)
     live["spec"]["replicas"] = 7
-    again = by_kind(render(cb, {("Deployment", "cb-lmcache-server"): live}))["Deployment"]
+    again = by_kind(render_managed_objects(cb, {("Deployment", "cb-lmcache-server"): live}))[
+        "Deployment"
+    ]
     assert again["spec"]["replicas"] == 2
     assert needs_apply(again, live)
 
 
 def test_autoscaling_target_cpu_is_honoured_and_a_missing_min_falls_back_to_one() -> None:
     objs = by_kind(
-        render(
+        render_managed_objects(
             backend(
                 managed(
                     "LMCacheServer",
@@ -365,9 +373,9 @@ def test_template_overrides_are_merged_into_the_pod_spec() -> None:
         "runtimeClassName": "kata",
         "terminationGracePeriodSeconds": 5,
     }
-    pod = by_kind(render(backend(managed("Mooncake", template=template))))["Deployment"]["spec"][
-        "template"
-    ]["spec"]
+    pod = by_kind(render_managed_objects(backend(managed("Mooncake", template=template))))[
+        "Deployment"
+    ]["spec"]["template"]["spec"]
     for key, value in template.items():
         assert pod[key] == value
     # Provider defaults survive the merge.
@@ -382,11 +390,11 @@ def redis_args(limit: Any) -> list[str]:
     spec = managed("Redis")
     if limit is not None:
         spec["remoteStorage"]["redis"] = {"resources": {"limits": {"memory": limit}}}
-    return list(container(render(backend(spec)))["args"])
+    return list(container(render_managed_objects(backend(spec)))["args"])
 
 
 def test_redis_pinned_image_port_and_resp_binding() -> None:
-    objs = by_kind(render(backend(managed("Redis"))))
+    objs = by_kind(render_managed_objects(backend(managed("Redis"))))
     c = objs["Deployment"]["spec"]["template"]["spec"]["containers"][0]
     assert c["image"] == "docker.io/library/redis:7.4-alpine"
     assert c["ports"][0]["containerPort"] == 6379
@@ -414,7 +422,7 @@ def test_redis_maxmemory_is_80_percent_of_memory_limit_with_allkeys_lru(
 def test_redis_without_memory_limit_has_no_maxmemory() -> None:
     spec = managed("Redis")
     spec["remoteStorage"]["redis"] = {"resources": {"requests": {"memory": "1Gi"}}}
-    args = container(render(backend(spec)))["args"]
+    args = container(render_managed_objects(backend(spec)))["args"]
     assert "--maxmemory" not in args
     assert "allkeys-lru" in args
 
@@ -422,14 +430,14 @@ def test_redis_without_memory_limit_has_no_maxmemory() -> None:
 def test_redis_image_override() -> None:
     spec = managed("Redis")
     spec["remoteStorage"]["redis"] = {"image": "example.com/redis:7.2"}
-    assert container(render(backend(spec)))["image"] == "example.com/redis:7.2"
+    assert container(render_managed_objects(backend(spec)))["image"] == "example.com/redis:7.2"
 
 
 # ------------------------------------------------------------------ lmcache server
 
 
 def test_lmcache_server_pinned_image_never_latest_and_default_command() -> None:
-    c = container(render(backend(managed("LMCacheServer"))))
+    c = container(render_managed_objects(backend(managed("LMCacheServer"))))
     assert c["image"] == "lmcache/standalone:v0.4.7"
     assert not c["image"].endswith(":latest")
     assert c["command"] == ["lmcache_server", "0.0.0.0", "65432"]
@@ -441,14 +449,14 @@ def test_lmcache_server_command_override() -> None:
     spec["remoteStorage"]["lmCacheServer"] = {
         "command": ["python3", "-m", "lmcache.v1.server", "0.0.0.0", "65432"]
     }
-    assert container(render(backend(spec)))["command"][:2] == ["python3", "-m"]
+    assert container(render_managed_objects(backend(spec)))["command"][:2] == ["python3", "-m"]
 
 
 # ------------------------------------------------------------------ mooncake
 
 
 def test_mooncake_master_runs_on_host_network_with_recreate_and_headless_service() -> None:
-    objs = by_kind(render(backend(managed("Mooncake"))))
+    objs = by_kind(render_managed_objects(backend(managed("Mooncake"))))
     dep, svc = objs["Deployment"], objs["Service"]
     pod = dep["spec"]["template"]["spec"]
     assert pod["hostNetwork"] is True
@@ -477,7 +485,7 @@ def test_mooncake_command_override_never_moves_the_fixed_ports() -> None:
     spec["remoteStorage"]["mooncake"] = {
         "command": ["mooncake_master", "--rpc_port=6000", "--http_metadata_server_port=7000"]
     }
-    objs = by_kind(render(backend(spec)))
+    objs = by_kind(render_managed_objects(backend(spec)))
     c = container(list(objs.values()))
     assert c["command"] == [
         "mooncake_master",
@@ -494,7 +502,9 @@ def test_mooncake_statefulset_keeps_host_network_without_a_deployment_strategy()
     """'its Deployment uses the Recreate rollout strategy': `strategy` is a Deployment
     field; a StatefulSet has none (server-side apply rejects undeclared fields), and
     the master's host networking and headless Service do not depend on the kind."""
-    objs = by_kind(render(backend(managed("Mooncake", deploymentKind="StatefulSet"))))
+    objs = by_kind(
+        render_managed_objects(backend(managed("Mooncake", deploymentKind="StatefulSet")))
+    )
     sts = objs["StatefulSet"]
     assert "strategy" not in sts["spec"]
     assert sts["spec"]["template"]["spec"]["hostNetwork"] is True
@@ -502,7 +512,7 @@ def test_mooncake_statefulset_keeps_host_network_without_a_deployment_strategy()
 
 
 def test_service_endpoint_publishes_the_first_service_port() -> None:
-    svc = by_kind(render(backend(managed("Mooncake"))))["Service"]
+    svc = by_kind(render_managed_objects(backend(managed("Mooncake"))))["Service"]
     assert service_endpoint(svc) == "cb-mooncake.ns.svc:50051"
     assert service_endpoint({"metadata": {"name": "x"}, "spec": {}}) == ""
 
@@ -532,14 +542,16 @@ def test_server_defaults_and_canonical_quantities_are_not_drift() -> None:
 
     spec = managed("Redis")
     spec["remoteStorage"]["redis"] = {"resources": {"limits": {"memory": "1024Mi"}}}
-    for obj in render(backend(spec)):
+    for obj in render_managed_objects(backend(spec)):
         assert not needs_apply(obj, _live(obj)), obj["kind"]
 
 
 def test_changed_or_removed_fields_are_drift() -> None:
     from reconciler.diff import needs_apply
 
-    dep = by_kind(render(backend(managed("Redis")), generate_password=PASSWORD))["Deployment"]
+    dep = by_kind(render_managed_objects(backend(managed("Redis")), generate_password=PASSWORD))[
+        "Deployment"
+    ]
     live = _live(dep)
     live["spec"]["template"]["spec"]["containers"][0]["image"] = "redis:6"
     assert needs_apply(dep, live), "someone edited a field we own"
@@ -547,7 +559,7 @@ def test_changed_or_removed_fields_are_drift() -> None:
     # A field we stopped setting (nodeSelector removed from spec.template) changes
     # the rendered hash even though the new desired object is a subset of live.
     old = by_kind(
-        render(
+        render_managed_objects(
             backend(managed("Redis", template={"nodeSelector": {"a": "b"}})),
             generate_password=PASSWORD,
         )

@@ -23,7 +23,7 @@ import pytest
 
 from reconciler.diff import needs_apply
 from shared import constants as c
-from shared.network_policy import PodRef, ingress_allowed, selector_matches
+from shared.network_policy import PodRef, ingress_allowed, label_selector_matches
 from shared.pod_wiring import OUTCOME_FAIL_OPEN, OUTCOME_INJECTED, WiringResult, wire_pod
 from shared.runtime_adapters.base import InjectContext
 from shared.storage_providers.base import AUTH_PASSWORD_ENV
@@ -33,7 +33,7 @@ from shared.storage_providers.render import (
     ANNOTATION_SPEC_HASH,
     auth_secret_name,
     password_digest,
-    render,
+    render_managed_objects,
     secret_password,
 )
 from tests import builders
@@ -72,7 +72,7 @@ FOREIGN_OTHER_NS = PodRef("team-b", {"app": "someone-else"})
 
 
 def test_a_managed_redis_gets_a_random_password_secret_owned_by_the_backend() -> None:
-    objs = render(backend(c.PROVIDER_REDIS))
+    objs = render_managed_objects(backend(c.PROVIDER_REDIS))
     secret = objs[0]
     assert secret["kind"] == "Secret", "the Secret comes before the pods that read it"
     assert secret["metadata"]["name"] == "cache-redis-auth" == auth_secret_name("cache")
@@ -82,20 +82,20 @@ def test_a_managed_redis_gets_a_random_password_secret_owned_by_the_backend() ->
     assert password is not None
     assert len(password) == 64
     int(password, 16)  # hex: safe in a Redis config word and a JSON string
-    other = secret_password(render(backend(c.PROVIDER_REDIS))[0])
+    other = secret_password(render_managed_objects(backend(c.PROVIDER_REDIS))[0])
     assert other != password, "drawn at random, not derived from the backend"
 
 
 def test_the_live_password_is_kept_and_the_data_stays_out_of_the_spec_hash() -> None:
     cb = backend(c.PROVIDER_REDIS)
-    first = by_kind(render(cb, generate_password=fixed_password))
+    first = by_kind(render_managed_objects(cb, generate_password=fixed_password))
     live = {("Secret", "cache-redis-auth"): first["Secret"]}
-    again = by_kind(render(cb, live))  # no generator needed: the live one is kept
+    again = by_kind(render_managed_objects(cb, live))  # no generator needed: the live one is kept
     assert secret_password(again["Secret"]) == PASSWORD
     assert again == first
     # A different password changes the Secret's data but not its hash: the hash is of
     # what is rendered deterministically.
-    other = by_kind(render(cb, generate_password=lambda: "6" * 64))
+    other = by_kind(render_managed_objects(cb, generate_password=lambda: "6" * 64))
     hashes = [o["Secret"]["metadata"]["annotations"][ANNOTATION_SPEC_HASH] for o in (first, other)]
     assert hashes[0] == hashes[1]
 
@@ -112,25 +112,32 @@ def test_a_secret_without_a_usable_password_gets_a_new_one_and_is_reapplied(
     data: dict[str, str],
 ) -> None:
     cb = backend(c.PROVIDER_REDIS)
-    rendered = by_kind(render(cb, generate_password=fixed_password))["Secret"]
+    rendered = by_kind(render_managed_objects(cb, generate_password=fixed_password))["Secret"]
     broken = {**rendered, "data": data}
-    desired = by_kind(render(cb, {("Secret", "cache-redis-auth"): broken}))["Secret"]
+    desired = by_kind(render_managed_objects(cb, {("Secret", "cache-redis-auth"): broken}))[
+        "Secret"
+    ]
     assert secret_password(desired) not in (None, "", PASSWORD)
     assert needs_apply(desired, broken)
 
 
 def test_an_unchanged_secret_is_not_reapplied() -> None:
     cb = backend(c.PROVIDER_REDIS)
-    secret = by_kind(render(cb, generate_password=fixed_password))["Secret"]
+    secret = by_kind(render_managed_objects(cb, generate_password=fixed_password))["Secret"]
     live = json.loads(json.dumps(secret))
     live["metadata"]["resourceVersion"] = "7"
     assert not needs_apply(
-        by_kind(render(cb, {("Secret", secret["metadata"]["name"]): live}))["Secret"], live
+        by_kind(render_managed_objects(cb, {("Secret", secret["metadata"]["name"]): live}))[
+            "Secret"
+        ],
+        live,
     )
 
 
 def test_redis_requires_the_password_through_a_secret_key_ref_never_a_literal() -> None:
-    objs = by_kind(render(backend(c.PROVIDER_REDIS), generate_password=fixed_password))
+    objs = by_kind(
+        render_managed_objects(backend(c.PROVIDER_REDIS), generate_password=fixed_password)
+    )
     template = objs["Deployment"]["spec"]["template"]
     container = template["spec"]["containers"][0]
     args = container["args"]
@@ -152,8 +159,8 @@ def test_a_new_password_rolls_the_redis_pods() -> None:
     changes the template, so Redis restarts with it and the cache-server cascade rolls
     the engines, which then read the new one."""
     cb = backend(c.PROVIDER_REDIS)
-    a = by_kind(render(cb, generate_password=fixed_password))["Deployment"]
-    b = by_kind(render(cb, generate_password=lambda: "6" * 64))["Deployment"]
+    a = by_kind(render_managed_objects(cb, generate_password=fixed_password))["Deployment"]
+    b = by_kind(render_managed_objects(cb, generate_password=lambda: "6" * 64))["Deployment"]
     digest = a["spec"]["template"]["metadata"]["annotations"][c.ANNOTATION_AUTH_DIGEST]
     assert digest == password_digest(PASSWORD) != PASSWORD
     assert PASSWORD not in digest
@@ -162,7 +169,7 @@ def test_a_new_password_rolls_the_redis_pods() -> None:
 
 def test_only_redis_gets_a_password() -> None:
     for provider in (c.PROVIDER_LMCACHE_SERVER, c.PROVIDER_MOONCAKE):
-        objs = render(backend(provider))
+        objs = render_managed_objects(backend(provider))
         assert "Secret" not in by_kind(objs), provider
         assert "env" not in by_kind(objs)["Deployment"]["spec"]["template"]["spec"]["containers"][0]
 
@@ -175,7 +182,7 @@ def test_only_redis_gets_a_password() -> None:
     [(c.PROVIDER_REDIS, REDIS_PORT), (c.PROVIDER_LMCACHE_SERVER, LMCACHE_SERVER_PORT)],
 )
 def test_the_policy_admits_only_the_engines_on_the_data_port(provider: str, port: int) -> None:
-    objs = render(backend(provider))
+    objs = render_managed_objects(backend(provider))
     pols = policies(objs)
     assert len(pols) == 1
     target = provider_pod(objs)
@@ -187,7 +194,7 @@ def test_the_policy_admits_only_the_engines_on_the_data_port(provider: str, port
 
 
 def test_the_policy_selects_exactly_the_provider_pods() -> None:
-    objs = render(backend(c.PROVIDER_REDIS))
+    objs = render_managed_objects(backend(c.PROVIDER_REDIS))
     (policy,) = policies(objs)
     workload = by_kind(objs)["Deployment"]
     assert policy["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
@@ -197,7 +204,7 @@ def test_the_policy_selects_exactly_the_provider_pods() -> None:
     assert policy["spec"]["policyTypes"] == ["Ingress"]
     # Pods of another backend's Redis, and the engines themselves, are not isolated by it.
     other = by_kind(
-        render(
+        render_managed_objects(
             backend(c.PROVIDER_REDIS).model_copy(
                 update={
                     "metadata": backend(c.PROVIDER_REDIS).metadata.model_copy(
@@ -207,14 +214,14 @@ def test_the_policy_selects_exactly_the_provider_pods() -> None:
             )
         )
     )["Deployment"]
-    assert not selector_matches(
+    assert not label_selector_matches(
         policy["spec"]["podSelector"], other["spec"]["template"]["metadata"]["labels"]
     )
-    assert not selector_matches(policy["spec"]["podSelector"], ENGINE.labels)
+    assert not label_selector_matches(policy["spec"]["podSelector"], ENGINE.labels)
 
 
 def test_allow_cross_namespace_also_admits_the_engines_of_other_namespaces() -> None:
-    objs = render(backend(c.PROVIDER_LMCACHE_SERVER, allowCrossNamespace=True))
+    objs = render_managed_objects(backend(c.PROVIDER_LMCACHE_SERVER, allowCrossNamespace=True))
     pols, target = policies(objs), provider_pod(objs)
     assert ingress_allowed(pols, target, ENGINE, LMCACHE_SERVER_PORT)
     assert ingress_allowed(pols, target, ENGINE_OTHER_NS, LMCACHE_SERVER_PORT)
@@ -225,7 +232,7 @@ def test_allow_cross_namespace_also_admits_the_engines_of_other_namespaces() -> 
 def test_an_empty_engine_selector_admits_nobody() -> None:
     """The Pod webhook never matches an empty selector; a peer with an empty podSelector
     would admit every pod of the namespace instead."""
-    objs = render(backend(c.PROVIDER_REDIS, selector={}))
+    objs = render_managed_objects(backend(c.PROVIDER_REDIS, selector={}))
     pols, target = policies(objs), provider_pod(objs)
     assert pols[0]["spec"]["ingress"] == []
     for source in (ENGINE, FOREIGN_SAME_NS, ENGINE_OTHER_NS):
@@ -233,7 +240,7 @@ def test_an_empty_engine_selector_admits_nobody() -> None:
 
 
 def test_mooncake_gets_no_policy_its_master_is_on_the_host_network() -> None:
-    assert policies(render(backend(c.PROVIDER_MOONCAKE))) == []
+    assert policies(render_managed_objects(backend(c.PROVIDER_MOONCAKE))) == []
 
 
 @pytest.mark.parametrize(
@@ -242,13 +249,15 @@ def test_mooncake_gets_no_policy_its_master_is_on_the_host_network() -> None:
 def test_the_opt_out_annotation_drops_the_policy_and_only_the_policy(
     value: str, skipped: bool
 ) -> None:
-    objs = render(backend(c.PROVIDER_REDIS, annotations={c.ANNOTATION_SKIP_NETWORK_POLICY: value}))
+    objs = render_managed_objects(
+        backend(c.PROVIDER_REDIS, annotations={c.ANNOTATION_SKIP_NETWORK_POLICY: value})
+    )
     assert (policies(objs) == []) is skipped
     assert "Secret" in by_kind(objs), "the password stays: the opt-out is about the network"
 
 
 def test_the_policy_is_converged_on_drift() -> None:
-    (policy,) = policies(render(backend(c.PROVIDER_REDIS)))
+    (policy,) = policies(render_managed_objects(backend(c.PROVIDER_REDIS)))
     live = json.loads(json.dumps(policy))
     assert not needs_apply(policy, live)
     live["spec"]["ingress"][0]["from"] = [{"podSelector": {}}]  # someone opened it up
@@ -292,9 +301,9 @@ def test_evaluator_follows_the_networkpolicy_semantics() -> None:
             {"key": "banned", "operator": "DoesNotExist"},
         ]
     }
-    assert selector_matches(expressions, {"tier": "gold"})
-    assert not selector_matches(expressions, {"tier": "gold", "banned": "1"})
-    assert not selector_matches(expressions, {"tier": "silver"})
+    assert label_selector_matches(expressions, {"tier": "gold"})
+    assert not label_selector_matches(expressions, {"tier": "gold", "banned": "1"})
+    assert not label_selector_matches(expressions, {"tier": "silver"})
 
 
 # ------------------------------------------------------------------ engine wiring

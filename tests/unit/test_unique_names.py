@@ -3,8 +3,7 @@ module it comes from, so a search for it finds one definition.
 
 Public: a module-level ``def``/``class`` whose name does not start with ``_``. The
 subcommand interface (every ``icache`` subcommand module's ``add_arguments`` and
-``run``) is one protocol by design and is the only exception; ``STILL_SHARED`` lists the
-names not yet given their own (it may only shrink: a stale entry fails).
+``run``) is one protocol by design and is the only exception.
 """
 
 from __future__ import annotations
@@ -16,16 +15,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("shared", "kubeio", "icache_cli", "webhook_svc", "reconciler", "icache_install")
 SUBCOMMAND_INTERFACE = frozenset({"add_arguments", "run"})
-STILL_SHARED: frozenset[str] = frozenset(
-    {
-        "lmcache_server_image",
-        "match_labels",
-        "register",
-        "render",
-        "select",
-        "selector_matches",
-    }
-)
 
 
 def public_names(root: Path, packages: tuple[str, ...]) -> dict[str, list[str]]:
@@ -53,10 +42,5 @@ def test_the_counter_finds_a_name_defined_twice(tmp_path: Path) -> None:
 
 def test_no_two_public_names_are_the_same() -> None:
     shared = shared_names(REPO, PACKAGES)
-    unexpected = {n: ps for n, ps in shared.items() if n not in SUBCOMMAND_INTERFACE | STILL_SHARED}
+    unexpected = {n: ps for n, ps in shared.items() if n not in SUBCOMMAND_INTERFACE}
     assert not unexpected, f"public names defined in more than one module: {unexpected}"
-
-
-def test_still_shared_names_are_still_shared() -> None:
-    stale = sorted(STILL_SHARED - set(shared_names(REPO, PACKAGES)))
-    assert not stale, f"no longer shared, remove from STILL_SHARED: {stale}"

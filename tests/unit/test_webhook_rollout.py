@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from icache_install.manifests_cli import render
+from icache_install.manifests_cli import render_manifests
 from tests.cli_helpers import paths_unchecked
 from tests.samples import ROOT
 from webhook_svc import webhook_cli
@@ -21,7 +21,7 @@ from webhook_svc import webhook_cli
 def _webhook_pod_spec() -> dict[str, Any]:
     (deployment,) = [
         d
-        for d in render()
+        for d in render_manifests()
         if d["kind"] == "Deployment" and d["metadata"]["name"] == "inference-cache-webhook"
     ]
     spec: dict[str, Any] = deployment["spec"]["template"]["spec"]
