@@ -16,7 +16,7 @@ import pytest
 
 from reconciler.reconcile import Reconciler
 from tests.fakes import FakeIndexServer as FakeServer
-from tests.fakes import FakeKube
+from tests.fakes import FakeKube, in_process_reconciler
 
 NOW = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
 NO_GATE = {"inferencecache.io/require-kv-events": "false"}
@@ -44,7 +44,7 @@ def make(
         },
     )
     server = FakeServer()
-    rec = Reconciler(kube, server=server, clock=lambda: NOW)
+    rec = in_process_reconciler(kube, server=server, clock=lambda: NOW)
     return kube, server, rec
 
 
