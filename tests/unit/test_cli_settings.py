@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from pathlib import Path
 
 import pytest
 
 from icache_cli.main import build_parser
 from reconciler import dispatcher_cli, worker_cli
+from webhook_svc import webhook_cli
 
 
 def _parse(command: str, *argv: str) -> argparse.Namespace:
@@ -70,3 +72,25 @@ def test_worker_settings_fold_the_runtime_config() -> None:
     assert (settings.concurrency, settings.pool, settings.snapshot_interval) == (3, "solo", 4.0)
     with pytest.raises(dataclasses.FrozenInstanceError):
         settings.pool = "threads"  # type: ignore[misc]
+
+
+def test_webhook_settings_carry_every_flag(tmp_path: Path) -> None:
+    """Every `icache webhook` destination reaches WebhookSettings, so serve() and the
+    forked workers never read a flag from the Namespace."""
+    args = _parse(
+        "webhook",
+        "--insecure",
+        f"--backends-from={tmp_path}",
+        "--port=9443",
+        "--workers=2",
+        "--shutdown-drain-seconds=1.5",
+    )
+    settings = webhook_cli.settings_from(args)
+    assert {f.name for f in dataclasses.fields(settings)} == set(vars(args)) - {
+        "command",
+        "debug",
+    }
+    assert settings.backends_from == tmp_path
+    assert (settings.port, settings.workers, settings.insecure) == (9443, 2, True)
+    assert settings.shutdown_drain_seconds == 1.5
+    assert webhook_cli.listen_host(settings) == "127.0.0.1"
