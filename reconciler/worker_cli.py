@@ -117,10 +117,10 @@ def settings_from(args: argparse.Namespace) -> WorkerSettings:
 
 
 def run(args: argparse.Namespace) -> int:
-    return serve(settings_from(args))
+    return _serve(settings_from(args))
 
 
-def serve(settings: WorkerSettings) -> int:
+def _serve(settings: WorkerSettings) -> int:
     common, config = settings.common, settings.runtime
     setup_logging(common.log_level)
     # Reconciles connect lazily (per forked process); check the configuration now so a

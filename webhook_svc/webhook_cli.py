@@ -309,10 +309,10 @@ def _serving_fields(settings: WebhookSettings) -> dict[str, object]:
 
 
 def run(args: argparse.Namespace) -> int:
-    return serve(settings_from(args))
+    return _serve(settings_from(args))
 
 
-def serve(settings: WebhookSettings) -> int:
+def _serve(settings: WebhookSettings) -> int:
     """Serve until a signal: bind and fork the workers (when there are several), then in each
     worker build the app from the flags and run it under uvicorn, draining on stop."""
     workers = settings.workers if settings.workers > 0 else available_cpus()
