@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+from dataclasses import dataclass
 
 from icache_cli import arg_types as cli_types
 from kubeio import access as kubeaccess
@@ -88,16 +89,48 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def redis_timeouts(args: argparse.Namespace) -> RedisTimeouts:
-    return RedisTimeouts(connect=args.redis_timeout, read=args.redis_timeout)
+@dataclass(frozen=True)
+class CommonSettings:
+    """The flags `add_common_arguments` declares, as the processes' logic receives them."""
+
+    kubeconfig: str | None
+    redis_url: str
+    redis_timeout: float
+    queue_prefix: str
+    lease_seconds: float
+    backoff_base: float
+    backoff_max: float
+    metrics_port: int
+    liveness_timeout: float
+    log_level: str
+
+    @property
+    def redis_timeouts(self) -> RedisTimeouts:
+        return RedisTimeouts(connect=self.redis_timeout, read=self.redis_timeout)
 
 
-def readiness(args: argparse.Namespace) -> Readiness:
+def common_settings_from(args: argparse.Namespace) -> CommonSettings:
+    """The one place the common flags leave the parsed command line."""
+    return CommonSettings(
+        kubeconfig=args.kubeconfig,
+        redis_url=args.redis_url,
+        redis_timeout=args.redis_timeout,
+        queue_prefix=args.queue_prefix,
+        lease_seconds=args.lease_seconds,
+        backoff_base=args.backoff_base,
+        backoff_max=args.backoff_max,
+        metrics_port=args.metrics_port,
+        liveness_timeout=args.liveness_timeout,
+        log_level=args.log_level,
+    )
+
+
+def readiness(settings: CommonSettings) -> Readiness:
     """Ready once Redis answers a PING and the API server answers GET /version, each
     on a client of its own with short timeouts (a probe must not hang)."""
     quick = RedisTimeouts(connect=2.0, read=2.0)
-    client = redis_client(args.redis_url, quick)
-    kube = kubeaccess.connect(args.kubeconfig, timeout=2.0)
+    client = redis_client(settings.redis_url, quick)
+    kube = kubeaccess.connect(settings.kubeconfig, timeout=2.0)
     return Readiness(
         {"redis": client.ping, "apiserver": lambda: kube.request("GET", "/version")}
     ).start()

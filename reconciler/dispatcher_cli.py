@@ -6,6 +6,7 @@ import argparse
 import os
 import signal
 import socket
+from dataclasses import dataclass
 from types import FrameType
 
 from icache_cli import arg_types as cli_types
@@ -13,7 +14,13 @@ from icache_cli.habits import UsageError
 from kubeio import access as kubeaccess
 from reconciler import health, metrics
 from reconciler.celery_app import make_app
-from reconciler.cli_common import add_common_arguments, readiness, redis_timeouts, setup_logging
+from reconciler.cli_common import (
+    CommonSettings,
+    add_common_arguments,
+    common_settings_from,
+    readiness,
+    setup_logging,
+)
 from reconciler.dispatcher import Dispatcher, DispatcherSettings
 from reconciler.leader import ElectionSettings
 from reconciler.redis_conn import redis_client
@@ -103,25 +110,21 @@ def check_election(lease_duration: float, renew_deadline: float, retry_period: f
         )
 
 
-def run(args: argparse.Namespace) -> int:
-    check_election(args.lease_duration, args.renew_deadline, args.retry_period)
-    setup_logging(args.log_level)
-    metrics.register_metrics(metrics.DISPATCHER)
-    queue = WorkQueue(
-        redis_client(args.redis_url, redis_timeouts(args)),
-        QueueSettings(
-            prefix=args.queue_prefix,
-            base_delay=args.backoff_base,
-            max_delay=args.backoff_max,
-            dispatch_timeout=args.dispatch_timeout,
-            lease_seconds=args.lease_seconds,
-        ),
-    )
-    dispatcher = Dispatcher(
-        kubeaccess.connect(args.kubeconfig),
-        queue,
-        make_app(args.redis_url, redis_timeouts(args)),
-        ElectionSettings(
+@dataclass(frozen=True)
+class DispatcherProcessSettings:
+    """Every flag of `icache dispatcher`, as its logic receives them."""
+
+    common: CommonSettings
+    election: ElectionSettings
+    watches: DispatcherSettings
+    dispatch_timeout: float
+
+
+def settings_from(args: argparse.Namespace) -> DispatcherProcessSettings:
+    """The one place the dispatcher's flags leave the parsed command line."""
+    return DispatcherProcessSettings(
+        common=common_settings_from(args),
+        election=ElectionSettings(
             namespace=args.lease_namespace,
             name=args.lease_name,
             identity=args.identity,
@@ -129,12 +132,46 @@ def run(args: argparse.Namespace) -> int:
             renew_deadline=args.renew_deadline,
             retry_period=args.retry_period,
         ),
-        DispatcherSettings(resync_period=args.resync_period, watch_timeout=args.watch_timeout),
+        watches=DispatcherSettings(
+            resync_period=args.resync_period, watch_timeout=args.watch_timeout
+        ),
+        dispatch_timeout=args.dispatch_timeout,
     )
 
-    if args.metrics_port:
+
+def run(args: argparse.Namespace) -> int:
+    return _serve(settings_from(args))
+
+
+def _serve(settings: DispatcherProcessSettings) -> int:
+    common, election = settings.common, settings.election
+    check_election(election.lease_duration, election.renew_deadline, election.retry_period)
+    setup_logging(common.log_level)
+    metrics.register_metrics(metrics.DISPATCHER)
+    queue = WorkQueue(
+        redis_client(common.redis_url, common.redis_timeouts),
+        QueueSettings(
+            prefix=common.queue_prefix,
+            base_delay=common.backoff_base,
+            max_delay=common.backoff_max,
+            dispatch_timeout=settings.dispatch_timeout,
+            lease_seconds=common.lease_seconds,
+        ),
+    )
+    dispatcher = Dispatcher(
+        kubeaccess.connect(common.kubeconfig),
+        queue,
+        make_app(common.redis_url, common.redis_timeouts),
+        election,
+        settings.watches,
+    )
+
+    if common.metrics_port:
         health.serve(
-            args.metrics_port, dispatcher.liveness_beats, args.liveness_timeout, readiness(args)
+            common.metrics_port,
+            dispatcher.liveness_beats,
+            common.liveness_timeout,
+            readiness(common),
         )
 
     def on_signal(_signum: int, _frame: FrameType | None) -> None:

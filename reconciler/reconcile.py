@@ -13,8 +13,6 @@ import dataclasses
 import datetime as dt
 import logging
 import socket
-import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, Protocol
@@ -25,7 +23,6 @@ from kubeio import client as k
 from reconciler import metrics
 from reconciler.backend_keys import BackendKey, object_key
 from reconciler.cascade import (
-    CASCADE_WINDOW_SECONDS,
     InstanceTransition,
     cascade_targets,
     deployment_converged,
@@ -130,39 +127,17 @@ class CascadeLimiter(Protocol):
     def release(self, key: str) -> None: ...
 
 
-class InProcessCascadeLimiter:
-    def __init__(self, window: float = CASCADE_WINDOW_SECONDS) -> None:
-        self.window = window
-        self._lock = threading.Lock()
-        self._claims: dict[str, tuple[float, str]] = {}
-
-    def claim(self, key: str, value: str) -> CascadeClaim:
-        now = time.monotonic()
-        with self._lock:
-            prev = self._claims.get(key)
-            if prev is not None and now - prev[0] < self.window:
-                if prev[1] == value:
-                    return "done", 0.0
-                return "wait", self.window - (now - prev[0])
-            self._claims[key] = (now, value)
-            return "go", 0.0
-
-    def release(self, key: str) -> None:
-        with self._lock:
-            self._claims.pop(key, None)
-
-
 class Reconciler:
     def __init__(
         self,
         kube: k.KubeClient,
         *,
+        probe_rate_limiter: ProbeRateLimiter,
+        cascade_limiter: CascadeLimiter,
         server: Prober | None = None,
-        probe_rate_limiter: ProbeRateLimiter | None = None,
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
         instance: str | None = None,
         probe_window: float = PROBE_WINDOW_SECONDS,
-        cascade_limiter: CascadeLimiter | None = None,
         reads: ClusterReads | None = None,
     ) -> None:
         self.kube = kube
@@ -174,9 +149,9 @@ class Reconciler:
         self.reads: ClusterReads = reads or LiveReads(kube)
         self.fresh_reads = LiveReads(kube, fresh=True)
         self.server = server
-        self.cascade_limiter = cascade_limiter or InProcessCascadeLimiter()
+        self.cascade_limiter = cascade_limiter
         self.probe_window = probe_window
-        self.probe_rate_limiter = probe_rate_limiter or _in_process_rate_limiter(probe_window)
+        self.probe_rate_limiter = probe_rate_limiter
         self.clock = clock
         self.instance = instance or socket.gethostname()
 
@@ -676,17 +651,3 @@ def _resource_version(obj: dict[str, Any] | None) -> str:
 def _min_delay(*values: float | None) -> float | None:
     present = [v for v in values if v is not None]
     return min(present) if present else None
-
-
-def _in_process_rate_limiter(window: float = PROBE_WINDOW_SECONDS) -> ProbeRateLimiter:
-    last: dict[str, float] = {}
-
-    def limiter(key: str) -> float | None:
-        now = time.monotonic()
-        prev = last.get(key)
-        if prev is not None and now - prev < window:
-            return window - (now - prev)
-        last[key] = now
-        return None
-
-    return limiter

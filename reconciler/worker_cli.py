@@ -5,12 +5,19 @@ from __future__ import annotations
 import argparse
 import os
 import socket
+from dataclasses import dataclass
 
 from icache_cli import arg_types as cli_types
 from kubeio import access as kubeaccess
 from reconciler import health, metrics, tasks, worker_runtime
 from reconciler.celery_app import QUEUE_NAME, make_app
-from reconciler.cli_common import add_common_arguments, readiness, redis_timeouts, setup_logging
+from reconciler.cli_common import (
+    CommonSettings,
+    add_common_arguments,
+    common_settings_from,
+    readiness,
+    setup_logging,
+)
 from reconciler.redis_conn import redis_client
 from reconciler.server_client import ServerClient
 from reconciler.snapshot import SnapshotPoller
@@ -70,41 +77,69 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def run(args: argparse.Namespace) -> int:
-    setup_logging(args.log_level)
-    # Reconciles connect lazily (per forked process); check the configuration now so a
-    # worker without one fails at start, naming what it tried, not on every task.
-    kubeaccess.load_configuration(args.kubeconfig)
-    worker_runtime.configure(
-        worker_runtime.WorkerConfig(
-            kubeconfig=args.kubeconfig,
-            redis_url=args.redis_url,
-            redis_timeouts=redis_timeouts(args),
+@dataclass(frozen=True)
+class WorkerSettings:
+    """Every flag of `icache worker`, as its logic receives them: what the reconciles
+    need (``runtime``, handed to each process that runs them) and what only this
+    process's Celery consumer and snapshot poller use."""
+
+    common: CommonSettings
+    runtime: worker_runtime.WorkerConfig
+    concurrency: int
+    pool: str
+    snapshot_interval: float
+
+
+def settings_from(args: argparse.Namespace) -> WorkerSettings:
+    """The one place the worker's flags leave the parsed command line."""
+    common = common_settings_from(args)
+    return WorkerSettings(
+        common=common,
+        runtime=worker_runtime.WorkerConfig(
+            kubeconfig=common.kubeconfig,
+            redis_url=common.redis_url,
+            redis_timeouts=common.redis_timeouts,
             server_url=args.server_url,
             token_path=args.token_path,
             probe_window_seconds=args.probe_interval,
             reads=args.reads,
             queue=QueueSettings(
-                prefix=args.queue_prefix,
-                base_delay=args.backoff_base,
-                max_delay=args.backoff_max,
-                lease_seconds=args.lease_seconds,
+                prefix=common.queue_prefix,
+                base_delay=common.backoff_base,
+                max_delay=common.backoff_max,
+                lease_seconds=common.lease_seconds,
             ),
-        )
+        ),
+        concurrency=args.concurrency,
+        pool=args.pool,
+        snapshot_interval=args.snapshot_interval,
     )
+
+
+def run(args: argparse.Namespace) -> int:
+    return _serve(settings_from(args))
+
+
+def _serve(settings: WorkerSettings) -> int:
+    common, config = settings.common, settings.runtime
+    setup_logging(common.log_level)
+    # Reconciles connect lazily (per forked process); check the configuration now so a
+    # worker without one fails at start, naming what it tried, not on every task.
+    kubeaccess.load_configuration(config.kubeconfig)
+    worker_runtime.configure(config)
     metrics.register_metrics(metrics.WORKER)
-    metrics.MAX_CONCURRENT.set(args.concurrency)
+    metrics.MAX_CONCURRENT.set(settings.concurrency)
     heartbeat = health.Heartbeat()
     # Beaten once now: a consumer that never gets going (broker unreachable at start)
     # goes stale after the bound instead of counting as alive with no heartbeat.
     heartbeat.beat(CONSUMER_LOOP)
-    if args.metrics_port:
-        health.serve(args.metrics_port, heartbeat, args.liveness_timeout, readiness(args))
-    if args.pool != "prefork":
+    if common.metrics_port:
+        health.serve(common.metrics_port, heartbeat, common.liveness_timeout, readiness(common))
+    if settings.pool != "prefork":
         # Reconciles run in this process: build its clients and start its watch caches
         # now, so they have listed by the first task (a prefork child builds its own).
         worker_runtime.runtime()
-    if args.server_url:
+    if config.server_url:
         # The poller projects /snapshot into status.indexParticipation, which the
         # KV-event readiness gate reads.
         # With the threads pool the reconciles run in this process: the poller reads
@@ -112,27 +147,27 @@ def run(args: argparse.Namespace) -> int:
         # poller there reads the API server (scoped, metadata only).
         cache = (
             worker_runtime.runtime().cache
-            if args.reads == worker_runtime.READS_CACHE and args.pool != "prefork"
+            if config.reads == worker_runtime.READS_CACHE and settings.pool != "prefork"
             else None
         )
         SnapshotPoller(
-            kubeaccess.connect(args.kubeconfig),
-            ServerClient(args.server_url, token_path=args.token_path),
-            redis_client(args.redis_url, redis_timeouts(args)),
-            interval=args.snapshot_interval,
+            kubeaccess.connect(config.kubeconfig),
+            ServerClient(config.server_url, token_path=config.token_path),
+            redis_client(config.redis_url, config.redis_timeouts),
+            interval=settings.snapshot_interval,
             cache=cache,
         ).start()
-    app = make_app(args.redis_url, redis_timeouts(args))
+    app = make_app(config.redis_url, config.redis_timeouts)
     tasks.register_tasks(app)
     # A few beats per bound, so one late timer never fails the probe.
-    install_consumer_heartbeat(app, heartbeat, max(args.liveness_timeout / 6.0, 0.2))
+    install_consumer_heartbeat(app, heartbeat, max(common.liveness_timeout / 6.0, 0.2))
     app.worker_main(
         [
             "worker",
-            f"--pool={args.pool}",
-            f"--concurrency={args.concurrency}",
+            f"--pool={settings.pool}",
+            f"--concurrency={settings.concurrency}",
             f"--queues={QUEUE_NAME}",
-            f"--loglevel={args.log_level.upper()}",
+            f"--loglevel={common.log_level.upper()}",
             f"--hostname=icache-worker-{os.getpid()}@{socket.gethostname()}",
             "--without-gossip",
             "--without-mingle",

@@ -40,6 +40,13 @@ from kubernetes import client
 from kubeio import access as kubeaccess
 from kubeio import client as k
 from kubeio.async_client import ApiServer
+from reconciler.cascade import CASCADE_WINDOW_SECONDS
+from reconciler.reconcile import (
+    PROBE_WINDOW_SECONDS,
+    CascadeClaim,
+    ProbeRateLimiter,
+    Reconciler,
+)
 from reconciler.status import ProbeObservation
 from reconciler.workqueue import WorkQueue
 from webhook_svc import pod_admission
@@ -674,3 +681,55 @@ def mutate_pod(
 # mypy holds the fakes to the Protocol the production code depends on.
 _fake: k.KubeClient = FakeKube()
 _scripted: k.KubeClient = ScriptedWatchKube({}, gone_once=False)
+
+
+class InProcessCascadeLimiter:
+    """The cascade limiter's rule (one engine cascade per backend per window; the same
+    value again within it is already done) in one process's memory: production shares
+    it across workers in Redis (reconciler/rate_limits.py)."""
+
+    def __init__(self, window: float = CASCADE_WINDOW_SECONDS) -> None:
+        self.window = window
+        self._lock = threading.Lock()
+        self._claims: dict[str, tuple[float, str]] = {}
+
+    def claim(self, key: str, value: str) -> CascadeClaim:
+        now = time.monotonic()
+        with self._lock:
+            prev = self._claims.get(key)
+            if prev is not None and now - prev[0] < self.window:
+                if prev[1] == value:
+                    return "done", 0.0
+                return "wait", self.window - (now - prev[0])
+            self._claims[key] = (now, value)
+            return "go", 0.0
+
+    def release(self, key: str) -> None:
+        with self._lock:
+            self._claims.pop(key, None)
+
+
+def in_process_rate_limiter(window: float = PROBE_WINDOW_SECONDS) -> ProbeRateLimiter:
+    """At most one /probe per backend per window, in one process's memory (production:
+    reconciler/rate_limits.py, in Redis)."""
+    last: dict[str, float] = {}
+
+    def limiter(key: str) -> float | None:
+        now = time.monotonic()
+        prev = last.get(key)
+        if prev is not None and now - prev < window:
+            return window - (now - prev)
+        last[key] = now
+        return None
+
+    return limiter
+
+
+def in_process_reconciler(kube: k.KubeClient, **options: Any) -> Reconciler:
+    """A Reconciler with in-process rate limiters unless ``options`` name others."""
+    options.setdefault(
+        "probe_rate_limiter",
+        in_process_rate_limiter(options.get("probe_window", PROBE_WINDOW_SECONDS)),
+    )
+    options.setdefault("cascade_limiter", InProcessCascadeLimiter())
+    return Reconciler(kube, **options)

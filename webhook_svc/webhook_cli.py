@@ -11,6 +11,8 @@ import argparse
 import functools
 import logging
 import shutil
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from icache_cli import arg_types as cli_types
@@ -190,37 +192,97 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def listen_host(args: argparse.Namespace) -> str:
+@dataclass(frozen=True)
+class WebhookSettings:
+    """Every flag of `icache webhook`, as its logic receives them. Plain values: a
+    forked worker inherits them as they are."""
+
+    host: str | None
+    port: int
+    insecure: bool
+    tls_cert_file: Path | None
+    tls_key_file: Path | None
+    backends_from: Path | None
+    kubeconfig: str | None
+    kvevent_subscriber_image: str | None
+    server_address: str
+    backend_list_timeout: float
+    max_body_bytes: int
+    max_inflight_bytes: int
+    limit_concurrency: int
+    access_review_allowed_ttl: float
+    access_review_denied_ttl: float
+    request_head_timeout: float
+    keep_alive_timeout: int
+    tls_reload_interval: float
+    shutdown_drain_seconds: float
+    shutdown_timeout_seconds: float
+    log_level: str
+    workers: int
+
+
+def settings_from(args: argparse.Namespace) -> WebhookSettings:
+    """The one place the webhook's flags leave the parsed command line."""
+    return WebhookSettings(
+        host=args.host,
+        port=args.port,
+        insecure=args.insecure,
+        tls_cert_file=args.tls_cert_file,
+        tls_key_file=args.tls_key_file,
+        backends_from=args.backends_from,
+        kubeconfig=args.kubeconfig,
+        kvevent_subscriber_image=args.kvevent_subscriber_image,
+        server_address=args.server_address,
+        backend_list_timeout=args.backend_list_timeout,
+        max_body_bytes=args.max_body_bytes,
+        max_inflight_bytes=args.max_inflight_bytes,
+        limit_concurrency=args.limit_concurrency,
+        access_review_allowed_ttl=args.access_review_allowed_ttl,
+        access_review_denied_ttl=args.access_review_denied_ttl,
+        request_head_timeout=args.request_head_timeout,
+        keep_alive_timeout=args.keep_alive_timeout,
+        tls_reload_interval=args.tls_reload_interval,
+        shutdown_drain_seconds=args.shutdown_drain_seconds,
+        shutdown_timeout_seconds=args.shutdown_timeout_seconds,
+        log_level=args.log_level,
+        workers=args.workers,
+    )
+
+
+def listen_host(settings: WebhookSettings) -> str:
     """--host, else every IPv4 address with TLS and loopback only for plain HTTP: the
     insecure mode serves /metrics and live-API lookups to whoever can connect."""
-    if args.host is not None:
-        return str(args.host)
-    return "127.0.0.1" if args.insecure else "0.0.0.0"
+    if settings.host is not None:
+        return str(settings.host)
+    return "127.0.0.1" if settings.insecure else "0.0.0.0"
 
 
-def build_source(args: argparse.Namespace, api: ApiServer | None) -> BackendSource:
+def build_source(settings: WebhookSettings, api: ApiServer | None) -> BackendSource:
     if api is None:
         from webhook_svc.backend_files import load_backends
 
+        # build_api returns None only with --backends-from.
+        assert settings.backends_from is not None
+
         # Namespace-less files stay unscoped ("") and join the asking pod's namespace.
         return FileBackendSource(
-            args.backends_from, functools.partial(load_backends, default_namespace="")
+            settings.backends_from, functools.partial(load_backends, default_namespace="")
         )
-    return ApiBackendSource(api, args.backend_list_timeout)
+    return ApiBackendSource(api, settings.backend_list_timeout)
 
 
-def build_api(args: argparse.Namespace) -> ApiServer | None:
+def build_api(settings: WebhookSettings) -> ApiServer | None:
     """The API client of this process (kubeio.access: flag, in-cluster,
     KUBECONFIG, ~/.kube/config); None in embedded mode."""
-    if args.backends_from:
+    if settings.backends_from:
         return None
     from kubeio.async_client import ApiServer
 
-    loaded = kubeaccess.load_configuration(args.kubeconfig)
+    loaded = kubeaccess.load_configuration(settings.kubeconfig)
     return ApiServer(functools.partial(kubeaccess.async_client_for, loaded))
 
 
-def _access_reviewer(args: argparse.Namespace, api: ApiServer | None) -> AccessReviewer | None:
+def _access_reviewer(settings: WebhookSettings, api: ApiServer | None) -> AccessReviewer | None:
     """Who reviews CacheBackend writers: SubjectAccessReviews through ``api`` (cached
     when a TTL is set); None in embedded mode, which has no API server to ask."""
     if api is None:
@@ -230,26 +292,30 @@ def _access_reviewer(args: argparse.Namespace, api: ApiServer | None) -> AccessR
         return None
     from webhook_svc.workload_authz import ApiAccessReviewer, ReviewCache
 
-    allowed_ttl, denied_ttl = args.access_review_allowed_ttl, args.access_review_denied_ttl
+    allowed_ttl, denied_ttl = settings.access_review_allowed_ttl, settings.access_review_denied_ttl
     cache = ReviewCache(allowed_ttl, denied_ttl) if allowed_ttl or denied_ttl else None
     return ApiAccessReviewer(api, cache=cache)
 
 
-def _serving_fields(args: argparse.Namespace) -> dict[str, object]:
+def _serving_fields(settings: WebhookSettings) -> dict[str, object]:
     """The fields of the start-up log line: where and how the webhook serves."""
-    mode = f"embedded ({args.backends_from})" if args.backends_from else "live API"
+    mode = f"embedded ({settings.backends_from})" if settings.backends_from else "live API"
     return {
-        "host": listen_host(args),
-        "port": args.port,
-        "tls": not args.insecure,
+        "host": listen_host(settings),
+        "port": settings.port,
+        "tls": not settings.insecure,
         "backends": mode,
     }
 
 
 def run(args: argparse.Namespace) -> int:
+    return _serve(settings_from(args))
+
+
+def _serve(settings: WebhookSettings) -> int:
     """Serve until a signal: bind and fork the workers (when there are several), then in each
     worker build the app from the flags and run it under uvicorn, draining on stop."""
-    workers = args.workers if args.workers > 0 else available_cpus()
+    workers = settings.workers if settings.workers > 0 else available_cpus()
     # Before prometheus_client is imported: it picks its value store at import time.
     metrics_dir = share_metrics_between_workers() if workers > 1 else None
     import uvicorn
@@ -259,60 +325,64 @@ def run(args: argparse.Namespace) -> int:
     from webhook_svc.serving import Connections
     from webhook_svc.tls import ReloadingTLS
 
-    jsonlog.setup(args.log_level)
-    if not args.insecure and not (args.tls_cert_file and args.tls_key_file):
+    jsonlog.setup(settings.log_level)
+    if not settings.insecure and not (settings.tls_cert_file and settings.tls_key_file):
         log.error("--tls-cert-file and --tls-key-file are required unless --insecure is given")
         return 2
     listener = None
     if metrics_dir:
         # Forked before any thread, client or TLS context exists: each worker builds its own.
-        listener = bind(listen_host(args), args.port)
+        listener = bind(listen_host(settings), settings.port)
         code = fork_workers(listener, workers)
         if code is not None:  # the supervisor, once every worker is gone
             shutil.rmtree(metrics_dir, ignore_errors=True)
             return code
-    api = build_api(args)
-    source = build_source(args, api)
+    api = build_api(settings)
+    source = build_source(settings, api)
     ctx = InjectContext(
-        kvevent_subscriber_image=args.kvevent_subscriber_image,
-        server_address=args.server_address,
+        kvevent_subscriber_image=settings.kvevent_subscriber_image,
+        server_address=settings.server_address,
     )
-    reviewer = _access_reviewer(args, api)
+    reviewer = _access_reviewer(settings, api)
     app = create_app(
         source,
         ctx,
-        max_body_bytes=args.max_body_bytes,
-        max_inflight_bytes=args.max_inflight_bytes,
+        max_body_bytes=settings.max_body_bytes,
+        max_inflight_bytes=settings.max_inflight_bytes,
         access_reviewer=reviewer,
-        limit_concurrency=args.limit_concurrency,
+        limit_concurrency=settings.limit_concurrency,
         on_shutdown=[api.close] if api is not None else [],
     )
     tls: ReloadingTLS | None = None
-    if not args.insecure:
-        tls = ReloadingTLS(args.tls_cert_file, args.tls_key_file, args.tls_reload_interval)
+    # Both files are set unless --insecure: checked above, before any fork.
+    if not settings.insecure and settings.tls_cert_file and settings.tls_key_file:
+        tls = ReloadingTLS(
+            settings.tls_cert_file, settings.tls_key_file, settings.tls_reload_interval
+        )
         tls.load()  # unusable files at startup: fail now, with the error
         tls.reloads = app.state.metrics.tls_reloads
         tls.report_expiry_to(app.state.metrics.certificate_expires_at)
-    connections = Connections(args.request_head_timeout)
+    connections = Connections(settings.request_head_timeout)
     config = uvicorn.Config(
         app,
-        host=listen_host(args),
-        port=args.port,
+        host=listen_host(settings),
+        port=settings.port,
         log_config=None,
         access_log=False,
         lifespan="on",
         # The request limit is the serving layer's (webhook_svc/serving.py): uvicorn's
         # counts idle connections against it.
         limit_concurrency=None,
-        timeout_keep_alive=args.keep_alive_timeout,
-        timeout_graceful_shutdown=args.shutdown_timeout_seconds,
+        timeout_keep_alive=settings.keep_alive_timeout,
+        # uvicorn waits with asyncio.wait_for, which takes fractional seconds too.
+        timeout_graceful_shutdown=settings.shutdown_timeout_seconds,  # type: ignore[arg-type]
         ssl_context_factory=tls,
         http=connections.protocol_class(),
         # Nothing proxies the webhook: the API server calls it directly.
         proxy_headers=False,
         server_header=False,
     )
-    log.info("serving admission webhooks", extra=_serving_fields(args))
-    server = DrainingServer(config, args.shutdown_drain_seconds, connections)
+    log.info("serving admission webhooks", extra=_serving_fields(settings))
+    server = DrainingServer(config, settings.shutdown_drain_seconds, connections)
     server.run(sockets=[listener] if listener else None)
     return 0

@@ -21,8 +21,8 @@ import pytest
 from kubeio import access as kubeaccess
 from kubeio import client as k
 from reconciler.ownership import owned_by
-from reconciler.reconcile import Reconciler
 from tests.e2e.conftest import Cluster, Stack, condition, poll
+from tests.fakes import in_process_reconciler
 
 NO_GATE = {"inferencecache.io/require-kv-events": "false"}
 MANAGED = {"provider": "LMCacheServer", "ownership": "Managed"}
@@ -112,7 +112,7 @@ def test_a_foreign_object_of_each_owned_kind_is_never_written_and_is_reported(
         theirs = create_foreign(cluster, ns, kind)
         cb = cluster.create_cb(ns, "cb", CASES[kind][0], annotations=NO_GATE)
         uid = cb["metadata"]["uid"]
-        rec = Reconciler(worker_kube)
+        rec = in_process_reconciler(worker_kube)
         rec.reconcile(f"{ns}/cb")
 
         after = cluster.kube.get(k.BY_KIND[kind], ns, NAME)
@@ -169,7 +169,7 @@ def test_a_foreign_object_recreated_between_read_and_write_is_refused(
     ns = cluster.namespace()
     try:
         cluster.create_cb(ns, "cb", CASES["Service"][0], annotations=NO_GATE)
-        Reconciler(worker_kube).reconcile(f"{ns}/cb")
+        in_process_reconciler(worker_kube).reconcile(f"{ns}/cb")
         ours = cluster.kube.get(k.SERVICES, ns, NAME)
         cluster.kube.delete(k.SERVICES, ns, NAME)
         theirs = create_foreign(cluster, ns, "Service")
@@ -226,7 +226,7 @@ def test_shedding_on_a_mode_flip_never_deletes_a_foreign_lookalike(
     ns = cluster.namespace()
     try:
         cluster.create_cb(ns, "cb", CASES["Deployment"][0], annotations=NO_GATE)
-        rec = Reconciler(worker_kube)
+        rec = in_process_reconciler(worker_kube)
         rec.reconcile(f"{ns}/cb")
         labels = cluster.kube.get(k.DEPLOYMENTS, ns, NAME)["metadata"]["labels"]
         body = dict(CASES["StatefulSet"][1])

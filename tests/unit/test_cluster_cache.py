@@ -44,7 +44,7 @@ from shared import constants as c
 from tests.builders import NS
 from tests.builders import engine_pod as engine
 from tests.builders import selecting_backend as backend
-from tests.fakes import FakeKube
+from tests.fakes import FakeKube, in_process_reconciler
 from tests.fakes import fake_cluster as cluster
 
 NOW = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
@@ -105,12 +105,14 @@ def reads_from(request: pytest.FixtureRequest) -> str:
 
 def reconciler(kube: FakeKube, reads_from: str) -> Iterator[Reconciler]:
     if reads_from == "api":
-        yield Reconciler(kube, clock=lambda: NOW)
+        yield in_process_reconciler(kube, clock=lambda: NOW)
         return
     cache = ClusterCache(kube).start()
     try:
         assert cache.wait_synced(10)
-        yield Reconciler(kube, clock=lambda: NOW, reads=CachedReads(cache, LiveReads(kube)))
+        yield in_process_reconciler(
+            kube, clock=lambda: NOW, reads=CachedReads(cache, LiveReads(kube))
+        )
     finally:
         cache.stop()
 

@@ -10,8 +10,7 @@ import datetime as dt
 from typing import Any
 
 from reconciler.events import EventSpec, event_object
-from reconciler.reconcile import Reconciler
-from tests.fakes import FailingEvents
+from tests.fakes import FailingEvents, in_process_reconciler
 
 NOW = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
 
@@ -60,7 +59,7 @@ def test_a_failed_event_write_does_not_fail_the_reconcile_or_repeat() -> None:
     neither retries it nor writes anything."""
     kube = FailingEvents()
     kube.put("cachebackends", cb_obj())
-    rec = Reconciler(kube, clock=lambda: NOW)
+    rec = in_process_reconciler(kube, clock=lambda: NOW)
     result = rec.reconcile("ns/cb")
     assert ("status", "cachebackends", "cb") in kube.writes
     assert ("create-failed", "events", "FailClosedEnabled") in kube.writes

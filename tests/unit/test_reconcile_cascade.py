@@ -20,9 +20,9 @@ from reconciler.cascade import (
 )
 from reconciler.engine_pods import ServerPod
 from reconciler.reads import LiveReads
-from reconciler.reconcile import InProcessCascadeLimiter, Reconciler
+from reconciler.reconcile import Reconciler
 from reconciler.status import WorkloadObservation
-from tests.fakes import FakeKube
+from tests.fakes import FakeKube, InProcessCascadeLimiter, in_process_reconciler
 
 
 def p(name: str, restarts: int = 0, ready: bool = True, uid: str | None = None) -> ServerPod:
@@ -261,7 +261,9 @@ def setup() -> tuple[FakeKube, Reconciler]:
             },
         },
     )
-    rec = Reconciler(kube, clock=lambda: NOW, cascade_limiter=InProcessCascadeLimiter(60))
+    rec = in_process_reconciler(
+        kube, clock=lambda: NOW, cascade_limiter=InProcessCascadeLimiter(60)
+    )
     rec.reconcile("ns/cb")  # creates the workload and Service
     dep = kube.objects[("deployments", "ns", SERVER)]
     dep["status"] = {
@@ -463,3 +465,11 @@ def test_shell_cascade_only_when_a_fresh_read_confirms_the_replacement() -> None
     rec.reconcile("ns/cb")
     assert ("patch", "deployments", "vllm") in kube.writes
     assert instance(kube) == "uid-s-2:0"
+
+
+def test_reconciler_has_no_default_limiters() -> None:
+    """The cascade and /probe windows are shared across workers (Redis, in
+    reconciler/rate_limits.py): a Reconciler built without naming its limiters would
+    enforce them per process only, so the constructor requires both."""
+    with pytest.raises(TypeError, match=r"probe_rate_limiter|cascade_limiter"):
+        Reconciler(FakeKube())  # type: ignore[call-arg]

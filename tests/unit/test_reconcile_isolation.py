@@ -13,11 +13,10 @@ from typing import Any
 
 from kubeio import client as k
 from reconciler.reads import LiveReads
-from reconciler.reconcile import Reconciler
 from shared import constants as c
 from shared.storage_providers.render import password_digest, secret_password
 from tests.builders import status_backend
-from tests.fakes import FakeKube
+from tests.fakes import FakeKube, in_process_reconciler
 
 NOW = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
 SECRET = "cb-redis-auth"
@@ -46,7 +45,7 @@ def digest(kube: FakeKube) -> str:
 def test_first_reconcile_creates_secret_policy_and_a_redis_that_reads_the_secret() -> None:
     kube = FakeKube()
     kube.put("cachebackends", status_backend(copy.deepcopy(REDIS_SPEC), uid=UID))
-    rec = Reconciler(kube, clock=lambda: NOW)
+    rec = in_process_reconciler(kube, clock=lambda: NOW)
     rec.reconcile("ns/cb")
     applied = [(verb, plural) for verb, plural, _ in kube.writes if verb == "apply"]
     assert applied[:2] == [("apply", "secrets"), ("apply", "networkpolicies")]
@@ -61,7 +60,7 @@ def test_first_reconcile_creates_secret_policy_and_a_redis_that_reads_the_secret
 def test_a_deleted_secret_is_recreated_with_a_new_password_and_redis_rolls() -> None:
     kube = FakeKube()
     kube.put("cachebackends", status_backend(copy.deepcopy(REDIS_SPEC), uid=UID))
-    rec = Reconciler(kube, clock=lambda: NOW)
+    rec = in_process_reconciler(kube, clock=lambda: NOW)
     rec.reconcile("ns/cb")
     old = secret_password(obj(kube, "secrets", SECRET))
     kube.delete(k.SECRETS, "ns", SECRET)
@@ -76,7 +75,7 @@ def test_a_deleted_secret_is_recreated_with_a_new_password_and_redis_rolls() -> 
 def test_a_drifted_policy_is_repaired() -> None:
     kube = FakeKube()
     kube.put("cachebackends", status_backend(copy.deepcopy(REDIS_SPEC), uid=UID))
-    rec = Reconciler(kube, clock=lambda: NOW)
+    rec = in_process_reconciler(kube, clock=lambda: NOW)
     rec.reconcile("ns/cb")
     policy = obj(kube, "networkpolicies", WORKLOAD)
     wanted = policy["spec"]["ingress"]
@@ -90,7 +89,7 @@ def test_a_drifted_policy_is_repaired() -> None:
 def test_the_opt_out_sheds_the_policy_and_keeps_the_password() -> None:
     kube = FakeKube()
     kube.put("cachebackends", status_backend(copy.deepcopy(REDIS_SPEC), uid=UID))
-    rec = Reconciler(kube, clock=lambda: NOW)
+    rec = in_process_reconciler(kube, clock=lambda: NOW)
     rec.reconcile("ns/cb")
     password = secret_password(obj(kube, "secrets", SECRET))
     kube.put(
@@ -120,10 +119,10 @@ def test_a_secret_the_list_missed_is_read_and_its_password_kept() -> None:
     is ours all the same, and must not be replaced by a new random password."""
     kube = FakeKube()
     kube.put("cachebackends", status_backend(copy.deepcopy(REDIS_SPEC), uid=UID))
-    Reconciler(kube, clock=lambda: NOW).reconcile("ns/cb")
+    in_process_reconciler(kube, clock=lambda: NOW).reconcile("ns/cb")
     password = secret_password(obj(kube, "secrets", SECRET))
     kube.writes.clear()
-    Reconciler(kube, clock=lambda: NOW, reads=SecretsNotListed(kube)).reconcile("ns/cb")
+    in_process_reconciler(kube, clock=lambda: NOW, reads=SecretsNotListed(kube)).reconcile("ns/cb")
     assert secret_password(obj(kube, "secrets", SECRET)) == password
     assert [w for w in kube.writes if w[0] == "apply"] == []
 
@@ -133,7 +132,7 @@ def test_a_password_written_into_the_secret_is_kept_and_rolls_redis() -> None:
     re-applied) and Redis's pod template takes its digest, so Redis restarts with it."""
     kube = FakeKube()
     kube.put("cachebackends", status_backend(copy.deepcopy(REDIS_SPEC), uid=UID))
-    rec = Reconciler(kube, clock=lambda: NOW)
+    rec = in_process_reconciler(kube, clock=lambda: NOW)
     rec.reconcile("ns/cb")
     chosen = "f" * 64
     obj(kube, "secrets", SECRET)["data"]["password"] = base64.b64encode(chosen.encode()).decode()

@@ -13,9 +13,8 @@ import datetime as dt
 from typing import Any
 
 from reconciler.ownership import NAME_CONFLICT_REQUEUE_SECONDS
-from reconciler.reconcile import Reconciler
 from tests.builders import status_backend
-from tests.fakes import FakeKube
+from tests.fakes import FakeKube, in_process_reconciler
 
 NOW = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
 NAME = "cb-lmcache-server"
@@ -56,7 +55,7 @@ def test_a_foreign_service_blocks_every_write_and_is_reported_once() -> None:
     theirs = foreign("services", "Service")
     kube.put("services", theirs)
     before = copy.deepcopy(theirs)
-    rec = Reconciler(kube, clock=lambda: NOW)
+    rec = in_process_reconciler(kube, clock=lambda: NOW)
 
     result = rec.reconcile("ns/cb")
     assert kube.objects[("services", "ns", NAME)] == before
@@ -105,7 +104,7 @@ def test_a_predecessors_object_is_foreign_until_garbage_collected() -> None:
         ],
     )  # fmt: skip
     kube.put("deployments", stale)
-    rec = Reconciler(kube, clock=lambda: NOW)
+    rec = in_process_reconciler(kube, clock=lambda: NOW)
     rec.reconcile("ns/cb")
     assert owned_writes(kube) == []
     assert "controlled by CacheBackend/cb" in ready(kube)["message"]
@@ -114,7 +113,7 @@ def test_a_predecessors_object_is_foreign_until_garbage_collected() -> None:
 def test_an_object_we_control_but_that_lost_our_labels_is_updated_not_a_conflict() -> None:
     kube = FakeKube()
     kube.put("cachebackends", status_backend(copy.deepcopy(AUTOSCALED), uid="cb-uid"))
-    rec = Reconciler(kube, clock=lambda: NOW)
+    rec = in_process_reconciler(kube, clock=lambda: NOW)
     rec.reconcile("ns/cb")
     svc = kube.objects[("services", "ns", NAME)]
     svc["metadata"]["labels"] = {}
@@ -129,7 +128,7 @@ def test_shedding_never_deletes_a_foreign_object_with_our_labels() -> None:
     labels (no controller reference to us) is not ours to delete."""
     kube = FakeKube()
     kube.put("cachebackends", status_backend(copy.deepcopy(AUTOSCALED), uid="cb-uid"))
-    rec = Reconciler(kube, clock=lambda: NOW)
+    rec = in_process_reconciler(kube, clock=lambda: NOW)
     rec.reconcile("ns/cb")
     labels = dict(kube.objects[("deployments", "ns", NAME)]["metadata"]["labels"])
     lookalike = foreign("statefulsets", "StatefulSet", labels=labels)
@@ -152,7 +151,7 @@ def test_while_conflicted_nothing_owned_is_shed_either() -> None:
     Deployment (shedding it would leave the backend with no workload at all)."""
     kube = FakeKube()
     kube.put("cachebackends", status_backend(copy.deepcopy(AUTOSCALED), uid="cb-uid"))
-    rec = Reconciler(kube, clock=lambda: NOW)
+    rec = in_process_reconciler(kube, clock=lambda: NOW)
     rec.reconcile("ns/cb")
     kube.put("statefulsets", foreign("statefulsets", "StatefulSet"))
     cb = kube.objects[("cachebackends", "ns", "cb")]

@@ -17,7 +17,7 @@ import pytest
 from reconciler.reconcile import Reconciler
 from tests.builders import NO_GATE
 from tests.fakes import FakeIndexServer as FakeServer
-from tests.fakes import FakeKube
+from tests.fakes import FakeKube, in_process_reconciler
 
 NOW = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
 LMSERVER: dict[str, Any] = {
@@ -44,7 +44,7 @@ def make(
         },
     )
     server = FakeServer()
-    rec = Reconciler(kube, server=server, clock=lambda: NOW)
+    rec = in_process_reconciler(kube, server=server, clock=lambda: NOW)
     return kube, server, rec
 
 

@@ -10,8 +10,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from reconciler.reconcile import Reconciler
-from tests.fakes import FakeKube
+from tests.fakes import FakeKube, in_process_reconciler
 
 NOW = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
 OWNED = (
@@ -45,7 +44,7 @@ def test_offload_to_events_only_flip_sheds_the_provisioned_objects_on_the_next_r
             "spec": spec,
         },
     )
-    rec = Reconciler(kube, clock=lambda: NOW)
+    rec = in_process_reconciler(kube, clock=lambda: NOW)
     rec.reconcile("ns/cb")
     assert owned(kube) == {
         ("networkpolicies", "cb-lmcache-server"),

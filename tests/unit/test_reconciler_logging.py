@@ -17,9 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.reconcile import Reconciler
 from shared.jsonlog import JsonFormatter
-from tests.fakes import FakeKube
+from tests.fakes import FakeKube, in_process_reconciler
 
 REPO = Path(__file__).resolve().parents[2]
 _LOGS = re.compile(r"\blog\.(debug|info|warning|error|exception|critical)\(")
@@ -70,7 +69,7 @@ def test_a_reconcile_logs_the_key_as_a_field(caplog: pytest.LogCaptureFixture) -
         },
     )
     with caplog.at_level(logging.INFO, logger="reconciler"):
-        Reconciler(kube, clock=lambda: NOW).reconcile("ns/cb")
+        in_process_reconciler(kube, clock=lambda: NOW).reconcile("ns/cb")
     (record,) = [r for r in caplog.records if r.name == "reconciler.reconcile"]
     assert record.getMessage() == "unreadable CacheBackend; waiting for it to change"
     assert getattr(record, "key", None) == "ns/cb"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("shared", "kubeio", "icache_cli", "webhook_svc", "reconciler", "icache_install")
-SUBCOMMAND_INTERFACE = frozenset({"add_arguments", "run"})
+SUBCOMMAND_INTERFACE = frozenset({"add_arguments", "settings_from", "run"})
 
 
 def public_names(root: Path, packages: tuple[str, ...]) -> dict[str, list[str]]:
