@@ -104,7 +104,8 @@ def test_managed_tiers_run_in_restricted_and_baseline_namespaces_alike(
         for name, workload_name in WORKLOADS.items():
             dep = wait_rolled_out(cluster, ns, "Deployment", workload_name, timeout=90)
             pods = pods_of(cluster, ns, dep)
-            assert pods and all(p["status"]["phase"] == "Running" for p in pods), pods
+            assert pods
+            assert all(p["status"]["phase"] == "Running" for p in pods), pods
             assert all(pod_ready(p) for p in pods)
             assert not any(mounts_a_token(p) for p in pods), [p["spec"] for p in pods]
             obj = cluster.wait_condition(ns, name, "Ready", "True", "BackendReady", timeout=60)
