@@ -6,6 +6,7 @@ override asking for root is refused with the message the backend then reports
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -67,8 +68,9 @@ def test_a_template_asking_for_root_is_refused_with_a_message(
     with pytest.raises(ApiException) as info:
         create(kube_api_client, restricted_ns, pod)
     assert info.value.status == 403
-    assert 'violates PodSecurity "restricted:latest"' in str(info.value.body)
-    assert "runAsUser=0" in str(info.value.body)
+    message = json.loads(info.value.body)["message"]
+    assert 'violates PodSecurity "restricted:latest"' in message
+    assert "runAsUser=0" in message
 
 
 def test_mooncake_needs_a_privileged_namespace(
