@@ -68,7 +68,7 @@ def test_a_template_asking_for_root_is_refused_with_a_message(
     with pytest.raises(ApiException) as info:
         create(kube_api_client, restricted_ns, pod)
     assert info.value.status == 403
-    message = json.loads(info.value.body)["message"]
+    message = json.loads(info.value.body or "{}")["message"]
     assert 'violates PodSecurity "restricted:latest"' in message
     assert "runAsUser=0" in message
 
