@@ -10,8 +10,8 @@ says why").
 * A tier whose pods the API server refuses (a template override asking for root)
   reports Ready=False and Progressing=False with reason PodCreationFailed and the
   Pod Security message, with exactly one Warning Event, for a Deployment (its
-  ReplicaFailure condition) and a StatefulSet (its FailedCreate Events); removing the
-  override lets it roll out.
+  ReplicaFailure condition) and a StatefulSet (its FailedCreate Events); `icache
+  doctor` names the cause and the fix; removing the override lets it roll out.
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 
+from icache_install.doctor.diagnose import Scope, diagnose
+from icache_install.doctor.reader import ClusterReader
 from kubeio import client as k
 from shared import constants as c
 from tests.builders import NO_GATE
@@ -147,6 +149,12 @@ def test_a_tier_whose_pods_are_refused_says_why_once(
     assert len(events) == 1, events
     assert events[0]["type"] == "Warning"
     assert events[0].get("count", 1) == 1
+    # icache doctor names the cause and the fix.
+    findings = diagnose(ClusterReader(cluster.kube), Scope(ns)).findings
+    (refused,) = [f for f in findings if f.code == "backend.PodCreationFailed"]
+    assert refused.severity == "error"
+    assert "violates PodSecurity" in refused.message
+    assert "spec.template" in refused.next_step
 
     cluster.patch_cb(ns, "lm", {"spec": {"template": {"securityContext": None}}})
     wait_rolled_out(cluster, ns, kind, WORKLOADS["lm"], timeout=90)
