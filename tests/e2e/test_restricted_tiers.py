@@ -24,6 +24,7 @@ from icache_install.doctor.diagnose import Scope, diagnose
 from icache_install.doctor.reader import ClusterReader
 from kubeio import client as k
 from shared import constants as c
+from shared.storage_providers.render import ANNOTATION_SPEC_HASH
 from tests.builders import NO_GATE
 from tests.e2e.conftest import Cluster, Stack, condition, poll
 from tests.e2e.workloads import (
@@ -163,3 +164,54 @@ def test_a_tier_whose_pods_are_refused_says_why_once(
         mounts_a_token(p)
         for p in pods_of(cluster, ns, workload(cluster, ns, kind, "lm-lmcache-server"))
     )
+
+
+def test_an_existing_tier_gets_the_hardened_template_in_one_rollout(
+    cluster: Cluster, stack: Stack
+) -> None:
+    """Upgrade: a tier whose workload an earlier release rendered (no securityContext,
+    a token mounted, another spec hash) gets the hardened template on its next
+    reconcile: one new generation, then none however many reconciles follow."""
+    stack.start_dispatcher()
+    stack.start_worker()
+    ns = cluster.namespace(labels={ENFORCE: "baseline"})
+    open_pool(cluster, ns)
+    cluster.create_cb(ns, "lm", tiers(ns)["lm"], NO_GATE)
+    name = WORKLOADS["lm"]
+    wait_rolled_out(cluster, ns, "Deployment", name, timeout=90)
+    stack.stop()
+
+    # What the earlier release left: the old pod template and its spec hash.
+    old = workload(cluster, ns, "Deployment", name)
+    template = old["spec"]["template"]
+    pod = template["spec"]
+    pod.pop("securityContext", None)
+    pod.pop("automountServiceAccountToken", None)
+    pod.pop("volumes", None)
+    for ctr in pod["containers"]:
+        for key in ("securityContext", "volumeMounts", "env"):
+            ctr.pop(key, None)
+    old["metadata"]["annotations"][ANNOTATION_SPEC_HASH] = "earlier-release"
+    replaced = cluster.kube.request("PUT", k.DEPLOYMENTS.item(ns, name), body=old)
+    before = int(replaced["metadata"]["generation"])
+
+    stack.start_dispatcher("dispatcher-b")
+    stack.start_worker("worker-b")
+    hardened = poll(
+        lambda: (
+            d
+            if (d := workload(cluster, ns, "Deployment", name))["spec"]["template"]["spec"].get(
+                "automountServiceAccountToken"
+            )
+            is False
+            else None
+        ),
+        timeout=60,
+        what="the hardened template applied",
+    )
+    assert int(hardened["metadata"]["generation"]) == before + 1
+    reconciled_since(stack, cluster, ns, "lm")
+    reconciled_since(stack, cluster, ns, "lm")
+    assert int(workload(cluster, ns, "Deployment", name)["metadata"]["generation"]) == before + 1
+    wait_rolled_out(cluster, ns, "Deployment", name, timeout=90)
+    cluster.wait_condition(ns, "lm", "Ready", "True", "BackendReady", timeout=60)
