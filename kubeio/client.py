@@ -102,6 +102,7 @@ class KubeClient(Protocol):
         resource_version: str | None = None,
         limit: int | None = None,
         metadata_only: bool = False,
+        field_selector: str | None = None,
     ) -> dict[str, Any]: ...
 
     def create(
@@ -265,6 +266,7 @@ class Kube:
         resource_version: str | None = None,
         limit: int | None = None,
         metadata_only: bool = False,
+        field_selector: str | None = None,
     ) -> dict[str, Any]:
         """A whole list (following continue tokens); items, plus metadata.resourceVersion.
 
@@ -280,6 +282,7 @@ class Kube:
                 res.collection(namespace),
                 query={
                     "labelSelector": label_selector,
+                    "fieldSelector": field_selector,
                     "resourceVersion": resource_version if cont is None else None,
                     "limit": limit,
                     "continue": cont,

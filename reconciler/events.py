@@ -169,12 +169,23 @@ def name_conflict_event(old: dict[str, Any], new: dict[str, Any]) -> EventSpec |
     return None
 
 
+def pod_creation_failed_event(old: dict[str, Any], new: dict[str, Any]) -> EventSpec | None:
+    """Warning PodCreationFailed once, when Ready enters PodCreationFailed (with the
+    API server's refusal); not again while it stays, whatever the message says."""
+    _, o_reason, _ = _cond(old, c.COND_READY)
+    _, n_reason, n_msg = _cond(new, c.COND_READY)
+    if n_reason == c.REASON_POD_CREATION_FAILED and o_reason != n_reason:
+        return EventSpec(WARNING, c.EVENT_POD_CREATION_FAILED, n_msg)
+    return None
+
+
 def transition_events(old: dict[str, Any] | None, new: dict[str, Any]) -> list[EventSpec]:
     """Every Event the old→new status transition deserves, in a stable order."""
     old = old or {}
     out: list[EventSpec] = []
     for rule in (
         name_conflict_event,
+        pod_creation_failed_event,
         backend_degraded_event,
         backend_recovered_event,
         fail_open_events,

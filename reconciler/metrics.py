@@ -197,7 +197,9 @@ CACHE_LIVE_READS = Counter(
     "Reconcile reads sent to the API server because the worker's cache could not answer "
     "(not listed yet, a watch failing, an engine selector not watched yet), by read; "
     "unlabelled-injected-pod: an injected pod without the injected-by-uid label, read by "
-    "name on every reconcile until its workload rolls.",
+    "name on every reconcile until its workload rolls; failed-create-events: the "
+    "FailedCreate Events of a managed StatefulSet short of pods, listed on each of its "
+    "reconciles until its pods exist.",
     ["read"],
     registry=None,
 )

@@ -52,6 +52,11 @@ from reconciler.status import (
     compute_status,
     status_equal,
 )
+from reconciler.workload_refusals import (
+    failed_create_selector,
+    latest_failed_create,
+    needs_failed_create_read,
+)
 from shared import constants as c
 from shared.api import effective
 from shared.api.models import CacheBackend
@@ -69,6 +74,8 @@ CASCADE_RECHECK_SECONDS: Final = 2.0
 # The live-read counter's label for a pod whose annotations name the backend but which
 # has no injected-by-uid label (admitted before the webhook stamped it): read by name.
 UNLABELLED_INJECTED_POD_READ: Final = "unlabelled-injected-pod"
+# The live-read counter's label for the FailedCreate Events of a StatefulSet short of pods.
+FAILED_CREATE_EVENTS_READ: Final = "failed-create-events"
 
 
 class ReconcileError(Exception):
@@ -332,6 +339,8 @@ class Reconciler:
         )
         service = p.live_by_kind.get("Service")
         workload = WorkloadObservation.from_object(workload_obj) if workload_obj else None
+        if workload is not None and workload_obj is not None:
+            workload = self._statefulset_refusal(p, workload_obj, workload)
         p.now = self.clock()
         engine_pods, engines = observe_engines(p.reads, p.cb)
         injected: list[dict[str, Any]] | None = None
@@ -352,6 +361,28 @@ class Reconciler:
             server_instance=server_instance,
             name_conflicts=p.conflicts,
         )
+
+    def _statefulset_refusal(
+        self, p: Pass, obj: dict[str, Any], w: WorkloadObservation
+    ) -> WorkloadObservation:
+        """A StatefulSet short of pods, with the API server's latest refusal of one
+        (reconciler.workload_refusals); any other workload as observed."""
+        uid = (obj.get("metadata") or {}).get("uid")
+        if not uid or not needs_failed_create_read(w.kind, w.spec_replicas, w.replicas):
+            return w
+        metrics.CACHE_LIVE_READS.labels(FAILED_CREATE_EVENTS_READ).inc()
+        try:
+            events = self.kube.list(
+                k.EVENTS, p.key.namespace, field_selector=failed_create_selector(uid)
+            )
+        except k.ApiError as exc:
+            log.warning(
+                "could not list the workload's FailedCreate Events",
+                extra={"key": str(p.key), "error": str(exc)},
+            )
+            return w
+        refusal = latest_failed_create(events.get("items") or [])
+        return dataclasses.replace(w, pod_creation_failure=refusal) if refusal else w
 
     def _injected_pods(
         self, p: Pass, engine_pods: list[dict[str, Any]] | None

@@ -148,6 +148,16 @@ ADVISORY_TYPES: Final = frozenset(
 DEPLOYMENT_ROLLOUT_COMPLETE_REASON: Final = "NewReplicaSetAvailable"
 
 
+def replica_failure_message(conditions: Any) -> str | None:
+    """The message of a workload's ReplicaFailure=True condition (the Deployment
+    controller copies it from its ReplicaSet: the API server's refusal of a pod
+    create); None without one."""
+    for cond in conditions or ():
+        if cond.get("type") == "ReplicaFailure" and cond.get("status") == "True":
+            return str(cond.get("message") or cond.get("reason") or "pod creation failed")
+    return None
+
+
 @dataclass(frozen=True)
 class WorkloadObservation:
     """The managed Deployment/StatefulSet as read back from the API server."""
@@ -167,6 +177,10 @@ class WorkloadObservation:
     #: (NewReplicaSetCreated, FoundNewReplicaSet, ReplicaSetUpdated) before (False).
     #: None when it says nothing: a StatefulSet, or a status without conditions.
     rollout_complete: bool | None = None
+    #: Why the workload cannot create its pods, in the API server's words (a Pod
+    #: Security violation, a quota refusal): a Deployment's ReplicaFailure condition,
+    #: a StatefulSet's latest FailedCreate Event. None while nothing is refused.
+    pod_creation_failure: str | None = None
 
     @classmethod
     def from_object(cls, obj: dict[str, Any]) -> WorkloadObservation:
@@ -203,6 +217,7 @@ class WorkloadObservation:
             rollout_complete=None
             if progressing is None or deadline
             else progressing.get("reason") == DEPLOYMENT_ROLLOUT_COMPLETE_REASON,
+            pod_creation_failure=replica_failure_message(st.get("conditions")),
         )
 
 
@@ -346,6 +361,10 @@ class Verdict:
     message: str
     degraded: bool = False
     progressing: bool = False
+    #: Degraded's reason when it differs from Ready's (None: Ready's).
+    degraded_reason: str | None = None
+    #: Stuck on a cause of its own: Progressing=False with Ready's reason.
+    stuck: bool = False
 
 
 def managed_workload_verdict(cb: CacheBackend, w: WorkloadObservation | None) -> Verdict:
@@ -359,6 +378,34 @@ def managed_workload_verdict(cb: CacheBackend, w: WorkloadObservation | None) ->
     desired replica available is BackendReady. A Deployment reporting
     ProgressDeadlineExceeded is stuck, so it is ReplicasUnavailable too.
     """
+    return pod_creation_failed(cb, w, workload_rollout_verdict(cb, w))
+
+
+def pod_creation_failed(cb: CacheBackend, w: WorkloadObservation | None, v: Verdict) -> Verdict:
+    """A workload short of replicas because the API server refuses its pods (Pod
+    Security, a quota) is stuck, not converging: Ready=False and Progressing=False
+    with reason PodCreationFailed and the API server's message. Degraded stays what
+    the rollout rules say (ReplicasUnavailable once the workload is rolled out or past
+    its progress deadline, else not degraded). An available or scaled-to-zero
+    workload keeps its verdict: it serves, or it wants no pods."""
+    if w is None or w.pod_creation_failure is None or v.ready:
+        return v
+    if v.reason == c.REASON_SCALED_TO_ZERO:
+        return v
+    kind = effective.deployment_kind(cb.spec)
+    return Verdict(
+        False,
+        c.REASON_POD_CREATION_FAILED,
+        f"The {kind} cannot create its pods: {w.pod_creation_failure}",
+        degraded=v.degraded,
+        degraded_reason=v.reason if v.degraded else None,
+        stuck=True,
+    )
+
+
+def workload_rollout_verdict(cb: CacheBackend, w: WorkloadObservation | None) -> Verdict:
+    """The rollout state alone, from the workload's status counts (see
+    managed_workload_verdict)."""
     desired = desired_replicas(cb, w)
     kind = effective.deployment_kind(cb.spec)
     if w is None:
@@ -874,19 +921,24 @@ def _triplet(v: Verdict, *, degraded_reason: str | None = None) -> list[DesiredC
     """Ready/Degraded/Progressing from one verdict.
 
     Progressing: True while converging (rollout, first apply, awaiting the first KV
-    event) with the verdict's reason; False with Degraded when stuck (Degraded=True),
+    event) with the verdict's reason; False with the verdict's reason when stuck on a
+    cause of its own (PodCreationFailed); False with Degraded when stuck (Degraded=True),
     ScaledToZero when scaled to zero, and Synced once converged — including when a
     later gate (functional probe, strict kernel check) downgrades only Ready.
     """
     ready = DesiredCondition(c.COND_READY, TRUE if v.ready else FALSE, v.reason, v.message)
     if v.degraded:
-        degraded = DesiredCondition(c.COND_DEGRADED, TRUE, degraded_reason or v.reason, v.message)
+        degraded = DesiredCondition(
+            c.COND_DEGRADED, TRUE, degraded_reason or v.degraded_reason or v.reason, v.message
+        )
     else:
         degraded = DesiredCondition(
             c.COND_DEGRADED, FALSE, c.REASON_NOT_DEGRADED, "The backend is not degraded."
         )
     if v.progressing:
         progressing = DesiredCondition(c.COND_PROGRESSING, TRUE, v.reason, v.message)
+    elif v.stuck:
+        progressing = DesiredCondition(c.COND_PROGRESSING, FALSE, v.reason, v.message)
     elif v.degraded:
         progressing = DesiredCondition(c.COND_PROGRESSING, FALSE, REASON_DEGRADED, v.message)
     elif v.reason == c.REASON_SCALED_TO_ZERO:

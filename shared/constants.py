@@ -148,3 +148,9 @@ EVENT_LMCACHE_VERSION_SKEW: Final = "LMCacheVersionSkew"
 EVENT_ENGINE_VERSION_BELOW_MINIMUM: Final = "EngineVersionBelowMinimum"
 EVENT_INJECTED_BY_CACHE_BACKEND: Final = "InjectedByCacheBackend"
 EVENT_SKIPPED_BY_OPERATOR: Final = "SkippedByOperator"
+
+# A managed workload that cannot create its pods (the API server refuses them: Pod
+# Security, a quota, a LimitRange): the reason on Ready and Progressing, and the
+# Warning Event on entering it.
+REASON_POD_CREATION_FAILED: Final = "PodCreationFailed"
+EVENT_POD_CREATION_FAILED: Final = "PodCreationFailed"

@@ -56,6 +56,20 @@ from webhook_svc.pod_admission import Backends
 from webhook_svc.workload_authz import ReviewError
 
 
+def fields_match(selector: str | None, obj: dict[str, Any]) -> bool:
+    """The field-selector form the code under test sends: ``a.b=v``, comma-joined."""
+    for part in (selector or "").split(","):
+        if not part:
+            continue
+        path, _, want = part.partition("=")
+        value: Any = obj
+        for key in path.split("."):
+            value = value.get(key) if isinstance(value, dict) else None
+        if str(value) != want:
+            return False
+    return True
+
+
 def selector_matches(selector: str | None, labels: dict[str, str]) -> bool:
     """The label-selector forms the code under test sends: ``k=v``, ``k`` (exists) and
     ``k in (a,b)``, comma-joined (commas inside a set are the set's)."""
@@ -143,6 +157,7 @@ class FakeKube:
         resource_version: str | None = None,
         limit: int | None = None,
         metadata_only: bool = False,
+        field_selector: str | None = None,
     ) -> dict[str, Any]:
         ns = namespace
         if res is k.PODS and self.fail_pod_list:
@@ -153,6 +168,7 @@ class FakeKube:
             if plural == res.plural
             and (ns is None or o_ns == ns)
             and selector_matches(label_selector, o["metadata"].get("labels") or {})
+            and fields_match(field_selector, o)
         ]
         return {"metadata": {"resourceVersion": str(self.rv)}, "items": items}
 
@@ -296,6 +312,7 @@ class ScriptedWatchKube(FakeKube):
         resource_version: str | None = None,
         limit: int | None = None,
         metadata_only: bool = False,
+        field_selector: str | None = None,
     ) -> dict[str, Any]:
         self.lists.append(res.plural)
         rv = str(10 * len(self.lists))
@@ -340,6 +357,7 @@ class ScriptedKube(FakeKube):
         resource_version: str | None = None,
         limit: int | None = None,
         metadata_only: bool = False,
+        field_selector: str | None = None,
     ) -> dict[str, Any]:
         self.list_calls.append(
             {"selector": label_selector, "limit": limit, "metadata_only": metadata_only}

@@ -8,6 +8,7 @@ from typing import Any
 
 from icache_install.doctor import conditions
 from icache_install.doctor.findings import Finding, ObjectRef, finding
+from icache_install.doctor.pod_creation import check_pod_creation
 from shared import constants as c
 from shared.pod_wiring import backend_selects_pod, select_backend
 
@@ -229,4 +230,10 @@ def check_overlaps(backends: Sequence[Obj], pods: Sequence[Obj]) -> list[Finding
 
 
 def check_backend(cb: Obj, pods: Sequence[Obj]) -> list[Finding]:
-    return check_conditions(cb) + check_generation(cb) + check_spec(cb) + check_selector(cb, pods)
+    return (
+        check_conditions(cb)
+        + check_pod_creation(cb)
+        + check_generation(cb)
+        + check_spec(cb)
+        + check_selector(cb, pods)
+    )

@@ -51,6 +51,11 @@ TABLE: Final[dict[tuple[str, str], Explanation]] = {
         "the managed workload is scaled to zero: engine pods get no remote tier",
         "set spec.replicas (or the HPA's minReplicas) above 0 to serve",
     ),
+    (c.COND_READY, c.REASON_POD_CREATION_FAILED): Explanation(
+        E,
+        "the managed workload cannot create its pods: the API server refuses them",
+        "see backend.PodCreationFailed for the cause and its fix",
+    ),
     (c.COND_READY, c.REASON_REPLICAS_UNAVAILABLE): Explanation(
         E, "the managed workload rolled out but its replicas are unavailable", _CHECK_WORKLOAD
     ),
@@ -137,6 +142,11 @@ TABLE: Final[dict[tuple[str, str], Explanation]] = {
     ),
     (c.COND_PROGRESSING, c.REASON_SCALED_TO_ZERO): Explanation(
         OK, "nothing to drive: the managed workload is scaled to zero", ""
+    ),
+    (c.COND_PROGRESSING, c.REASON_POD_CREATION_FAILED): Explanation(
+        W,
+        "stuck: the API server refuses the managed workload's pods (see Ready)",
+        "see backend.PodCreationFailed",
     ),
     (c.COND_PROGRESSING, REASON_DEGRADED): Explanation(
         W, "stuck: the controller cannot converge (see Degraded)", "see the Degraded condition"

@@ -130,6 +130,11 @@ CODES: Final[dict[str, tuple[Severity, str]]] = {
         Severity.WARNING,
         "failOpen: false makes the cache a serving dependency",
     ),
+    "backend.PodCreationFailed": (
+        Severity.ERROR,
+        "the API server refuses the managed tier's pods (Pod Security, a quota): the cause "
+        "and its fix",
+    ),
     "backend.UnknownCondition": (Severity.WARNING, "a condition reason the spec does not define"),
     "backend.EngineVersions": (
         Severity.INFO,

@@ -55,6 +55,17 @@ class StorageProvider(ABC):
     #: Serves only clients that authenticate with the password of the backend's auth
     #: Secret (``auth_secret_name``), read through the ``AUTH_PASSWORD_ENV`` env var.
     requires_auth: ClassVar[bool] = False
+    #: The uid/gid the server process runs as (the pod's runAsUser/runAsGroup/fsGroup,
+    #: with runAsNonRoot); None keeps the image's own user (a provider whose image user
+    #: is not known to be non-root).
+    run_as_user: ClassVar[int | None] = None
+    #: Whether the container's root filesystem is mounted read-only: every path the
+    #: server writes is one of ``writable_paths``.
+    read_only_root_filesystem: ClassVar[bool] = False
+    #: (volume name, mount path) of each emptyDir the server writes to.
+    writable_paths: ClassVar[tuple[tuple[str, str], ...]] = ()
+    #: Plain env vars of the container (HOME and scratch paths on an emptyDir).
+    env: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     @property
     def network_policy(self) -> bool:

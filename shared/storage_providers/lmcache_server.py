@@ -22,6 +22,13 @@ DEFAULT_LMCACHE_SERVER_COMMAND: tuple[str, ...] = (
     str(LMCACHE_SERVER_PORT),
 )
 
+# The image's entrypoint does not drop root, so the pod names a user: any non-root
+# uid can run it (the venv is world-readable). The server keeps everything in memory
+# and writes no file; what runs before it (Python, torch and lmcache imports) may write
+# caches under HOME or the temp directory, so both point at one emptyDir.
+LMCACHE_SERVER_UID = 1000
+LMCACHE_SERVER_SCRATCH = "/tmp"
+
 
 class LMCacheServerStorageProvider(StorageProvider):
     provider: ClassVar[str] = c.PROVIDER_LMCACHE_SERVER
@@ -31,6 +38,13 @@ class LMCacheServerStorageProvider(StorageProvider):
     container_ports: ClassVar[tuple[Port, ...]] = (Port("lm", LMCACHE_SERVER_PORT),)
     service_ports: ClassVar[tuple[Port, ...]] = (Port("lm", LMCACHE_SERVER_PORT),)
     default_command: ClassVar[tuple[str, ...]] = tuple(DEFAULT_LMCACHE_SERVER_COMMAND)
+    run_as_user: ClassVar[int | None] = LMCACHE_SERVER_UID
+    read_only_root_filesystem: ClassVar[bool] = True
+    writable_paths: ClassVar[tuple[tuple[str, str], ...]] = (("scratch", LMCACHE_SERVER_SCRATCH),)
+    env: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("HOME", LMCACHE_SERVER_SCRATCH),
+        ("TMPDIR", LMCACHE_SERVER_SCRATCH),
+    )
 
     def block(self, spec: CacheBackendSpec) -> LMCacheServerProvider | None:
         return spec.remote_storage.lm_cache_server if spec.remote_storage else None

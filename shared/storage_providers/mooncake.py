@@ -4,6 +4,13 @@ Mooncake is a peer-to-peer transfer mesh: the master only hands out directory
 pointers and engines then dial node IPs on negotiated ports. Hence host networking
 behind a headless Service (its DNS name resolves to the node IP with every port
 reachable) and a Recreate rollout (a surge pod would collide on the host ports).
+
+Host networking is refused by Pod Security ``baseline`` and ``restricted`` alike, so a
+managed Mooncake runs only in a ``privileged`` namespace. It still gets what does not
+depend on the image: no escalation, no capabilities, RuntimeDefault seccomp, no
+ServiceAccount token. It keeps the image's user and a writable root filesystem: the
+published image documents neither a non-root user nor where the master writes (glog
+files), and a guess would crash-loop it.
 """
 
 from __future__ import annotations

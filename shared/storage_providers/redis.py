@@ -17,6 +17,12 @@ REDIS_PORT = 6379
 # Fraction of limits.memory handed to Redis as --maxmemory; the rest is headroom for
 # Redis' own overhead (buffers, fragmentation) so the kernel does not OOM-kill it first.
 MAXMEMORY_FRACTION = Decimal("0.8")
+# The official image's `redis` user and group. Started as this user, its entrypoint
+# skips the chown and su-exec it does as root and execs redis-server directly.
+REDIS_UID = 999
+# The image's WORKDIR. With no RDB and no AOF Redis writes nothing, but its working
+# directory is where it would; an emptyDir keeps the root filesystem read-only.
+REDIS_DATA_DIR = "/data"
 
 
 def maxmemory_bytes(resources: dict[str, Any]) -> int | None:
@@ -38,6 +44,9 @@ class RedisStorageProvider(StorageProvider):
     container_ports: ClassVar[tuple[Port, ...]] = (Port("resp", REDIS_PORT),)
     service_ports: ClassVar[tuple[Port, ...]] = (Port("resp", REDIS_PORT),)
     requires_auth: ClassVar[bool] = True
+    run_as_user: ClassVar[int | None] = REDIS_UID
+    read_only_root_filesystem: ClassVar[bool] = True
+    writable_paths: ClassVar[tuple[tuple[str, str], ...]] = (("data", REDIS_DATA_DIR),)
 
     def block(self, spec: CacheBackendSpec) -> RedisProvider | None:
         return spec.remote_storage.redis if spec.remote_storage else None
@@ -45,8 +54,8 @@ class RedisStorageProvider(StorageProvider):
     def command_and_args(
         self, spec: CacheBackendSpec, resources: dict[str, Any]
     ) -> tuple[list[str] | None, list[str] | None]:
-        # Args only (no command) keep the image's entrypoint, which drops root before
-        # exec'ing redis-server. It is a cache: no RDB snapshots, no AOF. Every client
+        # Args only (no command) keep the image's entrypoint, which execs
+        # redis-server (as REDIS_UID: the pod's securityContext). It is a cache: no RDB snapshots, no AOF. Every client
         # must AUTH with the backend's password: $(VAR) is expanded by the kubelet
         # from the container's secretKeyRef env, so the pod spec holds only the name.
         # Protected mode stays at its default (on): it only matters without a password.

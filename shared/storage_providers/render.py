@@ -29,6 +29,14 @@ from shared.bindings import Binding
 from shared.quantity import parse_quantity
 from shared.runtime_adapters import registry as runtime_registry
 from shared.storage_providers.base import AUTH_PASSWORD_ENV, AUTH_PASSWORD_KEY, StorageProvider
+from shared.storage_providers.hardening import (
+    container_env,
+    container_security_context,
+    default_pod_security_context,
+    merge_pod_security_context,
+    writable_mounts,
+    writable_volumes,
+)
 from shared.storage_providers.registry import UnknownProviderError, select_provider
 
 LABEL_NAME: Final = "app.kubernetes.io/name"
@@ -168,14 +176,21 @@ def _container(cb: CacheBackend, provider: StorageProvider) -> dict[str, Any]:
         container["command"] = command
     if args is not None:
         container["args"] = args
+    env = container_env(provider)
     if provider.requires_auth:
-        container["env"] = [provider_password_env(cb.metadata.name or "")]
+        env.append(provider_password_env(cb.metadata.name or ""))
+    if env:
+        container["env"] = env
     container["ports"] = [
         {"name": p.name, "containerPort": p.port, "protocol": "TCP"}
         for p in provider.container_ports
     ]
     container["resources"] = resources
     container["readinessProbe"] = provider.readiness_probe()
+    container["securityContext"] = container_security_context(provider)
+    mounts = writable_mounts(provider)
+    if mounts:
+        container["volumeMounts"] = mounts
     return container
 
 
@@ -183,19 +198,35 @@ def apply_template_overrides(pod_spec: dict[str, Any], cb: CacheBackend) -> dict
     """Merge spec.template (a narrow pod-level override surface) over the defaults.
 
     The override fields (scheduling, identity, security) never collide with what a
-    provider sets (containers, hostNetwork, dnsPolicy), so a key-wise merge is exact.
+    provider sets (containers, volumes, hostNetwork, dnsPolicy), so a key-wise merge is
+    exact, except securityContext, which we set too: it is merged field by field
+    (merge_pod_security_context).
     """
     if cb.spec.template is None:
         return pod_spec
     out = dict(pod_spec)
     for key, value in dump(cb.spec.template).items():
-        if value is not None:
+        if value is None:
+            continue
+        if key == "securityContext":
+            out[key] = merge_pod_security_context(out.get(key) or {}, value)
+        else:
             out[key] = copy.deepcopy(value)
     return out
 
 
 def render_pod_spec(cb: CacheBackend, provider: StorageProvider) -> dict[str, Any]:
-    pod_spec: dict[str, Any] = {"containers": [_container(cb, provider)]}
+    """The provider pod: hardened (shared.storage_providers.hardening), then the
+    operator's template merged over it."""
+    pod_spec: dict[str, Any] = {
+        # A cache server never calls the API server: no token to steal.
+        "automountServiceAccountToken": False,
+        "securityContext": default_pod_security_context(provider),
+        "containers": [_container(cb, provider)],
+    }
+    volumes = writable_volumes(provider)
+    if volumes:
+        pod_spec["volumes"] = volumes
     if provider.host_network:
         pod_spec["hostNetwork"] = True
         # Without it a hostNetwork pod resolves with the node's resolv.conf and
@@ -361,11 +392,16 @@ def engine_peer(cb: CacheBackend) -> dict[str, Any] | None:
     return peer
 
 
+#: Both directions are isolated: ingress only from the engine peer, no egress at all.
+NETWORK_POLICY_TYPES: Final = ("Ingress", "Egress")
+
+
 def render_network_policy(cb: CacheBackend, provider: StorageProvider) -> dict[str, Any] | None:
     """The NetworkPolicy isolating the provider's pods, or None (host-network provider,
     or the opt-out). It selects exactly the pods of the provider's workload; ingress on
     the Service ports comes only from the engine peer; no other rule, so every other
-    source is refused where the network plugin enforces NetworkPolicy."""
+    source is refused where the network plugin enforces NetworkPolicy; and no egress
+    rule, so the pods dial nothing."""
     if not provider.network_policy or network_policy_skipped(cb):
         return None
     peer = engine_peer(cb)
@@ -383,8 +419,11 @@ def render_network_policy(cb: CacheBackend, provider: StorageProvider) -> dict[s
         "metadata": _metadata(cb, provider),
         "spec": {
             "podSelector": {"matchLabels": selector_labels(cb.metadata.name or "", provider)},
-            "policyTypes": ["Ingress"],
+            "policyTypes": list(NETWORK_POLICY_TYPES),
             "ingress": ingress,
+            # No egress rule: a cache server only answers (replies to an admitted
+            # connection are not egress) and never dials out, not even DNS.
+            "egress": [],
         },
     }
 

@@ -123,6 +123,8 @@ ALLOWED: dict[str, list[Request]] = {
         ),
         Request("list", "pods"),
         Request("create", "events"),
+        # A managed StatefulSet's FailedCreate Events (why it cannot create its pods).
+        Request("list", "events"),
         # The cascade finds the engine Deployment owning an injected pod through its
         # ReplicaSet, then rolls that Deployment (a merge patch of its pod template).
         # Engine Deployments are read through their ReplicaSets (watched by selector).
@@ -237,6 +239,9 @@ DENIED: dict[str, list[Request]] = {
         Request("patch", "configmaps"),
         Request("patch", "replicasets", "apps"),
         Request("delete", "replicasets", "apps"),
+        # Events are listed by field selector, never watched, patched or deleted.
+        Request("watch", "events"),
+        Request("delete", "events"),
     ],
     DISPATCHER_SA: [
         *EVERYONE_DENIED,

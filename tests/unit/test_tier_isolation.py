@@ -171,7 +171,8 @@ def test_only_redis_gets_a_password() -> None:
     for provider in (c.PROVIDER_LMCACHE_SERVER, c.PROVIDER_MOONCAKE):
         objs = render_managed_objects(backend(provider))
         assert "Secret" not in by_kind(objs), provider
-        assert "env" not in by_kind(objs)["Deployment"]["spec"]["template"]["spec"]["containers"][0]
+        ctr = by_kind(objs)["Deployment"]["spec"]["template"]["spec"]["containers"][0]
+        assert not [e for e in ctr.get("env") or [] if "valueFrom" in e], provider
 
 
 # ------------------------------------------------------------------ NetworkPolicy
@@ -201,7 +202,7 @@ def test_the_policy_selects_exactly_the_provider_pods() -> None:
     assert (
         policy["spec"]["podSelector"]["matchLabels"] == workload["spec"]["selector"]["matchLabels"]
     )
-    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
     # Pods of another backend's Redis, and the engines themselves, are not isolated by it.
     other = by_kind(
         render_managed_objects(
