@@ -23,8 +23,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from icache_cli import arg_types as cli_types
-from icache_cli.habits import quiet_client_libraries
+from cli_support import arg_types as cli_types
+from cli_support.habits import quiet_client_libraries
 from icache_install import certs, redis_auth
 from kubeio import access as kubeaccess
 from kubeio import client as kc

@@ -34,7 +34,7 @@ from typing import Any
 
 import yaml
 
-from icache_cli import arg_types as cli_types
+from cli_support import arg_types as cli_types
 from shared.pod_wiring import (
     DEFAULT_NAMESPACE,
     OUTCOME_FAIL_OPEN,

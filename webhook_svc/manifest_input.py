@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from icache_cli.arg_types import STDIN
+from cli_support.arg_types import STDIN
 from webhook_svc.backend_files import SUFFIXES, BackendFileError, parse_text
 
 

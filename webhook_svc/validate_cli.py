@@ -40,7 +40,7 @@ from typing import Any, Final
 import jsonpatch
 import yaml
 
-from icache_cli import arg_types as cli_types
+from cli_support import arg_types as cli_types
 from shared import constants as c
 from shared.api.crd import spec_openapi_schema
 from shared.jsoncopy import json_copy

@@ -23,7 +23,15 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "architecture.md"
-PRODUCT = ("shared", "kubeio", "icache_cli", "webhook_svc", "reconciler", "icache_install")
+PRODUCT = (
+    "shared",
+    "kubeio",
+    "cli_support",
+    "icache_cli",
+    "webhook_svc",
+    "reconciler",
+    "icache_install",
+)
 
 TICKED = re.compile(r"`([^`\s]+)`")
 # A relative path: a first segment without a dot (so not a domain such as

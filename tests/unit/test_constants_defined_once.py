@@ -20,7 +20,15 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PRODUCT = ("shared", "kubeio", "reconciler", "webhook_svc", "icache_cli", "icache_install")
+PRODUCT = (
+    "shared",
+    "kubeio",
+    "cli_support",
+    "reconciler",
+    "webhook_svc",
+    "icache_cli",
+    "icache_install",
+)
 
 
 def _is_constant_name(name: str) -> bool:
