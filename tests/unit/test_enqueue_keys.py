@@ -11,31 +11,15 @@ from typing import Any
 import pytest
 
 from reconciler.enqueue_keys import ChangeRouter, SelectorIndex, pod_change_keys
-from shared import constants as c
+from tests.builders import selected_pod, selector_cb
 
 Obj = dict[str, Any]
 
 
-def _cb(name: str, match: dict[str, str]) -> Obj:
-    return {
-        "metadata": {"namespace": "ns", "name": name},
-        "spec": {"engineSelector": {"matchLabels": match}},
-    }
-
-
-def _meta(name: str, labels: dict[str, str], annotations: dict[str, str] | None = None) -> Obj:
-    return {
-        "metadata": {
-            "namespace": "ns",
-            "name": name,
-            "labels": labels,
-            "annotations": annotations or {},
-        }
-    }
-
-
-BACKENDS = [_cb("a", {"app": "vllm"}), _cb("b", {"app": "vllm", "tier": "x"})]
-INJECTED_BY_A = {c.ANNOTATION_INJECTED_BY: "ns/a", c.ANNOTATION_INJECTED_BY_UID: "uid-a"}
+BACKENDS = [
+    selector_cb("ns", "a", {"app": "vllm"}),
+    selector_cb("ns", "b", {"app": "vllm", "tier": "x"}),
+]
 
 
 class _Store:
@@ -44,7 +28,7 @@ class _Store:
 
 
 def test_the_rule_is_the_selector_difference_and_the_backend_the_pod_names() -> None:
-    pod = _meta("p", {"app": "vllm"}, INJECTED_BY_A)
+    pod = selected_pod("ns", "p", {"app": "vllm"}, injected="ns/a")
     assert pod_change_keys(frozenset({"ns/a"}), frozenset({"ns/a", "ns/b"}), []) == {"ns/b"}
     assert pod_change_keys(frozenset({"ns/a"}), frozenset({"ns/a"}), [pod]) == {"ns/a"}
     assert pod_change_keys(frozenset(), frozenset(), [None]) == frozenset()
@@ -53,10 +37,19 @@ def test_the_rule_is_the_selector_difference_and_the_backend_the_pod_names() -> 
 @pytest.mark.parametrize(
     ("old", "new"),
     [
-        (None, _meta("p", {"app": "vllm"})),
-        (_meta("p", {"app": "vllm"}), _meta("p", {"app": "vllm", "tier": "x"})),
-        (_meta("p", {"app": "vllm", "tier": "x"}), _meta("p", {"app": "sglang"})),
-        (_meta("p", {"app": "vllm"}), _meta("p", {"app": "vllm"}, INJECTED_BY_A)),
+        (None, selected_pod("ns", "p", {"app": "vllm"})),
+        (
+            selected_pod("ns", "p", {"app": "vllm"}),
+            selected_pod("ns", "p", {"app": "vllm", "tier": "x"}),
+        ),
+        (
+            selected_pod("ns", "p", {"app": "vllm", "tier": "x"}),
+            selected_pod("ns", "p", {"app": "sglang"}),
+        ),
+        (
+            selected_pod("ns", "p", {"app": "vllm"}),
+            selected_pod("ns", "p", {"app": "vllm"}, injected="ns/a"),
+        ),
     ],
     ids=["created", "enters-b", "leaves-both", "annotated-by-a"],
 )
