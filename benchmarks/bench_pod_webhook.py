@@ -1,4 +1,4 @@
-"""Latency of one Pod webhook admission, in process: mutate_pod with a local backend list.
+"""Latency of one Pod webhook admission, in process: classify_pod and answer_pod with a local backend list.
 
 Measures the whole handler (decode, select among the namespace's backends, adapter
 injection, sidecars, JSON patch, base64 response, one JSON log line formatted to a null
@@ -34,9 +34,17 @@ from shared import jsonlog
 from shared.pod_wiring import wire_pod
 from shared.runtime_adapters.base import InjectContext
 from webhook_svc.admission_review import parse_review
-from webhook_svc.pod_admission import mutate_pod
+from webhook_svc.pod_admission import answer_pod, classify_pod
 
 NS = "inference"
+
+
+def decide(body: dict[str, Any], backends: list[dict[str, Any]]) -> tuple[dict[str, Any], str, str]:
+    """The Pod route's pure steps, as it calls them: classify the request once, then
+    answer it with the namespace's CacheBackends."""
+    return answer_pod(classify_pod(parse_review(body)), backends, CTX)
+
+
 CTX = InjectContext(kvevent_subscriber_image="ghcr.io/inference-cache/kvevent-subscriber:v1")
 BUDGET_P99_MS = 5.0
 
@@ -216,17 +224,17 @@ def main(argv: list[str] | None = None) -> int:
     ).pod
 
     print(
-        f"mutate_pod, {args.iterations} admissions per scenario, {len(listed)} backends in the namespace"
+        f"classify_pod + answer_pod, {args.iterations} admissions per scenario, {len(listed)} backends in the namespace"
     )
     print(f"{'scenario':58s} {'p50 ms':>8s} {'p99 ms':>8s} {'max ms':>8s}  outcome")
     worst = 0.0
     for name, obj in scenarios.items():
         body = review(obj)
-        _, outcome, reason = mutate_pod(parse_review(copy.deepcopy(body)), list_backends(NS), CTX)
+        _, outcome, reason = decide(copy.deepcopy(body), list_backends(NS))
 
         def once(body: dict[str, Any] = body) -> object:
             # Parsing is part of the admission; the deep copy stands in for JSON decoding.
-            return mutate_pod(parse_review(copy.deepcopy(body)), list_backends(NS), CTX)
+            return decide(copy.deepcopy(body), list_backends(NS))
 
         samples = measure(once, args.iterations)
         p50, p99 = statistics.median(samples), percentile(samples, 0.99)

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Sequence
 from types import ModuleType
 from typing import Any, Final, NoReturn
 
-from icache_cli.habits import UsageError as UsageError
+from cli_support.habits import UsageError as UsageError
 
 # name -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {

@@ -23,8 +23,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from icache_cli import arg_types as cli_types
-from icache_cli.habits import quiet_client_libraries
+from cli_support import arg_types as cli_types
+from cli_support.habits import quiet_client_libraries
 from icache_install import certs, redis_auth
 from kubeio import access as kubeaccess
 from kubeio import client as kc
@@ -34,12 +34,10 @@ from shared.constants import INSTALL_NAMESPACE
 
 log = logging.getLogger("icache.certs")
 
-DEFAULT_NAMESPACE = INSTALL_NAMESPACE
 DEFAULT_SERVICE = c.WEBHOOK_SERVICE
 DEFAULT_SECRET = c.WEBHOOK_TLS_SECRET
 DEFAULT_MUTATING_CONFIG = c.MUTATING_WEBHOOK_CONFIGURATION
 DEFAULT_VALIDATING_CONFIG = c.VALIDATING_WEBHOOK_CONFIGURATION
-MANAGED_BY = {"app.kubernetes.io/managed-by": "icache-certs"}
 
 
 class CertsError(Exception):
@@ -50,7 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--namespace",
         type=cli_types.dns_label,
-        default=DEFAULT_NAMESPACE,
+        default=INSTALL_NAMESPACE,
         help="namespace of the webhook",
     )
     parser.add_argument(
@@ -216,7 +214,7 @@ def _secret_body(
     name: str, namespace: str, type_: str, data: dict[str, str], current: dict[str, Any] | None
 ) -> dict[str, Any]:
     meta = (current or {}).get("metadata") or {}
-    labels = {**(meta.get("labels") or {}), **MANAGED_BY}
+    labels = {**(meta.get("labels") or {}), **redis_auth.CERTS_MANAGED_BY_LABELS}
     body: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Secret",

@@ -35,7 +35,7 @@ from typing import Any, Final
 
 import yaml
 
-from icache_cli import arg_types as cli_types
+from cli_support import arg_types as cli_types
 from shared.constants import INSTALL_NAMESPACE
 
 Doc = dict[str, Any]

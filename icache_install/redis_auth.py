@@ -12,7 +12,9 @@ from shared.storage_providers.render import new_password
 
 DEFAULT_SECRET: Final = c.REDIS_AUTH_SECRET
 PASSWORD_KEY: Final = "password"
-MANAGED_BY: Final = {"app.kubernetes.io/managed-by": "icache-certs"}
+# The label on what `icache certs` writes (the webhook TLS Secret, the Redis auth
+# Secret): a managed-by of its own, not the reconciler's.
+CERTS_MANAGED_BY_LABELS: Final = {"app.kubernetes.io/managed-by": "icache-certs"}
 
 
 class RedisAuthError(Exception):
@@ -31,7 +33,7 @@ def password_secret(name: str, namespace: str, password: str) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": {"name": name, "namespace": namespace, "labels": dict(MANAGED_BY)},
+        "metadata": {"name": name, "namespace": namespace, "labels": dict(CERTS_MANAGED_BY_LABELS)},
         "type": "Opaque",
         "data": {PASSWORD_KEY: base64.b64encode(password.encode()).decode()},
     }

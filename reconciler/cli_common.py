@@ -11,7 +11,7 @@ import logging
 import os
 from dataclasses import dataclass
 
-from icache_cli import arg_types as cli_types
+from cli_support import arg_types as cli_types
 from kubeio import access as kubeaccess
 from kubeio.access import add_kubeconfig_argument
 from reconciler.celery_app import DEFAULT_REDIS_URL

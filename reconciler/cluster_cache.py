@@ -239,6 +239,8 @@ class SelectorWatches:
 
     def _regroup(self) -> None:
         with self._lock:
+            if self._stop.is_set():
+                return  # stop() has ended every watch: start none after it
             wanted = dict(self._wanted)
             for group_key, values in wanted.items():
                 serving = self._serving.get(group_key)

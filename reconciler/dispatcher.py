@@ -38,7 +38,7 @@ from kubeio import client as k
 from reconciler import enqueue_keys, metrics
 from reconciler.backend_keys import BackendKey, object_key
 from reconciler.celery_app import QUEUE_NAME, RECONCILE_TASK
-from reconciler.enqueue_keys import SelectorIndex, owner_key, pod_backend_key
+from reconciler.enqueue_keys import SelectorIndex, owner_key
 from reconciler.leader import ElectionSettings, LeaderElector
 from reconciler.pod_events import EnginePodEvents
 from reconciler.reads import DISPATCHER_OWNED_RESOURCES
@@ -281,12 +281,8 @@ class Dispatcher:
         changed = self.selectors.pod_changed(kind, pod)
         if kind == "LIST":
             return  # the CacheBackend (re-)list enqueues every backend anyway
-        keys = set(changed)
-        key = pod_backend_key(pod)
-        if key is not None:
-            keys.add(key)
         with self._known_lock:
-            keys &= self.known
+            keys = changed & self.known
         for key in sorted(keys):
             self.enqueue(key)
 

@@ -9,8 +9,8 @@ import socket
 from dataclasses import dataclass
 from types import FrameType
 
-from icache_cli import arg_types as cli_types
-from icache_cli.habits import UsageError
+from cli_support import arg_types as cli_types
+from cli_support.habits import UsageError
 from kubeio import access as kubeaccess
 from reconciler import health, metrics
 from reconciler.celery_app import make_app

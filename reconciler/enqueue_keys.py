@@ -72,6 +72,18 @@ def _labels(obj: Obj | None) -> dict[str, str]:
     return dict(((obj or {}).get("metadata") or {}).get("labels") or {})
 
 
+def pod_change_keys(
+    before: frozenset[str], after: frozenset[str], named_by: Iterable[Obj | None]
+) -> frozenset[str]:
+    """The one rule for a pod change, wherever it is seen: the backends whose engine
+    selector the pod entered or left (``before`` ∆ ``after``: its
+    matchedEnginePods count moves), and the backend each pod of ``named_by`` names (an
+    injected engine pod's, a managed cache-server pod's: :func:`pod_backend_key`)."""
+    keys = set(before ^ after)
+    keys.update(key for pod in named_by if pod is not None and (key := pod_backend_key(pod)))
+    return frozenset(keys)
+
+
 # ------------------------------------------------------------------ the dispatcher's
 
 
@@ -109,7 +121,8 @@ class SelectorIndex:
             self._matched = {}
 
     def pod_changed(self, kind: str, pod: Obj) -> frozenset[str]:
-        """The backends whose match set this pod event changes (old ∆ new)."""
+        """The backends this pod event concerns (:func:`pod_change_keys`), the pod's
+        previous matches read from this index."""
         key = object_key(pod)
         with self._lock:
             if kind == "DELETED":
@@ -122,7 +135,7 @@ class SelectorIndex:
                 self._matched[key] = now
             else:
                 self._matched.pop(key, None)
-        return before ^ now
+        return pod_change_keys(before, now, [pod])
 
 
 # ------------------------------------------------------------------ the workers' caches
@@ -165,7 +178,7 @@ class ChangeRouter:
 
     def pod(self, _kind: str, old: Obj | None, new: Obj | None) -> None:
         """Injected or cache-server pods: their backend, on any change."""
-        self._send(key for obj in (old, new) if obj and (key := pod_backend_key(obj)))
+        self._send(pod_change_keys(frozenset(), frozenset(), (old, new)))
 
     def engine_pod(self, _kind: str, old: Obj | None, new: Obj | None) -> None:
         """Engine pods (metadata): the backends whose match set changed, and, for a pod
@@ -177,13 +190,9 @@ class ChangeRouter:
         namespace = object_key(obj).namespace
         before = self._selecting(namespace, _labels(old)) if old is not None else frozenset()
         after = self._selecting(namespace, _labels(new)) if new is not None else frozenset()
-        keys = set(before ^ after)
-        for pod in (old, new):
-            if pod is not None and c.LABEL_INJECTED_BY_UID not in _labels(pod):
-                key = pod_backend_key(pod)
-                if key is not None:
-                    keys.add(key)
-        self._send(keys)
+        # A labelled injected pod's backend hears it from the injected-pods watch.
+        unlabelled = (p for p in (old, new) if c.LABEL_INJECTED_BY_UID not in _labels(p))
+        self._send(pod_change_keys(before, after, unlabelled))
 
     def replicaset(self, _kind: str, old: Obj | None, new: Obj | None) -> None:
         """Engine ReplicaSets (metadata): the backends selecting their pod template,

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from reconciler.conditions import find, format_time
-from reconciler.ownership import EVENT_NAME_CONFLICT, REASON_NAME_CONFLICT
+from reconciler.ownership import EVENT_NAME_CONFLICT
 from shared import constants as c
 
 NORMAL: Final = "Normal"
@@ -164,7 +164,7 @@ def name_conflict_event(old: dict[str, Any], new: dict[str, Any]) -> EventSpec |
     (a different set of foreign objects); an unchanged conflict stays silent."""
     _, o_reason, o_msg = _cond(old, c.COND_READY)
     _, n_reason, n_msg = _cond(new, c.COND_READY)
-    if n_reason == REASON_NAME_CONFLICT and (o_reason, o_msg) != (n_reason, n_msg):
+    if n_reason == c.REASON_NAME_CONFLICT and (o_reason, o_msg) != (n_reason, n_msg):
         return EventSpec(WARNING, EVENT_NAME_CONFLICT, n_msg)
     return None
 

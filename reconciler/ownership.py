@@ -14,8 +14,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-# Not named by the spec: the Ready/Degraded reason and the Warning Event reason.
-REASON_NAME_CONFLICT: Final = "NameConflict"
+# Not named by the spec: the Warning Event reason (the condition reason is
+# shared.constants.REASON_NAME_CONFLICT).
 EVENT_NAME_CONFLICT: Final = "NameConflict"
 
 # How soon a conflicted backend looks again: nothing watches the foreign object

@@ -55,7 +55,6 @@ from reconciler.engine_pods import (
 )
 from reconciler.ownership import (
     NAME_CONFLICT_REQUEUE_SECONDS,
-    REASON_NAME_CONFLICT,
     NameConflict,
     name_conflict_message,
 )
@@ -64,16 +63,14 @@ from shared import constants as c
 from shared.api import effective
 from shared.api.duration import parse_go_duration
 from shared.api.models import CacheBackend
+from shared.constants import (
+    REASON_DEGRADED,
+    REASON_NAME_CONFLICT,
+    REASON_UNSUPPORTED_RUNTIME_PAIR,
+)
 from shared.endpoints import endpoint_shape_error
 from shared.runtime_adapters import registry as runtime_registry
 from shared.storage_providers.render import managed_provider
-
-# Not named by the spec: a stored CR whose (runtime, type) pair has no adapter (or
-# whose provider binding the adapter refuses). Admission rejects both today.
-REASON_UNSUPPORTED_RUNTIME_PAIR: Final = "UnsupportedRuntimePair"
-# Progressing=False while stuck: "False once converged (Synced), stuck (Degraded), or
-# scaled to zero (ScaledToZero)".
-REASON_DEGRADED: Final = "Degraded"
 
 # Cadences. The steady 30 s resync is the dispatcher's; these are per-backend hints.
 ENGINE_CHURN_REQUEUE_SECONDS: Final = 5.0

@@ -7,7 +7,7 @@ import os
 import socket
 from dataclasses import dataclass
 
-from icache_cli import arg_types as cli_types
+from cli_support import arg_types as cli_types
 from kubeio import access as kubeaccess
 from reconciler import health, metrics, tasks, worker_runtime
 from reconciler.celery_app import QUEUE_NAME, make_app

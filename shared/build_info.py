@@ -19,7 +19,8 @@ from typing import Final
 DISTRIBUTION: Final = "inference-cache"
 COMMIT_ENV: Final = "ICACHE_BUILD_COMMIT"
 DATE_ENV: Final = "ICACHE_BUILD_DATE"
-UNKNOWN: Final = "unknown"
+# A build fact (commit, date) nobody recorded.
+NOT_RECORDED: Final = "unknown"
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,7 @@ def package_version() -> str:
     try:
         return metadata.version(DISTRIBUTION)
     except metadata.PackageNotFoundError:
-        return UNKNOWN
+        return NOT_RECORDED
 
 
 def checkout_commit(root: Path | None = None) -> str | None:
@@ -59,6 +60,6 @@ def checkout_commit(root: Path | None = None) -> str | None:
 
 
 def build_info() -> BuildInfo:
-    commit = os.environ.get(COMMIT_ENV, "").strip() or checkout_commit() or UNKNOWN
-    date = os.environ.get(DATE_ENV, "").strip() or UNKNOWN
+    commit = os.environ.get(COMMIT_ENV, "").strip() or checkout_commit() or NOT_RECORDED
+    date = os.environ.get(DATE_ENV, "").strip() or NOT_RECORDED
     return BuildInfo(package_version(), commit, date)

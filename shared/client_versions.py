@@ -21,11 +21,10 @@ from typing import Any, Final
 from shared import constants as c
 from shared import engine_versions as ev
 from shared.api.models import CacheBackend
+from shared.engine_versions import LMCACHE, VLLM
 from shared.runtime_adapters import kernel_check
 from shared.storage_providers.render import managed_provider
 
-LMCACHE: Final = "lmcache"
-VLLM: Final = "vllm"
 TORCH: Final = "torch"
 # The packages whose installed version the kernel check reports.
 VERSIONED_PACKAGES: Final = (LMCACHE, VLLM, TORCH)

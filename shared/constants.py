@@ -133,6 +133,17 @@ REASON_SERVER_VERSION_UNKNOWN: Final = "ServerVersionUnknown"
 REASON_CLIENT_VERSION_UNKNOWN: Final = "ClientVersionUnknown"
 REASON_RELEASE_BELOW_MINIMUM: Final = "ReleaseBelowMinimum"
 REASON_RELEASES_AT_MINIMUM: Final = "ReleasesAtMinimum"
+# Not named by the spec: a stored CR whose (runtime, type) pair has no adapter (or
+# whose provider binding the adapter refuses). Admission rejects both today.
+REASON_UNSUPPORTED_RUNTIME_PAIR: Final = "UnsupportedRuntimePair"
+# Progressing=False while stuck: "False once converged (Synced), stuck (Degraded), or
+# scaled to zero (ScaledToZero)".
+REASON_DEGRADED: Final = "Degraded"
+# Not named by the spec: the Ready/Degraded reason of a name conflict.
+REASON_NAME_CONFLICT: Final = "NameConflict"
+
+# The apiVersion of the reports `icache validate` and `icache doctor` print.
+REPORT_API_VERSION: Final = "icache.inferencecache.io/v1"
 
 # Event reasons.
 EVENT_BACKEND_DEGRADED: Final = "BackendDegraded"

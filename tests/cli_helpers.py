@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from icache_cli import arg_types as cli_types
+from cli_support import arg_types as cli_types
 
 # The argument types that look at the file system: a pod's mounted certificate or
 # token does not exist on the machine running the tests.

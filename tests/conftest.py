@@ -8,6 +8,7 @@ Nothing is skipped: if the control-plane binaries are missing they are built
 
 from __future__ import annotations
 
+import logging
 import subprocess
 from collections.abc import Generator, Iterator
 from contextlib import contextmanager
@@ -19,6 +20,7 @@ from kubernetes import client
 
 from tests.harness.controlplane import ControlPlane
 from tests.harness.redis_server import RedisServer, server_banner
+from tests.harness.watch_leaks import WATCH_LOGGER, WatchFailureLog
 
 _TESTS = Path(__file__).resolve().parent
 
@@ -57,8 +59,28 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     _SUITE_SECONDS[suite] = _SUITE_SECONDS.get(suite, 0.0) + report.duration
 
 
+# "watch failed" lines logged outside a test's body: watches that outlived the test or
+# fixture that started them (tests/harness/watch_leaks.py). Any fails the run.
+_WATCH_LOG = WatchFailureLog()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    logging.getLogger(WATCH_LOGGER).addHandler(_WATCH_LOG)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    logging.getLogger(WATCH_LOGGER).removeHandler(_WATCH_LOG)
+    if _WATCH_LOG.leaked and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """The time of each suite, so a slow one shows against CI's budget."""
+    """The watches that outlived their test, then the time of each suite, so a slow one
+    shows against CI's budget."""
+    if _WATCH_LOG.leaked:
+        terminalreporter.section("watches that outlived their test (the run fails)")
+        for line in _WATCH_LOG.leaked:
+            terminalreporter.write_line(line)
     if not _SUITE_SECONDS:
         return
     terminalreporter.section("suite times")
@@ -112,15 +134,30 @@ def _no_process_unless_marked(item: pytest.Item) -> Iterator[None]:
         subprocess.Popen.__init__ = original  # type: ignore[method-assign]
 
 
+@contextmanager
+def _phase(item: pytest.Item, phase: str) -> Iterator[None]:
+    _WATCH_LOG.enter(item.nodeid, phase)
+    try:
+        yield
+    finally:
+        _WATCH_LOG.leave(item.nodeid, phase)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_setup(item: pytest.Item) -> Generator[None, None, None]:
-    with _no_process_unless_marked(item):
+    with _phase(item, "setup"), _no_process_unless_marked(item):
         return (yield)
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
-    with _no_process_unless_marked(item):
+    with _phase(item, "call"), _no_process_unless_marked(item):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, None, None]:
+    with _phase(item, "teardown"):
         return (yield)
 
 

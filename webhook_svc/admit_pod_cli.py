@@ -34,8 +34,14 @@ from typing import Any
 
 import yaml
 
-from icache_cli import arg_types as cli_types
-from shared.pod_wiring import OUTCOME_FAIL_OPEN, OUTCOME_SKIPPED, WiringResult, wire_pod
+from cli_support import arg_types as cli_types
+from shared.pod_wiring import (
+    DEFAULT_NAMESPACE,
+    OUTCOME_FAIL_OPEN,
+    OUTCOME_SKIPPED,
+    WiringResult,
+    wire_pod,
+)
 from shared.runtime_adapters.base import InjectContext
 from webhook_svc.admission_review import json_patch
 from webhook_svc.backend_files import BackendFileError, load_backends
@@ -49,7 +55,6 @@ TEMPLATE_PATHS: dict[str, tuple[str, ...]] = {
     "Job": ("spec", "template"),
     "CronJob": ("spec", "jobTemplate", "spec", "template"),
 }
-DEFAULT_NAMESPACE = "default"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -14,11 +14,10 @@ import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
+from cli_support.arg_types import STDIN
 from webhook_svc.backend_files import SUFFIXES, BackendFileError, parse_text
-
-STDIN: Final = "-"
 
 
 class InputError(Exception):

@@ -78,7 +78,7 @@ def pod_decision_labels() -> tuple[tuple[str, str], ...]:
 
 
 def multiprocess() -> bool:
-    """Whether the metrics of several worker processes are shared (webhook_svc.workers)."""
+    """Whether the metrics of several worker processes are shared (webhook_svc.uvicorn_processes)."""
     return bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
 
 
@@ -204,7 +204,7 @@ class WebhookMetrics:
 
     def exposition_registry(self) -> CollectorRegistry:
         """What /metrics renders: this app's registry, or with several webhook workers
-        (webhook_svc.workers) the values of every worker, summed."""
+        (webhook_svc.uvicorn_processes) the values of every worker, summed."""
         if not multiprocess():
             return self.registry
         registry = CollectorRegistry()

@@ -234,15 +234,6 @@ def _answer(
 Backends = Sequence[dict[str, Any]] | Exception
 
 
-def mutate_pod(
-    req: AdmissionRequest,
-    backends: Backends,
-    ctx: InjectContext,
-) -> tuple[dict[str, Any], str, str]:
-    """``answer_pod`` for a request not yet classified."""
-    return answer_pod(classify_pod(req), backends, ctx)
-
-
 def answer_pod(
     request: PodRequest,
     backends: Backends,

@@ -12,7 +12,7 @@ from pathlib import Path
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from icache_cli.habits import UsageError
+from cli_support.habits import UsageError
 from kubeio.access import load_configuration
 from webhook_svc.backend_files import BackendFileError, load_backends
 

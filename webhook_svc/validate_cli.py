@@ -40,10 +40,11 @@ from typing import Any, Final
 import jsonpatch
 import yaml
 
-from icache_cli import arg_types as cli_types
+from cli_support import arg_types as cli_types
 from shared import constants as c
 from shared.api.crd import spec_openapi_schema
 from shared.jsoncopy import json_copy
+from shared.pod_wiring import DEFAULT_NAMESPACE
 from shared.validation.rules import judged_form
 from shared.validation.schema import parse_spec, spec_type_error
 from webhook_svc.admission_review import parse_review
@@ -59,9 +60,7 @@ from webhook_svc.manifest_input import Document, InputError, read_inputs
 # API server puts it in front of every denial.
 VALIDATING_WEBHOOK: Final = "vcachebackend.inferencecache.io"
 FIELD_VALIDATION: Final = ("Strict", "Warn", "Ignore")
-DEFAULT_NAMESPACE: Final = "default"
-REPORT_KIND: Final = "ValidationReport"
-REPORT_API_VERSION: Final = "icache.inferencecache.io/v1"
+VALIDATION_REPORT_KIND: Final = "ValidationReport"
 # Top-level fields of a custom resource; metadata is ObjectMeta, not in the CRD schema.
 _TOP_LEVEL: Final = frozenset({"apiVersion", "kind", "metadata", "spec", "status"})
 
@@ -372,8 +371,8 @@ def summary_line(verdicts: Sequence[DocumentVerdict]) -> str:
 
 def validation_json_report(verdicts: Sequence[DocumentVerdict]) -> str:
     report = {
-        "apiVersion": REPORT_API_VERSION,
-        "kind": REPORT_KIND,
+        "apiVersion": c.REPORT_API_VERSION,
+        "kind": VALIDATION_REPORT_KIND,
         "documents": [v.report() for v in verdicts],
         "summary": summary(verdicts),
     }

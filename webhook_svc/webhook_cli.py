@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from icache_cli import arg_types as cli_types
+from cli_support import arg_types as cli_types
 from kubeio import access as kubeaccess
 from shared import jsonlog
 from shared.runtime_adapters.base import InjectContext
@@ -38,7 +38,7 @@ from webhook_svc.serving import (
 if TYPE_CHECKING:
     from kubeio.async_client import ApiServer
     from webhook_svc.workload_authz import AccessReviewer
-from webhook_svc.workers import (
+from webhook_svc.uvicorn_processes import (
     available_cpus,
     bind,
     fork_workers,

@@ -13,8 +13,8 @@ import argparse
 import os
 import sys
 
-from icache_cli import arg_types as cli_types
-from icache_cli.habits import quiet_client_libraries
+from cli_support import arg_types as cli_types
+from cli_support.habits import quiet_client_libraries
 from icache_install.doctor.diagnose import Scope, diagnose
 from icache_install.doctor.findings import Severity
 from icache_install.doctor.install import InstallNames

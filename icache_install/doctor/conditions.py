@@ -16,10 +16,6 @@ from shared import constants as c
 
 E, W, OK = Severity.ERROR, Severity.WARNING, Severity.INFO
 
-REASON_DEGRADED: Final = "Degraded"
-REASON_UNSUPPORTED_RUNTIME_PAIR: Final = "UnsupportedRuntimePair"
-REASON_NAME_CONFLICT: Final = "NameConflict"
-
 _CHECK_WORKLOAD = (
     "kubectl -n {ns} describe deployment,statefulset -l inferencecache.io/cachebackend={name}; "
     "read the provider pods' events and logs"
@@ -109,12 +105,12 @@ TABLE: Final[dict[tuple[str, str], Explanation]] = {
         "the functional probe failed at tier 2: the remote store rejected put or get",
         _READ_MESSAGE,
     ),
-    (c.COND_READY, REASON_UNSUPPORTED_RUNTIME_PAIR): Explanation(
+    (c.COND_READY, c.REASON_UNSUPPORTED_RUNTIME_PAIR): Explanation(
         E,
         "no runtime adapter for this runtime/type pair: engine pods are admitted unwired",
         "use a supported pair (icache validate lists them)",
     ),
-    (c.COND_READY, REASON_NAME_CONFLICT): Explanation(
+    (c.COND_READY, c.REASON_NAME_CONFLICT): Explanation(
         E,
         "an object the backend would create already exists and is not ours",
         "rename or delete the conflicting object named in the message",
@@ -127,7 +123,7 @@ TABLE: Final[dict[tuple[str, str], Explanation]] = {
     (c.COND_DEGRADED, c.REASON_NO_KV_EVENTS_OBSERVED): Explanation(
         E, "degraded: no KV event within firstEventTimeout", _CHECK_ENGINES
     ),
-    (c.COND_DEGRADED, REASON_NAME_CONFLICT): Explanation(
+    (c.COND_DEGRADED, c.REASON_NAME_CONFLICT): Explanation(
         E, "degraded: a name the backend needs is taken", "see the Ready condition's message"
     ),
     # Progressing
@@ -148,7 +144,7 @@ TABLE: Final[dict[tuple[str, str], Explanation]] = {
         "stuck: the API server refuses the managed workload's pods (see Ready)",
         "see backend.PodCreationFailed",
     ),
-    (c.COND_PROGRESSING, REASON_DEGRADED): Explanation(
+    (c.COND_PROGRESSING, c.REASON_DEGRADED): Explanation(
         W, "stuck: the controller cannot converge (see Degraded)", "see the Degraded condition"
     ),
     (c.COND_PROGRESSING, c.REASON_EXTERNAL_ENDPOINT_ACCEPTED): Explanation(
@@ -160,7 +156,7 @@ TABLE: Final[dict[tuple[str, str], Explanation]] = {
     (c.COND_PROGRESSING, c.REASON_EXTERNAL_ENDPOINT_INVALID): Explanation(
         OK, "External ownership: no rollout to drive (see Ready)", ""
     ),
-    (c.COND_PROGRESSING, REASON_UNSUPPORTED_RUNTIME_PAIR): Explanation(
+    (c.COND_PROGRESSING, c.REASON_UNSUPPORTED_RUNTIME_PAIR): Explanation(
         OK, "nothing to drive for an unsupported pair (see Ready)", ""
     ),
     # FunctionalProbeOK

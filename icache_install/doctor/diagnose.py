@@ -13,6 +13,7 @@ from icache_install.doctor import install, pods, versions
 from icache_install.doctor.findings import Finding, ObjectRef, finding
 from icache_install.doctor.reader import CRDS, ClusterReader, ReadError
 from kubeio import client as kc
+from shared.api.crd import CRD_NAME
 
 T = TypeVar("T")
 Objects = list[dict[str, Any]]
@@ -95,8 +96,8 @@ def _check_install(
     ns = names.namespace
     crd, _ = _read(
         out,
-        ObjectRef("CustomResourceDefinition", install.CRD_NAME),
-        lambda: reader.get(CRDS, None, install.CRD_NAME),
+        ObjectRef("CustomResourceDefinition", CRD_NAME),
+        lambda: reader.get(CRDS, None, CRD_NAME),
         None,
     )
     out += install.check_crd(crd) if _ok(out, "CustomResourceDefinition") else []

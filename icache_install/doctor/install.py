@@ -17,6 +17,7 @@ from cryptography.exceptions import InvalidSignature
 
 from icache_install.doctor.findings import Finding, ObjectRef, finding
 from shared import constants as c
+from shared.api.crd import CRD_NAME
 from shared.api.crd import crd as generated_crd
 
 EXPIRY_WARNING: Final = dt.timedelta(days=14)
@@ -28,7 +29,6 @@ MAX_POD_TIMEOUT_SECONDS: Final = 10
 MIN_BACKEND_TIMEOUT_SECONDS: Final = 7
 MAX_TIMEOUT_SECONDS: Final = 30  # the API server's own limit
 API_SERVER_DEFAULT_TIMEOUT_SECONDS: Final = 10
-CRD_NAME: Final = f"{c.PLURAL}.{c.GROUP}"
 NAME_LABEL: Final = "kubernetes.io/metadata.name"
 
 

@@ -28,8 +28,6 @@ CRDS: Final = Resource(
     "CustomResourceDefinition",
     namespaced=False,
 )
-METADATA_ONLY: Final = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
-METADATA_LIST: Final = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
 PAGE: Final = 500
 
 
@@ -95,7 +93,7 @@ class ClusterReader:
     def exists(self, res: Resource, namespace: str | None, name: str) -> bool:
         """Whether the object exists, reading its metadata only."""
         what = f"{res.kind} {namespace + '/' if namespace else ''}{name}"
-        return self._get(res.item(namespace, name), what, accept=METADATA_ONLY) is not None
+        return self._get(res.item(namespace, name), what, accept=kc.METADATA_ACCEPT) is not None
 
     def list(
         self,
@@ -114,7 +112,7 @@ class ClusterReader:
                 res.collection(namespace),
                 what,
                 {k: v for k, v in query.items() if v is not None},
-                METADATA_LIST if metadata_only else "application/json",
+                kc.METADATA_LIST_ACCEPT if metadata_only else kc.JSON_ACCEPT,
             )
             if page is None:  # the resource is not served (the CRD is missing)
                 return items

@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from icache_install.doctor.findings import RANK, Finding, Severity
+from shared import constants as c
 
-REPORT_API_VERSION: Final = "icache.inferencecache.io/v1"
-REPORT_KIND: Final = "DoctorReport"
+DOCTOR_REPORT_KIND: Final = "DoctorReport"
 _COLOURS: Final = {Severity.ERROR: "31", Severity.WARNING: "33", Severity.INFO: "32"}
 _LABELS: Final = {Severity.ERROR: "Error", Severity.WARNING: "Warning", Severity.INFO: "Info"}
 
@@ -88,8 +88,8 @@ def json_report(
     backends: int,
 ) -> str:
     report: dict[str, Any] = {
-        "apiVersion": REPORT_API_VERSION,
-        "kind": REPORT_KIND,
+        "apiVersion": c.REPORT_API_VERSION,
+        "kind": DOCTOR_REPORT_KIND,
         "cluster": {"server": server},
         "scope": {"namespace": namespace, "allNamespaces": namespace is None},
         "install": {"namespace": install_namespace},

@@ -17,6 +17,7 @@ from icache_install.doctor.findings import Finding, finding
 from shared import client_versions as cv
 from shared import constants as c
 from shared.api.models import CacheBackend
+from shared.engine_versions import LMCACHE
 
 Obj = Mapping[str, Any]
 
@@ -119,10 +120,10 @@ def check_versions(cb: Obj, pods: Sequence[Obj]) -> list[Finding]:
     skewed = [
         v
         for v in mine
-        if cv.LMCACHE in v.versions and cv.client_skewed(v.versions[cv.LMCACHE], server.version)
+        if LMCACHE in v.versions and cv.client_skewed(v.versions[LMCACHE], server.version)
     ]
     if skewed:
-        names = ", ".join(f"{v.name} (lmcache {v.versions[cv.LMCACHE]})" for v in skewed)
+        names = ", ".join(f"{v.name} (lmcache {v.versions[LMCACHE]})" for v in skewed)
         out.append(
             finding(
                 "backend.ClientServerSkew",
@@ -133,7 +134,7 @@ def check_versions(cb: Obj, pods: Sequence[Obj]) -> list[Finding]:
                 "align spec.remoteStorage.lmCacheServer.image with the engine image's lmcache "
                 "(or the engine image with the server), then roll the engines",
                 server=server.version,
-                skewed={v.name: v.versions[cv.LMCACHE] for v in skewed},
+                skewed={v.name: v.versions[LMCACHE] for v in skewed},
             )
         )
     return out

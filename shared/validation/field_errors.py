@@ -137,10 +137,6 @@ def duplicate(path: str, value: Any) -> FieldError:
     return FieldError(ErrorType.DUPLICATE, path, value, "")
 
 
-def too_many(path: str, actual: int, maximum: int) -> FieldError:
-    return FieldError(ErrorType.TOO_MANY, path, actual, f"must have at most {maximum} items")
-
-
 def not_supported(path: str, value: Any, supported: Iterable[str]) -> FieldError:
     """field.NotSupported: ``Unsupported value: "x": supported values: "a", "b"``."""
     quoted = ", ".join(json.dumps(v) for v in supported)

@@ -20,7 +20,8 @@ import pytest
 
 from kubeio import client as k
 from shared import constants as c
-from tests.e2e import test_rollouts as rollouts
+from tests.e2e import cascade
+from tests.e2e.cascade import SERVER
 from tests.e2e.conftest import WORKER_USER, Cluster, Stack, condition, poll
 from tests.e2e.workloads import (
     owner_name,
@@ -35,26 +36,25 @@ from tests.e2e.workloads import (
 
 pytestmark = pytest.mark.real_controllers
 
-SERVER = rollouts.SERVER
 INJECTED = ("vllm-a", "vllm-b")
 SKIPPED = "vllm-skip"
 NATIVE_SIDECAR = "mesh-native"
 
 
-# test_rollouts' fixtures, requested here under the same names: ``wired`` (the real
-# Pod webhook registered for a namespace) and ``sidecar_policies`` (deletes the
-# admission policies a test creates).
-wired = rollouts.wired
-sidecar_policies = rollouts.sidecar_policies
+# The shared fixtures, requested here under the same names: ``wired`` (the real Pod
+# webhook registered for a namespace) and ``sidecar_policies`` (deletes the admission
+# policies a test creates).
+wired = cascade.wired
+sidecar_policies = cascade.sidecar_policies
 
 
 def engine(name: str, template_annotations: dict[str, str] | None = None) -> dict[str, Any]:
-    """test_rollouts' vLLM Deployment under ``name``: still selected by the backend's
+    """The shared vLLM Deployment under ``name``: still selected by the backend's
     engineSelector (app=vllm), with a label of its own so each Deployment's selector
     (and :func:`pods_of`) sees only its pods."""
-    dep = rollouts.engine_deployment()
+    dep = cascade.engine_deployment()
     dep["metadata"]["name"] = name
-    labels = {**rollouts.ENGINE_LABELS, "engine": name}
+    labels = {**cascade.ENGINE_LABELS, "engine": name}
     dep["spec"]["selector"]["matchLabels"] = labels
     meta = dep["spec"]["template"]["metadata"]
     meta["labels"] = labels
@@ -93,16 +93,16 @@ def test_a_replaced_cache_server_pod_restarts_each_injected_engine_deployment_on
     stack.start_dispatcher()
     stack.start_worker()
     ns = wired
-    cluster.create_cb(ns, "cb", rollouts.WIRED_SPEC, rollouts.WIRED_ANNOTATIONS)
+    cluster.create_cb(ns, "cb", cascade.WIRED_SPEC, cascade.WIRED_ANNOTATIONS)
     server = wait_rolled_out(cluster, ns, "Deployment", SERVER)
     (first,) = pods_of(cluster, ns, server)
     cluster.wait_cb(
         ns, "cb",
-        lambda o: rollouts.server_instance(o) == f"{first['metadata']['uid']}:0",
+        lambda o: cascade.server_instance(o) == f"{first['metadata']['uid']}:0",
         "the baseline",
     )  # fmt: skip
     cb = cluster.cb(ns, "cb")
-    rollouts.wait_webhook_wires(cluster, ns, "cb")
+    cascade.wait_webhook_wires(cluster, ns, "cb")
     for name in INJECTED:
         cluster.kube.create(k.DEPLOYMENTS, ns, engine(name))
     cluster.kube.create(k.DEPLOYMENTS, ns, engine(SKIPPED, {c.ANNOTATION_SKIP_INJECT: "true"}))
@@ -131,7 +131,7 @@ def test_a_replaced_cache_server_pod_restarts_each_injected_engine_deployment_on
     assert owner_name(second, "ReplicaSet") == owner_name(first, "ReplicaSet")
     cluster.wait_cb(
         ns, "cb",
-        lambda o: rollouts.server_instance(o) == f"{second['metadata']['uid']}:0",
+        lambda o: cascade.server_instance(o) == f"{second['metadata']['uid']}:0",
         "observedServerInstance on the replacement",
     )  # fmt: skip
     stamps = poll(
@@ -171,7 +171,7 @@ def test_a_replaced_cache_server_pod_restarts_each_injected_engine_deployment_on
     assert worker_writes(cluster, ns, SKIPPED, mark) == []
     assert len(replicasets_of(cluster, ns, after)) == 1
     assert {p["metadata"]["uid"] for p in pods_of(cluster, ns, after)} == old_pods[SKIPPED]
-    assert rollouts.server_instance(obj) == f"{second['metadata']['uid']}:0"
+    assert cascade.server_instance(obj) == f"{second['metadata']['uid']}:0"
     assert condition(obj, "Ready") == ("True", "BackendReady")
 
 
@@ -181,7 +181,7 @@ def inject_native_sidecar(
     """A MutatingAdmissionPolicy adding a native sidecar (an init container with
     ``restartPolicy: Always``, as Istio's native-sidecar mode does) to the pods of
     ``ns`` carrying ``match_labels``."""
-    rollouts.inject_container(
+    cascade.inject_container(
         cluster, ns, match_labels, created,
         policy_name=f"native-sidecar-{ns}", field="initContainers",
         container=f'name: "{NATIVE_SIDECAR}", image: "mesh/proxy:1", restartPolicy: "Always"',
@@ -203,7 +203,7 @@ def test_a_native_sidecar_restart_on_the_cache_server_pod_neither_advances_nor_c
     stack.start_worker()
     ns = wired
     inject_native_sidecar(cluster, ns, {"app.kubernetes.io/instance": "cb"}, sidecar_policies)
-    cluster.create_cb(ns, "cb", rollouts.WIRED_SPEC, rollouts.WIRED_ANNOTATIONS)
+    cluster.create_cb(ns, "cb", cascade.WIRED_SPEC, cascade.WIRED_ANNOTATIONS)
     server = wait_rolled_out(cluster, ns, "Deployment", SERVER)
     template = server["spec"]["template"]["spec"]
     declared = {
@@ -214,8 +214,8 @@ def test_a_native_sidecar_restart_on_the_cache_server_pod_neither_advances_nor_c
     (sidecar,) = (x for x in pod["spec"]["initContainers"] if x["name"] == NATIVE_SIDECAR)
     assert sidecar["restartPolicy"] == "Always"
     uid = pod["metadata"]["uid"]
-    cluster.wait_cb(ns, "cb", lambda o: rollouts.server_instance(o) == f"{uid}:0", "the baseline")
-    rollouts.start_wired_engine(cluster, ns, cluster.cb(ns, "cb"))
+    cluster.wait_cb(ns, "cb", lambda o: cascade.server_instance(o) == f"{uid}:0", "the baseline")
+    cascade.start_wired_engine(cluster, ns, cluster.cb(ns, "cb"))
     mark = cluster.cp.audit_offset()
 
     # kwok restarts the native sidecar in place: same pod, its restartCount 1 in
@@ -230,7 +230,7 @@ def test_a_native_sidecar_restart_on_the_cache_server_pod_neither_advances_nor_c
     assert all(s["restartCount"] == 0 for s in live["status"]["containerStatuses"])
 
     obj = reconciled_since(stack, cluster, ns, "cb")
-    assert rollouts.server_instance(obj) == f"{uid}:0"
-    assert rollouts.restart_trigger(cluster, ns) is None
-    assert rollouts.engine_writes(cluster, ns, mark) == []
+    assert cascade.server_instance(obj) == f"{uid}:0"
+    assert cascade.restart_trigger(cluster, ns) is None
+    assert cascade.engine_writes(cluster, ns, mark) == []
     assert condition(obj, "Ready") == ("True", "BackendReady")

@@ -7,15 +7,26 @@ or a node would, and check the CacheBackend's conditions against the spec at eac
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from kubeio import client as k
-from shared.constants import ANNOTATION_CACHE_SERVER_RESTART_TRIGGER as RESTART_TRIGGER
 from tests.builders import NO_GATE
+from tests.e2e import cascade
+from tests.e2e.cascade import (
+    ENGINE,
+    SERVER,
+    SIDECAR,
+    WIRED_ANNOTATIONS,
+    WIRED_SPEC,
+    engine_writes,
+    inject_sidecar,
+    lmcache_server,
+    restart_trigger,
+    server_instance,
+    start_wired_engine,
+)
 from tests.e2e.conftest import (
     WORKER_USER,
     Cluster,
@@ -38,19 +49,14 @@ from tests.e2e.workloads import (
     workload,
 )
 from tests.harness import kwok
-from tests.webhook_process import TEST_NAMESPACE_LABEL, WebhookProcess, registered, run_webhook
 
 pytestmark = pytest.mark.real_controllers
 
-SERVER = "cb-lmcache-server"
-
-
-def lmcache_server(**extra: Any) -> dict[str, Any]:
-    return {
-        "runtime": "VLLM",
-        "remoteStorage": {"provider": "LMCacheServer", "ownership": "Managed"},
-        **extra,
-    }
+# The shared fixtures, requested by the tests below under these names: ``wired`` (the
+# real Pod webhook registered for a namespace) and ``sidecar_policies`` (deletes the
+# admission policies a test creates).
+wired = cascade.wired
+sidecar_policies = cascade.sidecar_policies
 
 
 def patch_spec(cluster: Cluster, ns: str, name: str, spec: dict[str, Any]) -> None:
@@ -283,97 +289,6 @@ def test_an_hpa_owned_backend_keeps_the_replicas_the_hpa_controller_writes(
 # ------------------------------------------------------------------ the cascade
 
 
-@pytest.fixture
-def wired(cluster: Cluster) -> Iterator[str]:
-    """A namespace where the real `icache webhook` is registered with the API server:
-    engine pods are wired (and stamped injected-by) at admission, as in a cluster."""
-    suffix = f"rollouts-{uuid.uuid4().hex[:6]}"
-    api = cluster.cp.api_client()
-    hook: WebhookProcess
-    try:
-        with run_webhook(cluster.cp.kubeconfig_path) as hook, registered(api, hook, suffix):
-            yield cluster.namespace(labels={TEST_NAMESPACE_LABEL: suffix})
-    finally:
-        api.close()
-
-
-ENGINE = "vllm"
-ENGINE_LABELS = {"app": "vllm"}
-WIRED_SPEC = lmcache_server(engineSelector={"matchLabels": ENGINE_LABELS})
-# No kernel-check init container on the GPU engine pods: kwok runs no check to report.
-WIRED_ANNOTATIONS = {**NO_GATE, "inferencecache.io/lmcache-kernel-check": "off"}
-
-
-def engine_deployment(replicas: int = 2) -> dict[str, Any]:
-    """A vLLM Deployment on the GPU pool (one nvidia.com/gpu per pod)."""
-    container = {
-        "name": ENGINE,
-        "image": "vllm/vllm-openai:v0.11.0",
-        "resources": {"limits": {"nvidia.com/gpu": "1"}},
-    }
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": ENGINE},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": ENGINE_LABELS},
-            "template": {
-                "metadata": {"labels": ENGINE_LABELS},
-                "spec": {"containers": [container]},
-            },
-        },
-    }
-
-
-def wait_webhook_wires(cluster: Cluster, ns: str, cb: str) -> None:
-    """Poll with dry-run pod creations until the webhook wires an engine pod to ``cb``
-    (it needs the backend's endpoint in its view first)."""
-    template = engine_deployment()["spec"]["template"]
-    body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe", **template["metadata"]},
-            "spec": template["spec"]}  # fmt: skip
-
-    def wired() -> bool:
-        pod = cluster.kube.request(
-            "POST", k.PODS.collection(ns), query={"dryRun": "All"}, body=body
-        )
-        annotations = pod["metadata"].get("annotations") or {}
-        return annotations.get("inferencecache.io/injected-by") == f"{ns}/{cb}"
-
-    poll(wired, timeout=30, what=f"the webhook wiring engine pods to {ns}/{cb}")
-
-
-def start_wired_engine(cluster: Cluster, ns: str, cb: dict[str, Any]) -> dict[str, Any]:
-    wait_webhook_wires(cluster, ns, cb["metadata"]["name"])
-    cluster.kube.create(k.DEPLOYMENTS, ns, engine_deployment())
-    dep = wait_rolled_out(cluster, ns, "Deployment", ENGINE)
-    for pod in pods_of(cluster, ns, dep):
-        annotations = pod["metadata"].get("annotations") or {}
-        assert annotations.get("inferencecache.io/injected-by") == f"{ns}/{cb['metadata']['name']}"
-        assert annotations.get("inferencecache.io/injected-by-uid") == cb["metadata"]["uid"]
-        assert pod["spec"]["nodeName"] in {"kwok-gpu-0", "kwok-gpu-1"}
-    return dep
-
-
-def restart_trigger(cluster: Cluster, ns: str) -> str | None:
-    dep = workload(cluster, ns, "Deployment", ENGINE)
-    annotations = dep["spec"]["template"]["metadata"].get("annotations") or {}
-    return annotations.get(RESTART_TRIGGER)
-
-
-def engine_writes(cluster: Cluster, ns: str, mark: int) -> list[str]:
-    return [
-        e.verb
-        for e in cluster.cp.write_events(
-            mark, user=WORKER_USER, resource="deployments", namespace=ns, name=ENGINE
-        )
-    ]
-
-
-def server_instance(obj: dict[str, Any]) -> str:
-    return str((obj.get("status") or {}).get("observedServerInstance") or "")
-
-
 def test_a_deleted_cache_server_pod_is_replaced_and_the_engine_deployment_rolls_once(
     cluster: Cluster, stack: Stack, wired: str
 ) -> None:
@@ -433,100 +348,6 @@ def test_a_deleted_cache_server_pod_is_replaced_and_the_engine_deployment_rolls_
     assert server_instance(obj) == f"{second['metadata']['uid']}:0"
     assert condition(obj, "Ready") == ("True", "BackendReady")
     assert cb["metadata"]["uid"] == obj["metadata"]["uid"]
-
-
-MAP_API = "/apis/admissionregistration.k8s.io/v1beta1"
-SIDECAR = "mesh-proxy"
-
-
-@pytest.fixture
-def sidecar_policies(cluster: Cluster) -> Iterator[list[str]]:
-    """Names of the (cluster-scoped) sidecar policies a test created; deleted after it."""
-    names: list[str] = []
-    yield names
-    for name in names:
-        for kind in ("mutatingadmissionpolicybindings", "mutatingadmissionpolicies"):
-            try:
-                cluster.kube.request("DELETE", f"{MAP_API}/{kind}/{name}")
-            except k.ApiError as exc:
-                if not exc.not_found:
-                    raise
-
-
-def inject_sidecar(
-    cluster: Cluster, ns: str, match_labels: dict[str, str], created: list[str]
-) -> None:
-    """A MutatingAdmissionPolicy adding a ``mesh-proxy`` container to the pods of
-    ``ns`` carrying ``match_labels``, as a service mesh's webhook would."""
-    inject_container(
-        cluster, ns, match_labels, created,
-        policy_name=f"sidecar-{ns}", field="containers",
-        container=f'name: "{SIDECAR}", image: "mesh/proxy:1"',
-        container_name=SIDECAR,
-    )  # fmt: skip
-
-
-def inject_container(
-    cluster: Cluster,
-    ns: str,
-    match_labels: dict[str, str],
-    created: list[str],
-    *,
-    policy_name: str,
-    field: str,
-    container: str,
-    container_name: str,
-) -> None:
-    """A MutatingAdmissionPolicy adding one container (``container``: its CEL fields)
-    to ``spec.<field>`` of the pods of ``ns`` carrying ``match_labels``, as another
-    admission plugin would; waits until the API server applies it (dry-run pod
-    creations)."""
-    labels = " && ".join(
-        f"{key!r} in object.metadata.labels && object.metadata.labels[{key!r}] == {value!r}"
-        for key, value in match_labels.items()
-    )
-    policy = {
-        "apiVersion": "admissionregistration.k8s.io/v1beta1",
-        "kind": "MutatingAdmissionPolicy",
-        "metadata": {"name": policy_name},
-        "spec": {
-            "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
-                                                    "operations": ["CREATE"],
-                                                    "resources": ["pods"]}]},
-            "matchConditions": [{"name": "server-pods",
-                                 "expression": f"has(object.metadata.labels) && {labels}"}],
-            "failurePolicy": "Fail",
-            "reinvocationPolicy": "Never",
-            "mutations": [{"patchType": "ApplyConfiguration", "applyConfiguration": {
-                "expression": f"Object{{spec: Object.spec{{{field}: ["
-                              f"Object.spec.{field}{{{container}}}]}}}}"}}],
-        },
-    }  # fmt: skip
-    binding = {
-        "apiVersion": "admissionregistration.k8s.io/v1beta1",
-        "kind": "MutatingAdmissionPolicyBinding",
-        "metadata": {"name": policy_name},
-        "spec": {
-            "policyName": policy_name,
-            "matchResources": {
-                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}
-            },
-        },
-    }
-    created.append(policy_name)
-    cluster.kube.request("POST", f"{MAP_API}/mutatingadmissionpolicies", body=policy)
-    cluster.kube.request("POST", f"{MAP_API}/mutatingadmissionpolicybindings", body=binding)
-    probe = {"apiVersion": "v1", "kind": "Pod",
-             "metadata": {"name": f"{policy_name}-probe", "labels": match_labels},
-             "spec": {"containers": [{"name": "c", "image": "x"}]}}  # fmt: skip
-
-    def applied() -> bool:
-        pod = cluster.kube.request(
-            "POST", k.PODS.collection(ns), query={"dryRun": "All"}, body=probe
-        )
-        return container_name in {c["name"] for c in pod["spec"].get(field) or []}
-
-    poll(applied, timeout=30, what=f"the {policy_name} policy in effect")
 
 
 def test_an_in_place_restart_of_the_server_container_cascades_but_a_sidecar_restart_does_not(

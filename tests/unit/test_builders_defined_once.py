@@ -12,8 +12,10 @@ two files):
   the envelope; a response checked for that kind is a comparison, not a literal);
 - no class that subclasses ``Kube`` or ``FakeKube`` (tests/fakes.py holds the doubles).
 
-And no module imports from a test module (``test_*``): what two test modules share
-lives in a helper module (builders, fakes, a conftest, a harness module).
+And no module imports from a test module (``test_*``), read from both the module an
+import names and every name it imports (``from tests.e2e import test_rollouts`` takes
+a test module as a name): what two test modules share lives in a helper module
+(builders, fakes, a conftest, a harness module, ``tests/e2e/cascade.py``).
 """
 
 from __future__ import annotations
@@ -62,9 +64,12 @@ def _base_name(base: ast.expr) -> str:
 
 
 def _imported(node: ast.Import | ast.ImportFrom) -> list[str]:
-    """The dotted module names an import statement reads from."""
+    """The dotted names an import statement reads: the modules it names and, for
+    ``from m import a, b``, each imported name under its module (``m.a``, ``m.b``),
+    since an imported name may itself be a module (``from tests.e2e import test_x``)."""
     if isinstance(node, ast.ImportFrom):
-        return [node.module or ""]
+        module = node.module or ""
+        return [module, *(f"{module}.{alias.name}" for alias in node.names)]
     return [alias.name for alias in node.names]
 
 
@@ -100,6 +105,10 @@ def test_the_rule_sees_each_kind_of_redefinition() -> None:
         "R = {'apiVersion': 'admission.k8s.io/v1', 'kind': 'AdmissionReview'}\n"
         "class Gap(k.Kube): ...\n"
         "from tests.unit.test_status import obj\n"
+        "from tests.e2e import test_rollouts as rollouts\n"
+        "from . import test_status\n"
+        "import tests.e2e.test_chaos\n"
+        "from tests.e2e import cascade, conftest\n"
     )
     found = violations(Path("m.py"), source)
     assert found == [
@@ -108,6 +117,9 @@ def test_the_rule_sees_each_kind_of_redefinition() -> None:
         "m.py:6 builds an AdmissionReview literal",
         "m.py:7 defines a Kubernetes double Gap",
         "m.py:8 imports from a test module",
+        "m.py:9 imports from a test module",
+        "m.py:10 imports from a test module",
+        "m.py:11 imports from a test module",
     ]
 
 

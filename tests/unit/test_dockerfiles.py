@@ -48,7 +48,15 @@ IMAGES = {
     "webhook": "ghcr.io/inference-cache/webhook",
     "worker": "ghcr.io/inference-cache/worker",
 }
-PACKAGES = ("shared", "kubeio", "icache_cli", "webhook_svc", "reconciler", "icache_install")
+PACKAGES = (
+    "shared",
+    "kubeio",
+    "cli_support",
+    "icache_cli",
+    "webhook_svc",
+    "reconciler",
+    "icache_install",
+)
 BUILD_TOOLS = re.compile(r"\b(gcc|g\+\+|cc|make|build-essential|clang|apt-get|apk|pip install)\b")
 SECRET_NAMES = re.compile(r"PASSWORD|PASSWD|TOKEN|SECRET|API_?KEY|PRIVATE|CREDENTIAL", re.I)
 

@@ -17,7 +17,15 @@ import textwrap
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ("shared", "kubeio", "icache_cli", "webhook_svc", "reconciler", "icache_install")
+PACKAGES = (
+    "shared",
+    "kubeio",
+    "cli_support",
+    "icache_cli",
+    "webhook_svc",
+    "reconciler",
+    "icache_install",
+)
 MAX_LINES = 80
 
 # Tables, not logic: each is one parser.add_argument call per flag of one command.

@@ -11,7 +11,6 @@ from reconciler.conditions import find
 from reconciler.engine_pods import CrashLoop, InjectedPodsObservation, KernelCheckReport
 from reconciler.events import transition_events
 from reconciler.status import (
-    REASON_UNSUPPORTED_RUNTIME_PAIR,
     EngineObservation,
     Mode,
     Observed,
@@ -22,6 +21,7 @@ from reconciler.status import (
 )
 from shared.api.duration import parse_go_duration
 from shared.api.models import CacheBackend
+from shared.constants import REASON_UNSUPPORTED_RUNTIME_PAIR
 from tests.builders import ENDPOINT, MANAGED_SPEC, NO_GATE, T0, external_spec
 from tests.builders import condition_of as cond
 from tests.builders import selected_pod as _pod

@@ -13,7 +13,15 @@ from collections import defaultdict
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ("shared", "kubeio", "icache_cli", "webhook_svc", "reconciler", "icache_install")
+PACKAGES = (
+    "shared",
+    "kubeio",
+    "cli_support",
+    "icache_cli",
+    "webhook_svc",
+    "reconciler",
+    "icache_install",
+)
 SUBCOMMAND_INTERFACE = frozenset({"add_arguments", "settings_from", "run"})
 
 

@@ -20,7 +20,6 @@ from shared.validation.field_errors import (
     invalid,
     not_supported,
     required,
-    too_many,
 )
 from tests.builders import cb, external, managed
 from tests.samples import sample_backends
@@ -106,7 +105,6 @@ def test_field_error_strings_match_kubernetes() -> None:
     assert str(not_supported("spec.type", "Mooncake", ["LMCache", "SGLangHiCache"])) == (
         'spec.type: Unsupported value: "Mooncake": supported values: "LMCache", "SGLangHiCache"'
     )
-    assert str(too_many("spec.x", 3, 2)) == "spec.x: Too many: 3: must have at most 2 items"
     assert str(invalid("spec.f", True, "no")) == "spec.f: Invalid value: true: no"
     assert str(invalid("spec.f", None, "no")) == "spec.f: Invalid value: null: no"
     assert ErrorType.NOT_SUPPORTED.value == "FieldValueNotSupported"

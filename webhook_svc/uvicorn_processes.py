@@ -1,4 +1,4 @@
-"""Several uvicorn worker processes behind one listening socket (``icache webhook --workers``).
+"""Several uvicorn server processes behind one listening socket (``icache webhook --workers``).
 
 One Python process answers on one core; a replica with two cores needs two. The
 supervisor binds the port, forks the workers and then only supervises: every worker
