@@ -148,3 +148,13 @@ EVENT_LMCACHE_VERSION_SKEW: Final = "LMCacheVersionSkew"
 EVENT_ENGINE_VERSION_BELOW_MINIMUM: Final = "EngineVersionBelowMinimum"
 EVENT_INJECTED_BY_CACHE_BACKEND: Final = "InjectedByCacheBackend"
 EVENT_SKIPPED_BY_OPERATOR: Final = "SkippedByOperator"
+
+# The engines' own metrics: the webhook labels every pod it wires for the PodMonitor
+# inference-cache-engines, and records the ports to scrape. metrics-port is the engine's
+# own /metrics (vLLM's --port, with LMCache's in-process series; SGLang's --port when it
+# runs with --enable-metrics); cache-metrics-port is the LMCache MP worker's
+# --prometheus-port beside SGLang.
+LABEL_METRICS: Final = "inferencecache.io/metrics"
+LABEL_METRICS_ENGINE: Final = "engine"
+ANNOTATION_METRICS_PORT: Final = "inferencecache.io/metrics-port"
+ANNOTATION_CACHE_METRICS_PORT: Final = "inferencecache.io/cache-metrics-port"
