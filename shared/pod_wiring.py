@@ -61,7 +61,7 @@ from shared.bindings import PROVIDER_PROTOCOL, Binding
 from shared.endpoints import endpoint_shape_error, strip_scheme
 from shared.jsoncopy import json_copy
 from shared.runtime_adapters import kernel_check, registry, subscriber
-from shared.runtime_adapters.metrics_ports import metrics_ports
+from shared.runtime_adapters.metrics_ports import metrics_ports, share_lmcache_metrics
 from shared.runtime_adapters.base import InjectContext, InjectionRejectedError, RuntimeAdapter
 from shared.runtime_adapters.engine import EngineLocator, candidate_indexes
 from shared.runtime_adapters.overrides import apply_engine_overrides
@@ -567,6 +567,7 @@ def wire_offload(
         )
     try:
         out = adapter.inject(pod, backend, binding, ctx)
+        share_lmcache_metrics(out, adapter)
         apply_overrides(pod, out, adapter, backend, binding)
     except InjectionRejectedError as exc:
         return _fail_open(pod, REASON_ADAPTER_REJECTED, f"{adapter.name}: {exc}", key)

@@ -86,3 +86,27 @@ def metrics_ports(pod: dict[str, Any], adapter: RuntimeAdapter) -> dict[str, str
         if cache_port is not None:
             ports[c.ANNOTATION_CACHE_METRICS_PORT] = str(cache_port)
     return ports
+
+
+# prometheus_client's multiprocess directory. vLLM's /metrics serves the registry of its
+# API-server process alone unless this is set (vLLM sets it itself only with
+# --api-server-count > 1), while LMCache records its series in the engine-core and
+# worker processes, into this directory (LMCache creates /tmp/lmcache_prometheus when
+# it is unset). With it set for the whole container, vLLM's /metrics collects every
+# process's series, LMCache's included.
+PROMETHEUS_MULTIPROC_DIR: Final = "PROMETHEUS_MULTIPROC_DIR"
+LMCACHE_PROMETHEUS_DIR: Final = "/tmp/lmcache_prometheus"
+
+
+def share_lmcache_metrics(pod: dict[str, Any], adapter: RuntimeAdapter) -> None:
+    """vLLM + LMCache: set ``PROMETHEUS_MULTIPROC_DIR`` on the engine container unless
+    the pod sets it already (its own directory is then used by both)."""
+    if (adapter.runtime, adapter.cache_type) != (c.RUNTIME_VLLM, c.TYPE_LMCACHE):
+        return
+    if not isinstance(adapter, EngineLocator):
+        return
+    engine = (pod.get("spec") or {}).get("containers")[adapter.engine_container_index(pod)]
+    env = list(engine.get("env") or [])
+    if any(var.get("name") == PROMETHEUS_MULTIPROC_DIR for var in env):
+        return
+    engine["env"] = [*env, {"name": PROMETHEUS_MULTIPROC_DIR, "value": LMCACHE_PROMETHEUS_DIR}]

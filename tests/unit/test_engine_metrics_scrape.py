@@ -110,3 +110,19 @@ def test_an_unparsable_port_is_not_recorded() -> None:
     result = wire_pod(pod, [make_backend()], CTX)
     assert result.outcome == OUTCOME_INJECTED
     assert _scrape(result.pod) == (None, {})
+
+
+def test_vllm_engine_shares_one_prometheus_multiprocess_directory() -> None:
+    """vLLM's /metrics serves only its API-server process's registry unless
+    PROMETHEUS_MULTIPROC_DIR is set; LMCache records in the other processes. The
+    webhook sets LMCache's own default directory, and keeps the pod's own."""
+    result = wire_pod(make_pod(), [make_backend()], CTX)
+    env = {e["name"]: e.get("value") for e in result.pod["spec"]["containers"][0]["env"]}
+    assert env["PROMETHEUS_MULTIPROC_DIR"] == "/tmp/lmcache_prometheus"
+    own = {"name": "PROMETHEUS_MULTIPROC_DIR", "value": "/metrics-dir"}
+    kept = wire_pod(make_pod(make_container(env=[own])), [make_backend()], CTX)
+    engine_env = kept.pod["spec"]["containers"][0]["env"]
+    assert [e for e in engine_env if e["name"] == "PROMETHEUS_MULTIPROC_DIR"] == [own]
+    sglang = wire_pod(_sglang(), [make_backend(runtime=c.RUNTIME_SGLANG)], CTX)
+    for container in sglang.pod["spec"]["containers"]:
+        assert "PROMETHEUS_MULTIPROC_DIR" not in {e["name"] for e in container.get("env") or []}

@@ -327,6 +327,10 @@ def with_metrics_scrape(out: dict[str, Any], ports: dict[str, str]) -> None:
     out["metadata"]["labels"] = {**out["metadata"]["labels"], c.LABEL_METRICS: "engine"}
 
 
+# So vLLM's /metrics collects LMCache's series from its other processes (vLLM + LMCache).
+MULTIPROC_DIR = {"name": "PROMETHEUS_MULTIPROC_DIR", "value": "/tmp/lmcache_prometheus"}
+
+
 def expect_vllm(
     p: dict[str, Any],
     *,
@@ -340,6 +344,8 @@ def expect_vllm(
     engine = out["spec"]["containers"][0]
     engine["args"] = [*engine.get("args", []), "--kv-transfer-config", CONNECTOR.format(role)]
     engine["env"] = [*engine.get("env", []), *(env if env is not None else vllm_env())]
+    if not any(var["name"] == MULTIPROC_DIR["name"] for var in engine["env"]):
+        engine["env"].append(MULTIPROC_DIR)
     out["spec"]["containers"].append(sub or subscriber())
     out["metadata"]["annotations"] = stamped(p, key)
     with_uid_label(out)
@@ -754,6 +760,7 @@ def test_pw_existing_colliding_args_and_env_converge(hook: Webhook) -> None:
         {"name": "LMCACHE_LOCAL_CPU", "value": "True"},
         {"name": "LMCACHE_MAX_LOCAL_CPU_SIZE", "value": "4.0"},
         {"name": "INFERENCECACHE_FAIL_OPEN", "value": "true"},
+        MULTIPROC_DIR,
     ]
 
 
@@ -1564,7 +1571,7 @@ def test_ov_env_new_name_is_appended(hook: Webhook) -> None:
     secret = {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "t"}}}
     hook.write(overrides_backend(env=[extra, secret]))
     result, _ = hook.admit(pod())
-    assert result == expect_vllm(pod(), env=[*vllm_env(), extra, secret])
+    assert result == expect_vllm(pod(), env=[*vllm_env(), MULTIPROC_DIR, extra, secret])
 
 
 def test_ov_env_override_the_api_server_would_reject_fails_open(hook: Webhook) -> None:
