@@ -61,9 +61,9 @@ from shared.bindings import PROVIDER_PROTOCOL, Binding
 from shared.endpoints import endpoint_shape_error, strip_scheme
 from shared.jsoncopy import json_copy
 from shared.runtime_adapters import kernel_check, registry, subscriber
-from shared.runtime_adapters.metrics_ports import metrics_ports, share_lmcache_metrics
 from shared.runtime_adapters.base import InjectContext, InjectionRejectedError, RuntimeAdapter
 from shared.runtime_adapters.engine import EngineLocator, candidate_indexes
+from shared.runtime_adapters.metrics_ports import metrics_ports, share_lmcache_metrics
 from shared.runtime_adapters.overrides import apply_engine_overrides
 from shared.runtime_adapters.podcheck import introduced_problems
 from shared.runtime_adapters.podspec import cli_tokens, find_flag

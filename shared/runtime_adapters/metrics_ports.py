@@ -105,7 +105,8 @@ def share_lmcache_metrics(pod: dict[str, Any], adapter: RuntimeAdapter) -> None:
         return
     if not isinstance(adapter, EngineLocator):
         return
-    engine = (pod.get("spec") or {}).get("containers")[adapter.engine_container_index(pod)]
+    containers = (pod.get("spec") or {}).get("containers") or []
+    engine = containers[adapter.engine_container_index(pod)]
     env = list(engine.get("env") or [])
     if any(var.get("name") == PROMETHEUS_MULTIPROC_DIR for var in env):
         return

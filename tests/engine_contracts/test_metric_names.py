@@ -180,7 +180,8 @@ def test_the_scrape_ports_are_the_releases_defaults(pin_set: str) -> None:
     config = mp_config.read_text()
     flag = config.index(f'"{metrics_ports.LMCACHE_MP_PROMETHEUS_PORT}"')
     default = re.search(r"default=(\d+)", config[flag:])
-    assert default and int(default.group(1)) == metrics_ports.LMCACHE_MP_DEFAULT_PROMETHEUS_PORT
+    assert default is not None
+    assert int(default.group(1)) == metrics_ports.LMCACHE_MP_DEFAULT_PROMETHEUS_PORT
     assert f'"{metrics_ports.LMCACHE_MP_DISABLE_METRICS}"' in config
 
 

@@ -11,7 +11,7 @@ import json
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import parse_qs, urlparse
 
 import pytest
@@ -71,8 +71,8 @@ def test_idle_engines_are_not_a_no_hit_finding() -> None:
 
 
 class _FakePrometheus(BaseHTTPRequestHandler):
-    answers: dict[str, Any] = {}
-    seen: list[str] = []
+    answers: ClassVar[dict[str, Any]] = {}
+    seen: ClassVar[list[str]] = []
 
     def do_GET(self) -> None:
         url = urlparse(self.path)
