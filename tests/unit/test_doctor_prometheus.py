@@ -7,12 +7,8 @@ The HTTP tests run a real HTTP server on loopback that answers the Prometheus qu
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, ClassVar
-from urllib.parse import parse_qs, urlparse
+from typing import Any
 
 import pytest
 
@@ -26,6 +22,7 @@ from icache_install.doctor.engine_metrics import (
     engine_findings,
 )
 from icache_install.doctor.findings import CODES, Severity
+from tests.fakes import FakePrometheus, prometheus_vector
 
 NS = "team-a"
 
@@ -70,84 +67,38 @@ def test_idle_engines_are_not_a_no_hit_finding() -> None:
     assert engine_findings(series, [(NS, "idle")], NS) == []
 
 
-class _FakePrometheus(BaseHTTPRequestHandler):
-    answers: ClassVar[dict[str, Any]] = {}
-    seen: ClassVar[list[str]] = []
-
-    def do_GET(self) -> None:
-        url = urlparse(self.path)
-        self.seen.append(url.path)
-        promql = parse_qs(url.query).get("query", [""])[0]
-        if url.path != "/api/v1/query" or promql not in self.answers:
-            body, status = {"status": "error", "errorType": "bad_data", "error": "unknown"}, 400
-        else:
-            body, status = self.answers[promql], 200
-        payload = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        del format, args
-
-
-def _vector(*samples: tuple[str, str, str]) -> dict[str, Any]:
-    return {
-        "status": "success",
-        "data": {
-            "resultType": "vector",
-            "result": [
-                {"metric": {"namespace": ns, "cachebackend": cb}, "value": [1.7e9, value]}
-                for ns, cb, value in samples
-            ],
-        },
-    }
-
-
 @pytest.fixture
-def prometheus() -> Iterator[str]:
-    _FakePrometheus.seen = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _FakePrometheus)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
+def prometheus() -> Iterator[FakePrometheus]:
+    with FakePrometheus() as server:
+        yield server
 
 
-def test_doctor_reads_the_series_over_the_query_api(prometheus: str) -> None:
-    _FakePrometheus.answers = {
-        RATIO: _vector((NS, "cache", "0")),
-        LOOKUPS: _vector((NS, "cache", "250")),
-        ERRORS: _vector((NS, "cache", "0.5")),
-        HEALTHY: _vector(),
+def test_doctor_reads_the_series_over_the_query_api(prometheus: FakePrometheus) -> None:
+    prometheus.answers = {
+        RATIO: prometheus_vector((NS, "cache", "0")),
+        LOOKUPS: prometheus_vector((NS, "cache", "250")),
+        ERRORS: prometheus_vector((NS, "cache", "0.5")),
+        HEALTHY: prometheus_vector(),
     }
     backends = [{"metadata": {"namespace": NS, "name": "cache"}}]
-    findings = check_prometheus(prometheus, backends, NS)
+    findings = check_prometheus(prometheus.url, backends, NS)
     assert _codes(findings) == {
         (NS, "cache"): {"backend.OffloadNoHits", "backend.RemoteTierErrors"}
     }
     (no_hits,) = [f for f in findings if f.code == "backend.OffloadNoHits"]
     assert no_hits.details["lookupTokensPerSecond"] == 250.0
-    assert _FakePrometheus.seen == ["/api/v1/query"] * 4
+    assert prometheus.seen == ["/api/v1/query"] * 4
 
 
-def test_a_failing_query_is_a_doctor_error_not_a_crash(prometheus: str) -> None:
-    _FakePrometheus.answers = {}  # every query answered 400, as Prometheus does for bad_data
-    findings = check_prometheus(prometheus, [], None)
+def test_a_failing_query_is_a_doctor_error_not_a_crash(prometheus: FakePrometheus) -> None:
+    # every query answered 400, as Prometheus does for bad_data
+    findings = check_prometheus(prometheus.url, [], None)
     assert [f.code for f in findings] == ["doctor.PrometheusQueryFailed"]
     assert "HTTP 400" in findings[0].message
     assert findings[0].severity == Severity.ERROR
 
 
-def test_a_wrong_base_url_is_a_doctor_error(prometheus: str) -> None:
-    port = int(prometheus.rsplit(":", 1)[1].strip("/"))
-    closed = f"http://127.0.0.1:{port}/nothing-here"
-    _FakePrometheus.answers = {}
-    findings = check_prometheus(closed, [], None)
+def test_a_wrong_base_url_is_a_doctor_error(prometheus: FakePrometheus) -> None:
+    prometheus.answers = {RATIO: prometheus_vector()}
+    findings = check_prometheus(prometheus.url + "nothing-here", [], None)
     assert [f.code for f in findings] == ["doctor.PrometheusQueryFailed"]
