@@ -37,7 +37,9 @@ Rules, each in its own function named after the spec:
 - ``stamp_metrics_scrape``: a pod wired for offload gets the label
   ``inferencecache.io/metrics: engine`` and the port annotations of
   ``shared.runtime_adapters.metrics_ports`` that the PodMonitor scrapes by; every other
-  decision clears them.
+  decision clears them. ``share_lmcache_metrics`` (vLLM + LMCache) sets
+  ``PROMETHEUS_MULTIPROC_DIR`` on the engine unless the pod does, so LMCache's series
+  reach vLLM's ``/metrics``.
 - ``finish_injected``: a wiring that would make the Pod fail the API server's basic
   validation (duplicate names or mount paths, undeclared volumes, bad env names) fails
   open instead, since a rejected Pod is the opposite of fail-open.
