@@ -28,12 +28,12 @@ def _sanitize(name: str) -> str:
     return re.sub(r"[^a-zA-Z0-9_]", "_", name)
 
 
-def _targets(pod: dict[str, Any]) -> list[dict[str, str]]:
+def _targets(pod: dict[str, Any], pod_ip: str) -> list[dict[str, str]]:
     """Prometheus's pod-role targets of ``pod`` before relabelling."""
     meta = pod["metadata"]
     base = {
-        "__address__": POD_IP,
-        "__meta_kubernetes_pod_ip": POD_IP,
+        "__address__": pod_ip,
+        "__meta_kubernetes_pod_ip": pod_ip,
         "__meta_kubernetes_namespace": meta.get("namespace", "default"),
         **{
             f"__meta_kubernetes_pod_annotation_{_sanitize(k)}": v
@@ -48,7 +48,7 @@ def _targets(pod: dict[str, Any]) -> list[dict[str, str]]:
     for ct in [*pod["spec"]["containers"], *(pod["spec"].get("initContainers") or [])]:
         ports = ct.get("ports") or [{}]
         for port in ports:
-            address = f"{POD_IP}:{port['containerPort']}" if port else POD_IP
+            address = f"{pod_ip}:{port['containerPort']}" if port else pod_ip
             out.append({**base, "__address__": address, "container": ct["name"]})
     return out
 
@@ -73,14 +73,16 @@ def _relabel(target: dict[str, str], rules: list[dict[str, Any]]) -> dict[str, s
     return labels
 
 
-def _scraped(monitor: dict[str, Any], pod: dict[str, Any]) -> set[tuple[str, str, str]]:
+def _scraped(
+    monitor: dict[str, Any], pod: dict[str, Any], pod_ip: str = POD_IP
+) -> set[tuple[str, str, str]]:
     """(address, namespace, cachebackend) of the distinct targets the monitor keeps."""
     selector = monitor["spec"]["selector"]["matchLabels"]
     if not selector.items() <= (pod["metadata"].get("labels") or {}).items():
         return set()
     found = set()
     for endpoint in monitor["spec"]["podMetricsEndpoints"]:
-        for target in _targets(pod):
+        for target in _targets(pod, pod_ip):
             kept = _relabel(target, endpoint["relabelings"])
             if kept is not None:
                 assert "container" not in kept, "per-container targets would not fold"
@@ -106,6 +108,8 @@ def test_the_podmonitor_scrapes_a_wired_vllm_pod_at_its_port(
     assert wired.outcome == OUTCOME_INJECTED
     # The engine's port and the kvevent-subscriber's portless container fold into one.
     assert _scraped(monitor, wired.pod) == {(f"{POD_IP}:8080", "team-a", "my-cache")}
+    # An IPv6 pod IP is bracketed.
+    assert _scraped(monitor, wired.pod, "fd00::1") == {("[fd00::1]:8080", "team-a", "my-cache")}
 
 
 def test_the_podmonitor_scrapes_the_lmcache_mp_worker_beside_sglang(
