@@ -196,3 +196,18 @@ def test_vllm_and_lmcache_read_the_multiprocess_directory_the_webhook_sets(pin_s
     observability = tree(LMCACHE, pinned.lmcache).module_path("lmcache.observability")
     assert observability is not None
     assert f'"{metrics_ports.LMCACHE_PROMETHEUS_DIR}"' in observability.read_text()
+
+
+def test_prometheus_client_exposes_a_counter_with_total_and_a_gauge_as_named() -> None:
+    """The prometheus_client rule the name reader applies, checked on the library: a
+    Counter ``lmcache:num_lookup_tokens`` is scraped as ``..._total``, a Gauge as is."""
+    from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+
+    registry = CollectorRegistry()
+    Counter("lmcache:num_lookup_tokens", "d", ["model_name"], registry=registry).labels("m").inc()
+    Gauge("lmcache:put_failed_count", "d", registry=registry).set(2)
+    text = generate_latest(registry).decode()
+    samples = {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line[:1] != "#"}
+    assert "lmcache:num_lookup_tokens_total" in samples
+    assert "lmcache:put_failed_count" in samples
+    assert "lmcache:num_lookup_tokens" not in samples
