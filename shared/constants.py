@@ -165,3 +165,13 @@ EVENT_SKIPPED_BY_OPERATOR: Final = "SkippedByOperator"
 # Warning Event on entering it.
 REASON_POD_CREATION_FAILED: Final = "PodCreationFailed"
 EVENT_POD_CREATION_FAILED: Final = "PodCreationFailed"
+
+# The engines' own metrics: the webhook labels every pod it wires for the PodMonitor
+# inference-cache-engines, and records the ports to scrape. metrics-port is the engine's
+# own /metrics (vLLM's --port, with LMCache's in-process series; SGLang's --port when it
+# runs with --enable-metrics); cache-metrics-port is the LMCache MP worker's
+# --prometheus-port beside SGLang.
+LABEL_METRICS: Final = "inferencecache.io/metrics"
+LABEL_METRICS_ENGINE: Final = "engine"
+ANNOTATION_METRICS_PORT: Final = "inferencecache.io/metrics-port"
+ANNOTATION_CACHE_METRICS_PORT: Final = "inferencecache.io/cache-metrics-port"

@@ -34,6 +34,12 @@ Rules, each in its own function named after the spec:
   injected-by, injected-by-uid and inject-skipped — exactly the spec's three annotations
   — and the injected-by-uid label, so a pre-stamped pod template cannot impersonate a
   wired pod.
+- ``stamp_metrics_scrape``: a pod wired for offload gets the label
+  ``inferencecache.io/metrics: engine`` and the port annotations of
+  ``shared.runtime_adapters.metrics_ports`` that the PodMonitor scrapes by; every other
+  decision clears them. ``share_lmcache_metrics`` (vLLM + LMCache) sets
+  ``PROMETHEUS_MULTIPROC_DIR`` on the engine unless the pod does, so LMCache's series
+  reach vLLM's ``/metrics``.
 - ``finish_injected``: a wiring that would make the Pod fail the API server's basic
   validation (duplicate names or mount paths, undeclared volumes, bad env names) fails
   open instead, since a rejected Pod is the opposite of fail-open.
@@ -59,6 +65,7 @@ from shared.jsoncopy import json_copy
 from shared.runtime_adapters import kernel_check, registry, subscriber
 from shared.runtime_adapters.base import InjectContext, InjectionRejectedError, RuntimeAdapter
 from shared.runtime_adapters.engine import EngineLocator, candidate_indexes
+from shared.runtime_adapters.metrics_ports import metrics_ports, share_lmcache_metrics
 from shared.runtime_adapters.overrides import apply_engine_overrides
 from shared.runtime_adapters.podcheck import introduced_problems
 from shared.runtime_adapters.podspec import cli_tokens, find_flag
@@ -177,14 +184,15 @@ def injected_by_uid_label(uid: str | None) -> str | None:
 
 
 def strip_decision_annotations(pod: dict[str, Any]) -> None:
-    """Drop the webhook's decision annotations (and the injected-by-uid label) a pod
-    may carry from its template."""
+    """Drop the webhook's decision annotations (and the injected-by-uid label, the
+    engine-metrics label and port annotations) a pod may carry from its template."""
     annotations = _annotations(pod)
     if any(key in annotations for key in DECISION_ANNOTATIONS):
         _set_annotations(
             pod, {k: v for k, v in annotations.items() if k not in DECISION_ANNOTATIONS}
         )
     _set_label(pod, c.LABEL_INJECTED_BY_UID, None)
+    stamp_metrics_scrape(pod, {})
 
 
 def stamp_injected(pod: dict[str, Any], backend: CacheBackend) -> None:
@@ -528,6 +536,7 @@ def wire_events_only(
         append_subscriber(out, backend, ctx, _engine_for_events(pod, adapter), offload=False)
     except InjectionRejectedError as exc:
         return _fail_open(pod, REASON_SUBSCRIBER_REJECTED, str(exc), key)
+    stamp_metrics_scrape(out, {})  # no KV tier wired: nothing of it to scrape
     return finish_injected(
         pod, out, backend, REASON_EVENTS_ONLY, f"events-only: kvevent-subscriber from {key}", key
     )
@@ -560,6 +569,7 @@ def wire_offload(
         )
     try:
         out = adapter.inject(pod, backend, binding, ctx)
+        share_lmcache_metrics(out, adapter)
         apply_overrides(pod, out, adapter, backend, binding)
     except InjectionRejectedError as exc:
         return _fail_open(pod, REASON_ADAPTER_REJECTED, f"{adapter.name}: {exc}", key)
@@ -572,6 +582,7 @@ def wire_offload(
     except InjectionRejectedError as exc:
         return _fail_open(pod, REASON_SUBSCRIBER_REJECTED, str(exc), key)
     apply_engine_host_network(out, backend, binding)
+    stamp_metrics_scrape(out, metrics_ports(out, adapter))
     return finish_injected(
         pod, out, backend, REASON_INJECTED, f"wired by {key} ({adapter.name})", key
     )
@@ -597,3 +608,19 @@ def finish_injected(
         )
     stamp_injected(wired, backend)
     return WiringResult(wired, OUTCOME_INJECTED, reason, message, key)
+
+
+# The engine-metrics label and port annotations: set on a pod wired for offload, removed
+# from every other pod the webhook decides on, so the PodMonitor scrapes exactly the
+# pods a CacheBackend wired.
+METRICS_ANNOTATIONS: Final = (c.ANNOTATION_METRICS_PORT, c.ANNOTATION_CACHE_METRICS_PORT)
+
+
+def stamp_metrics_scrape(pod: dict[str, Any], ports: dict[str, str]) -> None:
+    """Label the pod for the PodMonitor and record the ports to scrape (``metrics_ports``);
+    with no port, clear both, so re-admission converges either way."""
+    annotations = {k: v for k, v in _annotations(pod).items() if k not in METRICS_ANNOTATIONS}
+    annotations.update(ports)
+    if annotations != _annotations(pod):
+        _set_annotations(pod, annotations)
+    _set_label(pod, c.LABEL_METRICS, c.LABEL_METRICS_ENGINE if ports else None)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 import ssl
 import threading
 import time
@@ -34,6 +35,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import parse_qs, urlparse
 
 from kubernetes import client
 
@@ -751,3 +753,69 @@ def in_process_reconciler(kube: k.KubeClient, **options: Any) -> Reconciler:
     )
     options.setdefault("cascade_limiter", InProcessCascadeLimiter())
     return Reconciler(kube, **options)
+
+
+# --------------------------------------------------------------- Prometheus query API
+
+
+class _PrometheusHandler(BaseHTTPRequestHandler):
+    server: FakePrometheus
+
+    def do_GET(self) -> None:
+        url = urlparse(self.path)
+        self.server.seen.append(url.path)
+        promql = parse_qs(url.query).get("query", [""])[0]
+        if url.path != "/api/v1/query" or promql not in self.server.answers:
+            body: dict[str, Any] = {"status": "error", "errorType": "bad_data", "error": promql}
+            status = 400
+        else:
+            body, status = self.server.answers[promql], 200
+        payload = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        del format, args
+
+
+class FakePrometheus(ThreadingHTTPServer):
+    """A Prometheus HTTP API on 127.0.0.1 that answers instant queries
+    (``GET /api/v1/query``) from ``answers`` (PromQL -> the JSON Prometheus would send)
+    and 400 ``bad_data`` for anything else, recording the paths asked for in ``seen``.
+    Use as a context manager; ``url`` is its base URL."""
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _PrometheusHandler)
+        self.answers: dict[str, dict[str, Any]] = {}
+        self.seen: list[str] = []
+        self._thread = threading.Thread(target=self.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/"
+
+    def __enter__(self) -> FakePrometheus:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+        self.server_close()
+        self._thread.join(timeout=5)
+
+
+def prometheus_vector(*samples: tuple[str, str, str]) -> dict[str, Any]:
+    """An instant-query answer: (namespace, cachebackend, value) samples."""
+    return {
+        "status": "success",
+        "data": {
+            "resultType": "vector",
+            "result": [
+                {"metric": {"namespace": ns, "cachebackend": cb}, "value": [1.7e9, value]}
+                for ns, cb, value in samples
+            ],
+        },
+    }

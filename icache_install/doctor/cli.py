@@ -1,6 +1,7 @@
 """`icache doctor`: read-only checks of the install, the CacheBackends and their engine pods.
 
     icache doctor [--namespace NS | -A] [-o table|json] [--kubeconfig F] [--context C]
+                  [--prometheus URL]
 
 It only ever GETs (icache_install/doctor/reader.py has no other verb). Every finding
 has a stable code, a severity, the object and a next step (docs/doctor.md). Exit code
@@ -16,6 +17,7 @@ import sys
 from cli_support import arg_types as cli_types
 from cli_support.habits import quiet_client_libraries
 from icache_install.doctor.diagnose import Scope, diagnose
+from icache_install.doctor.engine_metrics import check_prometheus
 from icache_install.doctor.findings import Severity
 from icache_install.doctor.install import InstallNames
 from icache_install.doctor.reader import ClusterReader
@@ -68,6 +70,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=("auto", "always", "never"),
         default="auto",
         help="colour the table output: auto colours on a terminal unless NO_COLOR is set",
+    )
+    parser.add_argument(
+        "--prometheus",
+        type=cli_types.http_url,
+        metavar="URL",
+        help="also read the engines' own KV-tier series from this Prometheus (its base "
+        "URL, e.g. http://prometheus-operated.monitoring:9090; no other address is "
+        "contacted) and report zero hits, remote-tier errors and unhealthy LMCache "
+        "(default: off)",
     )
     kubeaccess.add_kubeconfig_argument(parser)
     parser.add_argument(
@@ -165,6 +176,8 @@ def run(args: argparse.Namespace) -> int:
         result = diagnose(reader, Scope(namespace, names))
     finally:
         kube.close()
+    if args.prometheus:
+        result.findings.extend(check_prometheus(args.prometheus, result.backends, namespace))
     if args.output == "json":
         sys.stdout.write(
             json_report(

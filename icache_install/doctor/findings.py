@@ -178,6 +178,22 @@ CODES: Final[dict[str, tuple[Severity, str]]] = {
         "the pod is unwired: the webhook was not available when it was created",
     ),
     "pod.Unwired": (Severity.ERROR, "the pod is unwired, for a reason not recorded in the cluster"),
+    # The engines' own view of the tier, from Prometheus (doctor --prometheus)
+    "backend.OffloadNoHits": (
+        Severity.WARNING,
+        "the engines look prompts up in the offload tier and find nothing there",
+    ),
+    "backend.RemoteTierErrors": (
+        Severity.ERROR,
+        "the engines report errors reaching the remote tier",
+    ),
+    "backend.LMCacheUnhealthy": (Severity.ERROR, "LMCache reports itself unhealthy"),
+    "backend.OffloadHitRatio": (Severity.INFO, "the engines' offload hit ratio"),
+    "backend.NoEngineMetrics": (
+        Severity.WARNING,
+        "Prometheus has no engine series of the backend: its engines are not scraped",
+    ),
+    "doctor.PrometheusQueryFailed": (Severity.ERROR, "a query to --prometheus failed"),
     # The doctor itself
     # An error: a check that could not run must not let a CI gate pass.
     "doctor.ReadForbidden": (Severity.ERROR, "a check could not read what it needs (RBAC)"),

@@ -34,6 +34,7 @@ from icache_install.doctor.reader import CRDS, ClusterReader
 from kubeio.client import Kube
 from shared import constants as c
 from tests.builders import new_cb, pod
+from tests.fakes import FakePrometheus, prometheus_vector
 from tests.harness.controlplane import ControlPlane, wait_until
 from tests.kube_helpers import create_namespace
 from tests.webhook_process import ICACHE
@@ -1159,3 +1160,61 @@ def test_a_read_that_fails_is_a_finding(crd_plane: ControlPlane) -> None:
     failed = one(found, "doctor.ReadFailed")
     assert failed.object.kind == "CacheBackend"
     assert "500" in failed.message
+
+
+# ----------------------------------------------------------- --prometheus URL
+
+
+def test_doctor_prometheus_reports_the_engines_view_of_each_backend(
+    control_plane: ControlPlane, kube_api_client: client.ApiClient, make_install: Any, app_ns: str
+) -> None:
+    """docs/doctor.md "The engines' own view": `icache doctor --prometheus URL` asks that
+    Prometheus (a loopback server answering its query API), and nothing else, for the
+    per-CacheBackend engine series: zero hits and remote errors are findings, a backend
+    Prometheus has no series of is not scraped; a failing Prometheus is an error."""
+    make_install()
+    create_cb(kube_api_client, app_ns, "silent", {"app": "a"}, ready())
+    create_cb(kube_api_client, app_ns, "unscraped", {"app": "b"}, ready())
+    with FakePrometheus() as prometheus:
+        prometheus.answers = {
+            "inferencecache:offload_hit_ratio:rate5m": prometheus_vector((app_ns, "silent", "0")),
+            "inferencecache:offload_lookup_tokens:rate5m": prometheus_vector(
+                (app_ns, "silent", "300")
+            ),
+            "inferencecache:remote_errors:rate5m": prometheus_vector((app_ns, "silent", "1.5")),
+            "inferencecache:engine_healthy": prometheus_vector(),
+        }
+        report, rc = _doctor_json(control_plane, app_ns, prometheus.url)
+        assert set(prometheus.seen) == {"/api/v1/query"}
+        found = {(f["code"], f["object"]["name"]) for f in report["findings"]}
+        assert ("backend.OffloadNoHits", "silent") in found
+        assert ("backend.RemoteTierErrors", "silent") in found
+        assert ("backend.NoEngineMetrics", "unscraped") in found
+        assert rc == 1  # remote-tier errors are an error finding
+        prometheus.answers = {}
+        report, rc = _doctor_json(control_plane, app_ns, prometheus.url)
+        assert "doctor.PrometheusQueryFailed" in {f["code"] for f in report["findings"]}
+        assert rc == 1
+
+
+def _doctor_json(control_plane: ControlPlane, namespace: str, url: str) -> tuple[Any, int]:
+    done = subprocess.run(
+        [
+            ICACHE,
+            "doctor",
+            "--kubeconfig",
+            str(control_plane.kubeconfig_path),
+            "-n",
+            namespace,
+            "-o",
+            "json",
+            "--prometheus",
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode in (0, 1), done.stderr
+    return json.loads(done.stdout), done.returncode

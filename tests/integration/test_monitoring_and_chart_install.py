@@ -34,6 +34,7 @@ NAMESPACE = "inference-cache-system"
 OPERATOR_CRDS = (
     "monitoring.coreos.com_servicemonitors.yaml",
     "monitoring.coreos.com_prometheusrules.yaml",
+    "monitoring.coreos.com_podmonitors.yaml",
 )
 NOT_SERVED = {"Issuer", "Certificate"}
 
@@ -56,7 +57,7 @@ def operator_crds(applier: Applier) -> None:
     directory = Path(done.stdout.strip().splitlines()[-1])
     for name in OPERATOR_CRDS:
         applier.apply(yaml.safe_load((directory / name).read_text()), dry_run=False)
-    for plural in ("servicemonitors", "prometheusrules"):
+    for plural in ("servicemonitors", "prometheusrules", "podmonitors"):
         path = f"/apis/monitoring.coreos.com/v1/namespaces/{NAMESPACE}/{plural}"
 
         def served(path: str = path) -> object:
@@ -90,6 +91,7 @@ MONITORING = [d for d in render_manifests("monitoring") if d not in render_manif
 def test_the_monitoring_variant_adds_the_bundle() -> None:
     assert sorted(_id(d) for d in MONITORING) == [
         "ConfigMap/inference-cache-dashboard",
+        "PodMonitor/inference-cache-engines",
         "PrometheusRule/inference-cache",
         "ServiceMonitor/inference-cache-dispatcher",
         "ServiceMonitor/inference-cache-webhook",

@@ -350,6 +350,7 @@ CASES: list[tuple[str, list[str], str]] = [
     ("doctor-broken-kubeconfig", ["doctor", "--kubeconfig", "{broken}"], "ParserError"),
     ("doctor-namespace", ["doctor", "-n", "Bad_NS"], "invalid namespace"),
     ("doctor-both-scopes", ["doctor", "-n", "a", "-A"], "not allowed with argument"),
+    ("doctor-prometheus-url", ["doctor", "--prometheus", "prometheus:9090"], "--prometheus"),
     ("completion-shell", ["completion", "tcsh"], "invalid choice: 'tcsh'"),
     ("crd-positional", ["crd", "extra"], "unrecognized arguments: extra"),
 ]

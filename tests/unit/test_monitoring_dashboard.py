@@ -34,9 +34,19 @@ REQUIRED_PANELS = {
     "Reconcile errors and retries",
     "Queue depth and in-flight",
     "Leader",
+    # the engines' own view of the tier, a row per CacheBackend
+    "Offload hit ratio",
+    "Tokens served from the tier",
+    "Remote tier errors",
 }
 # Grafana's built-in variables, as Prometheus would see them once Grafana fills them.
-GRAFANA_VARIABLES = {"$__rate_interval": "5m", "$__interval": "1m", "$__range": "1h"}
+GRAFANA_VARIABLES = {
+    "$__rate_interval": "5m",
+    "$__interval": "1m",
+    "$__range": "1h",
+    # the dashboard's own variable, which the Engines row repeats over
+    "$cachebackend": "cache",
+}
 
 
 def _dashboard() -> dict[str, Any]:

@@ -134,8 +134,12 @@ def ops_of(review: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 _COARSE = {"", "/spec", "/metadata", "/apiVersion", "/kind", "/status"}
-# The injected-by-uid label, and nothing else of the labels.
-_LABEL_PATHS = {"/metadata/labels/inferencecache.io~1injected-by-uid"}
+# The injected-by-uid label and the engine-metrics label the PodMonitor selects by,
+# and nothing else of the labels.
+_LABEL_PATHS = {
+    "/metadata/labels/inferencecache.io~1injected-by-uid",
+    "/metadata/labels/inferencecache.io~1metrics",
+}
 _TOUCHABLE = (
     "/metadata/annotations",
     "/spec/containers",
@@ -305,6 +309,28 @@ def with_uid_label(out: dict[str, Any], uid: str = UID) -> None:
     out["metadata"]["labels"] = {**(out["metadata"].get("labels") or {}), UID_LABEL: uid}
 
 
+def flag_value(args: list[str], flag: str, default: str) -> str:
+    """The last ``flag value`` / ``flag=value`` of ``args``, else ``default``."""
+    found = default
+    for i, arg in enumerate(args):
+        if arg == flag and i + 1 < len(args):
+            found = args[i + 1]
+        elif arg.startswith(flag + "="):
+            found = arg.split("=", 1)[1]
+    return found
+
+
+def with_metrics_scrape(out: dict[str, Any], ports: dict[str, str]) -> None:
+    """The engine-metrics label and port annotations the PodMonitor scrapes by: the
+    engine's /metrics port and, beside SGLang, the LMCache MP worker's."""
+    out["metadata"]["annotations"] = {**out["metadata"]["annotations"], **ports}
+    out["metadata"]["labels"] = {**out["metadata"]["labels"], c.LABEL_METRICS: "engine"}
+
+
+# So vLLM's /metrics collects LMCache's series from its other processes (vLLM + LMCache).
+MULTIPROC_DIR = {"name": "PROMETHEUS_MULTIPROC_DIR", "value": "/tmp/lmcache_prometheus"}
+
+
 def expect_vllm(
     p: dict[str, Any],
     *,
@@ -318,9 +344,13 @@ def expect_vllm(
     engine = out["spec"]["containers"][0]
     engine["args"] = [*engine.get("args", []), "--kv-transfer-config", CONNECTOR.format(role)]
     engine["env"] = [*engine.get("env", []), *(env if env is not None else vllm_env())]
+    if not any(var["name"] == MULTIPROC_DIR["name"] for var in engine["env"]):
+        engine["env"].append(MULTIPROC_DIR)
     out["spec"]["containers"].append(sub or subscriber())
     out["metadata"]["annotations"] = stamped(p, key)
     with_uid_label(out)
+    port = flag_value(engine["args"], "--port", "8000")
+    with_metrics_scrape(out, {c.ANNOTATION_METRICS_PORT: port})
     return out
 
 
@@ -730,6 +760,7 @@ def test_pw_existing_colliding_args_and_env_converge(hook: Webhook) -> None:
         {"name": "LMCACHE_LOCAL_CPU", "value": "True"},
         {"name": "LMCACHE_MAX_LOCAL_CPU_SIZE", "value": "4.0"},
         {"name": "INFERENCECACHE_FAIL_OPEN", "value": "true"},
+        MULTIPROC_DIR,
     ]
 
 
@@ -753,13 +784,17 @@ def test_pw_already_wired_pod_from_another_backend_converges(hook: Webhook) -> N
 
 def test_pw_deployment_pod_metadata_untouched(hook: Webhook) -> None:
     # Pods from Deployments: generateName, ownerReferences and labels are not ours
-    # (the one label added is the injected-by-uid selection label).
+    # (the labels added are the injected-by-uid selection label and the PodMonitor's).
     hook.write(backend())
     p = pod()
     result, _ = hook.admit(p)
     for key in ("generateName", "ownerReferences", "namespace"):
         assert result["metadata"][key] == p["metadata"][key]
-    assert result["metadata"]["labels"] == {**p["metadata"]["labels"], UID_LABEL: UID}
+    assert result["metadata"]["labels"] == {
+        **p["metadata"]["labels"],
+        UID_LABEL: UID,
+        c.LABEL_METRICS: "engine",
+    }
     assert "name" not in result["metadata"]
 
 
@@ -915,6 +950,10 @@ def expect_sglang(
     out["spec"]["containers"].append(subscriber(hash_scheme="sglang"))
     out["metadata"]["annotations"] = stamped(p, key)
     with_uid_label(out)
+    ports = {c.ANNOTATION_CACHE_METRICS_PORT: "9090"}
+    if "--enable-metrics" in engine["args"]:
+        ports[c.ANNOTATION_METRICS_PORT] = flag_value(engine["args"], "--port", "30000")
+    with_metrics_scrape(out, ports)
     inits = out["spec"].setdefault("initContainers", [])
     inits.append({"name": "lmcache-mp-worker"})  # compared by worker_shape()
     if worker_args is not None:
@@ -1532,7 +1571,7 @@ def test_ov_env_new_name_is_appended(hook: Webhook) -> None:
     secret = {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "t"}}}
     hook.write(overrides_backend(env=[extra, secret]))
     result, _ = hook.admit(pod())
-    assert result == expect_vllm(pod(), env=[*vllm_env(), extra, secret])
+    assert result == expect_vllm(pod(), env=[*vllm_env(), MULTIPROC_DIR, extra, secret])
 
 
 def test_ov_env_override_the_api_server_would_reject_fails_open(hook: Webhook) -> None:
@@ -1748,5 +1787,9 @@ def test_pw_backend_without_uid_still_stamps_both_annotations(hook: Webhook) -> 
     hook.write(backend(uid=None))
     p = pod(annotations={INJECTED_BY_UID: "forged"})
     result, _ = hook.admit(p)
-    assert result["metadata"]["annotations"] == {INJECTED_BY: f"{NS}/cache", INJECTED_BY_UID: ""}
+    assert result["metadata"]["annotations"] == {
+        INJECTED_BY: f"{NS}/cache",
+        INJECTED_BY_UID: "",
+        c.ANNOTATION_METRICS_PORT: "8000",
+    }
     assert result["spec"] == expect_vllm(pod())["spec"]

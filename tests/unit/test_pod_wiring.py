@@ -343,7 +343,12 @@ def test_injected_by_uid_label_beside_the_annotations_selects_the_backends_pods(
     pod = make_pod(labels={"app": "engine", "team": "a"})
     result = wire_pod(pod, [make_backend(uid=uid)], CTX)
     assert result.outcome == OUTCOME_INJECTED
-    assert labels_of(result.pod) == {"app": "engine", "team": "a", c.LABEL_INJECTED_BY_UID: uid}
+    assert labels_of(result.pod) == {
+        "app": "engine",
+        "team": "a",
+        c.LABEL_INJECTED_BY_UID: uid,
+        c.LABEL_METRICS: c.LABEL_METRICS_ENGINE,
+    }
     got = annotations_of(result.pod)
     assert (got[c.ANNOTATION_INJECTED_BY], got[c.ANNOTATION_INJECTED_BY_UID]) == (
         f"{NS}/cache",
