@@ -148,3 +148,11 @@ EVENT_LMCACHE_VERSION_SKEW: Final = "LMCacheVersionSkew"
 EVENT_ENGINE_VERSION_BELOW_MINIMUM: Final = "EngineVersionBelowMinimum"
 EVENT_INJECTED_BY_CACHE_BACKEND: Final = "InjectedByCacheBackend"
 EVENT_SKIPPED_BY_OPERATOR: Final = "SkippedByOperator"
+
+# Host memory that fits: the engine processes the pod's host-memory budget was divided
+# by (or why they could not be read), and the engine-side advisory condition, reason
+# and Warning Event when an injected pod's container limit cannot hold what it pins.
+ANNOTATION_HOST_MEMORY_PROCESSES: Final = "inferencecache.io/host-memory-processes"
+COND_ENGINE_HOST_MEMORY: Final = "EngineHostMemory"
+REASON_PINNED_HOST_MEMORY_OVER_LIMIT: Final = "PinnedHostMemoryOverLimit"
+EVENT_PINNED_HOST_MEMORY_OVER_LIMIT: Final = "PinnedHostMemoryOverLimit"

@@ -59,6 +59,7 @@ from shared.jsoncopy import json_copy
 from shared.runtime_adapters import kernel_check, registry, subscriber
 from shared.runtime_adapters.base import InjectContext, InjectionRejectedError, RuntimeAdapter
 from shared.runtime_adapters.engine import EngineLocator, candidate_indexes
+from shared.runtime_adapters.host_memory_fit import host_memory_warnings
 from shared.runtime_adapters.overrides import apply_engine_overrides
 from shared.runtime_adapters.podcheck import introduced_problems
 from shared.runtime_adapters.podspec import cli_tokens, find_flag
@@ -122,6 +123,8 @@ class WiringResult:
     reason: str
     message: str
     backend: str | None = None  # <namespace>/<name> of the selected CacheBackend
+    # Admission warnings: a wired container that cannot hold the host memory it pins.
+    warnings: tuple[str, ...] = ()
 
 
 class BindingError(Exception):
@@ -180,10 +183,9 @@ def strip_decision_annotations(pod: dict[str, Any]) -> None:
     """Drop the webhook's decision annotations (and the injected-by-uid label) a pod
     may carry from its template."""
     annotations = _annotations(pod)
-    if any(key in annotations for key in DECISION_ANNOTATIONS):
-        _set_annotations(
-            pod, {k: v for k, v in annotations.items() if k not in DECISION_ANNOTATIONS}
-        )
+    stale = (*DECISION_ANNOTATIONS, c.ANNOTATION_HOST_MEMORY_PROCESSES)
+    if any(key in annotations for key in stale):
+        _set_annotations(pod, {k: v for k, v in annotations.items() if k not in stale})
     _set_label(pod, c.LABEL_INJECTED_BY_UID, None)
 
 
@@ -596,4 +598,8 @@ def finish_injected(
             key,
         )
     stamp_injected(wired, backend)
-    return WiringResult(wired, OUTCOME_INJECTED, reason, message, key)
+    processes = _annotations(wired).get(c.ANNOTATION_HOST_MEMORY_PROCESSES) or ""
+    if "unreadable" in processes:
+        message += f"; host-memory budget sized for one engine process: {processes}"
+    warnings = tuple(host_memory_warnings(wired))
+    return WiringResult(wired, OUTCOME_INJECTED, reason, message, key, warnings)
