@@ -14,10 +14,11 @@ Modes (``backend_mode``) and what each publishes:
 =================  =========================================================
 Managed            Ready, Degraded, Progressing (+FunctionalProbeOK, T2Degraded,
                    EngineKernelsHealthy, EngineCompatibility,
-                   EngineVersionBelowMinimum, LMCacheVersionSkew [LMCacheServer])
+                   EngineVersionBelowMinimum, LMCacheVersionSkew [LMCacheServer],
+                   EngineHostMemory)
 HostOnly           Ready, Degraded, Progressing (base reason HostOnlyActive)
                    (+EngineKernelsHealthy, EngineCompatibility,
-                   EngineVersionBelowMinimum: engine-side)
+                   EngineVersionBelowMinimum, EngineHostMemory: engine-side)
 EventsOnly         exactly Ready, Degraded, Progressing (base EventsOnlyActive)
 External           Ready + Progressing only (ExternalEndpoint* reasons)
 HiCache            Progressing only (no Ready by design; see ``hicache_conditions``)
@@ -34,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from reconciler import version_skew
+from reconciler.host_memory import engine_host_memory_condition
 from reconciler.conditions import (
     FALSE,
     TRUE,
@@ -107,6 +109,7 @@ ALLOWED_TYPES: Final[dict[Mode, frozenset[str]]] = {
             c.COND_ENGINE_COMPATIBILITY,
             c.COND_ENGINE_VERSION_BELOW_MINIMUM,
             c.COND_LMCACHE_VERSION_SKEW,
+            c.COND_ENGINE_HOST_MEMORY,
         }
     ),
     Mode.HOST_ONLY: frozenset(
@@ -117,6 +120,7 @@ ALLOWED_TYPES: Final[dict[Mode, frozenset[str]]] = {
             c.COND_ENGINE_KERNELS_HEALTHY,
             c.COND_ENGINE_COMPATIBILITY,
             c.COND_ENGINE_VERSION_BELOW_MINIMUM,
+            c.COND_ENGINE_HOST_MEMORY,
         }
     ),
     Mode.EVENTS_ONLY: frozenset({c.COND_READY, c.COND_DEGRADED, c.COND_PROGRESSING}),
@@ -138,6 +142,7 @@ ADVISORY_TYPES: Final = frozenset(
         c.COND_ENGINE_COMPATIBILITY,
         c.COND_ENGINE_VERSION_BELOW_MINIMUM,
         c.COND_LMCACHE_VERSION_SKEW,
+        c.COND_ENGINE_HOST_MEMORY,
     }
 )
 
@@ -1039,7 +1044,10 @@ def engine_advisory_rules(
     compatibility = engine_compatibility_condition(
         pods, find(prev_conditions, c.COND_ENGINE_COMPATIBILITY)
     )
-    extra = [x for x in (kernels, compatibility) if x is not None]
+    host_memory = engine_host_memory_condition(
+        pods, find(prev_conditions, c.COND_ENGINE_HOST_MEMORY)
+    )
+    extra = [x for x in (kernels, compatibility, host_memory) if x is not None]
     extra.extend(engine_version_conditions(cb, mode, observed, prev_conditions))
     return verdict, extra
 
