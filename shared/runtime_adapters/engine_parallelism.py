@@ -12,10 +12,11 @@ vLLM (rules read from the pinned releases' ``engine/arg_utils.py`` and
   ...``, or, for a container with ``args`` and no ``command``, the entrypoint of the
   ``vllm/vllm-openai`` image (``vllm serve``);
 - ``vllm_processes_per_pod``: tensor-parallel x pipeline-parallel (x prefill
-  context-parallel, 0.33) x the data-parallel ranks in the pod, divided by the nodes a
-  multi-node launch spans. The in-pod data-parallel ranks are ``-dpl`` when given, else
-  1 for a pod that is one rank of a wider data-parallel deployment (``-dpn``), else
-  ``-dp``;
+  context-parallel, 0.33) x the data-parallel ranks in the pod; a multi-node launch
+  (``--nnodes``, 0.33) divides the whole DP x TP x PP x PCP world by the nodes it
+  spans. The in-pod data-parallel ranks are 1 for a pod that is one rank of a wider
+  data-parallel deployment (``-dpn``, or 0.33's ``--data-parallel-external-lb``), else
+  ``-dpl`` when given, else ``-dp``;
 - each flag as ``--flag N``, ``--flag=N`` (vLLM's parser also takes ``_`` for ``-`` in
   a long flag), the last occurrence winning, as in argparse.
 
@@ -52,6 +53,10 @@ DP: Final = "data-parallel"
 DPL: Final = "data-parallel-local"
 DP_RANK: Final = "data-parallel-rank"
 NNODES: Final = "nnodes"
+# vLLM 0.33: the boolean external load-balancer mode (one data-parallel rank per
+# instance), and its argparse negation.
+DP_EXTERNAL_LB: Final = "--data-parallel-external-lb"
+NO_DP_EXTERNAL_LB: Final = "--no-data-parallel-external-lb"
 VLLM_PARALLEL_FLAGS: Final[dict[str, tuple[str, ...]]] = {
     TP: ("--tensor-parallel-size", "-tp"),
     PP: ("--pipeline-parallel-size", "-pp"),
@@ -179,12 +184,17 @@ def _other_spelling(name: str, table: dict[str, tuple[str, ...]]) -> bool:
     return False
 
 
-def _positive(flag: str, value: str) -> int:
+# Dimensions whose value is an index (a rank), where 0 is valid.
+INDEX_DIMENSIONS: Final = frozenset({DP_RANK})
+
+
+def _integer(flag: str, value: str, minimum: int) -> int:
     if "$(" in value and "$$(" not in value:
         raise UnreadableError(f"{flag} {value!r} is an unexpanded $(VAR)")
     text = value.strip()
-    if not text.isdigit() or int(text) < 1:
-        raise UnreadableError(f"{flag} {value!r} is not a positive integer")
+    if not text.isdigit() or int(text) < minimum:
+        kind = "a non-negative" if minimum == 0 else "a positive"
+        raise UnreadableError(f"{flag} {value!r} is not {kind} integer")
     return int(text)
 
 
@@ -210,13 +220,14 @@ def parallel_flags(args: list[str], table: dict[str, tuple[str, ...]]) -> dict[s
                 raise UnreadableError(f"{token!r} is not a parallelism spelling read here")
             i += 1
             continue
+        minimum = 0 if dimension in INDEX_DIMENSIONS else 1
         if eq:
-            found[dimension] = _positive(name, inline)
+            found[dimension] = _integer(name, inline, minimum)
             i += 1
             continue
         if i + 1 >= len(args):
             raise UnreadableError(f"{name} has no value")
-        found[dimension] = _positive(name, args[i + 1])
+        found[dimension] = _integer(name, args[i + 1], minimum)
         i += 2
     return found
 
@@ -234,18 +245,34 @@ def _per_node(world: int, nodes: int) -> int:
     return world // nodes
 
 
-def vllm_processes_per_pod(flags: dict[str, int]) -> int:
-    """TP x PP x PCP per data-parallel rank, over the nodes it spans, times the
-    data-parallel ranks this pod runs."""
+def external_lb(args: list[str]) -> bool:
+    """The last of ``--data-parallel-external-lb`` / its ``--no-`` form wins."""
+    on = False
+    for token in args:
+        name = _normal(token.split("=", 1)[0])
+        if name == DP_EXTERNAL_LB:
+            on = True
+        elif name == NO_DP_EXTERNAL_LB:
+            on = False
+    return on
+
+
+def vllm_processes_per_pod(flags: dict[str, int], external: bool = False) -> int:
+    """The worker processes one pod runs (vLLM's ``create_engine_config``): a
+    data-parallel rank is TP x PP x PCP workers (``ParallelConfig.world_size``).
+
+    - ``--nnodes N`` > 1 (0.33): the DP x TP x PP x PCP ranks spread evenly over the N
+      nodes, this pod running its share (vLLM refuses a share that is not whole);
+    - else one rank per pod in external load-balancer mode (``-dpn`` given, or
+      ``--data-parallel-external-lb``), else ``-dpl`` ranks when given, else all
+      ``-dp`` ranks."""
     world = flags.get(TP, 1) * flags.get(PP, 1) * flags.get(PCP, 1)
-    world = _per_node(world, flags.get(NNODES, 1))
-    if DPL in flags:
-        local_dp = flags[DPL]
-    elif DP_RANK in flags:
-        local_dp = 1
-    else:
-        local_dp = flags.get(DP, 1)
-    return world * local_dp
+    nodes = flags.get(NNODES, 1)
+    if nodes > 1:
+        return _per_node(world * flags.get(DP, 1), nodes)
+    if external or DP_RANK in flags:
+        return world
+    return world * flags.get(DPL, flags.get(DP, 1))
 
 
 def vllm_process_count(container: dict[str, Any], extra_args: list[str] | None = None) -> ProcessCount:
@@ -253,7 +280,8 @@ def vllm_process_count(container: dict[str, Any], extra_args: list[str] | None =
     engineOverrides.args, appended after the container's own)."""
     try:
         args = [*vllm_engine_args(container), *(extra_args or [])]
-        return ProcessCount(vllm_processes_per_pod(parallel_flags(args, VLLM_PARALLEL_FLAGS)))
+        flags = parallel_flags(args, VLLM_PARALLEL_FLAGS)
+        return ProcessCount(vllm_processes_per_pod(flags, external_lb(args)))
     except UnreadableError as exc:
         return ProcessCount(1, str(exc))
 

@@ -10,7 +10,10 @@ the wiring adds host memory to:
   the pod's worker processes (``engine_parallelism.vllm_process_count``; one when they
   cannot be read);
 - the ``lmcache-mp-worker`` sidecar (SGLang + LMCache): its ``--l1-size-gb`` GiB, once
-  (one process; the L1 lives in the memory-backed ``lmcache-dshm`` volume it writes);
+  (one process), judged against the engine container that shares the worker's
+  ``/dev/shm`` volume (``lmcache-dshm``, memory-backed, where the L1 lives): that is
+  the container the operator sizes (the worker's own limit is rendered to hold its L1
+  and is never below it). Without such a container, against the worker's own limit;
 - an SGLang HiCache engine with ``--hicache-size``: that many GB (10^9 bytes) per rank,
   times the pod's ranks. ``--hicache-ratio`` is relative to the device pool and cannot
   be turned into bytes from the pod: no figure, no check.
@@ -37,6 +40,7 @@ MP_WORKER: Final = "lmcache-mp-worker"
 L1_SIZE_FLAG: Final = "--l1-size-gb"
 HICACHE_ENABLE: Final = "--enable-hierarchical-cache"
 HICACHE_SIZE: Final = "--hicache-size"
+SHM_PATH: Final = "/dev/shm"
 GIB: Final = 1024**3
 GB: Final = 10**9
 
@@ -121,7 +125,7 @@ def mp_worker_pin(container: dict[str, Any]) -> PinnedHostMemory | None:
     size = _number(_last_value(cli_tokens(container), L1_SIZE_FLAG))
     if size is None:
         return None
-    how = f"L1 {L1_SIZE_FLAG} {size} in lmcache-dshm"
+    how = f"{MP_WORKER} L1 {L1_SIZE_FLAG} {size} in /dev/shm"
     return PinnedHostMemory(str(container.get("name")), int(size * GIB), how)
 
 
@@ -157,8 +161,37 @@ def pinned_host_memory(pod: dict[str, Any]) -> list[PinnedHostMemory]:
         if isinstance(container, dict) and container.get("name") == MP_WORKER:
             pin = mp_worker_pin(container)
             if pin is not None:
-                out.append(_with_limit(pin, container))
+                out += _l1_sharers(pin, container, spec.get("containers") or [])
     return out
+
+
+def _shm_volume(container: dict[str, Any]) -> str | None:
+    for mount in container.get("volumeMounts") or []:
+        if isinstance(mount, dict) and str(mount.get("mountPath") or "").rstrip("/") == SHM_PATH:
+            return str(mount.get("name"))
+    return None
+
+
+def _l1_sharers(
+    pin: PinnedHostMemory, worker: dict[str, Any], containers: list[Any]
+) -> list[PinnedHostMemory]:
+    """The MP worker's L1, on each engine container sharing its /dev/shm volume (else
+    on the worker)."""
+    volume = _shm_volume(worker)
+    sharers = [
+        ct
+        for ct in containers
+        if isinstance(ct, dict)
+        and ct.get("name") != SUBSCRIBER_CONTAINER
+        and volume is not None
+        and _shm_volume(ct) == volume
+    ]
+    if not sharers:
+        return [_with_limit(pin, worker)]
+    return [
+        _with_limit(PinnedHostMemory(str(ct.get("name")), pin.pinned_bytes, pin.how), ct)
+        for ct in sharers
+    ]
 
 
 def pinned_host_memory_exceeds_limit(pod: dict[str, Any]) -> list[PinnedHostMemory]:
