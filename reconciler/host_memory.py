@@ -72,4 +72,3 @@ def engine_host_memory_condition(
         "resources.limits.memory or lower spec.lmCache.hostMemory.capacity "
         "(spec.hiCache.sizeGB for HiCache).",
     )
-

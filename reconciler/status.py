@@ -35,7 +35,6 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from reconciler import version_skew
-from reconciler.host_memory import engine_host_memory_condition
 from reconciler.conditions import (
     FALSE,
     TRUE,
@@ -55,6 +54,7 @@ from reconciler.engine_pods import (
     KERNEL_PENDING,
     InjectedPodsObservation,
 )
+from reconciler.host_memory import engine_host_memory_condition
 from reconciler.ownership import (
     NAME_CONFLICT_REQUEUE_SECONDS,
     REASON_NAME_CONFLICT,

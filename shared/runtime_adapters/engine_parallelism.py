@@ -275,7 +275,9 @@ def vllm_processes_per_pod(flags: dict[str, int], external: bool = False) -> int
     return world * flags.get(DPL, flags.get(DP, 1))
 
 
-def vllm_process_count(container: dict[str, Any], extra_args: list[str] | None = None) -> ProcessCount:
+def vllm_process_count(
+    container: dict[str, Any], extra_args: list[str] | None = None
+) -> ProcessCount:
     """The vLLM worker processes of a pod running ``container`` (``extra_args``:
     engineOverrides.args, appended after the container's own)."""
     try:

@@ -149,7 +149,8 @@ def _with_limit(pin: PinnedHostMemory, container: dict[str, Any]) -> PinnedHostM
 
 def pinned_host_memory(pod: dict[str, Any]) -> list[PinnedHostMemory]:
     """Every container of the pod the cache wiring adds pinned host memory to."""
-    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
+    raw = pod.get("spec")
+    spec: dict[str, Any] = raw if isinstance(raw, dict) else {}
     out: list[PinnedHostMemory] = []
     for container in spec.get("containers") or []:
         if not isinstance(container, dict) or container.get("name") == SUBSCRIBER_CONTAINER:

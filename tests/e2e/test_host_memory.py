@@ -82,7 +82,9 @@ def tp4_deployment(memory_limit: str) -> dict[str, Any]:
 
 def events(cluster: Cluster, ns: str) -> list[dict[str, Any]]:
     return [
-        e for e in cluster.events(ns, "cb") if e.get("reason") == c.EVENT_PINNED_HOST_MEMORY_OVER_LIMIT
+        e
+        for e in cluster.events(ns, "cb")
+        if e.get("reason") == c.EVENT_PINNED_HOST_MEMORY_OVER_LIMIT
     ]
 
 
@@ -144,11 +146,13 @@ def test_tp4_pod_over_its_limit_is_flagged_once_and_a_fitting_one_is_not(
         if cond["type"] == c.COND_ENGINE_HOST_MEMORY
     )  # fmt: skip
     assert pod["metadata"]["name"] in message
-    assert "pins 32 GiB" in message and "16Gi" in message
+    assert "pins 32 GiB" in message
+    assert "16Gi" in message
     assert condition(obj, c.COND_READY) == ("True", c.REASON_HOST_ONLY_ACTIVE)
     poll(lambda: len(events(cluster, short_ns)) == 1, timeout=60, what="the Warning Event")
     (event,) = events(cluster, short_ns)
-    assert event["type"] == "Warning" and pod["metadata"]["name"] in event["message"]
+    assert event["type"] == "Warning"
+    assert pod["metadata"]["name"] in event["message"]
     # Later reconciles keep the condition and record no second Event.
     obj = reconciled_since(stack, cluster, short_ns, "cb")
     assert condition(obj, c.COND_ENGINE_HOST_MEMORY) == (

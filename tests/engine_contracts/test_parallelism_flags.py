@@ -40,15 +40,18 @@ def test_vllm_flag_and_aliases_are_the_releases(set_name: str, dimension: str) -
     assert present == list(spellings), (set_name, dimension, present)
     flag = flags[spellings[0]]
     assert set(flag.names) == set(spellings), (set_name, flag.names)
-    assert flag.takes_value and flag.type == "int", (set_name, flag)
+    assert flag.takes_value, (set_name, flag)
+    assert flag.type == "int", (set_name, flag)
 
 
 @pytest.mark.parametrize("set_name", sorted(SETS))
 def test_newest_vllm_adds_prefill_context_parallel_and_nnodes(set_name: str) -> None:
     flags = releases(set_name).vllm.flags
     if vllm_version(set_name) != "0.11.0":
-        assert "-pcp" in flags and "-n" in flags
-        assert ep.DP_EXTERNAL_LB in flags and ep.NO_DP_EXTERNAL_LB in flags
+        assert "-pcp" in flags
+        assert "-n" in flags
+        assert ep.DP_EXTERNAL_LB in flags
+        assert ep.NO_DP_EXTERNAL_LB in flags
 
 
 @pytest.mark.parametrize("set_name", sorted(SETS))
@@ -74,9 +77,7 @@ def world_size_factors(set_name: str) -> set[str]:
             continue
         target = node.targets[0]
         if isinstance(target, ast.Attribute) and target.attr == "world_size":
-            return {
-                n.attr for n in ast.walk(node.value) if isinstance(n, ast.Attribute)
-            }
+            return {n.attr for n in ast.walk(node.value) if isinstance(n, ast.Attribute)}
     raise AssertionError(f"{set_name}: no self.world_size = ... in {PARALLEL_MODULE}")
 
 

@@ -66,7 +66,9 @@ def test_vllm_flag_forms(args: list[str], processes: int) -> None:
         container(command=["/usr/local/bin/vllm", "serve", "m"], args=["-tp", "4"]),
         container(command=[*API_SERVER, "--tensor-parallel-size", "4"]),
         container(command=["python", "-m", "vllm.entrypoints.openai.api_server"], args=["-tp=4"]),
-        container(command=["python3.12", "-u", "-m", "vllm.entrypoints.openai.api_server", "-tp", "4"]),
+        container(
+            command=["python3.12", "-u", "-m", "vllm.entrypoints.openai.api_server", "-tp", "4"]
+        ),
         container(image="vllm/vllm-openai:v0.11.0", args=["--model", "m", "-tp", "4"]),
         container(image="docker.io/vllm/vllm-openai:v0.33.0", args=["m", "-tp", "4"]),
         container(image="vllm/vllm-openai@sha256:abc", args=["-tp", "4"]),
@@ -117,7 +119,8 @@ def test_vllm_unreadable_counts_size_for_one_process(c: dict[str, Any], why: str
     """A count that cannot be read is one process, with the reason."""
     count = vllm_process_count(c)
     assert count.count == 1
-    assert count.unreadable is not None and why in count.unreadable
+    assert count.unreadable is not None
+    assert why in count.unreadable
     assert count.describe().startswith("1 (unreadable: ")
 
 

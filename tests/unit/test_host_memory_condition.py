@@ -66,7 +66,8 @@ def test_condition_names_pods_and_numbers_and_never_gates_ready() -> None:
     st = o["status"]
     assert cond(st, c.COND_ENGINE_HOST_MEMORY) == ("False", c.REASON_PINNED_HOST_MEMORY_OVER_LIMIT)
     message = (find(st["conditions"], c.COND_ENGINE_HOST_MEMORY) or {})["message"]
-    assert "a: container vllm pins 32 GiB" in message and "16Gi" in message
+    assert "a: container vllm pins 32 GiB" in message
+    assert "16Gi" in message
     assert cond(st, c.COND_READY) == ("True", c.REASON_HOST_ONLY_ACTIVE)
 
 
@@ -74,7 +75,9 @@ def test_fitting_pods_get_no_condition_and_no_event() -> None:
     o = step(obj(HOST_ONLY, annotations=NO_GATE), observed(engine_pod("a", "64Gi")))
     assert cond(o["status"], c.COND_ENGINE_HOST_MEMORY) is None
     assert not [
-        e for e in transition_events(None, o["status"]) if e.reason == c.EVENT_PINNED_HOST_MEMORY_OVER_LIMIT
+        e
+        for e in transition_events(None, o["status"])
+        if e.reason == c.EVENT_PINNED_HOST_MEMORY_OVER_LIMIT
     ]
 
 
@@ -82,14 +85,17 @@ def test_event_once_per_transition_and_preserved_on_a_failed_list() -> None:
     o0 = step(obj(HOST_ONLY, annotations=NO_GATE), observed())
     o1 = step(o0, observed(engine_pod("a", "16Gi")))
     events = [
-        (e.type, e.reason) for e in transition_events(o0["status"], o1["status"])
+        (e.type, e.reason)
+        for e in transition_events(o0["status"], o1["status"])
         if e.reason == c.EVENT_PINNED_HOST_MEMORY_OVER_LIMIT
     ]
     assert events == [("Warning", c.EVENT_PINNED_HOST_MEMORY_OVER_LIMIT)]
     o2 = step(o1, observed(engine_pod("a", "16Gi"), engine_pod("b", "8Gi")))  # new message
     assert transition_events(o1["status"], o2["status"]) == []
     o3 = step(o2, None)  # the pods could not be listed: kept, silent
-    assert cond(o3["status"], c.COND_ENGINE_HOST_MEMORY) == cond(o2["status"], c.COND_ENGINE_HOST_MEMORY)
+    assert cond(o3["status"], c.COND_ENGINE_HOST_MEMORY) == cond(
+        o2["status"], c.COND_ENGINE_HOST_MEMORY
+    )
     assert transition_events(o2["status"], o3["status"]) == []
     o4 = step(o3, observed(engine_pod("a", "64Gi")))  # fixed: the condition goes
     assert cond(o4["status"], c.COND_ENGINE_HOST_MEMORY) is None

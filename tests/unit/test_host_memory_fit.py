@@ -23,10 +23,10 @@ from shared.runtime_adapters.host_memory_fit import (
     pinned_host_memory,
     pinned_host_memory_exceeds_limit,
 )
-from webhook_svc.admission_review import AdmissionRequest, parse_review
-from webhook_svc.pod_admission import mutate_pod
 from tests.builders import NS, admission_review, annotations_of, backend, container, env_of, pod
 from tests.samples import SAMPLES_DIR
+from webhook_svc.admission_review import AdmissionRequest, parse_review
+from webhook_svc.pod_admission import mutate_pod
 
 GIB = 1024**3
 CTX = InjectContext()
@@ -107,7 +107,8 @@ def test_vllm_sample_pins_the_budget_and_warns_exactly_when_the_limit_cannot_hol
     assert bool(report["warnings"]) is over, report["warnings"]
     if over:
         (warning,) = report["warnings"]
-        assert "'vllm'" in warning and f"resources.limits.memory {limit}" in warning
+        assert "'vllm'" in warning
+        assert f"resources.limits.memory {limit}" in warning
         assert f"Warning: Deployment default/vllm-llama: {warning}" in report["stderr"]
 
 
@@ -134,10 +135,13 @@ def test_sglang_mp_worker_holds_the_whole_budget_once(
     assert bool(report["warnings"]) is over
     if over:
         (warning,) = report["warnings"]
-        assert "'sglang' pins 32 GiB" in warning and "lmcache-mp-worker L1" in warning
+        assert "'sglang' pins 32 GiB" in warning
+        assert "lmcache-mp-worker L1" in warning
 
 
-def vllm_pod(limit: str | None, *args: str, env: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def vllm_pod(
+    limit: str | None, *args: str, env: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
     resources = {"limits": {"memory": limit}} if limit else {}
     return pod(
         container(
@@ -167,7 +171,8 @@ def test_the_webhook_admits_wires_and_warns() -> None:
     assert outcome == OUTCOME_INJECTED
     assert response["response"].get("patch")
     (warning,) = response["response"]["warnings"]
-    assert "'vllm' pins 32 GiB" in warning and "resources.limits.memory 16Gi" in warning
+    assert "'vllm' pins 32 GiB" in warning
+    assert "resources.limits.memory 16Gi" in warning
     assert len(warning) <= 256  # the API server's bound on one warning
 
 
@@ -175,13 +180,16 @@ def test_operator_lmcache_size_is_not_divided_but_counted_per_process() -> None:
     """LMCACHE_MAX_LOCAL_CPU_SIZE through engineOverrides.env is the operator's per-process
     value: not divided, and the check counts it times the processes."""
     cb = host_backend(
-        integration={"engineOverrides": {"env": [{"name": "LMCACHE_MAX_LOCAL_CPU_SIZE", "value": "10"}]}}
+        integration={
+            "engineOverrides": {"env": [{"name": "LMCACHE_MAX_LOCAL_CPU_SIZE", "value": "10"}]}
+        }
     )
     result = wire_pod(vllm_pod("32Gi", "-tp", "4"), [cb], CTX)
     engine = result.pod["spec"]["containers"][0]
     assert env_of(engine)["LMCACHE_MAX_LOCAL_CPU_SIZE"] == "10"
     (warning,) = result.warnings
-    assert "pins 40 GiB" in warning and "x 4 processes" in warning
+    assert "pins 40 GiB" in warning
+    assert "x 4 processes" in warning
 
 
 def test_unreadable_count_is_annotated_logged_and_sized_for_one_process() -> None:
@@ -205,16 +213,22 @@ def test_read_count_is_annotated_and_one_process_is_not() -> None:
 def hicache_pod(limit: str | None, *args: str) -> dict[str, Any]:
     resources = {"limits": {"memory": limit}} if limit else {}
     command = ["python3", "-m", "sglang.launch_server", "--model-path", "m", *args]
-    return pod(container("sglang", image="lmsysorg/sglang:v0.5.13", command=command, resources=resources))
+    return pod(
+        container("sglang", image="lmsysorg/sglang:v0.5.13", command=command, resources=resources)
+    )
 
 
 def test_hicache_size_is_per_rank() -> None:
     """--hicache-size is GB (10^9 bytes) per rank: sizeGB x ranks against the limit."""
-    p = hicache_pod("100Gi", "--tp-size", "4", "--enable-hierarchical-cache", "--hicache-size", "30")
+    p = hicache_pod(
+        "100Gi", "--tp-size", "4", "--enable-hierarchical-cache", "--hicache-size", "30"
+    )
     (pin,) = pinned_host_memory_exceeds_limit(p)
     assert pin.pinned_bytes == 4 * 30 * 10**9
     assert "x 4 ranks" in host_memory_warning(pin)
-    fits = hicache_pod("120Gi", "--tp-size", "4", "--enable-hierarchical-cache", "--hicache-size", "30")
+    fits = hicache_pod(
+        "120Gi", "--tp-size", "4", "--enable-hierarchical-cache", "--hicache-size", "30"
+    )
     assert pinned_host_memory_exceeds_limit(fits) == []
 
 
@@ -228,4 +242,5 @@ def test_hicache_backend_wiring_warns_through_the_webhook() -> None:
     result = wire_pod(hicache_pod("32Gi", "--tp-size", "2"), [cb], CTX)
     assert result.outcome == OUTCOME_INJECTED
     (warning,) = result.warnings
-    assert "'sglang' pins" in warning and "--hicache-size 20 GB x 2 ranks" in warning
+    assert "'sglang' pins" in warning
+    assert "--hicache-size 20 GB x 2 ranks" in warning
