@@ -101,7 +101,9 @@ def test_vllm_world_size_per_data_parallel_rank(set_name: str) -> None:
 def test_sglang_flags_are_the_releases(set_name: str, dimension: str) -> None:
     """The SGLang rank flags (HiCache's --hicache-size is per rank) are the release's."""
     flags = releases(set_name).sglang.flags
-    for spelling in ep.SGLANG_PARALLEL_FLAGS[dimension]:
+    spellings = ep.SGLANG_PARALLEL_FLAGS[dimension]
+    for spelling in spellings:
         assert spelling in flags, (set_name, spelling)
         assert flags[spelling].takes_value, (set_name, spelling)
+        assert set(flags[spelling].names) == set(spellings), (set_name, flags[spelling].names)
     assert ep.SGLANG_DP_ATTENTION in flags
