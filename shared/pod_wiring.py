@@ -201,8 +201,22 @@ def stamp_injected(pod: dict[str, Any], backend: CacheBackend) -> None:
         annotations[c.ANNOTATION_LMCACHE_KERNEL_CHECK_MODE] = mode
     else:
         annotations.pop(c.ANNOTATION_LMCACHE_KERNEL_CHECK_MODE, None)
+    if not divides_host_memory(backend):
+        # Only the vLLM adapter divides the budget (and converges this annotation).
+        annotations.pop(c.ANNOTATION_HOST_MEMORY_PROCESSES, None)
     _set_annotations(pod, annotations)
     _set_label(pod, c.LABEL_INJECTED_BY_UID, injected_by_uid_label(backend.metadata.uid))
+
+
+def divides_host_memory(backend: CacheBackend) -> bool:
+    """Whether the backend's wiring divides its host-memory budget among the engine's
+    processes (vLLM + LMCache, Offload)."""
+    spec = backend.spec
+    return (
+        spec.runtime == c.RUNTIME_VLLM
+        and effective.cache_type(spec) == c.TYPE_LMCACHE
+        and effective.integration_mode(spec) != c.MODE_EVENTS_ONLY
+    )
 
 
 def skip_inject_requested(pod: dict[str, Any]) -> bool:

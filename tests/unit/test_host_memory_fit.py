@@ -244,3 +244,20 @@ def test_hicache_backend_wiring_warns_through_the_webhook() -> None:
     (warning,) = result.warnings
     assert "'sglang' pins" in warning
     assert "--hicache-size 20 GB x 2 ranks" in warning
+
+
+def test_a_stale_processes_annotation_is_dropped_by_other_wirings() -> None:
+    """Only the vLLM wiring divides the budget: a copied annotation does not survive
+    another adapter or events-only."""
+    stale = {c.ANNOTATION_HOST_MEMORY_PROCESSES: "4"}
+    cb = backend(runtime=c.RUNTIME_SGLANG, type_=c.TYPE_SGLANG_HICACHE, hiCache={"sizeGB": 20})
+    p = hicache_pod(None, "--tp-size", "2")
+    p["metadata"]["annotations"] = stale
+    wired = wire_pod(p, [cb], CTX).pod
+    assert c.ANNOTATION_HOST_MEMORY_PROCESSES not in annotations_of(wired)
+    p = vllm_pod(None, "-tp", "4")
+    p["metadata"]["annotations"] = {c.ANNOTATION_HOST_MEMORY_PROCESSES: "1"}
+    assert (
+        annotations_of(wire_pod(p, [host_backend()], CTX).pod)[c.ANNOTATION_HOST_MEMORY_PROCESSES]
+        == "4"
+    )
