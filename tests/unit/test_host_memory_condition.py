@@ -99,3 +99,13 @@ def test_event_once_per_transition_and_preserved_on_a_failed_list() -> None:
     assert transition_events(o2["status"], o3["status"]) == []
     o4 = step(o3, observed(engine_pod("a", "64Gi")))  # fixed: the condition goes
     assert cond(o4["status"], c.COND_ENGINE_HOST_MEMORY) is None
+
+
+def test_events_only_flip_clears_it() -> None:
+    """Spec "Events-only mode": exactly Ready, Degraded, Progressing; an Offload to
+    EventsOnly flip drops the engine-side advisories, this one included."""
+    o = step(obj(HOST_ONLY, annotations=NO_GATE), observed(engine_pod("a", "16Gi")))
+    assert cond(o["status"], c.COND_ENGINE_HOST_MEMORY) is not None
+    o["spec"] = {**HOST_ONLY, "integration": {"mode": "EventsOnly"}}
+    flipped = step(o, observed(engine_pod("a", "16Gi")))
+    assert cond(flipped["status"], c.COND_ENGINE_HOST_MEMORY) is None
