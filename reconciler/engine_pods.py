@@ -17,6 +17,8 @@ these functions turn the raw pod dicts into the small observations
   absent when not installed); a verdict from before that field parses with none.
 - ``crash_looping_engine_containers``: the pod's containers other than the
   kvevent-subscriber whose waiting reason is CrashLoopBackOff.
+- host memory: the containers whose memory limit cannot hold the host memory the
+  wiring pins (``shared.runtime_adapters.host_memory_fit``).
 - ``server_pods``: the managed workload's pods, with the restart sum over the
   cache-server's own container names (the workload's pod template), so a crashing
   sidecar injected by another webhook is not counted.
@@ -40,6 +42,10 @@ from shared.client_versions import (
 from shared.labels import labels_match
 from shared.runtime_adapters import kernel_check
 from shared.runtime_adapters.engine import SUBSCRIBER_CONTAINER
+from shared.runtime_adapters.host_memory_fit import (
+    PinnedHostMemory,
+    pinned_host_memory_exceeds_limit,
+)
 
 CRASH_LOOP_BACK_OFF: Final = "CrashLoopBackOff"
 
@@ -74,11 +80,20 @@ class CrashLoop:
 
 
 @dataclass(frozen=True)
+class HostMemoryShortfall:
+    """An injected pod whose containers cannot hold the host memory the wiring pins."""
+
+    pod: str
+    containers: tuple[PinnedHostMemory, ...]
+
+
+@dataclass(frozen=True)
 class InjectedPodsObservation:
     """What the backend's injected engine pods show, sorted by pod name."""
 
     kernel_checks: tuple[KernelCheckReport, ...] = ()
     crash_loops: tuple[CrashLoop, ...] = ()
+    host_memory: tuple[HostMemoryShortfall, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -199,6 +214,7 @@ def observe_injected_pods(
     backend injected, in pod-name order so messages are stable across reconciles."""
     reports: list[KernelCheckReport] = []
     loops: list[CrashLoop] = []
+    short: list[HostMemoryShortfall] = []
     mine = [p for p in pods if injected_by_backend(p, namespace, name, uid) and not _terminating(p)]
     for pod in sorted(mine, key=lambda p: str(_meta(p).get("name"))):
         report = kernel_check_report(pod)
@@ -207,7 +223,10 @@ def observe_injected_pods(
         looping = crash_looping_engine_containers(pod)
         if looping:
             loops.append(CrashLoop(str(_meta(pod).get("name")), looping))
-    return InjectedPodsObservation(tuple(reports), tuple(loops))
+        over = pinned_host_memory_exceeds_limit(pod)
+        if over:
+            short.append(HostMemoryShortfall(str(_meta(pod).get("name")), tuple(over)))
+    return InjectedPodsObservation(tuple(reports), tuple(loops), tuple(short))
 
 
 # ------------------------------------------------------------------ cache-server pods

@@ -159,6 +159,20 @@ def engine_version_below_minimum_event(
     return None if msg is None else EventSpec(WARNING, c.EVENT_ENGINE_VERSION_BELOW_MINIMUM, msg)
 
 
+def pinned_host_memory_over_limit_event(
+    old: dict[str, Any], new: dict[str, Any]
+) -> EventSpec | None:
+    """Warning PinnedHostMemoryOverLimit once, when EngineHostMemory enters
+    False/PinnedHostMemoryOverLimit (a preserved condition is no transition)."""
+    o_status, o_reason, _ = _cond(old, c.COND_ENGINE_HOST_MEMORY)
+    n_status, n_reason, n_msg = _cond(new, c.COND_ENGINE_HOST_MEMORY)
+    entered = n_status == "False" and n_reason == c.REASON_PINNED_HOST_MEMORY_OVER_LIMIT
+    already = o_status == "False" and o_reason == c.REASON_PINNED_HOST_MEMORY_OVER_LIMIT
+    if entered and not already:
+        return EventSpec(WARNING, c.EVENT_PINNED_HOST_MEMORY_OVER_LIMIT, n_msg)
+    return None
+
+
 def name_conflict_event(old: dict[str, Any], new: dict[str, Any]) -> EventSpec | None:
     """Warning NameConflict when Ready enters NameConflict, or its message changes
     (a different set of foreign objects); an unchanged conflict stays silent."""
@@ -199,6 +213,7 @@ def transition_events(old: dict[str, Any] | None, new: dict[str, Any]) -> list[E
         injected_engine_crash_looping_event,
         lmcache_version_skew_event,
         engine_version_below_minimum_event,
+        pinned_host_memory_over_limit_event,
     ):
         event = rule(old, new)
         if event is not None:

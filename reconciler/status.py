@@ -14,10 +14,11 @@ Modes (``backend_mode``) and what each publishes:
 =================  =========================================================
 Managed            Ready, Degraded, Progressing (+FunctionalProbeOK, T2Degraded,
                    EngineKernelsHealthy, EngineCompatibility,
-                   EngineVersionBelowMinimum, LMCacheVersionSkew [LMCacheServer])
+                   EngineVersionBelowMinimum, LMCacheVersionSkew [LMCacheServer],
+                   EngineHostMemory)
 HostOnly           Ready, Degraded, Progressing (base reason HostOnlyActive)
                    (+EngineKernelsHealthy, EngineCompatibility,
-                   EngineVersionBelowMinimum: engine-side)
+                   EngineVersionBelowMinimum, EngineHostMemory: engine-side)
 EventsOnly         exactly Ready, Degraded, Progressing (base EventsOnlyActive)
 External           Ready + Progressing only (ExternalEndpoint* reasons)
 HiCache            Progressing only (no Ready by design; see ``hicache_conditions``)
@@ -53,6 +54,7 @@ from reconciler.engine_pods import (
     KERNEL_PENDING,
     InjectedPodsObservation,
 )
+from reconciler.host_memory import engine_host_memory_condition
 from reconciler.ownership import (
     NAME_CONFLICT_REQUEUE_SECONDS,
     NameConflict,
@@ -104,6 +106,7 @@ ALLOWED_TYPES: Final[dict[Mode, frozenset[str]]] = {
             c.COND_ENGINE_COMPATIBILITY,
             c.COND_ENGINE_VERSION_BELOW_MINIMUM,
             c.COND_LMCACHE_VERSION_SKEW,
+            c.COND_ENGINE_HOST_MEMORY,
         }
     ),
     Mode.HOST_ONLY: frozenset(
@@ -114,6 +117,7 @@ ALLOWED_TYPES: Final[dict[Mode, frozenset[str]]] = {
             c.COND_ENGINE_KERNELS_HEALTHY,
             c.COND_ENGINE_COMPATIBILITY,
             c.COND_ENGINE_VERSION_BELOW_MINIMUM,
+            c.COND_ENGINE_HOST_MEMORY,
         }
     ),
     Mode.EVENTS_ONLY: frozenset({c.COND_READY, c.COND_DEGRADED, c.COND_PROGRESSING}),
@@ -135,6 +139,7 @@ ADVISORY_TYPES: Final = frozenset(
         c.COND_ENGINE_COMPATIBILITY,
         c.COND_ENGINE_VERSION_BELOW_MINIMUM,
         c.COND_LMCACHE_VERSION_SKEW,
+        c.COND_ENGINE_HOST_MEMORY,
     }
 )
 
@@ -1088,7 +1093,10 @@ def engine_advisory_rules(
     compatibility = engine_compatibility_condition(
         pods, find(prev_conditions, c.COND_ENGINE_COMPATIBILITY)
     )
-    extra = [x for x in (kernels, compatibility) if x is not None]
+    host_memory = engine_host_memory_condition(
+        pods, find(prev_conditions, c.COND_ENGINE_HOST_MEMORY)
+    )
+    extra = [x for x in (kernels, compatibility, host_memory) if x is not None]
     extra.extend(engine_version_conditions(cb, mode, observed, prev_conditions))
     return verdict, extra
 

@@ -175,3 +175,11 @@ LABEL_METRICS: Final = "inferencecache.io/metrics"
 LABEL_METRICS_ENGINE: Final = "engine"
 ANNOTATION_METRICS_PORT: Final = "inferencecache.io/metrics-port"
 ANNOTATION_CACHE_METRICS_PORT: Final = "inferencecache.io/cache-metrics-port"
+
+# Host memory that fits: the engine processes the pod's host-memory budget was divided
+# by (or why they could not be read), and the engine-side advisory condition, reason
+# and Warning Event when an injected pod's container limit cannot hold what it pins.
+ANNOTATION_HOST_MEMORY_PROCESSES: Final = "inferencecache.io/host-memory-processes"
+COND_ENGINE_HOST_MEMORY: Final = "EngineHostMemory"
+REASON_PINNED_HOST_MEMORY_OVER_LIMIT: Final = "PinnedHostMemoryOverLimit"
+EVENT_PINNED_HOST_MEMORY_OVER_LIMIT: Final = "PinnedHostMemoryOverLimit"

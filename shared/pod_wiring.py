@@ -65,6 +65,7 @@ from shared.jsoncopy import json_copy
 from shared.runtime_adapters import kernel_check, registry, subscriber
 from shared.runtime_adapters.base import InjectContext, InjectionRejectedError, RuntimeAdapter
 from shared.runtime_adapters.engine import EngineLocator, candidate_indexes
+from shared.runtime_adapters.host_memory_fit import host_memory_warnings
 from shared.runtime_adapters.metrics_ports import metrics_ports, share_lmcache_metrics
 from shared.runtime_adapters.overrides import apply_engine_overrides
 from shared.runtime_adapters.podcheck import introduced_problems
@@ -129,6 +130,8 @@ class WiringResult:
     reason: str
     message: str
     backend: str | None = None  # <namespace>/<name> of the selected CacheBackend
+    # Admission warnings: a wired container that cannot hold the host memory it pins.
+    warnings: tuple[str, ...] = ()
 
 
 class BindingError(Exception):
@@ -187,10 +190,9 @@ def strip_decision_annotations(pod: dict[str, Any]) -> None:
     """Drop the webhook's decision annotations (and the injected-by-uid label, the
     engine-metrics label and port annotations) a pod may carry from its template."""
     annotations = _annotations(pod)
-    if any(key in annotations for key in DECISION_ANNOTATIONS):
-        _set_annotations(
-            pod, {k: v for k, v in annotations.items() if k not in DECISION_ANNOTATIONS}
-        )
+    stale = (*DECISION_ANNOTATIONS, c.ANNOTATION_HOST_MEMORY_PROCESSES)
+    if any(key in annotations for key in stale):
+        _set_annotations(pod, {k: v for k, v in annotations.items() if k not in stale})
     _set_label(pod, c.LABEL_INJECTED_BY_UID, None)
     stamp_metrics_scrape(pod, {})
 
@@ -207,8 +209,22 @@ def stamp_injected(pod: dict[str, Any], backend: CacheBackend) -> None:
         annotations[c.ANNOTATION_LMCACHE_KERNEL_CHECK_MODE] = mode
     else:
         annotations.pop(c.ANNOTATION_LMCACHE_KERNEL_CHECK_MODE, None)
+    if not divides_host_memory(backend):
+        # Only the vLLM adapter divides the budget (and converges this annotation).
+        annotations.pop(c.ANNOTATION_HOST_MEMORY_PROCESSES, None)
     _set_annotations(pod, annotations)
     _set_label(pod, c.LABEL_INJECTED_BY_UID, injected_by_uid_label(backend.metadata.uid))
+
+
+def divides_host_memory(backend: CacheBackend) -> bool:
+    """Whether the backend's wiring divides its host-memory budget among the engine's
+    processes (vLLM + LMCache, Offload)."""
+    spec = backend.spec
+    return (
+        spec.runtime == c.RUNTIME_VLLM
+        and effective.cache_type(spec) == c.TYPE_LMCACHE
+        and effective.integration_mode(spec) != c.MODE_EVENTS_ONLY
+    )
 
 
 def skip_inject_requested(pod: dict[str, Any]) -> bool:
@@ -607,7 +623,11 @@ def finish_injected(
             key,
         )
     stamp_injected(wired, backend)
-    return WiringResult(wired, OUTCOME_INJECTED, reason, message, key)
+    processes = _annotations(wired).get(c.ANNOTATION_HOST_MEMORY_PROCESSES) or ""
+    if "unreadable" in processes:
+        message += f"; host-memory budget sized for one engine process: {processes}"
+    warnings = tuple(host_memory_warnings(wired))
+    return WiringResult(wired, OUTCOME_INJECTED, reason, message, key, warnings)
 
 
 # The engine-metrics label and port annotations: set on a pod wired for offload, removed

@@ -15,7 +15,9 @@ Other kinds are skipped with a note.
 Output (stdout): the wired Pods, or the workloads with the wired template (YAML,
 one document each), or the RFC 6902 patch the webhook would return (the patch alone
 for one workload, else a JSON list with each workload's), or a JSON report. One line
-per workload goes to stderr: its outcome, reason, backend and message.
+per workload goes to stderr: its outcome, reason, backend and message, then one
+``Warning:`` line per admission warning the webhook would return (a container whose
+memory limit cannot hold the host memory the wiring pins).
 
 Exit code: 0 for any wiring outcome (fail-open included) unless
 ``--fail-on-unwired``: then 1 when any workload would be admitted unwired (every
@@ -146,6 +148,7 @@ class WorkloadAdmission:
             "reason": self.result.reason,
             "backend": self.result.backend,
             "message": self.result.message,
+            "warnings": list(self.result.warnings),
             "wired": self.result.outcome not in (OUTCOME_FAIL_OPEN, OUTCOME_SKIPPED),
             "patch": json_patch(self.pod, self.result.pod),
         }
@@ -335,6 +338,8 @@ def run(args: argparse.Namespace) -> int:
             )
     for admission in admissions:
         print(admission.line(), file=sys.stderr)
+        for warning in admission.result.warnings:
+            print(f"Warning: {admission.label}: {warning}", file=sys.stderr)
     unwired = [a for a in admissions if a.unwired]
     if args.fail_on_unwired and unwired:
         why = "; ".join(f"{a.label}: {a.result.message}" for a in unwired)

@@ -213,7 +213,7 @@ def _answer(
 ) -> tuple[dict[str, Any], str, str]:
     try:
         patch = verified_patch(before, result.pod)
-        response = allow(req.uid, patch=patch)
+        response = allow(req.uid, patch=patch, warnings=list(result.warnings))
     except Exception as exc:  # never block admission over an encoding problem
         _log(
             req,
@@ -225,7 +225,8 @@ def _answer(
             started,
         )
         return allow(req.uid), OUTCOME_FAIL_OPEN, REASON_ENCODE_ERROR
-    _log(req, before, result.outcome, result.reason, result.message, result.backend, started)
+    message = "; ".join([result.message, *result.warnings])
+    _log(req, before, result.outcome, result.reason, message, result.backend, started)
     return response, result.outcome, result.reason
 
 

@@ -247,6 +247,15 @@ TABLE: Final[dict[tuple[str, str], Explanation]] = {
     (c.COND_ENGINE_VERSION_BELOW_MINIMUM, c.REASON_RELEASES_AT_MINIMUM): Explanation(
         OK, "every reporting engine pod runs releases at or above the proven minimum", ""
     ),
+    # EngineHostMemory
+    (c.COND_ENGINE_HOST_MEMORY, c.REASON_PINNED_HOST_MEMORY_OVER_LIMIT): Explanation(
+        W,
+        "an injected engine pod pins more host memory for the KV cache than its "
+        "container's memory limit: the kernel's OOM killer may end the engine as the "
+        "cache fills",
+        "raise the container's resources.limits.memory or lower the host-memory budget "
+        "(docs/api.md, Host memory per pod); " + _READ_MESSAGE,
+    ),
 }
 
 

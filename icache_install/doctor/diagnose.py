@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from icache_install.doctor import backends as cb_checks
-from icache_install.doctor import install, pods, versions
+from icache_install.doctor import host_memory, install, pods, versions
 from icache_install.doctor.findings import Finding, ObjectRef, finding
 from icache_install.doctor.reader import CRDS, ClusterReader, ReadError
 from kubeio import client as kc
@@ -209,14 +209,15 @@ def _check_backends(
     out: list[Finding],
 ) -> None:
     """Each backend's checks, in key order. The kernel-check verdicts are in the pods'
-    status: the pods of a namespace are read in full only when one of its backends has an
-    injected pod that runs the check, and once per namespace."""
+    status and the pinned host memory in their spec: the pods of a namespace are read in
+    full only when one of its backends has an injected pod, and once per namespace."""
     none: Objects = []
     full_pods: dict[str, Objects | None] = {}
     for backend in sorted(backends, key=cb_checks.key_of):
         namespace = cb_checks.ref_of(backend).namespace
         out += cb_checks.check_backend(backend, pods_by_ns[namespace])
-        if not versions.wants_versions(backend, pods_by_ns[namespace]):
+        wants_versions = versions.wants_versions(backend, pods_by_ns[namespace])
+        if not (wants_versions or host_memory.wants_pods(backend, pods_by_ns[namespace])):
             continue
         if namespace not in full_pods:
             listed, ok = _read(
@@ -228,7 +229,9 @@ def _check_backends(
             full_pods[namespace] = listed if ok else None
         namespace_pods = full_pods[namespace]
         if namespace_pods is not None:
-            out += versions.check_versions(backend, namespace_pods)
+            if wants_versions:
+                out += versions.check_versions(backend, namespace_pods)
+            out += host_memory.check_host_memory(backend, namespace_pods)
 
 
 def _ok(out: list[Finding], kind: str) -> bool:

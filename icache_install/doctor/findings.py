@@ -161,6 +161,10 @@ CODES: Final[dict[str, tuple[Severity, str]]] = {
         "the pod is wired to a backend other than the one selecting it now",
     ),
     "pod.SkipInject": (Severity.INFO, "the pod opted out with skip-inject"),
+    "pod.PinnedHostMemoryOverLimit": (
+        Severity.WARNING,
+        "a container of an injected pod pins more host memory than its memory limit",
+    ),
     "pod.UnwiredCreatedBeforeBackend": (
         Severity.ERROR,
         "the pod is unwired: it was created before its backend",

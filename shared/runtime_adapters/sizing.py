@@ -43,6 +43,13 @@ def gib_decimal_string(num_bytes: Decimal) -> str:
     return text if "." in text else f"{text}.0"
 
 
+def per_process_bytes(budget: Decimal, processes: int) -> Decimal:
+    """The pod's host-memory budget shared by the engine processes that each pin a pool
+    of it: rendered with ``gib_decimal_string`` (truncated), the pod's total stays at
+    most the budget and loses under 0.001 GiB per process to the rounding."""
+    return budget / max(1, processes)
+
+
 def whole_gib(num_bytes: Decimal) -> int:
     """The MP worker's --l1-size-gb: whole GiB, rounded down, at least 1."""
     return max(1, int(num_bytes // GIB))

@@ -23,7 +23,12 @@ Engine wire (all upserts, so repeat injection converges):
 - ``LMCACHE_LOCAL_CPU=True`` and ``LMCACHE_MAX_LOCAL_CPU_SIZE`` (GiB as a float literal,
   e.g. ``4.0``) for every binding, host-only or remote: LMCache keeps its local CPU tier
   in front of the remote one (stores land there first, remote hits are promoted into
-  it), and the spec sizes it from spec.lmCache.hostMemory for remote bindings too;
+  it), and the spec sizes it from spec.lmCache.hostMemory for remote bindings too.
+  LMCache pins that size once per vLLM worker process, so the value is the budget
+  divided by the pod's worker processes (``engine_parallelism.vllm_process_count``,
+  engineOverrides.args included), and the annotation
+  ``inferencecache.io/host-memory-processes`` records a count above one, or why it could
+  not be read (then the budget is sized for one process, as for a single-GPU engine);
 - ``VLLM_USE_V1=1``, ``PYTHONHASHSEED=0``, ``INFERENCECACHE_FAIL_OPEN=true|false``;
   ``VLLM_USE_V1`` is left out when the engine's command line (or engineOverrides.args)
   ends with ``--fail-on-environ-validation``: vLLM 0.33 no longer knows the variable and
@@ -44,6 +49,7 @@ from shared.jsoncopy import json_copy
 from shared.runtime_adapters import kernel_check
 from shared.runtime_adapters.base import InjectContext, InjectionRejectedError, RuntimeAdapter
 from shared.runtime_adapters.engine import select_vllm_engine
+from shared.runtime_adapters.engine_parallelism import ProcessCount, vllm_process_count
 from shared.runtime_adapters.overrides import entry_tokens
 from shared.runtime_adapters.podspec import (
     cli_tokens,
@@ -53,7 +59,11 @@ from shared.runtime_adapters.podspec import (
     upsert_env,
     upsert_env_var,
 )
-from shared.runtime_adapters.sizing import gib_decimal_string, host_memory_bytes
+from shared.runtime_adapters.sizing import (
+    gib_decimal_string,
+    host_memory_bytes,
+    per_process_bytes,
+)
 
 KV_TRANSFER_CONFIG = "--kv-transfer-config"
 CONNECTOR = "LMCacheConnectorV1"
@@ -190,11 +200,7 @@ def fails_on_unknown_vllm_env(engine: dict[str, Any], backend: CacheBackend) -> 
     the last of ``--fail-on-environ-validation`` / ``--no-fail-on-environ-validation``
     (argparse BooleanOptionalAction) on the engine's command line, then in
     engineOverrides.args (appended after it), wins."""
-    integration = backend.spec.integration
-    overrides = integration.engine_overrides if integration else None
-    tokens = cli_tokens(engine)
-    for entry in (overrides.args if overrides else None) or []:
-        tokens += entry_tokens(entry)
+    tokens = [*cli_tokens(engine), *override_arg_tokens(backend)]
     fails = False
     for token in tokens:
         if token == FAIL_ON_ENVIRON_VALIDATION:
@@ -204,11 +210,43 @@ def fails_on_unknown_vllm_env(engine: dict[str, Any], backend: CacheBackend) -> 
     return fails
 
 
+def override_arg_tokens(backend: CacheBackend) -> list[str]:
+    """spec.integration.engineOverrides.args as argv tokens (appended after the
+    engine's own arguments)."""
+    integration = backend.spec.integration
+    overrides = integration.engine_overrides if integration else None
+    tokens: list[str] = []
+    for entry in (overrides.args if overrides else None) or []:
+        tokens += entry_tokens(entry)
+    return tokens
+
+
+def set_processes_annotation(pod: dict[str, Any], processes: ProcessCount) -> None:
+    """Record on the pod how many processes the host-memory budget was divided by, or
+    why the count could not be read; absent for one read process (the whole budget)."""
+    metadata = pod.setdefault("metadata", {})
+    annotations = metadata.get("annotations")
+    annotations = dict(annotations) if isinstance(annotations, dict) else {}
+    if processes.count == 1 and processes.readable:
+        annotations.pop(c.ANNOTATION_HOST_MEMORY_PROCESSES, None)
+    else:
+        annotations[c.ANNOTATION_HOST_MEMORY_PROCESSES] = processes.describe()
+    if annotations:
+        metadata["annotations"] = annotations
+    else:
+        metadata.pop("annotations", None)
+
+
 def lmcache_env(
-    backend: CacheBackend, binding: Binding | None, *, vllm_use_v1: bool = True
+    backend: CacheBackend,
+    binding: Binding | None,
+    *,
+    vllm_use_v1: bool = True,
+    processes: int = 1,
 ) -> dict[str, str]:
     """Env name -> desired value, in render order; ``vllm_use_v1=False`` leaves
-    ``VLLM_USE_V1`` out (see ``fails_on_unknown_vllm_env``)."""
+    ``VLLM_USE_V1`` out (see ``fails_on_unknown_vllm_env``); ``processes``: the vLLM
+    worker processes of the pod, each pinning ``LMCACHE_MAX_LOCAL_CPU_SIZE``."""
     spec = backend.spec
     env: dict[str, str] = {"VLLM_USE_V1": "1"} if vllm_use_v1 else {}
     env["PYTHONHASHSEED"] = "0"
@@ -217,7 +255,9 @@ def lmcache_env(
     env |= {
         "LMCACHE_CHUNK_SIZE": str(effective.chunk_size_tokens(spec)),
         "LMCACHE_LOCAL_CPU": "True",
-        "LMCACHE_MAX_LOCAL_CPU_SIZE": gib_decimal_string(host_memory_bytes(spec)),
+        "LMCACHE_MAX_LOCAL_CPU_SIZE": gib_decimal_string(
+            per_process_bytes(host_memory_bytes(spec), processes)
+        ),
         "INFERENCECACHE_FAIL_OPEN": fail_open_value(backend),
     }
     explicit = spec.lm_cache.remote_serde if spec.lm_cache else None
@@ -260,8 +300,12 @@ class VLLMLMCacheAdapter(RuntimeAdapter):
         # Everything that can reject is decided before the copy is touched.
         index = self.engine_container_index(pod)
         template = pod["spec"]["containers"][index]
+        processes = vllm_process_count(template, override_arg_tokens(backend))
         env = lmcache_env(
-            backend, binding, vllm_use_v1=not fails_on_unknown_vllm_env(template, backend)
+            backend,
+            binding,
+            vllm_use_v1=not fails_on_unknown_vllm_env(template, backend),
+            processes=processes.count,
         )
         mode = kernel_check.requested_mode(backend.metadata.annotations)
         extra = None
@@ -283,4 +327,5 @@ class VLLMLMCacheAdapter(RuntimeAdapter):
             upsert_env(engine, EXTRA_CONFIG_ENV, extra)
             place_pod_ip_before(engine, EXTRA_CONFIG_ENV)
         kernel_check.converge_check(out, kernel_check.admitted_mode(mode, engine), engine)
+        set_processes_annotation(out, processes)
         return out
