@@ -28,7 +28,13 @@ from shared.api.models import CacheBackend, dump
 from shared.bindings import Binding
 from shared.quantity import parse_quantity
 from shared.runtime_adapters import registry as runtime_registry
-from shared.storage_providers.base import AUTH_PASSWORD_ENV, AUTH_PASSWORD_KEY, StorageProvider
+from shared.storage_providers.base import (
+    AUTH_CONFIG_DIR,
+    AUTH_CONFIG_KEY,
+    AUTH_CONFIG_VOLUME,
+    AUTH_PASSWORD_KEY,
+    StorageProvider,
+)
 from shared.storage_providers.registry import UnknownProviderError, select_provider
 
 LABEL_NAME: Final = "app.kubernetes.io/name"
@@ -169,7 +175,7 @@ def _container(cb: CacheBackend, provider: StorageProvider) -> dict[str, Any]:
     if args is not None:
         container["args"] = args
     if provider.requires_auth:
-        container["env"] = [provider_password_env(cb.metadata.name or "")]
+        container["volumeMounts"] = [auth_config_mount()]
     container["ports"] = [
         {"name": p.name, "containerPort": p.port, "protocol": "TCP"}
         for p in provider.container_ports
@@ -196,6 +202,8 @@ def apply_template_overrides(pod_spec: dict[str, Any], cb: CacheBackend) -> dict
 
 def render_pod_spec(cb: CacheBackend, provider: StorageProvider) -> dict[str, Any]:
     pod_spec: dict[str, Any] = {"containers": [_container(cb, provider)]}
+    if provider.requires_auth:
+        pod_spec["volumes"] = [auth_config_volume(cb.metadata.name or "")]
     if provider.host_network:
         pod_spec["hostNetwork"] = True
         # Without it a hostNetwork pod resolves with the node's resolv.conf and
@@ -269,8 +277,9 @@ def render_service(cb: CacheBackend, provider: StorageProvider) -> dict[str, Any
 # A managed tier answers only its own engines: a NetworkPolicy admits the pods the
 # backend's engineSelector selects on the data port (nothing else), and a provider that
 # speaks a password (Redis) gets a random one from a Secret owned by the backend. The
-# password never appears in a pod spec: containers read it through a secretKeyRef env
-# var, referenced in their arguments as $(VAR) for the kubelet to expand.
+# password never appears in a pod spec nor on a command line: the server reads it from
+# a config file mounted from that Secret, clients from a secretKeyRef env var their
+# own library reads.
 
 AUTH_SECRET_SUFFIX: Final = "redis-auth"
 
@@ -281,14 +290,24 @@ def auth_secret_name(cb_name: str) -> str:
     return _shorten(f"{cb_name}-{AUTH_SECRET_SUFFIX}")
 
 
-def provider_password_env(cb_name: str) -> dict[str, Any]:
-    """The provider container's password env var: a reference, never the value."""
+# Readable by whatever user the server image drops to; the volume is the pod's own.
+AUTH_CONFIG_MODE: Final = 0o444
+
+
+def auth_config_volume(cb_name: str) -> dict[str, Any]:
+    """The Secret volume holding only the server's config file (not the bare password)."""
     return {
-        "name": AUTH_PASSWORD_ENV,
-        "valueFrom": {
-            "secretKeyRef": {"name": auth_secret_name(cb_name), "key": AUTH_PASSWORD_KEY}
+        "name": AUTH_CONFIG_VOLUME,
+        "secret": {
+            "secretName": auth_secret_name(cb_name),
+            "items": [{"key": AUTH_CONFIG_KEY, "path": AUTH_CONFIG_KEY}],
+            "defaultMode": AUTH_CONFIG_MODE,
         },
     }
+
+
+def auth_config_mount() -> dict[str, Any]:
+    return {"name": AUTH_CONFIG_VOLUME, "mountPath": AUTH_CONFIG_DIR, "readOnly": True}
 
 
 def new_password() -> str:
@@ -327,8 +346,15 @@ def render_auth_secret(
         "kind": "Secret",
         "metadata": meta,
         "type": "Opaque",
-        "data": {AUTH_PASSWORD_KEY: base64.b64encode(password.encode()).decode()},
+        "data": {
+            AUTH_PASSWORD_KEY: _b64(password),
+            AUTH_CONFIG_KEY: _b64(provider.auth_config(password)),
+        },
     }
+
+
+def _b64(value: str) -> str:
+    return base64.b64encode(value.encode()).decode()
 
 
 def current_password(

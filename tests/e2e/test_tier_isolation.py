@@ -7,10 +7,11 @@ answers only its own engines.
   enforces it here; ``shared.network_policy``), admits an engine pod, refuses a foreign
   pod of the namespace and a pod of another namespace.
 * The Redis gets a password Secret owned by the backend; a real Redis-compatible server
-  started with the Deployment's rendered arguments, after substituting the ``$(VAR)``
-  references as the kubelet would, refuses an unauthenticated client and accepts the
-  credentials the webhook wired into the SGLang MP worker — which carries only a
-  secretKeyRef, as does the Redis pod template: no literal password anywhere.
+  started with the Deployment's rendered arguments (``$(VAR)`` references expanded and
+  its Secret volume projected as the kubelet would), refuses an unauthenticated client
+  and accepts the credentials the webhook wired into the SGLang MP worker — which
+  carries only a secretKeyRef env var LMCache reads, as the Redis pod template carries
+  only a Secret volume: no literal password in a spec, none on a command line.
 * Drift is repaired, a foreign object with the policy's name is left alone
   (NameConflict), the opt-out annotation works and is validated, and a backend whose
   Secret and policy are missing (as one from before this change) gets them back.
@@ -24,6 +25,7 @@ import re
 import socket
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -116,6 +118,29 @@ def secret_env(container: dict[str, Any], cluster: Cluster, ns: str) -> dict[str
     return out
 
 
+def mount_secret_volumes(
+    pod_spec: dict[str, Any],
+    container: dict[str, Any],
+    args: list[str],
+    cluster: Cluster,
+    ns: str,
+    root: Path,
+) -> list[str]:
+    """The container's Secret volumes written under ``root`` as the kubelet projects
+    them, and ``args`` with each mount path replaced by where it now lives."""
+    volumes = {v["name"]: v for v in pod_spec.get("volumes") or []}
+    out = list(args)
+    for mount in container.get("volumeMounts") or []:
+        source = volumes[mount["name"]]["secret"]
+        secret = cluster.kube.get(k.SECRETS, ns, source["secretName"])
+        target = root / mount["name"]
+        target.mkdir()
+        for item in source["items"]:
+            (target / item["path"]).write_bytes(base64.b64decode(secret["data"][item["key"]]))
+        out = [a.replace(mount["mountPath"], str(target)) for a in out]
+    return out
+
+
 def spec_of(obj: dict[str, Any] | None) -> dict[str, Any] | None:
     return None if obj is None else dict(obj["spec"])
 
@@ -190,7 +215,7 @@ def mp_worker(pod: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_each_managed_tier_admits_only_its_engines_and_redis_requires_the_wired_password(
-    cluster: Cluster, stack: Stack, wired: str
+    cluster: Cluster, stack: Stack, wired: str, tmp_path: Path
 ) -> None:
     stack.start_dispatcher()
     stack.start_worker()
@@ -221,10 +246,12 @@ def test_each_managed_tier_admits_only_its_engines_and_redis_requires_the_wired_
     assert password
     redis_dep = wait_object(cluster, k.DEPLOYMENTS, ns, "chat-redis")
     assert_no_literal(redis_dep, password)
-    container = redis_dep["spec"]["template"]["spec"]["containers"][0]
+    pod_spec = redis_dep["spec"]["template"]["spec"]
+    container = pod_spec["containers"][0]
     env = secret_env(container, cluster, ns)
     args = [expand(a, env) for a in container["args"]]
-    assert password in args, "the kubelet's expansion is what puts it on the command line"
+    assert not any(password in a for a in args), "no password on the command line"
+    args = mount_secret_volumes(pod_spec, container, args, cluster, ns, tmp_path)
 
     # ---- the webhook wires the MP worker with a reference only
     cluster.wait_cb(ns, "chat", lambda o: bool((o.get("status") or {}).get("endpoint")), "endpoint")
@@ -235,8 +262,11 @@ def test_each_managed_tier_admits_only_its_engines_and_redis_requires_the_wired_
     assert ref["valueFrom"]["secretKeyRef"]["name"] == "chat-redis-auth"
     assert get(cluster, k.SECRETS, ns, "chat-redis-auth") is not None, "a Secret that exists"
     l2 = json.loads(worker["args"][worker["args"].index("--l2-adapter") + 1])
-    assert l2["password"] == f"$({ref['name']})"
-    wired_password = expand(l2["password"], secret_env(worker, cluster, ns))
+    assert "password" not in l2, "LMCache's resp adapter reads LMCACHE_RESP_PASSWORD itself"
+    assert ref["name"] == "LMCACHE_RESP_PASSWORD"
+    worker_env = secret_env(worker, cluster, ns)
+    assert not any(password in expand(a, worker_env) for a in worker["args"])
+    wired_password = worker_env["LMCACHE_RESP_PASSWORD"]
 
     server = RedisServer(server_args=args, password=password).start()
     try:

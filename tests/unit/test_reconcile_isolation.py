@@ -14,6 +14,7 @@ from typing import Any
 from kubeio import client as k
 from reconciler.reads import LiveReads
 from shared import constants as c
+from shared.storage_providers.base import AUTH_CONFIG_KEY
 from shared.storage_providers.render import password_digest, secret_password
 from tests.builders import status_backend
 from tests.fakes import FakeKube, in_process_reconciler
@@ -128,8 +129,9 @@ def test_a_secret_the_list_missed_is_read_and_its_password_kept() -> None:
 
 
 def test_a_password_written_into_the_secret_is_kept_and_rolls_redis() -> None:
-    """Rotation by editing the Secret: the operator's password stays (the Secret is not
-    re-applied) and Redis's pod template takes its digest, so Redis restarts with it."""
+    """Rotation by editing the Secret: the operator's password stays, the server config
+    file beside it follows (Redis reads requirepass from it, not from its command
+    line), and Redis's pod template takes its digest, so Redis restarts with it."""
     kube = FakeKube()
     kube.put("cachebackends", status_backend(copy.deepcopy(REDIS_SPEC), uid=UID))
     rec = in_process_reconciler(kube, clock=lambda: NOW)
@@ -138,6 +140,8 @@ def test_a_password_written_into_the_secret_is_kept_and_rolls_redis() -> None:
     obj(kube, "secrets", SECRET)["data"]["password"] = base64.b64encode(chosen.encode()).decode()
     kube.writes.clear()
     rec.reconcile("ns/cb")
-    assert kube.writes == [("apply", "deployments", WORKLOAD)]
+    assert kube.writes == [("apply", "secrets", SECRET), ("apply", "deployments", WORKLOAD)]
     assert digest(kube) == password_digest(chosen)
+    config = obj(kube, "secrets", SECRET)["data"][AUTH_CONFIG_KEY]
+    assert base64.b64decode(config).decode() == f'requirepass "{chosen}"\n'
     assert secret_password(obj(kube, "secrets", SECRET)) == chosen
