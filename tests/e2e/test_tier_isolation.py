@@ -34,6 +34,7 @@ from kubeio import client as k
 from shared import constants as c
 from shared.api.models import CacheBackend
 from shared.network_policy import PodRef, applies_to_ingress, ingress_allowed
+from shared.storage_providers.base import AUTH_CONFIG_PATH
 from shared.storage_providers.render import password_digest, render_managed_objects, secret_password
 from tests.e2e.conftest import Cluster, Stack, condition, poll
 from tests.e2e.workloads import pod_ready, pods_of, rolled_out, wait_rolled_out
@@ -436,11 +437,12 @@ def old_style_objects(cb: dict[str, Any]) -> list[dict[str, Any]]:
     dep = next(o for o in objs if o["kind"] == "Deployment")
     template = dep["spec"]["template"]
     template["metadata"].pop("annotations")
+    template["spec"].pop("volumes")
     container = template["spec"]["containers"][0]
-    container.pop("env")
+    container.pop("volumeMounts")
     args = container["args"]
-    at = args.index("--requirepass")
-    args[at : at + 2] = ["--protected-mode", "no"]
+    at = args.index(AUTH_CONFIG_PATH)
+    args[at : at + 1] = ["--protected-mode", "no"]
     return objs
 
 
@@ -465,12 +467,13 @@ def test_a_backend_from_before_this_change_gets_its_secret_policy_and_password(
     def upgraded() -> dict[str, Any] | None:
         dep = get(cluster, k.DEPLOYMENTS, ns, "chat-redis") or {}
         containers = dep["spec"]["template"]["spec"]["containers"]
-        return dep if "--requirepass" in containers[0]["args"] else None
+        return dep if AUTH_CONFIG_PATH in containers[0]["args"] else None
 
     dep = poll(upgraded, timeout=30, what="Redis to require the password")
     container = dep["spec"]["template"]["spec"]["containers"][0]
     assert "--protected-mode" not in container["args"]
-    assert container["env"][0]["valueFrom"]["secretKeyRef"]["name"] == "chat-redis-auth"
+    (volume,) = dep["spec"]["template"]["spec"]["volumes"]
+    assert volume["secret"]["secretName"] == "chat-redis-auth"
     assert template_digest(cluster, ns) == password_digest(password)
     assert_no_literal(dep, password)
 
