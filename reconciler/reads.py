@@ -35,13 +35,17 @@ from typing import Any, Final, Protocol
 from kubeio import client as k
 from shared import constants as c
 from shared.labels import equality_selector, labels_match
-from shared.storage_providers.render import owned_selector
+from shared.storage_providers.render import (
+    LABEL_CACHEBACKEND,
+    LABEL_MANAGED_BY,
+    MANAGED_BY,
+    owned_secret_names,
+    owned_selector,
+    safe_label_value,
+)
 
-# The password Secret of a managed Redis and the NetworkPolicy of an isolable provider
-# are owned like the workload: listed by the same labels, never a namespace's whole set.
-# Owned kinds the dispatcher watches too: all but Secrets. The dispatcher holds no
-# Secret access at all; a change to an owned Secret reaches the queue from the worker's
-# own watch (reconciler.cluster_cache routes every owned change), and the resync.
+# The NetworkPolicy of an isolable provider is owned like the workload: listed by the
+# same labels, never a namespace's whole set. The dispatcher watches these kinds too.
 DISPATCHER_OWNED_RESOURCES: Final = (
     k.NETWORKPOLICIES,
     k.DEPLOYMENTS,
@@ -49,14 +53,15 @@ DISPATCHER_OWNED_RESOURCES: Final = (
     k.SERVICES,
     k.HPAS,
 )
-OWNED_RESOURCES: Final = (
-    k.SECRETS,
-    k.NETWORKPOLICIES,
-    k.DEPLOYMENTS,
-    k.STATEFULSETS,
-    k.SERVICES,
-    k.HPAS,
-)
+# Owned kinds read by listing (and, in the worker, watching) by our labels.
+LISTED_OWNED_RESOURCES: Final = DISPATCHER_OWNED_RESOURCES
+# Owned Secrets (a managed Redis's password, a consumer's copy of it) are never listed
+# nor watched: RBAC cannot scope a list or a watch to our labels, and the worker may
+# not read every Secret of the cluster. They are read by the names a backend renders
+# (owned_secret_names); a change to one is repaired by the dispatcher's resync.
+NAMED_OWNED_RESOURCES: Final = (k.SECRETS,)
+# Every kind a reconcile writes.
+OWNED_RESOURCES: Final = (*NAMED_OWNED_RESOURCES, *LISTED_OWNED_RESOURCES)
 ANY_VERSION: Final = "0"
 
 
@@ -98,6 +103,14 @@ class ClusterReads(Protocol):
         ...
 
 
+def carries_owned_labels(obj: Mapping[str, Any], cb_name: str) -> bool:
+    """The labels owned_selector(cb_name) selects by (ownership by uid is the caller's)."""
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return labels_match(
+        {LABEL_MANAGED_BY: MANAGED_BY, LABEL_CACHEBACKEND: safe_label_value(cb_name)}, labels
+    )
+
+
 def template_labels(deployment: dict[str, Any]) -> dict[str, str]:
     spec = deployment.get("spec") or {}
     return dict(((spec.get("template") or {}).get("metadata") or {}).get("labels") or {})
@@ -134,11 +147,22 @@ class LiveReads:
 
     def owned(self, namespace: str, name: str) -> list[dict[str, Any]]:
         selector = owned_selector(name)
-        return [
+        listed = [
             with_kind(res, item)
-            for res in OWNED_RESOURCES
+            for res in LISTED_OWNED_RESOURCES
             for item in self.kube.list(res, namespace, label_selector=selector).get("items") or []
         ]
+        return [*self.owned_secrets(namespace, name), *listed]
+
+    def owned_secrets(self, namespace: str, name: str) -> list[dict[str, Any]]:
+        """The backend's Secrets, each read by the name it renders (a GET: the worker
+        may not list Secrets), kept when it carries the backend's labels."""
+        out = []
+        for secret_name in owned_secret_names(name):
+            secret = self.kube.get_or_none(k.SECRETS, namespace, secret_name)
+            if secret is not None and carries_owned_labels(secret, name):
+                out.append(with_kind(k.SECRETS, secret))
+        return out
 
     def _items(
         self, res: k.Resource, namespace: str, selector: str, *, metadata_only: bool = False

@@ -290,6 +290,14 @@ def auth_secret_name(cb_name: str) -> str:
     return _shorten(f"{cb_name}-{AUTH_SECRET_SUFFIX}")
 
 
+def owned_secret_names(cb_name: str) -> tuple[str, ...]:
+    """Every Secret name a backend may own in its namespace: its managed Redis's
+    password Secret or, for a consumer of another namespace's managed Redis, its copy
+    of it (the same name: one backend is either, never both). The reconciler reads
+    owned Secrets by these names only."""
+    return (auth_secret_name(cb_name),)
+
+
 # Readable by whatever user the server image drops to; the volume is the pod's own.
 AUTH_CONFIG_MODE: Final = 0o444
 
