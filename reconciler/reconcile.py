@@ -31,6 +31,7 @@ from reconciler.cascade import (
 )
 from reconciler.conditions import format_time, is_true
 from reconciler.diff import needs_apply
+from reconciler.exact_drift import spec_exactly_equal, spec_replacement
 from reconciler.engine_pods import (
     injected_by_backend,
     observe_injected_pods,
@@ -287,7 +288,7 @@ class Reconciler:
         for obj in desired:
             kind, obj_name = obj["kind"], obj["metadata"]["name"]
             current = owned.get((kind, obj_name)) or existing.get((kind, obj_name))
-            if current is None or needs_apply(obj, current):
+            if current is None or needs_apply(obj, current) or not spec_exactly_equal(obj, current):
                 # An existing object is updated only as the very object we saw (uid
                 # precondition), so a foreign object recreated under the name
                 # meanwhile is refused, not adopted.
@@ -299,7 +300,34 @@ class Reconciler:
                 )
                 self._count_write("apply", kind)
                 p.result.writes += 1
+                current = self._replace_foreign_spec(p, obj, current)
             p.live_by_kind[kind] = current
+
+    def _replace_foreign_spec(
+        self, p: Pass, obj: dict[str, Any], current: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Keys another field manager added inside a spec we must hold exactly
+        (reconciler.exact_drift) survive server-side apply: replace the spec."""
+        if spec_exactly_equal(obj, current):
+            return current
+        kind, obj_name = obj["kind"], obj["metadata"]["name"]
+        before = _resource_version(current)
+        ops = spec_replacement(obj, str(current["metadata"].get("uid") or ""))
+        try:
+            replaced = self.kube.patch(
+                k.BY_KIND[kind], p.key.namespace, obj_name, ops, content_type=k.JSON_PATCH
+            )
+        except k.ApiError as exc:
+            # A failed uid test: another object under the name now; re-read, decide again.
+            if exc.status == 422:
+                raise k.ApiError(409, "Conflict", exc.body) from exc
+            raise
+        self.reads.after_write(
+            k.BY_KIND[kind], p.key.namespace, obj_name, before, _resource_version(replaced)
+        )
+        self._count_write("apply", kind)
+        p.result.writes += 1
+        return replaced
 
     def _list_owned(self, p: Pass) -> dict[ObjKey, dict[str, Any]]:
         """Objects carrying our labels *and* a controller reference to this backend."""
