@@ -31,7 +31,6 @@ from reconciler.cascade import (
 )
 from reconciler.conditions import format_time, is_true
 from reconciler.diff import needs_apply
-from reconciler.exact_drift import spec_exactly_equal, spec_replacement
 from reconciler.engine_pods import (
     injected_by_backend,
     observe_injected_pods,
@@ -39,6 +38,7 @@ from reconciler.engine_pods import (
     workload_selector,
 )
 from reconciler.events import EventSpec, event_object, transition_events
+from reconciler.exact_drift import spec_exactly_equal, spec_replacement
 from reconciler.ownership import NameConflict, name_conflicts, owned_by
 from reconciler.reads import ClusterReads, LiveReads, controller_name, template_labels
 from reconciler.server_client import Prober

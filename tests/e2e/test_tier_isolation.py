@@ -20,6 +20,7 @@ answers only its own engines.
 from __future__ import annotations
 
 import base64
+import copy
 import json
 import re
 import socket
@@ -31,6 +32,7 @@ from typing import Any
 import pytest
 
 from kubeio import client as k
+from reconciler.exact_drift import normalized_policy_spec
 from shared import constants as c
 from shared.api.models import CacheBackend
 from shared.network_policy import PodRef, applies_to_ingress, ingress_allowed
@@ -308,7 +310,8 @@ def test_drift_is_repaired_and_a_deleted_secret_comes_back_with_a_new_password(
     cluster.kube.delete(k.NETWORKPOLICIES, ns, "chat-redis")
     new = poll(
         lambda: secret_password(get(cluster, k.SECRETS, ns, "chat-redis-auth")),
-        timeout=30,
+        # Secrets are not watched (the worker may not list them): the resync at worst.
+        timeout=60,
         what="the Secret to come back",
     )
     assert new != old
@@ -322,6 +325,42 @@ def test_drift_is_repaired_and_a_deleted_secret_comes_back_with_a_new_password(
     dep = cluster.kube.get(k.DEPLOYMENTS, ns, "chat-redis")
     assert_no_literal(dep, new)
     assert digest
+
+
+def test_keys_added_inside_the_policy_are_removed_exactly(cluster: Cluster, stack: Stack) -> None:
+    """Exact drift repair (docs/decisions.md): a ``matchExpressions`` added to our
+    ``podSelector`` (the policy would select no pod: the tier open to everyone), an
+    extra peer, an ``endPort`` and a changed policy type, written by another field
+    manager that server-side apply would leave alone, are all removed within 60 s."""
+    stack.start_dispatcher()
+    stack.start_worker()
+    ns = cluster.namespace()
+    cluster.create_cb(ns, "chat", REDIS_SPEC, NO_GATE)
+    policy = wait_object(cluster, k.NETWORKPOLICIES, ns, "chat-redis")
+    want = normalized_policy_spec(policy["spec"])
+    drifted = copy.deepcopy(policy["spec"])
+    drifted["podSelector"]["matchExpressions"] = [
+        {"key": "nothing", "operator": "In", "values": ["x"]}
+    ]
+    drifted["ingress"][0]["from"].append({"namespaceSelector": {}})
+    drifted["ingress"][0]["ports"][0]["endPort"] = 65535
+    drifted["policyTypes"] = ["Ingress", "Egress"]
+    cluster.kube.patch(
+        k.NETWORKPOLICIES, ns, "chat-redis", {"spec": drifted}, content_type=k.MERGE_PATCH
+    )
+    live = get(cluster, k.NETWORKPOLICIES, ns, "chat-redis")
+    assert live is not None
+    assert normalized_policy_spec(live["spec"]) != want, "the drift was written"
+    poll(
+        lambda: (
+            normalized_policy_spec(
+                (get(cluster, k.NETWORKPOLICIES, ns, "chat-redis") or {}).get("spec") or {}
+            )
+            == want
+        ),
+        timeout=60,
+        what="every added key to be removed",
+    )
 
 
 def test_a_foreign_networkpolicy_with_the_name_is_left_alone(
