@@ -148,3 +148,12 @@ EVENT_LMCACHE_VERSION_SKEW: Final = "LMCacheVersionSkew"
 EVENT_ENGINE_VERSION_BELOW_MINIMUM: Final = "EngineVersionBelowMinimum"
 EVENT_INJECTED_BY_CACHE_BACKEND: Final = "InjectedByCacheBackend"
 EVENT_SKIPPED_BY_OPERATOR: Final = "SkippedByOperator"
+
+# Cross-namespace consent: an owning backend names the namespaces whose consumer
+# backends its managed tier admits (comma-separated namespace names).
+ANNOTATION_ALLOWED_CONSUMER_NAMESPACES: Final = "inferencecache.io/allowed-consumer-namespaces"
+# Set by the API server on every namespace; a pod cannot forge it.
+LABEL_NAMESPACE_NAME: Final = "kubernetes.io/metadata.name"
+REASON_CROSS_NAMESPACE_CONSENT_MISSING: Final = "CrossNamespaceConsentMissing"
+REASON_CROSS_NAMESPACE_CREDENTIALS_MISSING: Final = "CrossNamespaceCredentialsMissing"
+EVENT_CROSS_NAMESPACE_REFUSED: Final = "CrossNamespaceAccessRefused"

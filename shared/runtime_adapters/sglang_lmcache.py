@@ -131,7 +131,9 @@ def worker_password_env(binding: Binding | None) -> list[dict[str, Any]]:
     """The worker's password env var for a RESP binding with credentials, else none."""
     if binding is None or binding.protocol != "resp" or not binding.password_secret:
         return []
-    ref = {"name": binding.password_secret, "key": RESP_PASSWORD_KEY}
+    ref: dict[str, Any] = {"name": binding.password_secret, "key": RESP_PASSWORD_KEY}
+    if binding.password_optional:
+        ref["optional"] = True
     return [{"name": RESP_PASSWORD_ENV, "valueFrom": {"secretKeyRef": ref}}]
 
 

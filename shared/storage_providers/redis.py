@@ -76,4 +76,3 @@ class RedisStorageProvider(StorageProvider):
             .replace("\r", "\\r")
         )
         return f'requirepass "{quoted}"\n'
-

@@ -19,7 +19,7 @@ import copy
 import hashlib
 import json
 import secrets
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from shared import constants as c
@@ -36,6 +36,7 @@ from shared.storage_providers.base import (
     StorageProvider,
 )
 from shared.storage_providers.registry import UnknownProviderError, select_provider
+from shared.tenancy import consumer_peer
 
 LABEL_NAME: Final = "app.kubernetes.io/name"
 LABEL_INSTANCE: Final = "app.kubernetes.io/instance"
@@ -374,6 +375,21 @@ def current_password(
     return secret_password(secret) or generate()
 
 
+def render_credentials_copy(
+    consumer: CacheBackend, provider: StorageProvider, password: str
+) -> dict[str, Any]:
+    """A cross-namespace consumer's copy of its tier's password, in its own namespace
+    (a pod cannot reference another namespace's Secret), owned by the consumer's
+    backend, under the name the Pod webhook wires (auth_secret_name of the consumer).
+    Only the password key: the server config file is the owner's alone."""
+    meta = _metadata(consumer, provider)
+    meta["name"] = auth_secret_name(consumer.metadata.name or "")
+    copy_ = {"apiVersion": "v1", "kind": "Secret", "metadata": meta, "type": "Opaque"}
+    stamped = _stamp_hash(copy_)
+    stamped["data"] = {AUTH_PASSWORD_KEY: _b64(password)}
+    return stamped
+
+
 def network_policy_skipped(cb: CacheBackend) -> bool:
     """The operator's explicit opt-out: ``inferencecache.io/skip-network-policy: "true"``
     (validated at admission to "true" or "false"; anything else keeps the policy)."""
@@ -383,31 +399,34 @@ def network_policy_skipped(cb: CacheBackend) -> bool:
 
 def engine_peer(cb: CacheBackend) -> dict[str, Any] | None:
     """The NetworkPolicy peer that stands for the backend's engines: the pods its
-    engineSelector selects, in its namespace (in every namespace with
-    spec.allowCrossNamespace). None when the selector is nil or empty: it selects no
-    engine (the Pod webhook never matches it), so nothing is admitted."""
+    engineSelector selects, in its own namespace only (spec.allowCrossNamespace is a
+    consumer's acknowledgement, never the owner's consent: shared.tenancy). None when
+    the selector is nil or empty: it selects no engine (the Pod webhook never matches
+    it), so nothing is admitted."""
     labels = (cb.spec.engine_selector.match_labels if cb.spec.engine_selector else None) or {}
     if not labels:
         return None
-    peer: dict[str, Any] = {"podSelector": {"matchLabels": dict(sorted(labels.items()))}}
-    if cb.spec.allow_cross_namespace:
-        peer["namespaceSelector"] = {}
-    return peer
+    return {"podSelector": {"matchLabels": dict(sorted(labels.items()))}}
 
 
-def render_network_policy(cb: CacheBackend, provider: StorageProvider) -> dict[str, Any] | None:
+def render_network_policy(
+    cb: CacheBackend, provider: StorageProvider, consumers: Sequence[CacheBackend] = ()
+) -> dict[str, Any] | None:
     """The NetworkPolicy isolating the provider's pods, or None (host-network provider,
     or the opt-out). It selects exactly the pods of the provider's workload; ingress on
-    the Service ports comes only from the engine peer; no other rule, so every other
-    source is refused where the network plugin enforces NetworkPolicy."""
+    the Service ports comes only from the engine peer and from the engines of the
+    ``consumers`` of other namespaces the owner consented to (shared.tenancy.
+    admitted_consumers); no other rule, so every other source is refused where the
+    network plugin enforces NetworkPolicy."""
     if not provider.network_policy or network_policy_skipped(cb):
         return None
-    peer = engine_peer(cb)
+    peers = [engine_peer(cb), *(consumer_peer(x) for x in consumers)]
+    admitted = [peer for peer in peers if peer is not None]
     ingress: list[dict[str, Any]] = []
-    if peer is not None:
+    if admitted:
         ingress.append(
             {
-                "from": [peer],
+                "from": admitted,
                 "ports": [{"protocol": "TCP", "port": p.port} for p in provider.service_ports],
             }
         )
@@ -506,6 +525,7 @@ def render_managed_objects(
     cb: CacheBackend,
     live: LiveObjects | None = None,
     generate_password: Callable[[], str] = new_password,
+    consumers: Sequence[CacheBackend] = (),
 ) -> list[dict[str, Any]]:
     """Every object the controller wants for ``cb``: [] when nothing is managed.
 
@@ -513,6 +533,8 @@ def render_managed_objects(
     another controller owns — an autoscaled workload's replica count
     (hpa_owned_replicas) — and for the password a live auth Secret holds
     (current_password; ``generate_password`` draws one when there is none).
+    ``consumers``: the admitted consumers of other namespaces (their engines join the
+    NetworkPolicy's peers).
     """
     provider = managed_provider(cb)
     if provider is None:
@@ -524,7 +546,7 @@ def render_managed_objects(
         # Service whose endpoint lets the Pod webhook wire engines with a reference to it.
         password = current_password(cb, live, generate_password)
         objects.append(render_auth_secret(cb, provider, password))
-    policy = render_network_policy(cb, provider)
+    policy = render_network_policy(cb, provider, consumers)
     if policy is not None:
         objects.append(policy)
     workload = render_workload(

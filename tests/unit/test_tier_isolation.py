@@ -235,13 +235,17 @@ def test_the_policy_selects_exactly_the_provider_pods() -> None:
     assert not label_selector_matches(policy["spec"]["podSelector"], ENGINE.labels)
 
 
-def test_allow_cross_namespace_also_admits_the_engines_of_other_namespaces() -> None:
+def test_allow_cross_namespace_on_the_owner_admits_no_other_namespace() -> None:
+    """Decision "Cross-namespace consumers need the owner's consent": the flag is a
+    consumer's acknowledgement; on the owner it opens nothing, and no peer ever has an
+    empty namespaceSelector."""
     objs = render_managed_objects(backend(c.PROVIDER_LMCACHE_SERVER, allowCrossNamespace=True))
     pols, target = policies(objs), provider_pod(objs)
     assert ingress_allowed(pols, target, ENGINE, LMCACHE_SERVER_PORT)
-    assert ingress_allowed(pols, target, ENGINE_OTHER_NS, LMCACHE_SERVER_PORT)
+    assert not ingress_allowed(pols, target, ENGINE_OTHER_NS, LMCACHE_SERVER_PORT)
     assert not ingress_allowed(pols, target, FOREIGN_SAME_NS, LMCACHE_SERVER_PORT)
     assert not ingress_allowed(pols, target, FOREIGN_OTHER_NS, LMCACHE_SERVER_PORT)
+    assert '"namespaceSelector": {}' not in json.dumps(pols)
 
 
 def test_an_empty_engine_selector_admits_nobody() -> None:
@@ -376,22 +380,29 @@ def test_no_password_reference_before_the_endpoint_is_published() -> None:
     assert "secretKeyRef" not in json.dumps(result.pod)
 
 
-@pytest.mark.parametrize(
-    "remote",
-    [
-        pytest.param(builders.external(c.PROVIDER_REDIS, "redis.example:6379"), id="external"),
-        pytest.param(
-            builders.external(c.PROVIDER_REDIS, "cache-redis.team-a.svc:6379"),
-            id="cross-namespace managed Redis",
-        ),
-    ],
-)
-def test_an_external_redis_is_wired_without_credentials(remote: dict[str, Any]) -> None:
-    """External tiers carry no credentials from us, and a Secret of another namespace
-    cannot be referenced: an engine in team-b reaching team-a's managed Redis through an
-    External backend gets the endpoint only (and is refused by that Redis)."""
+def test_an_external_redis_is_wired_without_credentials() -> None:
+    """External tiers carry no credentials from us."""
+    remote = builders.external(c.PROVIDER_REDIS, "redis.example:6379")
     cb = sglang_backend(remote, namespace="team-b", allowCrossNamespace=True)
     p = builders.pod(SGLANG, namespace="team-b")
     worker = worker_of(wire_pod(p, [cb], InjectContext()))
     assert "password" not in l2_adapter(worker)
     assert "secretKeyRef" not in json.dumps(worker)
+
+
+def test_a_cross_namespace_consumer_of_a_managed_redis_reads_its_own_copy() -> None:
+    """Decision "Cross-namespace consumers need the owner's consent": a pod cannot
+    reference another namespace's Secret, so the worker reads the consumer's own copy
+    (kept by the reconciler once the owner consented), through an optional reference
+    that never keeps the pod from starting, and never through its args."""
+    remote = builders.external(c.PROVIDER_REDIS, "cache-redis.team-a.svc:6379")
+    cb = sglang_backend(remote, namespace="team-b", allowCrossNamespace=True)
+    p = builders.pod(SGLANG, namespace="team-b")
+    worker = worker_of(wire_pod(p, [cb], InjectContext()))
+    assert "password" not in l2_adapter(worker)
+    env = {e["name"]: e for e in worker["env"]}
+    assert env["LMCACHE_RESP_PASSWORD"]["valueFrom"]["secretKeyRef"] == {
+        "name": "cache-redis-auth",
+        "key": "password",
+        "optional": True,
+    }
