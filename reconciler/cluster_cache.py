@@ -474,6 +474,11 @@ class CachedReads:
             return self.live.backend(namespace, name)
         return self.cache.backends.store.get(namespace, name)
 
+    def backends_in(self, namespace: str) -> list[Obj]:
+        if not self._ready(self.cache.backends, "cachebackend"):
+            return self.live.backends_in(namespace)
+        return self.cache.backends.store.in_namespace(namespace)
+
     def owned(self, namespace: str, name: str) -> list[Obj]:
         label = safe_label_value(name)
         # Secrets are never cached (reconciler.reads.NAMED_OWNED_RESOURCES): read by name.

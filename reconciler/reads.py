@@ -8,7 +8,9 @@ filter them; none lists a whole namespace:
 read                   how (LiveReads)
 =====================  ==========================================================
 the CacheBackend       GET
-owned objects          LIST each owned kind by our labels (managed-by, cachebackend)
+consumer backends      LIST CacheBackends of each namespace the owner consents to
+owned objects          LIST each owned kind by our labels (managed-by, cachebackend);
+                       GET owned Secrets by the names the backend renders
 engine pods            LIST pods by spec.engineSelector, metadata only
 injected pods          LIST pods by the injected-by-uid label
 cache-server pods      LIST pods by the managed workload's selector
@@ -95,6 +97,11 @@ class ClusterReads(Protocol):
         metadata.name, spec.replicas and spec.template.metadata.labels."""
         ...
 
+    def backends_in(self, namespace: str) -> list[dict[str, Any]]:
+        """Every CacheBackend of ``namespace`` (an owner's candidate consumers, in the
+        namespaces it consents to)."""
+        ...
+
     def after_write(
         self, res: k.Resource, namespace: str, name: str, before: str, after: str | None
     ) -> None:
@@ -163,6 +170,10 @@ class LiveReads:
             if secret is not None and carries_owned_labels(secret, name):
                 out.append(with_kind(k.SECRETS, secret))
         return out
+
+    def backends_in(self, namespace: str) -> list[dict[str, Any]]:
+        items = self.kube.list(k.CACHEBACKENDS, namespace).get("items") or []
+        return [with_kind(k.CACHEBACKENDS, item) for item in items]
 
     def _items(
         self, res: k.Resource, namespace: str, selector: str, *, metadata_only: bool = False

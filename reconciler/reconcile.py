@@ -53,12 +53,14 @@ from reconciler.status import (
     compute_status,
     status_equal,
 )
+from reconciler.tenancy_reads import consumer_side, consumers_of
 from shared import constants as c
 from shared.api import effective
 from shared.api.models import CacheBackend
 from shared.labels import labels_match, valid_selector
 from shared.pod_wiring import injected_by_uid_label
 from shared.storage_providers.render import render_managed_objects, service_endpoint
+from shared.tenancy import ConsumerStanding
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +111,8 @@ class Pass:
     now: dt.datetime = NOT_YET
     # Seconds until a cascade this pass could not finish should be looked at again.
     cascade_wait: float | None = None
+    # A cross-namespace consumer's standing with the tier it points at.
+    standing: ConsumerStanding = field(default_factory=lambda: ConsumerStanding(True))
 
 
 # (key) -> seconds until the next probe is allowed (None: allowed now, and claimed).
@@ -224,8 +228,14 @@ class Reconciler:
         rendered name is taken by an object not ours, write nothing. Sets the live
         object of each rendered kind and the name conflicts."""
         owned = self._list_owned(p)
+        consumers = consumers_of(p.cb, p.reads)
+        consumer = consumer_side(p.cb, self.kube, p.reads)
+        p.standing = consumer.standing
         # The live objects let an autoscaled workload keep the HPA's replica count.
-        desired = render_managed_objects(p.cb, owned)
+        desired = [
+            *render_managed_objects(p.cb, owned, consumers=consumers),
+            *consumer.copies,
+        ]
         wanted = {(o["kind"], o["metadata"]["name"]) for o in desired}
         existing = self._read_unlisted(p, desired, owned)
         unlisted_ours = {
@@ -234,7 +244,10 @@ class Reconciler:
         if unlisted_ours:
             # Ours, but not (yet) in what was listed: render again from it, so what it
             # holds and the render depends on (a password) is kept, not replaced.
-            desired = render_managed_objects(p.cb, {**owned, **unlisted_ours})
+            desired = [
+                *render_managed_objects(p.cb, {**owned, **unlisted_ours}, consumers=consumers),
+                *consumer.copies,
+            ]
         p.conflicts = tuple(name_conflicts(desired, existing, p.uid))
         if p.conflicts:
             self._hold(p, owned, wanted)
@@ -379,6 +392,7 @@ class Reconciler:
             ),
             server_instance=server_instance,
             name_conflicts=p.conflicts,
+            cross_namespace=p.standing,
         )
 
     def _injected_pods(
