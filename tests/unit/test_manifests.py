@@ -147,7 +147,10 @@ def test_processes_run_the_right_image(docs: list[dict[str, Any]]) -> None:
     assert images["inference-cache-webhook"] == "ghcr.io/inference-cache/webhook:0.1.0"
     assert images["inference-cache-dispatcher"] == "ghcr.io/inference-cache/worker:0.1.0"
     assert images["inference-cache-worker"] == "ghcr.io/inference-cache/worker:0.1.0"
-    args = {d["metadata"]["name"]: containers(d)[0]["args"][0] for d in deployments(docs)}
+    args = {
+        d["metadata"]["name"]: d["spec"]["template"]["spec"]["containers"][0]["args"][0]
+        for d in deployments(docs)
+    }
     assert args["inference-cache-webhook"] == "webhook"
     assert args["inference-cache-dispatcher"] == "dispatcher"
     assert args["inference-cache-worker"] == "worker"
@@ -238,7 +241,7 @@ def test_redis_requires_the_password_from_the_install_secret(docs: list[dict[str
     on a command line": requirepass comes from a memory-backed config file an init
     container writes with a shell builtin from its env; no argument holds $(VAR)."""
     deployment = one(docs, "Deployment", "inference-cache-redis")
-    (redis,) = containers(deployment)
+    (redis,) = deployment["spec"]["template"]["spec"]["containers"]
     (init,) = deployment["spec"]["template"]["spec"]["initContainers"]
     args = redis["args"]
     assert "--protected-mode" not in args
