@@ -72,12 +72,13 @@ PODS: Final = Access("", "pods")
 # The spec fields that shape the engine pods a backend selects, as paths under spec, in
 # the order a denial names the first one that differs: which pods (engineSelector), a
 # container of our choice in them (lmCache.workerImage, with the node's GPUs), their
-# env (valueFrom Secrets included) and args, and their network namespace.
+# env (valueFrom Secrets included) and args (integration.engineOverrides), and their
+# network namespace (integration.engineHostNetwork).
 ENGINE_SHAPING_FIELDS: Final = (
     ("engineSelector",),
     ("lmCache", "workerImage"),
-    ("engineOverrides",),
-    ("engineHostNetwork",),
+    ("integration", "engineOverrides"),
+    ("integration", "engineHostNetwork"),
 )
 
 
@@ -130,9 +131,7 @@ def engine_shaping_access(
     CREATE of any backend, and on UPDATE when an engine-shaping field changes."""
     if operation == "CREATE":
         return [PODS]
-    if operation == "UPDATE" and engine_shaping_signature(obj) != engine_shaping_signature(
-        old_obj
-    ):
+    if operation == "UPDATE" and engine_shaping_signature(obj) != engine_shaping_signature(old_obj):
         return [PODS]
     return []
 

@@ -249,13 +249,16 @@ def test_a_backend_that_shapes_no_workload_still_needs_create_pods(env: Any) -> 
     [
         ("spec.lmCache.workerImage", {"lmCache": {"workerImage": "attacker.example/w:1"}}),
         (
-            "spec.engineOverrides",
-            {"engineOverrides": {"env": [{"name": "STOLEN", "valueFrom": {"secretKeyRef": {
-                "name": "their-secret", "key": "token"}}}]}},
+            "spec.integration.engineOverrides",
+            {"integration": {"engineOverrides": {"env": [{"name": "STOLEN", "valueFrom": {
+                "secretKeyRef": {"name": "their-secret", "key": "token"}}}]}}},
         ),
-        ("spec.engineOverrides", {"engineOverrides": {"args": ["--trust-remote-code"]}}),
+        (
+            "spec.integration.engineOverrides",
+            {"integration": {"engineOverrides": {"args": ["--enable-prefix-caching"]}}},
+        ),
         ("spec.engineSelector", {"engineSelector": {"matchLabels": {"app": "their-gpus"}}}),
-        ("spec.engineHostNetwork", {"engineHostNetwork": True}),
+        ("spec.lmCache.workerImage", {"lmCache": {"workerImage": "attacker.example/w:2"}}),
     ],
 )  # fmt: skip
 def test_engine_shaping_updates_need_create_pods(

@@ -77,20 +77,34 @@ def test_backends_without_a_workload_need_create_pods_only() -> None:
     [
         ({"engineSelector": {"matchLabels": {"app": "theirs"}}}, "spec.engineSelector"),
         ({"lmCache": {"workerImage": "evil.example/x:1"}}, "spec.lmCache.workerImage"),
-        ({"engineOverrides": {"env": [{"name": "A", "value": "b"}]}}, "spec.engineOverrides"),
-        ({"engineOverrides": {"args": ["--x"]}}, "spec.engineOverrides"),
-        ({"engineHostNetwork": True}, "spec.engineHostNetwork"),
+        (
+            {"integration": {"engineOverrides": {"env": [{"name": "A", "value": "b"}]}}},
+            "spec.integration.engineOverrides",
+        ),
+        (
+            {"integration": {"engineOverrides": {"suppressArgs": ["--x"]}}},
+            "spec.integration.engineOverrides",
+        ),
+        ({"integration": {"engineHostNetwork": True}}, "spec.integration.engineHostNetwork"),
     ],
 )
 def test_an_update_of_an_engine_shaping_field_needs_create_pods(
     changed: dict[str, Any], field: str
 ) -> None:
     """Rule "Engine-shaping needs engine-level permission": workerImage, any
-    engineOverrides field, engineSelector and engineHostNetwork; the denial names it."""
-    after = with_spec(HOST_ONLY, **changed)
-    assert required_access("UPDATE", after, HOST_ONLY) == [PODS]
-    assert shaping_field(after, HOST_ONLY, PODS) == field
-    resp = authorizing(FakeAccessReviewer())(request(after, HOST_ONLY))["response"]
+    engineOverrides field, engineSelector and engineHostNetwork; the denial names it.
+    (Judged on the request, before validation: a value the validator later refuses
+    still needs the permission to be written.)"""
+    # engineHostNetwork is Mooncake's alone (the validator refuses it elsewhere).
+    base = (
+        with_spec(MANAGED, remoteStorage={"provider": "Mooncake", "ownership": "Managed"})
+        if "engineHostNetwork" in field
+        else HOST_ONLY
+    )
+    after = with_spec(base, **changed)
+    assert required_access("UPDATE", after, base) == [PODS]
+    assert shaping_field(after, base, PODS) == field
+    resp = authorizing(FakeAccessReviewer({"deployments"}))(request(after, base))["response"]
     assert resp["allowed"] is False
     assert resp["status"]["code"] == 403
     assert 'cannot create pods in namespace "team-a"' in resp["status"]["message"]
