@@ -427,42 +427,135 @@ def test_the_opt_out_drops_the_policy_keeps_the_password_and_is_validated(
     wait_object(cluster, k.NETWORKPOLICIES, ns, "chat-redis")
 
 
-def test_an_engine_of_another_namespace_gets_the_endpoint_only_and_the_policy_follows_the_opt_in(
-    cluster: Cluster, stack: Stack, webhook_suffix: str
-) -> None:
-    """Cross-namespace engines (docs/decisions.md): a pod cannot reference another
-    namespace's Secret and the controller copies none, so an engine of team B wired by
-    an External backend to team A's managed Redis carries no password reference; A's
-    policy admits B's engines only with A's allowCrossNamespace."""
-    stack.start_dispatcher()
-    stack.start_worker()
-    team_a = cluster.namespace(labels={TEST_NAMESPACE_LABEL: webhook_suffix})
-    team_b = cluster.namespace(labels={TEST_NAMESPACE_LABEL: webhook_suffix})
-    cluster.create_cb(team_a, "chat", {**REDIS_SPEC, "allowCrossNamespace": True}, NO_GATE)
-    external = {
+def real_pod_ref(cluster: Cluster, ns: str, labels: dict[str, str]) -> PodRef:
+    """A pod of ``ns`` with the namespace's labels as the API server stored them (its
+    kubernetes.io/metadata.name included, which the API server sets)."""
+    namespace = cluster.kube.request("GET", f"/api/v1/namespaces/{ns}")
+    return PodRef(ns, labels, dict(namespace["metadata"].get("labels") or {}))
+
+
+def consumer_spec(owner_ns: str) -> dict[str, Any]:
+    return {
         **REDIS_SPEC,
         "allowCrossNamespace": True,
         "remoteStorage": {
             "provider": "Redis",
             "ownership": "External",
-            "endpoint": f"chat-redis.{team_a}.svc:6379",
+            "endpoint": f"chat-redis.{owner_ns}.svc:6379",
         },
     }
-    cluster.create_cb(team_b, "shared", external, NO_GATE)
+
+
+def test_a_tier_opens_only_to_the_namespaces_its_owner_names_and_they_authenticate(
+    cluster: Cluster, stack: Stack, webhook_suffix: str, tmp_path: Path
+) -> None:
+    """Decision "Cross-namespace consumers need the owner's consent", on the real API
+    server with the real dispatcher, worker and webhook: owner (team A, naming team B),
+    consumer (team B), non-consenting consumer (team C) and a stranger namespace,
+    evaluated against every NetworkPolicy of the tier; team B's engines authenticate to a
+    real Redis-compatible server started as the tier's Deployment says, with the copy
+    the worker made; team C's backend is not Ready, says why, and gets a Warning Event;
+    withdrawing consent closes B again within 60 s."""
+    stack.start_dispatcher()
+    stack.start_worker()
+    team_a = cluster.namespace(labels={TEST_NAMESPACE_LABEL: webhook_suffix})
+    team_b = cluster.namespace(labels={TEST_NAMESPACE_LABEL: webhook_suffix})
+    team_c = cluster.namespace(labels={TEST_NAMESPACE_LABEL: webhook_suffix})
+    stranger = cluster.namespace()
+    consent = {**NO_GATE, c.ANNOTATION_ALLOWED_CONSUMER_NAMESPACES: team_b}
+    # allowCrossNamespace on the owner opens nothing by itself.
+    cluster.create_cb(team_a, "chat", {**REDIS_SPEC, "allowCrossNamespace": True}, consent)
+    cluster.create_cb(team_b, "shared", consumer_spec(team_a), NO_GATE)
+    cluster.create_cb(team_c, "shared", consumer_spec(team_a), NO_GATE)
 
     target = provider_pod(cluster, team_a, "chat-redis")
-    wait_object(cluster, k.NETWORKPOLICIES, team_a, "chat-redis")
-    every = policies(cluster, team_a)
-    assert ingress_allowed(every, target, pod_ref(team_b, dict(REDIS_ENGINES)), 6379)
-    assert not ingress_allowed(every, target, pod_ref(team_b, {"app": "intruder"}), 6379)
 
+    def admits(ns: str, labels: dict[str, str]) -> bool:
+        every = policies(cluster, team_a)
+        return ingress_allowed(every, target, real_pod_ref(cluster, ns, labels), 6379)
+
+    poll(lambda: admits(team_b, dict(REDIS_ENGINES)), timeout=60, what="team B admitted")
+    assert admits(team_a, dict(REDIS_ENGINES))
+    assert not admits(team_b, {"app": "intruder"})
+    assert not admits(team_c, dict(REDIS_ENGINES)), "no consent for team C"
+    assert not admits(stranger, dict(REDIS_ENGINES)), "engine labels elsewhere get nothing"
+    assert '"namespaceSelector": {}' not in json.dumps(policies(cluster, team_a))
+
+    # ---- team B authenticates with its own copy of the password
+    copy_ = poll(
+        lambda: get(cluster, k.SECRETS, team_b, "shared-redis-auth"),
+        timeout=60,
+        what="team B's credentials copy",
+    )
+    owner_secret = cluster.kube.get(k.SECRETS, team_a, "chat-redis-auth")
+    assert secret_password(copy_) == secret_password(owner_secret)
+    assert (
+        copy_["metadata"]["ownerReferences"][0]["uid"]
+        == cluster.cb(team_b, "shared")["metadata"]["uid"]
+    )
     pod = wired_pod(cluster, team_b, "shared")
     worker = mp_worker(pod)
-    assert "secretKeyRef" not in json.dumps(pod)
-    l2 = json.loads(worker["args"][worker["args"].index("--l2-adapter") + 1])
-    assert "password" not in l2
-    assert l2["host"] == f"chat-redis.{team_a}.svc"
-    assert cluster.kube.list(k.SECRETS, team_b).get("items") == [], "no Secret is copied"
+    (ref,) = [e for e in worker["env"] if "valueFrom" in e]
+    assert ref["valueFrom"]["secretKeyRef"] == {
+        "name": "shared-redis-auth",
+        "key": "password",
+        "optional": True,
+    }
+    password = str(secret_password(owner_secret))
+    worker_env = secret_env(worker, cluster, team_b)
+    assert not any(password in expand(a, worker_env) for a in worker["args"])
+    redis_dep = cluster.kube.get(k.DEPLOYMENTS, team_a, "chat-redis")
+    pod_spec = redis_dep["spec"]["template"]["spec"]
+    container = pod_spec["containers"][0]
+    args = mount_secret_volumes(
+        pod_spec, container, list(container["args"]), cluster, team_a, tmp_path
+    )
+    server = RedisServer(server_args=args, password=password).start()
+    try:
+        refused, _ = resp(server.port, ["PING"], ["QUIT"])
+        assert refused.startswith(b"-NOAUTH"), refused
+        auth, pong = resp(server.port, ["AUTH", worker_env["LMCACHE_RESP_PASSWORD"]], ["PING"])
+        assert (auth, pong) == (b"+OK", b"+PONG")
+    finally:
+        server.stop()
+    cluster.wait_condition(team_b, "shared", "Ready", "True", "ExternalEndpointAccepted", 60)
+
+    # ---- team C says it is refused, once
+    got = cluster.wait_condition(
+        team_c, "shared", "Ready", "False", c.REASON_CROSS_NAMESPACE_CONSENT_MISSING, 60
+    )
+    ready = next(x for x in got["status"]["conditions"] if x["type"] == "Ready")
+    assert team_c in ready["message"]
+    assert get(cluster, k.SECRETS, team_c, "shared-redis-auth") is None
+    refusals = poll(
+        lambda: (
+            [
+                e
+                for e in cluster.events(team_c, "shared")
+                if e.get("reason") == c.EVENT_CROSS_NAMESPACE_REFUSED
+            ]
+            or None
+        ),
+        timeout=30,
+        what="the Warning Event",
+    )
+    assert [e["type"] for e in refusals] == ["Warning"]
+
+    # ---- consent withdrawn: B is closed and told, its copy goes
+    cluster.patch_cb(
+        team_a,
+        "chat",
+        {"metadata": {"annotations": {c.ANNOTATION_ALLOWED_CONSUMER_NAMESPACES: stranger}}},
+    )
+    poll(lambda: not admits(team_b, dict(REDIS_ENGINES)), timeout=60, what="team B closed")
+    cluster.wait_condition(
+        team_b, "shared", "Ready", "False", c.REASON_CROSS_NAMESPACE_CONSENT_MISSING, 60
+    )
+    poll(
+        lambda: get(cluster, k.SECRETS, team_b, "shared-redis-auth") is None,
+        timeout=60,
+        what="team B's copy to go",
+    )
 
 
 def old_style_objects(cb: dict[str, Any]) -> list[dict[str, Any]]:
