@@ -255,7 +255,7 @@ class FakeKube:
         return copy.deepcopy(obj)
 
     def _json_patch_spec(
-        self, res: k.Resource, namespace: str | None, name: str, ops: list[dict[str, Any]]
+        self, res: k.Resource, namespace: str | None, name: str, ops: Any
     ) -> dict[str, Any]:
         obj = self.objects.get((res.plural, namespace or "", name))
         if obj is None:

@@ -163,5 +163,3 @@ def test_no_shipped_container_carries_a_credential() -> None:
     for where, spec in specs:
         for container in all_containers(spec):
             assert credential_words(container) == [], f"{where}: {container['name']}"
-
-

@@ -203,4 +203,3 @@ def test_the_consumers_engines_reference_the_copy_optionally() -> None:
     binding = resolve_binding(unacknowledged)
     assert binding is not None
     assert binding.password_secret is None
-
