@@ -38,7 +38,7 @@ CONSUMER_SPEC: dict[str, Any] = {
 CONSENT = c.ANNOTATION_ALLOWED_CONSUMER_NAMESPACES
 
 
-def backend(ns: str, name: str, spec: dict[str, Any], **annotations: str) -> dict[str, Any]:
+def stored(ns: str, name: str, spec: dict[str, Any], **annotations: str) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": name, "namespace": ns, "uid": f"uid-{ns}-{name}"}
     if annotations:
         meta["annotations"] = dict(annotations)
@@ -53,9 +53,9 @@ def backend(ns: str, name: str, spec: dict[str, Any], **annotations: str) -> dic
 def setup(consent: str | None) -> FakeKube:
     kube = FakeKube()
     annotations = {CONSENT: consent} if consent else {}
-    kube.put("cachebackends", backend("team-a", "cache", OWNER_SPEC, **annotations))
-    kube.put("cachebackends", backend("team-b", "reader", CONSUMER_SPEC))
-    kube.put("cachebackends", backend("team-c", "reader", CONSUMER_SPEC))
+    kube.put("cachebackends", stored("team-a", "cache", OWNER_SPEC, **annotations))
+    kube.put("cachebackends", stored("team-b", "reader", CONSUMER_SPEC))
+    kube.put("cachebackends", stored("team-c", "reader", CONSUMER_SPEC))
     return kube
 
 
