@@ -479,10 +479,13 @@ class CachedReads:
             return self.live.backends_in(namespace)
         return self.cache.backends.store.in_namespace(namespace)
 
+    def owned_secrets(self, namespace: str, name: str) -> list[Obj]:
+        # Never cached (reconciler.reads.NAMED_OWNED_RESOURCES): read by name.
+        return self.live.owned_secrets(namespace, name)
+
     def owned(self, namespace: str, name: str) -> list[Obj]:
         label = safe_label_value(name)
-        # Secrets are never cached (reconciler.reads.NAMED_OWNED_RESOURCES): read by name.
-        out: list[Obj] = self.live.owned_secrets(namespace, name)
+        out: list[Obj] = []
         for res in LISTED_OWNED_RESOURCES:
             reflector = self.cache.owned[res.kind]
             if not self._ready(reflector, "owned"):

@@ -37,9 +37,11 @@ from typing import Any, Final, Protocol
 from kubeio import client as k
 from shared import constants as c
 from shared.labels import equality_selector, labels_match
+from shared.storage_providers.redis import RedisStorageProvider
 from shared.storage_providers.render import (
     LABEL_CACHEBACKEND,
     LABEL_MANAGED_BY,
+    LABEL_NAME,
     MANAGED_BY,
     owned_secret_names,
     owned_selector,
@@ -75,8 +77,14 @@ class ClusterReads(Protocol):
         ...
 
     def owned(self, namespace: str, name: str) -> list[dict[str, Any]]:
-        """Objects of the owned kinds carrying the backend's labels (each with its
-        ``kind``); ownership by uid is the caller's check."""
+        """Objects of the listed owned kinds (LISTED_OWNED_RESOURCES) carrying the
+        backend's labels (each with its ``kind``); ownership by uid is the caller's
+        check. Secrets are not among them: owned_secrets."""
+        ...
+
+    def owned_secrets(self, namespace: str, name: str) -> list[dict[str, Any]]:
+        """The backend's Secrets, each read by the name it renders (owned_secret_names),
+        kept when it carries the backend's labels."""
         ...
 
     def engine_pods(self, namespace: str, labels: Mapping[str, str]) -> list[dict[str, Any]]:
@@ -108,6 +116,21 @@ class ClusterReads(Protocol):
         """A reconcile wrote the object (resourceVersion ``before`` → ``after``; after
         None: deleted). A cache waits, briefly, until it shows the write."""
         ...
+
+
+def reads_owned_secrets(provider: str | None, listed: list[dict[str, Any]]) -> bool:
+    """Whether a reconcile must read the backend's Secrets (a GET each: they are not
+    cached). Only a backend that can own one: its provider is Redis (a managed tier's
+    password, or a consumer's copy), or one of its listed objects is a Redis tier's (a
+    provider switch, whose Secret is to be shed). Any other backend's idle reconcile
+    stays free of requests."""
+    if provider == c.PROVIDER_REDIS:
+        return True
+    return any(
+        ((obj.get("metadata") or {}).get("labels") or {}).get(LABEL_NAME)
+        == RedisStorageProvider.component
+        for obj in listed
+    )
 
 
 def carries_owned_labels(obj: Mapping[str, Any], cb_name: str) -> bool:
@@ -154,12 +177,11 @@ class LiveReads:
 
     def owned(self, namespace: str, name: str) -> list[dict[str, Any]]:
         selector = owned_selector(name)
-        listed = [
+        return [
             with_kind(res, item)
             for res in LISTED_OWNED_RESOURCES
             for item in self.kube.list(res, namespace, label_selector=selector).get("items") or []
         ]
-        return [*self.owned_secrets(namespace, name), *listed]
 
     def owned_secrets(self, namespace: str, name: str) -> list[dict[str, Any]]:
         """The backend's Secrets, each read by the name it renders (a GET: the worker

@@ -40,7 +40,13 @@ from reconciler.engine_pods import (
 from reconciler.events import EventSpec, event_object, transition_events
 from reconciler.exact_drift import spec_exactly_equal, spec_replacement
 from reconciler.ownership import NameConflict, name_conflicts, owned_by
-from reconciler.reads import ClusterReads, LiveReads, controller_name, template_labels
+from reconciler.reads import (
+    ClusterReads,
+    LiveReads,
+    controller_name,
+    reads_owned_secrets,
+    template_labels,
+)
 from reconciler.server_client import Prober
 from reconciler.status import (
     ENGINE_ADVISORY_MODES,
@@ -343,10 +349,15 @@ class Reconciler:
         return replaced
 
     def _list_owned(self, p: Pass) -> dict[ObjKey, dict[str, Any]]:
-        """Objects carrying our labels *and* a controller reference to this backend."""
+        """Objects carrying our labels *and* a controller reference to this backend;
+        its Secrets (read by name) only when it can own one (reads_owned_secrets)."""
+        listed = p.reads.owned(p.key.namespace, p.key.name)
+        rs = p.cb.spec.remote_storage
+        if reads_owned_secrets(rs.provider if rs is not None else None, listed):
+            listed = [*p.reads.owned_secrets(p.key.namespace, p.key.name), *listed]
         return {
             (str(item["kind"]), item["metadata"]["name"]): item
-            for item in p.reads.owned(p.key.namespace, p.key.name)
+            for item in listed
             if owned_by(item, p.uid)
         }
 
