@@ -167,8 +167,8 @@ def store_backends(api: Any) -> int:
 
 
 def grant_workloads(api: Any, user: str) -> None:
-    """Let ``user`` create Deployments and StatefulSets in the bench namespace, so the
-    webhook's SubjectAccessReview for a --validate-as user allows."""
+    """Let ``user`` create Deployments, StatefulSets and Pods in the bench namespace,
+    so the webhook's SubjectAccessReviews for a --validate-as user allow."""
     rbac = client.RbacAuthorizationV1Api(api)
     rbac.create_namespaced_role(
         NS,
@@ -179,7 +179,8 @@ def grant_workloads(api: Any, user: str) -> None:
                     "apiGroups": ["apps"],
                     "resources": ["deployments", "statefulsets"],
                     "verbs": ["create"],
-                }
+                },
+                {"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]},
             ],
         },
     )
@@ -454,8 +455,10 @@ def main(argv: list[str] | None = None) -> int:
         "--validate-as",
         metavar="USER",
         help="send the validate payload as USER (groups: system:authenticated), granted "
-        "create deployments/statefulsets in the bench namespace: the webhook then asks a "
-        "SubjectAccessReview per request",
+        "create deployments/statefulsets/pods in the bench namespace: the webhook then "
+        "asks SubjectAccessReviews (create deployments, create pods), each answer reused "
+        "for --access-review-allowed-ttl (default 10 s; pass "
+        "--webhook-arg=--access-review-allowed-ttl=0 to ask on every request)",
     )
     parser.add_argument(
         "--webhook-arg",

@@ -11,9 +11,9 @@ objects that belong to backends, not the rest of the cluster:
 watch                        for
 ===========================  ====================================================
 CacheBackends                the backend a reconcile is handed
-Secrets, NetworkPolicies,    owned objects (label ``managed-by=inference-cache``)
-Deployments, StatefulSets,
-Services, HPAs
+NetworkPolicies,             owned objects (label ``managed-by=inference-cache``);
+Deployments, StatefulSets,   owned Secrets are not watched: RBAC cannot scope a
+Services, HPAs               watch to our labels, so they are read by name
 pods, by label               cache-server pods (``inferencecache.io/cachebackend``,
                              a key of every managed workload's selector)
 pods, by label               injected pods (``inferencecache.io/injected-by-uid``)
@@ -57,7 +57,7 @@ from reconciler.enqueue_keys import (
     ChangeRouter,
     engine_selector_labels,
 )
-from reconciler.reads import OWNED_RESOURCES, LiveReads, template_labels, with_kind
+from reconciler.reads import LISTED_OWNED_RESOURCES, LiveReads, template_labels, with_kind
 from reconciler.watch_cache import Reflector, WatchSpec, reduced_metadata, resource_version
 from shared import constants as c
 from shared.labels import labels_match, valid_selector
@@ -350,7 +350,7 @@ class ClusterCache:
                 on_restart=_count_restart(res.plural),
                 watch_timeout=watch_timeout,
             )
-            for res in OWNED_RESOURCES
+            for res in LISTED_OWNED_RESOURCES
         }
         # Every managed workload's selector has the cachebackend label, so the pods
         # carrying that label hold every pod a workload can select.
@@ -476,10 +476,19 @@ class CachedReads:
             return self.live.backend(namespace, name)
         return self.cache.backends.store.get(namespace, name)
 
+    def backends_in(self, namespace: str) -> list[Obj]:
+        if not self._ready(self.cache.backends, "cachebackend"):
+            return self.live.backends_in(namespace)
+        return self.cache.backends.store.in_namespace(namespace)
+
+    def owned_secrets(self, namespace: str, name: str) -> list[Obj]:
+        # Never cached (reconciler.reads.NAMED_OWNED_RESOURCES): read by name.
+        return self.live.owned_secrets(namespace, name)
+
     def owned(self, namespace: str, name: str) -> list[Obj]:
         label = safe_label_value(name)
         out: list[Obj] = []
-        for res in OWNED_RESOURCES:
+        for res in LISTED_OWNED_RESOURCES:
             reflector = self.cache.owned[res.kind]
             if not self._ready(reflector, "owned"):
                 return self.live.owned(namespace, name)

@@ -193,6 +193,21 @@ def pod_creation_failed_event(old: dict[str, Any], new: dict[str, Any]) -> Event
     return None
 
 
+CROSS_NAMESPACE_REFUSALS: Final = frozenset(
+    {c.REASON_CROSS_NAMESPACE_CONSENT_MISSING, c.REASON_CROSS_NAMESPACE_CREDENTIALS_MISSING}
+)
+
+
+def cross_namespace_refused_event(old: dict[str, Any], new: dict[str, Any]) -> EventSpec | None:
+    """Warning CrossNamespaceAccessRefused when a consumer's Ready turns to a refusal by
+    the tier it points at (no consent, no credentials), once per transition."""
+    _, o_reason, _ = _cond(old, c.COND_READY)
+    _, n_reason, n_msg = _cond(new, c.COND_READY)
+    if n_reason in CROSS_NAMESPACE_REFUSALS and n_reason != o_reason:
+        return EventSpec(WARNING, c.EVENT_CROSS_NAMESPACE_REFUSED, n_msg)
+    return None
+
+
 def transition_events(old: dict[str, Any] | None, new: dict[str, Any]) -> list[EventSpec]:
     """Every Event the old→new status transition deserves, in a stable order."""
     old = old or {}
@@ -214,6 +229,7 @@ def transition_events(old: dict[str, Any] | None, new: dict[str, Any]) -> list[E
         lmcache_version_skew_event,
         engine_version_below_minimum_event,
         pinned_host_memory_over_limit_event,
+        cross_namespace_refused_event,
     ):
         event = rule(old, new)
         if event is not None:

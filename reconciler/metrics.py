@@ -35,7 +35,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from kubeio import client as k
-from reconciler.reads import DISPATCHER_OWNED_RESOURCES, OWNED_RESOURCES
+from reconciler.reads import DISPATCHER_OWNED_RESOURCES, LISTED_OWNED_RESOURCES, OWNED_RESOURCES
 from shared import constants as c
 
 # No `<name>_created` series beside every counter and histogram: Prometheus does not
@@ -432,7 +432,7 @@ DISPATCHER_WATCHES: Final = tuple(
 # The worker cache's watches and the reads it can fall back on (reconciler/cluster_cache.py).
 CACHE_WATCHES: Final = (
     k.CACHEBACKENDS.plural,
-    *(r.plural for r in OWNED_RESOURCES),
+    *(r.plural for r in LISTED_OWNED_RESOURCES),
     "server-pods",
     "injected-pods",
     "engine-deployments",

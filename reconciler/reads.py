@@ -8,7 +8,9 @@ filter them; none lists a whole namespace:
 read                   how (LiveReads)
 =====================  ==========================================================
 the CacheBackend       GET
-owned objects          LIST each owned kind by our labels (managed-by, cachebackend)
+consumer backends      LIST CacheBackends of each namespace the owner consents to
+owned objects          LIST each owned kind by our labels (managed-by, cachebackend);
+                       GET owned Secrets by the names the backend renders
 engine pods            LIST pods by spec.engineSelector, metadata only
 injected pods          LIST pods by the injected-by-uid label
 cache-server pods      LIST pods by the managed workload's selector
@@ -35,13 +37,19 @@ from typing import Any, Final, Protocol
 from kubeio import client as k
 from shared import constants as c
 from shared.labels import equality_selector, labels_match
-from shared.storage_providers.render import owned_selector
+from shared.storage_providers.redis import RedisStorageProvider
+from shared.storage_providers.render import (
+    LABEL_CACHEBACKEND,
+    LABEL_MANAGED_BY,
+    LABEL_NAME,
+    MANAGED_BY,
+    owned_secret_names,
+    owned_selector,
+    safe_label_value,
+)
 
-# The password Secret of a managed Redis and the NetworkPolicy of an isolable provider
-# are owned like the workload: listed by the same labels, never a namespace's whole set.
-# Owned kinds the dispatcher watches too: all but Secrets. The dispatcher holds no
-# Secret access at all; a change to an owned Secret reaches the queue from the worker's
-# own watch (reconciler.cluster_cache routes every owned change), and the resync.
+# The NetworkPolicy of an isolable provider is owned like the workload: listed by the
+# same labels, never a namespace's whole set. The dispatcher watches these kinds too.
 DISPATCHER_OWNED_RESOURCES: Final = (
     k.NETWORKPOLICIES,
     k.DEPLOYMENTS,
@@ -49,14 +57,15 @@ DISPATCHER_OWNED_RESOURCES: Final = (
     k.SERVICES,
     k.HPAS,
 )
-OWNED_RESOURCES: Final = (
-    k.SECRETS,
-    k.NETWORKPOLICIES,
-    k.DEPLOYMENTS,
-    k.STATEFULSETS,
-    k.SERVICES,
-    k.HPAS,
-)
+# Owned kinds read by listing (and, in the worker, watching) by our labels.
+LISTED_OWNED_RESOURCES: Final = DISPATCHER_OWNED_RESOURCES
+# Owned Secrets (a managed Redis's password, a consumer's copy of it) are never listed
+# nor watched: RBAC cannot scope a list or a watch to our labels, and the worker may
+# not read every Secret of the cluster. They are read by the names a backend renders
+# (owned_secret_names); a change to one is repaired by the dispatcher's resync.
+NAMED_OWNED_RESOURCES: Final = (k.SECRETS,)
+# Every kind a reconcile writes.
+OWNED_RESOURCES: Final = (*NAMED_OWNED_RESOURCES, *LISTED_OWNED_RESOURCES)
 ANY_VERSION: Final = "0"
 
 
@@ -68,8 +77,14 @@ class ClusterReads(Protocol):
         ...
 
     def owned(self, namespace: str, name: str) -> list[dict[str, Any]]:
-        """Objects of the owned kinds carrying the backend's labels (each with its
-        ``kind``); ownership by uid is the caller's check."""
+        """Objects of the listed owned kinds (LISTED_OWNED_RESOURCES) carrying the
+        backend's labels (each with its ``kind``); ownership by uid is the caller's
+        check. Secrets are not among them: owned_secrets."""
+        ...
+
+    def owned_secrets(self, namespace: str, name: str) -> list[dict[str, Any]]:
+        """The backend's Secrets, each read by the name it renders (owned_secret_names),
+        kept when it carries the backend's labels."""
         ...
 
     def engine_pods(self, namespace: str, labels: Mapping[str, str]) -> list[dict[str, Any]]:
@@ -90,12 +105,40 @@ class ClusterReads(Protocol):
         metadata.name, spec.replicas and spec.template.metadata.labels."""
         ...
 
+    def backends_in(self, namespace: str) -> list[dict[str, Any]]:
+        """Every CacheBackend of ``namespace`` (an owner's candidate consumers, in the
+        namespaces it consents to)."""
+        ...
+
     def after_write(
         self, res: k.Resource, namespace: str, name: str, before: str, after: str | None
     ) -> None:
         """A reconcile wrote the object (resourceVersion ``before`` → ``after``; after
         None: deleted). A cache waits, briefly, until it shows the write."""
         ...
+
+
+def reads_owned_secrets(provider: str | None, listed: list[dict[str, Any]]) -> bool:
+    """Whether a reconcile must read the backend's Secrets (a GET each: they are not
+    cached). Only a backend that can own one: its provider is Redis (a managed tier's
+    password, or a consumer's copy), or one of its listed objects is a Redis tier's (a
+    provider switch, whose Secret is to be shed). Any other backend's idle reconcile
+    stays free of requests."""
+    if provider == c.PROVIDER_REDIS:
+        return True
+    return any(
+        ((obj.get("metadata") or {}).get("labels") or {}).get(LABEL_NAME)
+        == RedisStorageProvider.component
+        for obj in listed
+    )
+
+
+def carries_owned_labels(obj: Mapping[str, Any], cb_name: str) -> bool:
+    """The labels owned_selector(cb_name) selects by (ownership by uid is the caller's)."""
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return labels_match(
+        {LABEL_MANAGED_BY: MANAGED_BY, LABEL_CACHEBACKEND: safe_label_value(cb_name)}, labels
+    )
 
 
 def template_labels(deployment: dict[str, Any]) -> dict[str, str]:
@@ -136,9 +179,23 @@ class LiveReads:
         selector = owned_selector(name)
         return [
             with_kind(res, item)
-            for res in OWNED_RESOURCES
+            for res in LISTED_OWNED_RESOURCES
             for item in self.kube.list(res, namespace, label_selector=selector).get("items") or []
         ]
+
+    def owned_secrets(self, namespace: str, name: str) -> list[dict[str, Any]]:
+        """The backend's Secrets, each read by the name it renders (a GET: the worker
+        may not list Secrets), kept when it carries the backend's labels."""
+        out = []
+        for secret_name in owned_secret_names(name):
+            secret = self.kube.get_or_none(k.SECRETS, namespace, secret_name)
+            if secret is not None and carries_owned_labels(secret, name):
+                out.append(with_kind(k.SECRETS, secret))
+        return out
+
+    def backends_in(self, namespace: str) -> list[dict[str, Any]]:
+        items = self.kube.list(k.CACHEBACKENDS, namespace).get("items") or []
+        return [with_kind(k.CACHEBACKENDS, item) for item in items]
 
     def _items(
         self, res: k.Resource, namespace: str, selector: str, *, metadata_only: bool = False

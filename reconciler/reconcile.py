@@ -38,8 +38,15 @@ from reconciler.engine_pods import (
     workload_selector,
 )
 from reconciler.events import EventSpec, event_object, transition_events
+from reconciler.exact_drift import spec_exactly_equal, spec_replacement
 from reconciler.ownership import NameConflict, name_conflicts, owned_by
-from reconciler.reads import ClusterReads, LiveReads, controller_name, template_labels
+from reconciler.reads import (
+    ClusterReads,
+    LiveReads,
+    controller_name,
+    reads_owned_secrets,
+    template_labels,
+)
 from reconciler.server_client import Prober
 from reconciler.status import (
     ENGINE_ADVISORY_MODES,
@@ -57,12 +64,14 @@ from reconciler.workload_refusals import (
     latest_failed_create,
     needs_failed_create_read,
 )
+from reconciler.tenancy_reads import consumer_side, consumers_of
 from shared import constants as c
 from shared.api import effective
 from shared.api.models import CacheBackend
 from shared.labels import labels_match, valid_selector
 from shared.pod_wiring import injected_by_uid_label
 from shared.storage_providers.render import render_managed_objects, service_endpoint
+from shared.tenancy import ConsumerStanding
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +124,8 @@ class Pass:
     now: dt.datetime = NOT_YET
     # Seconds until a cascade this pass could not finish should be looked at again.
     cascade_wait: float | None = None
+    # A cross-namespace consumer's standing with the tier it points at.
+    standing: ConsumerStanding = field(default_factory=lambda: ConsumerStanding(True))
 
 
 # (key) -> seconds until the next probe is allowed (None: allowed now, and claimed).
@@ -230,8 +241,14 @@ class Reconciler:
         rendered name is taken by an object not ours, write nothing. Sets the live
         object of each rendered kind and the name conflicts."""
         owned = self._list_owned(p)
+        consumers = consumers_of(p.cb, p.reads)
+        consumer = consumer_side(p.cb, self.kube, p.reads)
+        p.standing = consumer.standing
         # The live objects let an autoscaled workload keep the HPA's replica count.
-        desired = render_managed_objects(p.cb, owned)
+        desired = [
+            *render_managed_objects(p.cb, owned, consumers=consumers),
+            *consumer.copies,
+        ]
         wanted = {(o["kind"], o["metadata"]["name"]) for o in desired}
         existing = self._read_unlisted(p, desired, owned)
         unlisted_ours = {
@@ -240,7 +257,10 @@ class Reconciler:
         if unlisted_ours:
             # Ours, but not (yet) in what was listed: render again from it, so what it
             # holds and the render depends on (a password) is kept, not replaced.
-            desired = render_managed_objects(p.cb, {**owned, **unlisted_ours})
+            desired = [
+                *render_managed_objects(p.cb, {**owned, **unlisted_ours}, consumers=consumers),
+                *consumer.copies,
+            ]
         p.conflicts = tuple(name_conflicts(desired, existing, p.uid))
         if p.conflicts:
             self._hold(p, owned, wanted)
@@ -294,7 +314,7 @@ class Reconciler:
         for obj in desired:
             kind, obj_name = obj["kind"], obj["metadata"]["name"]
             current = owned.get((kind, obj_name)) or existing.get((kind, obj_name))
-            if current is None or needs_apply(obj, current):
+            if current is None or needs_apply(obj, current) or not spec_exactly_equal(obj, current):
                 # An existing object is updated only as the very object we saw (uid
                 # precondition), so a foreign object recreated under the name
                 # meanwhile is refused, not adopted.
@@ -306,13 +326,45 @@ class Reconciler:
                 )
                 self._count_write("apply", kind)
                 p.result.writes += 1
+                current = self._replace_foreign_spec(p, obj, current)
             p.live_by_kind[kind] = current
 
+    def _replace_foreign_spec(
+        self, p: Pass, obj: dict[str, Any], current: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Keys another field manager added inside a spec we must hold exactly
+        (reconciler.exact_drift) survive server-side apply: replace the spec."""
+        if spec_exactly_equal(obj, current):
+            return current
+        kind, obj_name = obj["kind"], obj["metadata"]["name"]
+        before = _resource_version(current)
+        ops = spec_replacement(obj, str(current["metadata"].get("uid") or ""))
+        try:
+            replaced = self.kube.patch(
+                k.BY_KIND[kind], p.key.namespace, obj_name, ops, content_type=k.JSON_PATCH
+            )
+        except k.ApiError as exc:
+            # A failed uid test: another object under the name now; re-read, decide again.
+            if exc.status == 422:
+                raise k.ApiError(409, "Conflict", exc.body) from exc
+            raise
+        self.reads.after_write(
+            k.BY_KIND[kind], p.key.namespace, obj_name, before, _resource_version(replaced)
+        )
+        self._count_write("apply", kind)
+        p.result.writes += 1
+        return replaced
+
     def _list_owned(self, p: Pass) -> dict[ObjKey, dict[str, Any]]:
-        """Objects carrying our labels *and* a controller reference to this backend."""
+        """Objects carrying our labels *and* a controller reference to this backend;
+        its Secrets (read by name) only when it can own one (reads_owned_secrets)."""
+        listed = p.reads.owned(p.key.namespace, p.key.name)
+        rs = p.cb.spec.remote_storage
+        if reads_owned_secrets(rs.provider if rs is not None else None, listed):
+            listed = [*p.reads.owned_secrets(p.key.namespace, p.key.name), *listed]
         return {
             (str(item["kind"]), item["metadata"]["name"]): item
-            for item in p.reads.owned(p.key.namespace, p.key.name)
+            for item in listed
             if owned_by(item, p.uid)
         }
 
@@ -360,6 +412,7 @@ class Reconciler:
             ),
             server_instance=server_instance,
             name_conflicts=p.conflicts,
+            cross_namespace=p.standing,
         )
 
     def _statefulset_refusal(

@@ -73,6 +73,7 @@ from shared.constants import (
 from shared.endpoints import endpoint_shape_error
 from shared.runtime_adapters import registry as runtime_registry
 from shared.storage_providers.render import managed_provider
+from shared.tenancy import ConsumerStanding
 
 # Cadences. The steady 30 s resync is the dispatcher's; these are per-backend hints.
 ENGINE_CHURN_REQUEUE_SECONDS: Final = 5.0
@@ -264,6 +265,9 @@ class Observed:
     # Rendered objects whose names are taken by objects this backend does not own
     # (the shell wrote nothing this time).
     name_conflicts: tuple[NameConflict, ...] = ()
+    # An External backend pointing at another namespace's managed tier: whether that
+    # tier admits it (shared.tenancy.consumer_standing). None or ok: nothing to say.
+    cross_namespace: ConsumerStanding | None = None
 
 
 @dataclass(frozen=True)
@@ -1033,6 +1037,11 @@ def base_verdict(cb: CacheBackend, mode: Mode, observed: Observed) -> BaseVerdic
         )
     if mode == Mode.EXTERNAL:
         verdict, endpoint = external_endpoint_verdict(cb)
+        standing = observed.cross_namespace
+        if verdict.ready and standing is not None and not standing.ok:
+            # A tier that refuses this backend's engines: never Ready, and Ready's
+            # reason says why (External keeps its Ready + Progressing pair).
+            verdict = Verdict(False, standing.reason, standing.message)
         return BaseVerdict(verdict, endpoint=endpoint)
     if mode == Mode.EVENTS_ONLY:
         return BaseVerdict(

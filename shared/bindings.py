@@ -29,3 +29,8 @@ class Binding:
     # requires, for a managed Redis; None: the tier takes no credentials from us. A
     # name only: adapters wire a secretKeyRef to it, never its value.
     password_secret: str | None = None
+    # The Secret may not exist (yet): a cross-namespace consumer's copy, which the
+    # reconciler creates only when the tier's owner consented. The reference is then
+    # optional, so a missing copy never keeps the engine pod from starting (its
+    # backend says the credentials are missing instead).
+    password_optional: bool = False

@@ -183,3 +183,12 @@ ANNOTATION_HOST_MEMORY_PROCESSES: Final = "inferencecache.io/host-memory-process
 COND_ENGINE_HOST_MEMORY: Final = "EngineHostMemory"
 REASON_PINNED_HOST_MEMORY_OVER_LIMIT: Final = "PinnedHostMemoryOverLimit"
 EVENT_PINNED_HOST_MEMORY_OVER_LIMIT: Final = "PinnedHostMemoryOverLimit"
+
+# Cross-namespace consent: an owning backend names the namespaces whose consumer
+# backends its managed tier admits (comma-separated namespace names).
+ANNOTATION_ALLOWED_CONSUMER_NAMESPACES: Final = "inferencecache.io/allowed-consumer-namespaces"
+# Set by the API server on every namespace; a pod cannot forge it.
+LABEL_NAMESPACE_NAME: Final = "kubernetes.io/metadata.name"
+REASON_CROSS_NAMESPACE_CONSENT_MISSING: Final = "CrossNamespaceConsentMissing"
+REASON_CROSS_NAMESPACE_CREDENTIALS_MISSING: Final = "CrossNamespaceCredentialsMissing"
+EVENT_CROSS_NAMESPACE_REFUSED: Final = "CrossNamespaceAccessRefused"

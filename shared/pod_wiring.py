@@ -72,6 +72,7 @@ from shared.runtime_adapters.podcheck import introduced_problems
 from shared.runtime_adapters.podspec import cli_tokens, find_flag
 from shared.storage_providers.registry import UnknownProviderError, select_provider
 from shared.storage_providers.render import auth_secret_name
+from shared.tenancy import service_reference
 
 OUTCOME_INJECTED: Final = "injected"
 OUTCOME_SKIPPED: Final = "skipped"
@@ -336,8 +337,29 @@ def resolve_binding(backend: CacheBackend) -> Binding | None:
             raise BindingError(
                 REASON_INVALID_ENDPOINT, f"spec.remoteStorage.endpoint is invalid: {error}"
             )
-        return Binding(protocol, strip_scheme(endpoint))
+        copy_name = consumer_credentials_secret(backend)
+        return Binding(
+            protocol, strip_scheme(endpoint), copy_name, password_optional=copy_name is not None
+        )
     raise BindingError(REASON_INVALID_BACKEND, "spec.remoteStorage.ownership is not set")
+
+
+def consumer_credentials_secret(backend: CacheBackend) -> str | None:
+    """For an External backend that acknowledges pointing at a Service of another
+    namespace (allowCrossNamespace) of a provider that requires a password: the name of
+    the credentials copy the reconciler keeps in the backend's namespace when that
+    tier's owner consented (shared.tenancy). Wired as an optional reference."""
+    remote = backend.spec.remote_storage
+    if remote is None or not backend.spec.allow_cross_namespace or remote.provider is None:
+        return None
+    ref = service_reference(remote.endpoint or "")
+    if ref is None or ref.namespace == backend.metadata.namespace:
+        return None
+    try:
+        provider = select_provider(remote.provider)
+    except UnknownProviderError:
+        return None
+    return auth_secret_name(backend.metadata.name or "") if provider.requires_auth else None
 
 
 # ----------------------------------------------------------------------- sidecars

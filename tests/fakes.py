@@ -256,8 +256,11 @@ class FakeKube:
         *,
         content_type: str,
     ) -> dict[str, Any]:
-        """Only the merge patch of an engine Deployment's pod-template annotations
-        (the cache-server restart cascade)."""
+        """The merge patch of an engine Deployment's pod-template annotations (the
+        cache-server restart cascade), and the JSON patch (uid test, spec replace) of
+        an exact spec repair."""
+        if content_type == k.JSON_PATCH:
+            return self._json_patch_spec(res, namespace, name, body)
         assert res is k.DEPLOYMENTS
         assert content_type == k.MERGE_PATCH
         obj = self.objects.get(("deployments", namespace or "", name))
@@ -267,6 +270,23 @@ class FakeKube:
         tmpl = obj["spec"].setdefault("template", {}).setdefault("metadata", {})
         tmpl.setdefault("annotations", {}).update(annotations)
         self.writes.append(("patch", "deployments", name))
+        return copy.deepcopy(obj)
+
+    def _json_patch_spec(
+        self, res: k.Resource, namespace: str | None, name: str, ops: Any
+    ) -> dict[str, Any]:
+        obj = self.objects.get((res.plural, namespace or "", name))
+        if obj is None:
+            raise k.ApiError(404, "NotFound")
+        for op in ops:
+            if op["op"] == "test" and op["path"] == "/metadata/uid":
+                if obj["metadata"].get("uid") != op["value"]:
+                    raise k.ApiError(422, "Invalid", "test operation failed")
+            else:
+                assert (op["op"], op["path"]) == ("replace", "/spec"), op
+                obj["spec"] = copy.deepcopy(op["value"])
+        self._bump(obj)
+        self.writes.append(("patch", res.plural, name))
         return copy.deepcopy(obj)
 
     def watch(

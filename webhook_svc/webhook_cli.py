@@ -13,7 +13,7 @@ import logging
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from cli_support import arg_types as cli_types
 from kubeio import access as kubeaccess
@@ -46,6 +46,13 @@ from webhook_svc.uvicorn_processes import (
 )
 
 log = logging.getLogger("icache.webhook")
+
+# How long the privilege guard reuses an allowed SubjectAccessReview answer by default
+# (docs/decisions.md, "Engine-shaping needs engine-level permission"): a revoked
+# permission still works for at most this long, against kube-apiserver's own 5 minutes
+# for its webhook authorizer. Denied answers are not kept by default, so a grant
+# applies to the next write.
+DEFAULT_ACCESS_REVIEW_ALLOWED_TTL: Final = 10.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -127,11 +134,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--access-review-allowed-ttl",
         type=cli_types.non_negative_float,
-        default=0.0,
+        default=DEFAULT_ACCESS_REVIEW_ALLOWED_TTL,
         metavar="SECONDS",
         help="live mode: seconds an allowed SubjectAccessReview answer is reused for the "
-        "same user and permission, as kube-apiserver's webhook authorizer caches them; "
-        "0 asks the API server on every workload-shaping write",
+        "same user and permission, as kube-apiserver's webhook authorizer caches them "
+        "(a revoked permission may still be used for that long); 0 asks the API server "
+        "on every engine- or workload-shaping write",
     )
     parser.add_argument(
         "--access-review-denied-ttl",

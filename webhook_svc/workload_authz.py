@@ -1,5 +1,11 @@
 """The validating webhook's guard against privilege escalation through a CacheBackend.
 
+Two powers, two permissions. A CacheBackend shapes the engine pods it selects: its
+engineSelector picks them, spec.lmCache.workerImage becomes a container in them (one
+that sees the node's GPUs), engineOverrides adds env (valueFrom Secrets included) and
+args, engineHostNetwork their network. So CREATE of any backend, and an UPDATE that
+changes one of those fields, needs ``create pods`` in the namespace. Beyond that:
+
 A CacheBackend with a managed provider makes the controller create a Deployment (or
 StatefulSet) whose pod template the backend shapes: image, serviceAccountName,
 securityContext, tolerations, node placement. Whoever may write such a backend can
@@ -61,6 +67,19 @@ class Access:
 
 DEPLOYMENTS: Final = Access("apps", "deployments")
 STATEFULSETS: Final = Access("apps", "statefulsets")
+PODS: Final = Access("", "pods")
+
+# The spec fields that shape the engine pods a backend selects, as paths under spec, in
+# the order a denial names the first one that differs: which pods (engineSelector), a
+# container of our choice in them (lmCache.workerImage, with the node's GPUs), their
+# env (valueFrom Secrets included) and args (integration.engineOverrides), and their
+# network namespace (integration.engineHostNetwork).
+ENGINE_SHAPING_FIELDS: Final = (
+    ("engineSelector",),
+    ("lmCache", "workerImage"),
+    ("integration", "engineOverrides"),
+    ("integration", "engineHostNetwork"),
+)
 
 
 class ReviewError(Exception):
@@ -88,14 +107,41 @@ def workload_signature(obj: Mapping[str, Any] | None) -> tuple[str, str] | None:
     return str(workload["kind"]), template
 
 
-def required_access(
+def spec_value(obj: Mapping[str, Any] | None, path: tuple[str, ...]) -> Any:
+    """The value at ``path`` under the object's spec; None when any step is absent."""
+    value: Any = (obj or {}).get("spec")
+    for step in path:
+        if not isinstance(value, Mapping):
+            return None
+        value = value.get(step)
+    return value
+
+
+def engine_shaping_signature(obj: Mapping[str, Any] | None) -> str:
+    """The engine-shaping fields of ``obj`` as canonical JSON: equal exactly when an
+    update leaves the engine pods the backend selects, and what it puts in them, alone."""
+    values = [spec_value(obj, path) for path in ENGINE_SHAPING_FIELDS]
+    return json.dumps(values, sort_keys=True, default=str)
+
+
+def engine_shaping_access(
     operation: str, obj: Mapping[str, Any] | None, old_obj: Mapping[str, Any] | None
 ) -> list[Access]:
-    """The create permissions this write needs: the workload kind it makes the
-    controller create (Deployments always — the guard's baseline — plus StatefulSets
-    for deploymentKind StatefulSet). Objects are judged defaulted."""
-    if operation not in ("CREATE", "UPDATE"):
-        return []
+    """Spec rule "Engine-shaping needs engine-level permission": ``create pods`` on
+    CREATE of any backend, and on UPDATE when an engine-shaping field changes."""
+    if operation == "CREATE":
+        return [PODS]
+    if operation == "UPDATE" and engine_shaping_signature(obj) != engine_shaping_signature(old_obj):
+        return [PODS]
+    return []
+
+
+def workload_access(
+    operation: str, obj: Mapping[str, Any] | None, old_obj: Mapping[str, Any] | None
+) -> list[Access]:
+    """The workload kind a managed backend makes the controller create (Deployments
+    always, plus StatefulSets for deploymentKind StatefulSet), on CREATE and on an
+    UPDATE that changes the rendered workload's kind or pod template."""
     new = workload_signature(obj)
     if new is None:
         return []
@@ -106,12 +152,28 @@ def required_access(
     return [DEPLOYMENTS]
 
 
+def required_access(
+    operation: str, obj: Mapping[str, Any] | None, old_obj: Mapping[str, Any] | None
+) -> list[Access]:
+    """The create permissions this write needs: the workload kinds (workload_access)
+    and ``pods`` for what shapes the engines (engine_shaping_access). Objects are
+    judged defaulted."""
+    if operation not in ("CREATE", "UPDATE"):
+        return []
+    return [
+        *workload_access(operation, obj, old_obj),
+        *engine_shaping_access(operation, obj, old_obj),
+    ]
+
+
 def shaping_field(
     obj: Mapping[str, Any] | None, old_obj: Mapping[str, Any] | None, access: Access = DEPLOYMENTS
 ) -> str:
     """The spec field a denial points at: the first workload-shaping one that changed
     (on CREATE, the first one set); deploymentKind first when StatefulSets are what
     the user lacks."""
+    if access == PODS:
+        return engine_shaping_field(obj, old_obj)
     spec = (obj or {}).get("spec") or {}
     old_spec = (old_obj or {}).get("spec") or {}
     order = list(_SHAPING_FIELDS)
@@ -122,6 +184,16 @@ def shaping_field(
         if key in spec and spec.get(key) != old_spec.get(key):
             return f"spec.{key}"
     return "spec"
+
+
+def engine_shaping_field(obj: Mapping[str, Any] | None, old_obj: Mapping[str, Any] | None) -> str:
+    """The engine-shaping field a ``create pods`` denial points at: the first that
+    changed (on CREATE, the first one set; spec.engineSelector when none is)."""
+    for path in ENGINE_SHAPING_FIELDS:
+        value = spec_value(obj, path)
+        if value is not None and value != spec_value(old_obj, path):
+            return "spec." + ".".join(path)
+    return "spec." + ".".join(ENGINE_SHAPING_FIELDS[0])
 
 
 # kube-apiserver puts a superuser authorizer for this group first in every authorization
@@ -182,10 +254,16 @@ def _status(code: int, reason: str, message: str, name: str, field: str) -> dict
 def forbidden_status(
     name: str, namespace: str, username: str, access: Access, field: str, why: str = ""
 ) -> dict[str, Any]:
+    why_needed = (
+        "this CacheBackend shapes the engine pods it selects (which pods, a container "
+        "image in them, their env and args, their network)"
+        if access == PODS
+        else "this CacheBackend makes the controller create that workload with the pod "
+        "template it shapes"
+    )
     message = (
         f'{QUALIFIED_RESOURCE} "{name}" is forbidden: {field}: user "{username}" cannot create '
-        f'{access} in namespace "{namespace}", and this CacheBackend makes the controller '
-        f"create that workload with the pod template it shapes ({DOCS_HINT})"
+        f'{access} in namespace "{namespace}", and {why_needed} ({DOCS_HINT})'
     )
     if why:
         message += f": {why}"
@@ -227,8 +305,8 @@ def review_possible(req: AdmissionRequest) -> bool:
 
 def review_plan(req: AdmissionRequest) -> ReviewPlan | None:
     """The reviews a write the validator allowed still needs; None when it needs none
-    (a member of ``system:masters``, a subresource, a backend that renders no managed
-    workload or an update that leaves its pod template alone)."""
+    (a member of ``system:masters``, a subresource, a DELETE, or an update that leaves
+    both the engine-shaping fields and the managed workload's pod template alone)."""
     if not review_possible(req):
         return None
     obj = default_cachebackend(req.obj, req.operation, req.old_obj) if req.obj else None
@@ -300,8 +378,8 @@ def access_reviews(req: AdmissionRequest, plan: ReviewPlan) -> list[dict[str, An
 # ----------------------------------------------------------------------- shell
 
 
-# The validating webhook's timeoutSeconds is 10 and a backend may need two reviews
-# (Deployments and StatefulSets): each gets a hard wall-clock budget well inside it.
+# The validating webhook's timeoutSeconds is 10 and a backend may need three reviews
+# (Deployments, StatefulSets, pods): each gets a hard wall-clock budget inside it.
 DEFAULT_REVIEW_BUDGET_SECONDS: Final = 3.0
 
 

@@ -75,6 +75,19 @@ TABLE: Final[dict[tuple[str, str], Explanation]] = {
         "unwired",
         "fix spec.remoteStorage.endpoint (icache validate shows the rule), then roll the engines",
     ),
+    (c.COND_READY, c.REASON_CROSS_NAMESPACE_CONSENT_MISSING): Explanation(
+        E,
+        "the managed tier this backend points at does not admit its namespace: its "
+        "NetworkPolicy refuses the engines",
+        f"ask the tier's owner to add this namespace to {c.ANNOTATION_ALLOWED_CONSUMER_NAMESPACES}",
+    ),
+    (c.COND_READY, c.REASON_CROSS_NAMESPACE_CREDENTIALS_MISSING): Explanation(
+        E,
+        "the managed tier requires a password and this namespace has no copy of it yet: its "
+        "engines are refused (NOAUTH)",
+        "check the tier's <backend>-redis-auth Secret exists; roll the engines once "
+        "this backend is Ready",
+    ),
     (c.COND_READY, c.REASON_AWAITING_FIRST_KV_EVENT): Explanation(
         W, "the backend is up and waiting for its first KV event from an engine", _CHECK_ENGINES
     ),
@@ -154,6 +167,12 @@ TABLE: Final[dict[tuple[str, str], Explanation]] = {
         OK, "External ownership: no rollout to drive (see Ready)", ""
     ),
     (c.COND_PROGRESSING, c.REASON_EXTERNAL_ENDPOINT_INVALID): Explanation(
+        OK, "External ownership: no rollout to drive (see Ready)", ""
+    ),
+    (c.COND_PROGRESSING, c.REASON_CROSS_NAMESPACE_CONSENT_MISSING): Explanation(
+        OK, "External ownership: no rollout to drive (see Ready)", ""
+    ),
+    (c.COND_PROGRESSING, c.REASON_CROSS_NAMESPACE_CREDENTIALS_MISSING): Explanation(
         OK, "External ownership: no rollout to drive (see Ready)", ""
     ),
     (c.COND_PROGRESSING, c.REASON_UNSUPPORTED_RUNTIME_PAIR): Explanation(

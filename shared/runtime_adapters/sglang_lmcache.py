@@ -14,8 +14,9 @@ LMCache MP server. This adapter renders, on the engine pod:
   ``python3 -m lmcache.v1.multiprocess.server --host 127.0.0.1 --port <workerPort>
   --chunk-size <n> --l1-size-gb <whole GiB> --eviction-policy LRU`` plus
   ``--l2-adapter {"type":"resp","host":...,"port":...}`` with a RESP (Redis) binding only;
-  for a managed Redis, ``"password":"$(LMCACHE_RESP_PASSWORD)"`` too, that env var a
-  secretKeyRef to the backend's password Secret (the password is never in the spec).
+  for a managed Redis, the env var ``LMCACHE_RESP_PASSWORD`` as a secretKeyRef to the
+  backend's password Secret, which LMCache's resp adapter reads itself: the password is
+  never in the spec, nor (expanded) on the worker's command line.
   No shell: the engine image may not have one. ``--eviction-policy LRU`` keeps a full L1
   storing new chunks instead of refusing them. ``NVIDIA_VISIBLE_DEVICES=all`` lets the
   GPU-less worker CUDA-IPC the engine's GPU; an exec startup probe (a loopback TCP
@@ -110,10 +111,11 @@ def split_host_port(endpoint: str) -> tuple[str, int]:
     return host.removeprefix("[").removesuffix("]"), int(port)
 
 
-# The worker's Redis password: an env var from a secretKeyRef, referenced in the
-# --l2-adapter JSON as $(VAR) for the kubelet to expand, so the pod spec carries only
-# the Secret's name. LMCache's resp adapter (0.4.7, 0.5.6) reads "password" from the
-# adapter config and falls back to this very variable when the config leaves it empty.
+# The worker's Redis password: an env var from a secretKeyRef, so the pod spec carries
+# only the Secret's name. It is NOT referenced in the --l2-adapter JSON: a $(VAR) there
+# would be expanded by the kubelet into the process's argv, readable by anyone who can
+# list processes on the node. LMCache's resp adapter (0.4.7, 0.5.6) reads this very
+# variable itself when the adapter config carries no "password" key.
 RESP_PASSWORD_ENV = "LMCACHE_RESP_PASSWORD"
 RESP_PASSWORD_KEY = "password"
 
@@ -122,8 +124,6 @@ def l2_adapter_arg(binding: Binding) -> str:
     """The worker's --l2-adapter JSON for a RESP (Redis) binding."""
     host, port = split_host_port(binding.endpoint)
     config: dict[str, Any] = {"type": "resp", "host": host, "port": port}
-    if binding.password_secret:
-        config["password"] = f"$({RESP_PASSWORD_ENV})"
     return json.dumps(config, separators=(",", ":"))
 
 
@@ -131,7 +131,9 @@ def worker_password_env(binding: Binding | None) -> list[dict[str, Any]]:
     """The worker's password env var for a RESP binding with credentials, else none."""
     if binding is None or binding.protocol != "resp" or not binding.password_secret:
         return []
-    ref = {"name": binding.password_secret, "key": RESP_PASSWORD_KEY}
+    ref: dict[str, Any] = {"name": binding.password_secret, "key": RESP_PASSWORD_KEY}
+    if binding.password_optional:
+        ref["optional"] = True
     return [{"name": RESP_PASSWORD_ENV, "valueFrom": {"secretKeyRef": ref}}]
 
 

@@ -17,11 +17,15 @@ from typing import Any, ClassVar
 from shared.api.models import CacheBackendSpec, ResourceRequirements
 from shared.bindings import PROVIDER_PROTOCOL, Binding, Protocol
 
-# The env var a provider container that requires auth reads its password from (a
-# secretKeyRef), referenced in its args as $(AUTH_PASSWORD_ENV): Kubernetes expands it,
-# so the password is never written into the pod spec.
-AUTH_PASSWORD_ENV = "INFERENCECACHE_REDIS_PASSWORD"
+# The backend's password Secret holds the password (AUTH_PASSWORD_KEY, what clients
+# read) and, for a provider that requires auth, the server's config file carrying it
+# (AUTH_CONFIG_KEY). The server reads that file from a Secret volume: the password is
+# neither in the pod spec nor (as an expanded $(VAR)) in the server's argv.
 AUTH_PASSWORD_KEY = "password"
+AUTH_CONFIG_KEY = "server.conf"
+AUTH_CONFIG_VOLUME = "auth-config"
+AUTH_CONFIG_DIR = "/etc/inferencecache/auth"
+AUTH_CONFIG_PATH = f"{AUTH_CONFIG_DIR}/{AUTH_CONFIG_KEY}"
 
 
 @dataclass(frozen=True)
@@ -53,7 +57,7 @@ class StorageProvider(ABC):
     #: ``command`` override; Redis renders args instead and overrides command_and_args).
     default_command: ClassVar[tuple[str, ...]] = ()
     #: Serves only clients that authenticate with the password of the backend's auth
-    #: Secret (``auth_secret_name``), read through the ``AUTH_PASSWORD_ENV`` env var.
+    #: Secret (``auth_secret_name``); the server reads it from ``AUTH_CONFIG_PATH``.
     requires_auth: ClassVar[bool] = False
     #: The uid/gid the server process runs as (the pod's runAsUser/runAsGroup/fsGroup,
     #: with runAsNonRoot); None keeps the image's own user (a provider whose image user
@@ -101,6 +105,11 @@ class StorageProvider(ABC):
         blk = self.block(spec)
         command = getattr(blk, "command", None) if blk is not None else None
         return list(command or self.default_command), None
+
+    def auth_config(self, password: str) -> str:
+        """The server config file that makes it require ``password`` (providers with
+        ``requires_auth``); stored in the auth Secret under AUTH_CONFIG_KEY."""
+        raise NotImplementedError(f"{self.provider} takes no password")
 
     def readiness_probe(self) -> dict[str, Any]:
         # A TCP probe on the first Service port: the port the binding dials.

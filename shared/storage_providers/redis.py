@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 from shared import constants as c
 from shared.api.models import CacheBackendSpec, RedisProvider
 from shared.quantity import parse_quantity
-from shared.storage_providers.base import AUTH_PASSWORD_ENV, Port, StorageProvider
+from shared.storage_providers.base import AUTH_CONFIG_PATH, Port, StorageProvider
 
 # Pinned, fully qualified: a floating tag could change eviction or persistence
 # behaviour underneath a running cache on an unrelated pull.
@@ -55,16 +55,16 @@ class RedisStorageProvider(StorageProvider):
         self, spec: CacheBackendSpec, resources: dict[str, Any]
     ) -> tuple[list[str] | None, list[str] | None]:
         # Args only (no command) keep the image's entrypoint, which execs
-        # redis-server (as REDIS_UID: the pod's securityContext). It is a cache: no RDB snapshots, no AOF. Every client
-        # must AUTH with the backend's password: $(VAR) is expanded by the kubelet
-        # from the container's secretKeyRef env, so the pod spec holds only the name.
-        # Protected mode stays at its default (on): it only matters without a password.
+        # redis-server (as REDIS_UID: the pod's securityContext). It is a cache: no RDB
+        # snapshots, no AOF. Every client must AUTH with the backend's password:
+        # ``requirepass`` comes from the config file mounted from the backend's Secret
+        # (the first argument after redis-server), never from the command line, where
+        # ps would show it.
         args = [
             "redis-server",
+            AUTH_CONFIG_PATH,
             "--port",
             str(REDIS_PORT),
-            "--requirepass",
-            f"$({AUTH_PASSWORD_ENV})",
             "--save",
             "",
             "--appendonly",
@@ -75,3 +75,14 @@ class RedisStorageProvider(StorageProvider):
             args += ["--maxmemory", str(maxmemory)]
         args += ["--maxmemory-policy", "allkeys-lru"]
         return None, args
+
+    def auth_config(self, password: str) -> str:
+        # The password is hex (new_password) or an operator's; quoted so a space or
+        # quote in an operator-set one stays one config word.
+        quoted = (
+            password.replace("\\", "\\\\")
+            .replace('"', '\\"')
+            .replace("\n", "\\n")
+            .replace("\r", "\\r")
+        )
+        return f'requirepass "{quoted}"\n'

@@ -19,7 +19,7 @@ import copy
 import hashlib
 import json
 import secrets
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from shared import constants as c
@@ -28,7 +28,13 @@ from shared.api.models import CacheBackend, dump
 from shared.bindings import Binding
 from shared.quantity import parse_quantity
 from shared.runtime_adapters import registry as runtime_registry
-from shared.storage_providers.base import AUTH_PASSWORD_ENV, AUTH_PASSWORD_KEY, StorageProvider
+from shared.storage_providers.base import (
+    AUTH_CONFIG_DIR,
+    AUTH_CONFIG_KEY,
+    AUTH_CONFIG_VOLUME,
+    AUTH_PASSWORD_KEY,
+    StorageProvider,
+)
 from shared.storage_providers.hardening import (
     container_env,
     container_security_context,
@@ -38,6 +44,7 @@ from shared.storage_providers.hardening import (
     writable_volumes,
 )
 from shared.storage_providers.registry import UnknownProviderError, select_provider
+from shared.tenancy import consumer_peer
 
 LABEL_NAME: Final = "app.kubernetes.io/name"
 LABEL_INSTANCE: Final = "app.kubernetes.io/instance"
@@ -177,8 +184,6 @@ def _container(cb: CacheBackend, provider: StorageProvider) -> dict[str, Any]:
     if args is not None:
         container["args"] = args
     env = container_env(provider)
-    if provider.requires_auth:
-        env.append(provider_password_env(cb.metadata.name or ""))
     if env:
         container["env"] = env
     container["ports"] = [
@@ -189,6 +194,8 @@ def _container(cb: CacheBackend, provider: StorageProvider) -> dict[str, Any]:
     container["readinessProbe"] = provider.readiness_probe()
     container["securityContext"] = container_security_context(provider)
     mounts = writable_mounts(provider)
+    if provider.requires_auth:
+        mounts.append(auth_config_mount())
     if mounts:
         container["volumeMounts"] = mounts
     return container
@@ -225,6 +232,8 @@ def render_pod_spec(cb: CacheBackend, provider: StorageProvider) -> dict[str, An
         "containers": [_container(cb, provider)],
     }
     volumes = writable_volumes(provider)
+    if provider.requires_auth:
+        volumes.append(auth_config_volume(cb.metadata.name or ""))
     if volumes:
         pod_spec["volumes"] = volumes
     if provider.host_network:
@@ -300,8 +309,9 @@ def render_service(cb: CacheBackend, provider: StorageProvider) -> dict[str, Any
 # A managed tier answers only its own engines: a NetworkPolicy admits the pods the
 # backend's engineSelector selects on the data port (nothing else), and a provider that
 # speaks a password (Redis) gets a random one from a Secret owned by the backend. The
-# password never appears in a pod spec: containers read it through a secretKeyRef env
-# var, referenced in their arguments as $(VAR) for the kubelet to expand.
+# password never appears in a pod spec nor on a command line: the server reads it from
+# a config file mounted from that Secret, clients from a secretKeyRef env var their
+# own library reads.
 
 AUTH_SECRET_SUFFIX: Final = "redis-auth"
 
@@ -312,14 +322,32 @@ def auth_secret_name(cb_name: str) -> str:
     return _shorten(f"{cb_name}-{AUTH_SECRET_SUFFIX}")
 
 
-def provider_password_env(cb_name: str) -> dict[str, Any]:
-    """The provider container's password env var: a reference, never the value."""
+def owned_secret_names(cb_name: str) -> tuple[str, ...]:
+    """Every Secret name a backend may own in its namespace: its managed Redis's
+    password Secret or, for a consumer of another namespace's managed Redis, its copy
+    of it (the same name: one backend is either, never both). The reconciler reads
+    owned Secrets by these names only."""
+    return (auth_secret_name(cb_name),)
+
+
+# Readable by whatever user the server image drops to; the volume is the pod's own.
+AUTH_CONFIG_MODE: Final = 0o444
+
+
+def auth_config_volume(cb_name: str) -> dict[str, Any]:
+    """The Secret volume holding only the server's config file (not the bare password)."""
     return {
-        "name": AUTH_PASSWORD_ENV,
-        "valueFrom": {
-            "secretKeyRef": {"name": auth_secret_name(cb_name), "key": AUTH_PASSWORD_KEY}
+        "name": AUTH_CONFIG_VOLUME,
+        "secret": {
+            "secretName": auth_secret_name(cb_name),
+            "items": [{"key": AUTH_CONFIG_KEY, "path": AUTH_CONFIG_KEY}],
+            "defaultMode": AUTH_CONFIG_MODE,
         },
     }
+
+
+def auth_config_mount() -> dict[str, Any]:
+    return {"name": AUTH_CONFIG_VOLUME, "mountPath": AUTH_CONFIG_DIR, "readOnly": True}
 
 
 def new_password() -> str:
@@ -358,8 +386,15 @@ def render_auth_secret(
         "kind": "Secret",
         "metadata": meta,
         "type": "Opaque",
-        "data": {AUTH_PASSWORD_KEY: base64.b64encode(password.encode()).decode()},
+        "data": {
+            AUTH_PASSWORD_KEY: _b64(password),
+            AUTH_CONFIG_KEY: _b64(provider.auth_config(password)),
+        },
     }
+
+
+def _b64(value: str) -> str:
+    return base64.b64encode(value.encode()).decode()
 
 
 def current_password(
@@ -371,6 +406,21 @@ def current_password(
     return secret_password(secret) or generate()
 
 
+def render_credentials_copy(
+    consumer: CacheBackend, provider: StorageProvider, password: str
+) -> dict[str, Any]:
+    """A cross-namespace consumer's copy of its tier's password, in its own namespace
+    (a pod cannot reference another namespace's Secret), owned by the consumer's
+    backend, under the name the Pod webhook wires (auth_secret_name of the consumer).
+    Only the password key: the server config file is the owner's alone."""
+    meta = _metadata(consumer, provider)
+    meta["name"] = auth_secret_name(consumer.metadata.name or "")
+    copy_ = {"apiVersion": "v1", "kind": "Secret", "metadata": meta, "type": "Opaque"}
+    stamped = _stamp_hash(copy_)
+    stamped["data"] = {AUTH_PASSWORD_KEY: _b64(password)}
+    return stamped
+
+
 def network_policy_skipped(cb: CacheBackend) -> bool:
     """The operator's explicit opt-out: ``inferencecache.io/skip-network-policy: "true"``
     (validated at admission to "true" or "false"; anything else keeps the policy)."""
@@ -380,36 +430,38 @@ def network_policy_skipped(cb: CacheBackend) -> bool:
 
 def engine_peer(cb: CacheBackend) -> dict[str, Any] | None:
     """The NetworkPolicy peer that stands for the backend's engines: the pods its
-    engineSelector selects, in its namespace (in every namespace with
-    spec.allowCrossNamespace). None when the selector is nil or empty: it selects no
-    engine (the Pod webhook never matches it), so nothing is admitted."""
+    engineSelector selects, in its own namespace only (spec.allowCrossNamespace is a
+    consumer's acknowledgement, never the owner's consent: shared.tenancy). None when
+    the selector is nil or empty: it selects no engine (the Pod webhook never matches
+    it), so nothing is admitted."""
     labels = (cb.spec.engine_selector.match_labels if cb.spec.engine_selector else None) or {}
     if not labels:
         return None
-    peer: dict[str, Any] = {"podSelector": {"matchLabels": dict(sorted(labels.items()))}}
-    if cb.spec.allow_cross_namespace:
-        peer["namespaceSelector"] = {}
-    return peer
+    return {"podSelector": {"matchLabels": dict(sorted(labels.items()))}}
 
 
-#: Both directions are isolated: ingress only from the engine peer, no egress at all.
+#: Both directions are isolated: ingress only from the engine peers, no egress at all.
 NETWORK_POLICY_TYPES: Final = ("Ingress", "Egress")
 
 
-def render_network_policy(cb: CacheBackend, provider: StorageProvider) -> dict[str, Any] | None:
+def render_network_policy(
+    cb: CacheBackend, provider: StorageProvider, consumers: Sequence[CacheBackend] = ()
+) -> dict[str, Any] | None:
     """The NetworkPolicy isolating the provider's pods, or None (host-network provider,
     or the opt-out). It selects exactly the pods of the provider's workload; ingress on
-    the Service ports comes only from the engine peer; no other rule, so every other
-    source is refused where the network plugin enforces NetworkPolicy; and no egress
-    rule, so the pods dial nothing."""
+    the Service ports comes only from the engine peer and from the engines of the
+    ``consumers`` of other namespaces the owner consented to (shared.tenancy.
+    admitted_consumers); no other rule, so every other source is refused where the
+    network plugin enforces NetworkPolicy; and no egress rule, so the pods dial nothing."""
     if not provider.network_policy or network_policy_skipped(cb):
         return None
-    peer = engine_peer(cb)
+    peers = [engine_peer(cb), *(consumer_peer(x) for x in consumers)]
+    admitted = [peer for peer in peers if peer is not None]
     ingress: list[dict[str, Any]] = []
-    if peer is not None:
+    if admitted:
         ingress.append(
             {
-                "from": [peer],
+                "from": admitted,
                 "ports": [{"protocol": "TCP", "port": p.port} for p in provider.service_ports],
             }
         )
@@ -511,6 +563,7 @@ def render_managed_objects(
     cb: CacheBackend,
     live: LiveObjects | None = None,
     generate_password: Callable[[], str] = new_password,
+    consumers: Sequence[CacheBackend] = (),
 ) -> list[dict[str, Any]]:
     """Every object the controller wants for ``cb``: [] when nothing is managed.
 
@@ -518,6 +571,8 @@ def render_managed_objects(
     another controller owns — an autoscaled workload's replica count
     (hpa_owned_replicas) — and for the password a live auth Secret holds
     (current_password; ``generate_password`` draws one when there is none).
+    ``consumers``: the admitted consumers of other namespaces (their engines join the
+    NetworkPolicy's peers).
     """
     provider = managed_provider(cb)
     if provider is None:
@@ -529,7 +584,7 @@ def render_managed_objects(
         # Service whose endpoint lets the Pod webhook wire engines with a reference to it.
         password = current_password(cb, live, generate_password)
         objects.append(render_auth_secret(cb, provider, password))
-    policy = render_network_policy(cb, provider)
+    policy = render_network_policy(cb, provider, consumers)
     if policy is not None:
         objects.append(policy)
     workload = render_workload(

@@ -44,6 +44,7 @@ from shared.endpoints import endpoint_shape_error, service_namespace
 from shared.labels import is_qualified_name
 from shared.quantity import is_integer, is_multiple_of, parse_quantity
 from shared.runtime_adapters import registry
+from shared.tenancy import consent_annotation_error
 from shared.validation.field_errors import (
     SPEC,
     FieldError,
@@ -229,6 +230,20 @@ def reject_invalid_skip_network_policy_annotation(ctx: RuleContext) -> list[Fiel
             'must be "true" (no NetworkPolicy isolates the managed cache tier) or "false"',
         )
     ]
+
+
+def reject_invalid_allowed_consumer_namespaces_annotation(ctx: RuleContext) -> list[FieldError]:
+    """Cross-namespace consent is explicit and per namespace: a comma-separated list of
+    namespace names, no wildcard, no empty entry (docs/decisions.md, "Cross-namespace
+    consumers need the owner's consent")."""
+    value = ctx.annotations.get(c.ANNOTATION_ALLOWED_CONSUMER_NAMESPACES)
+    if value is None:
+        return []
+    error = consent_annotation_error(value)
+    if error is None:
+        return []
+    path = FieldPath("metadata").child("annotations").key(c.ANNOTATION_ALLOWED_CONSUMER_NAMESPACES)
+    return [invalid(path, value, error)]
 
 
 def reject_unsupported_runtime_cache_pair(ctx: RuleContext) -> list[FieldError]:
@@ -1303,6 +1318,7 @@ RULES: list[Rule] = [
     Rule(reject_removed_fields, needs_spec=False),
     Rule(reject_invalid_lmcache_kernel_check_annotation, needs_spec=False),
     Rule(reject_invalid_skip_network_policy_annotation, needs_spec=False),
+    Rule(reject_invalid_allowed_consumer_namespaces_annotation, needs_spec=False),
     Rule(reject_unsupported_runtime_cache_pair, _PAIR),
     # Cache hierarchy must be internally consistent.
     Rule(reject_incomplete_remote_storage, _SELECTION),

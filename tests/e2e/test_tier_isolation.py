@@ -7,10 +7,11 @@ answers only its own engines.
   enforces it here; ``shared.network_policy``), admits an engine pod, refuses a foreign
   pod of the namespace and a pod of another namespace.
 * The Redis gets a password Secret owned by the backend; a real Redis-compatible server
-  started with the Deployment's rendered arguments, after substituting the ``$(VAR)``
-  references as the kubelet would, refuses an unauthenticated client and accepts the
-  credentials the webhook wired into the SGLang MP worker — which carries only a
-  secretKeyRef, as does the Redis pod template: no literal password anywhere.
+  started with the Deployment's rendered arguments (``$(VAR)`` references expanded and
+  its Secret volume projected as the kubelet would), refuses an unauthenticated client
+  and accepts the credentials the webhook wired into the SGLang MP worker — which
+  carries only a secretKeyRef env var LMCache reads, as the Redis pod template carries
+  only a Secret volume: no literal password in a spec, none on a command line.
 * Drift is repaired, a foreign object with the policy's name is left alone
   (NameConflict), the opt-out annotation works and is validated, and a backend whose
   Secret and policy are missing (as one from before this change) gets them back.
@@ -19,19 +20,23 @@ answers only its own engines.
 from __future__ import annotations
 
 import base64
+import copy
 import json
 import re
 import socket
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from kubeio import client as k
+from reconciler.exact_drift import normalized_policy_spec
 from shared import constants as c
 from shared.api.models import CacheBackend
 from shared.network_policy import PodRef, applies_to_ingress, ingress_allowed
+from shared.storage_providers.base import AUTH_CONFIG_PATH
 from shared.storage_providers.render import password_digest, render_managed_objects, secret_password
 from tests.e2e.conftest import Cluster, Stack, condition, poll
 from tests.e2e.workloads import pod_ready, pods_of, rolled_out, wait_rolled_out
@@ -116,6 +121,29 @@ def secret_env(container: dict[str, Any], cluster: Cluster, ns: str) -> dict[str
     return out
 
 
+def mount_secret_volumes(
+    pod_spec: dict[str, Any],
+    container: dict[str, Any],
+    args: list[str],
+    cluster: Cluster,
+    ns: str,
+    root: Path,
+) -> list[str]:
+    """The container's Secret volumes written under ``root`` as the kubelet projects
+    them, and ``args`` with each mount path replaced by where it now lives."""
+    volumes = {v["name"]: v for v in pod_spec.get("volumes") or []}
+    out = list(args)
+    for mount in container.get("volumeMounts") or []:
+        source = volumes[mount["name"]]["secret"]
+        secret = cluster.kube.get(k.SECRETS, ns, source["secretName"])
+        target = root / mount["name"]
+        target.mkdir()
+        for item in source["items"]:
+            (target / item["path"]).write_bytes(base64.b64decode(secret["data"][item["key"]]))
+        out = [a.replace(mount["mountPath"], str(target)) for a in out]
+    return out
+
+
 def spec_of(obj: dict[str, Any] | None) -> dict[str, Any] | None:
     return None if obj is None else dict(obj["spec"])
 
@@ -190,7 +218,7 @@ def mp_worker(pod: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_each_managed_tier_admits_only_its_engines_and_redis_requires_the_wired_password(
-    cluster: Cluster, stack: Stack, wired: str
+    cluster: Cluster, stack: Stack, wired: str, tmp_path: Path
 ) -> None:
     stack.start_dispatcher()
     stack.start_worker()
@@ -221,10 +249,12 @@ def test_each_managed_tier_admits_only_its_engines_and_redis_requires_the_wired_
     assert password
     redis_dep = wait_object(cluster, k.DEPLOYMENTS, ns, "chat-redis")
     assert_no_literal(redis_dep, password)
-    container = redis_dep["spec"]["template"]["spec"]["containers"][0]
+    pod_spec = redis_dep["spec"]["template"]["spec"]
+    container = pod_spec["containers"][0]
     env = secret_env(container, cluster, ns)
     args = [expand(a, env) for a in container["args"]]
-    assert password in args, "the kubelet's expansion is what puts it on the command line"
+    assert not any(password in a for a in args), "no password on the command line"
+    args = mount_secret_volumes(pod_spec, container, args, cluster, ns, tmp_path)
 
     # ---- the webhook wires the MP worker with a reference only
     cluster.wait_cb(ns, "chat", lambda o: bool((o.get("status") or {}).get("endpoint")), "endpoint")
@@ -235,8 +265,11 @@ def test_each_managed_tier_admits_only_its_engines_and_redis_requires_the_wired_
     assert ref["valueFrom"]["secretKeyRef"]["name"] == "chat-redis-auth"
     assert get(cluster, k.SECRETS, ns, "chat-redis-auth") is not None, "a Secret that exists"
     l2 = json.loads(worker["args"][worker["args"].index("--l2-adapter") + 1])
-    assert l2["password"] == f"$({ref['name']})"
-    wired_password = expand(l2["password"], secret_env(worker, cluster, ns))
+    assert "password" not in l2, "LMCache's resp adapter reads LMCACHE_RESP_PASSWORD itself"
+    assert ref["name"] == "LMCACHE_RESP_PASSWORD"
+    worker_env = secret_env(worker, cluster, ns)
+    assert not any(password in expand(a, worker_env) for a in worker["args"])
+    wired_password = worker_env["LMCACHE_RESP_PASSWORD"]
 
     server = RedisServer(server_args=args, password=password).start()
     try:
@@ -277,7 +310,8 @@ def test_drift_is_repaired_and_a_deleted_secret_comes_back_with_a_new_password(
     cluster.kube.delete(k.NETWORKPOLICIES, ns, "chat-redis")
     new = poll(
         lambda: secret_password(get(cluster, k.SECRETS, ns, "chat-redis-auth")),
-        timeout=30,
+        # Secrets are not watched (the worker may not list them): the resync at worst.
+        timeout=60,
         what="the Secret to come back",
     )
     assert new != old
@@ -291,6 +325,42 @@ def test_drift_is_repaired_and_a_deleted_secret_comes_back_with_a_new_password(
     dep = cluster.kube.get(k.DEPLOYMENTS, ns, "chat-redis")
     assert_no_literal(dep, new)
     assert digest
+
+
+def test_keys_added_inside_the_policy_are_removed_exactly(cluster: Cluster, stack: Stack) -> None:
+    """Exact drift repair (docs/decisions.md): a ``matchExpressions`` added to our
+    ``podSelector`` (the policy would select no pod: the tier open to everyone), an
+    extra peer, an ``endPort`` and a changed policy type, written by another field
+    manager that server-side apply would leave alone, are all removed within 60 s."""
+    stack.start_dispatcher()
+    stack.start_worker()
+    ns = cluster.namespace()
+    cluster.create_cb(ns, "chat", REDIS_SPEC, NO_GATE)
+    policy = wait_object(cluster, k.NETWORKPOLICIES, ns, "chat-redis")
+    want = normalized_policy_spec(policy["spec"])
+    drifted = copy.deepcopy(policy["spec"])
+    drifted["podSelector"]["matchExpressions"] = [
+        {"key": "nothing", "operator": "In", "values": ["x"]}
+    ]
+    drifted["ingress"][0]["from"].append({"namespaceSelector": {}})
+    drifted["ingress"][0]["ports"][0]["endPort"] = 65535
+    drifted["policyTypes"] = ["Ingress", "Egress"]
+    cluster.kube.patch(
+        k.NETWORKPOLICIES, ns, "chat-redis", {"spec": drifted}, content_type=k.MERGE_PATCH
+    )
+    live = get(cluster, k.NETWORKPOLICIES, ns, "chat-redis")
+    assert live is not None
+    assert normalized_policy_spec(live["spec"]) != want, "the drift was written"
+    poll(
+        lambda: (
+            normalized_policy_spec(
+                (get(cluster, k.NETWORKPOLICIES, ns, "chat-redis") or {}).get("spec") or {}
+            )
+            == want
+        ),
+        timeout=60,
+        what="every added key to be removed",
+    )
 
 
 def test_a_foreign_networkpolicy_with_the_name_is_left_alone(
@@ -357,42 +427,135 @@ def test_the_opt_out_drops_the_policy_keeps_the_password_and_is_validated(
     wait_object(cluster, k.NETWORKPOLICIES, ns, "chat-redis")
 
 
-def test_an_engine_of_another_namespace_gets_the_endpoint_only_and_the_policy_follows_the_opt_in(
-    cluster: Cluster, stack: Stack, webhook_suffix: str
-) -> None:
-    """Cross-namespace engines (docs/decisions.md): a pod cannot reference another
-    namespace's Secret and the controller copies none, so an engine of team B wired by
-    an External backend to team A's managed Redis carries no password reference; A's
-    policy admits B's engines only with A's allowCrossNamespace."""
-    stack.start_dispatcher()
-    stack.start_worker()
-    team_a = cluster.namespace(labels={TEST_NAMESPACE_LABEL: webhook_suffix})
-    team_b = cluster.namespace(labels={TEST_NAMESPACE_LABEL: webhook_suffix})
-    cluster.create_cb(team_a, "chat", {**REDIS_SPEC, "allowCrossNamespace": True}, NO_GATE)
-    external = {
+def real_pod_ref(cluster: Cluster, ns: str, labels: dict[str, str]) -> PodRef:
+    """A pod of ``ns`` with the namespace's labels as the API server stored them (its
+    kubernetes.io/metadata.name included, which the API server sets)."""
+    namespace = cluster.kube.request("GET", f"/api/v1/namespaces/{ns}")
+    return PodRef(ns, labels, dict(namespace["metadata"].get("labels") or {}))
+
+
+def consumer_spec(owner_ns: str) -> dict[str, Any]:
+    return {
         **REDIS_SPEC,
         "allowCrossNamespace": True,
         "remoteStorage": {
             "provider": "Redis",
             "ownership": "External",
-            "endpoint": f"chat-redis.{team_a}.svc:6379",
+            "endpoint": f"chat-redis.{owner_ns}.svc:6379",
         },
     }
-    cluster.create_cb(team_b, "shared", external, NO_GATE)
+
+
+def test_a_tier_opens_only_to_the_namespaces_its_owner_names_and_they_authenticate(
+    cluster: Cluster, stack: Stack, webhook_suffix: str, tmp_path: Path
+) -> None:
+    """Decision "Cross-namespace consumers need the owner's consent", on the real API
+    server with the real dispatcher, worker and webhook: owner (team A, naming team B),
+    consumer (team B), non-consenting consumer (team C) and a stranger namespace,
+    evaluated against every NetworkPolicy of the tier; team B's engines authenticate to a
+    real Redis-compatible server started as the tier's Deployment says, with the copy
+    the worker made; team C's backend is not Ready, says why, and gets a Warning Event;
+    withdrawing consent closes B again within 60 s."""
+    stack.start_dispatcher()
+    stack.start_worker()
+    team_a = cluster.namespace(labels={TEST_NAMESPACE_LABEL: webhook_suffix})
+    team_b = cluster.namespace(labels={TEST_NAMESPACE_LABEL: webhook_suffix})
+    team_c = cluster.namespace(labels={TEST_NAMESPACE_LABEL: webhook_suffix})
+    stranger = cluster.namespace()
+    consent = {**NO_GATE, c.ANNOTATION_ALLOWED_CONSUMER_NAMESPACES: team_b}
+    # allowCrossNamespace on the owner opens nothing by itself.
+    cluster.create_cb(team_a, "chat", {**REDIS_SPEC, "allowCrossNamespace": True}, consent)
+    cluster.create_cb(team_b, "shared", consumer_spec(team_a), NO_GATE)
+    cluster.create_cb(team_c, "shared", consumer_spec(team_a), NO_GATE)
 
     target = provider_pod(cluster, team_a, "chat-redis")
-    wait_object(cluster, k.NETWORKPOLICIES, team_a, "chat-redis")
-    every = policies(cluster, team_a)
-    assert ingress_allowed(every, target, pod_ref(team_b, dict(REDIS_ENGINES)), 6379)
-    assert not ingress_allowed(every, target, pod_ref(team_b, {"app": "intruder"}), 6379)
 
+    def admits(ns: str, labels: dict[str, str]) -> bool:
+        every = policies(cluster, team_a)
+        return ingress_allowed(every, target, real_pod_ref(cluster, ns, labels), 6379)
+
+    poll(lambda: admits(team_b, dict(REDIS_ENGINES)), timeout=60, what="team B admitted")
+    assert admits(team_a, dict(REDIS_ENGINES))
+    assert not admits(team_b, {"app": "intruder"})
+    assert not admits(team_c, dict(REDIS_ENGINES)), "no consent for team C"
+    assert not admits(stranger, dict(REDIS_ENGINES)), "engine labels elsewhere get nothing"
+    assert '"namespaceSelector": {}' not in json.dumps(policies(cluster, team_a))
+
+    # ---- team B authenticates with its own copy of the password
+    copy_ = poll(
+        lambda: get(cluster, k.SECRETS, team_b, "shared-redis-auth"),
+        timeout=60,
+        what="team B's credentials copy",
+    )
+    owner_secret = cluster.kube.get(k.SECRETS, team_a, "chat-redis-auth")
+    assert secret_password(copy_) == secret_password(owner_secret)
+    assert (
+        copy_["metadata"]["ownerReferences"][0]["uid"]
+        == cluster.cb(team_b, "shared")["metadata"]["uid"]
+    )
     pod = wired_pod(cluster, team_b, "shared")
     worker = mp_worker(pod)
-    assert "secretKeyRef" not in json.dumps(pod)
-    l2 = json.loads(worker["args"][worker["args"].index("--l2-adapter") + 1])
-    assert "password" not in l2
-    assert l2["host"] == f"chat-redis.{team_a}.svc"
-    assert cluster.kube.list(k.SECRETS, team_b).get("items") == [], "no Secret is copied"
+    (ref,) = [e for e in worker["env"] if "valueFrom" in e]
+    assert ref["valueFrom"]["secretKeyRef"] == {
+        "name": "shared-redis-auth",
+        "key": "password",
+        "optional": True,
+    }
+    password = str(secret_password(owner_secret))
+    worker_env = secret_env(worker, cluster, team_b)
+    assert not any(password in expand(a, worker_env) for a in worker["args"])
+    redis_dep = cluster.kube.get(k.DEPLOYMENTS, team_a, "chat-redis")
+    pod_spec = redis_dep["spec"]["template"]["spec"]
+    container = pod_spec["containers"][0]
+    args = mount_secret_volumes(
+        pod_spec, container, list(container["args"]), cluster, team_a, tmp_path
+    )
+    server = RedisServer(server_args=args, password=password).start()
+    try:
+        refused, _ = resp(server.port, ["PING"], ["QUIT"])
+        assert refused.startswith(b"-NOAUTH"), refused
+        auth, pong = resp(server.port, ["AUTH", worker_env["LMCACHE_RESP_PASSWORD"]], ["PING"])
+        assert (auth, pong) == (b"+OK", b"+PONG")
+    finally:
+        server.stop()
+    cluster.wait_condition(team_b, "shared", "Ready", "True", "ExternalEndpointAccepted", 60)
+
+    # ---- team C says it is refused, once
+    got = cluster.wait_condition(
+        team_c, "shared", "Ready", "False", c.REASON_CROSS_NAMESPACE_CONSENT_MISSING, 60
+    )
+    ready = next(x for x in got["status"]["conditions"] if x["type"] == "Ready")
+    assert team_c in ready["message"]
+    assert get(cluster, k.SECRETS, team_c, "shared-redis-auth") is None
+    refusals = poll(
+        lambda: (
+            [
+                e
+                for e in cluster.events(team_c, "shared")
+                if e.get("reason") == c.EVENT_CROSS_NAMESPACE_REFUSED
+            ]
+            or None
+        ),
+        timeout=30,
+        what="the Warning Event",
+    )
+    assert [e["type"] for e in refusals] == ["Warning"]
+
+    # ---- consent withdrawn: B is closed and told, its copy goes
+    cluster.patch_cb(
+        team_a,
+        "chat",
+        {"metadata": {"annotations": {c.ANNOTATION_ALLOWED_CONSUMER_NAMESPACES: stranger}}},
+    )
+    poll(lambda: not admits(team_b, dict(REDIS_ENGINES)), timeout=60, what="team B closed")
+    cluster.wait_condition(
+        team_b, "shared", "Ready", "False", c.REASON_CROSS_NAMESPACE_CONSENT_MISSING, 60
+    )
+    poll(
+        lambda: get(cluster, k.SECRETS, team_b, "shared-redis-auth") is None,
+        timeout=60,
+        what="team B's copy to go",
+    )
 
 
 def old_style_objects(cb: dict[str, Any]) -> list[dict[str, Any]]:
@@ -406,11 +569,12 @@ def old_style_objects(cb: dict[str, Any]) -> list[dict[str, Any]]:
     dep = next(o for o in objs if o["kind"] == "Deployment")
     template = dep["spec"]["template"]
     template["metadata"].pop("annotations")
+    template["spec"].pop("volumes")
     container = template["spec"]["containers"][0]
-    container.pop("env")
+    container.pop("volumeMounts")
     args = container["args"]
-    at = args.index("--requirepass")
-    args[at : at + 2] = ["--protected-mode", "no"]
+    at = args.index(AUTH_CONFIG_PATH)
+    args[at : at + 1] = ["--protected-mode", "no"]
     return objs
 
 
@@ -435,12 +599,13 @@ def test_a_backend_from_before_this_change_gets_its_secret_policy_and_password(
     def upgraded() -> dict[str, Any] | None:
         dep = get(cluster, k.DEPLOYMENTS, ns, "chat-redis") or {}
         containers = dep["spec"]["template"]["spec"]["containers"]
-        return dep if "--requirepass" in containers[0]["args"] else None
+        return dep if AUTH_CONFIG_PATH in containers[0]["args"] else None
 
     dep = poll(upgraded, timeout=30, what="Redis to require the password")
     container = dep["spec"]["template"]["spec"]["containers"][0]
     assert "--protected-mode" not in container["args"]
-    assert container["env"][0]["valueFrom"]["secretKeyRef"]["name"] == "chat-redis-auth"
+    (volume,) = dep["spec"]["template"]["spec"]["volumes"]
+    assert volume["secret"]["secretName"] == "chat-redis-auth"
     assert template_digest(cluster, ns) == password_digest(password)
     assert_no_literal(dep, password)
 

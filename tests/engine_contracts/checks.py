@@ -13,7 +13,7 @@ import ast
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 from urllib.parse import urlsplit
 
 import yaml
@@ -468,6 +468,43 @@ def check_l2_adapter(surface: LmcacheSurface, value: str) -> list[str]:
     return out
 
 
+# The resp L2 adapter's credentials: the config attribute each variable stands in for.
+L2_CREDENTIAL_ENV: Final = {
+    "LMCACHE_RESP_PASSWORD": "password",
+    "LMCACHE_RESP_USERNAME": "username",
+}
+
+
+def check_l2_credentials(surface: LmcacheSurface, container: dict[str, Any]) -> list[str]:
+    """Decision "No secret on a command line": credentials reach the MP worker only
+    through the environment. Each credential variable the container sets must be read
+    by the release's adapter for its ``--l2-adapter`` type, as the fallback of the very
+    config attribute it stands for (so the JSON must not carry that key: a value there,
+    even a $(VAR), would win and sit on the command line)."""
+    release = f"lmcache {surface.version}"
+    tokens = exec_argv(container) or []
+    values = [tokens[i + 1] for i, t in enumerate(tokens[:-1]) if t == "--l2-adapter"]
+    env = {str(e.get("name")) for e in container.get("env") or []}
+    out: list[str] = []
+    for value in values:
+        body = json.loads(value)
+        registered = surface.l2_types.get(str(body.get("type")))
+        if registered is None:
+            continue  # check_l2_adapter reports it
+        for variable, attribute in L2_CREDENTIAL_ENV.items():
+            if attribute in body:
+                out.append(
+                    f"{release}: --l2-adapter carries {attribute!r}: credentials go through "
+                    f"{variable}, never the command line"
+                )
+            if variable in env and registered.env.get(variable) != attribute:
+                out.append(
+                    f"{release}: the {registered.name} L2 adapter does not read {variable} "
+                    f"as its {attribute} (it reads {sorted(registered.env)})"
+                )
+    return out
+
+
 def check_mp_config_file(
     releases: Releases, engine: dict[str, Any], worker: dict[str, Any]
 ) -> list[str]:
@@ -699,6 +736,7 @@ def check_pod(
             command = exec_argv(container)
             if command is not None and len(command) >= 3 and command[1] == "-m":
                 report.failures += check_module_command(releases, command)
+                report.failures += check_l2_credentials(releases.lmcache, container)
                 if runtime == c.RUNTIME_SGLANG and CONFIG_CONTENT_ENV in container_env(container):
                     report.items += 1
                     report.failures += check_mp_config_file(releases, engine, container)

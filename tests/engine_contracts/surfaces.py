@@ -271,10 +271,43 @@ class UrlScheme:
 @dataclass(frozen=True)
 class L2Type:
     """An ``--l2-adapter`` JSON ``type``: the keys its config's ``from_dict`` reads and
-    the annotation of each in the config's ``__init__``."""
+    the annotation of each in the config's ``__init__``; ``env``: for each environment
+    variable the adapter's module reads (``os.environ.get``/``os.getenv``/
+    ``os.environ[...]``), the attribute of the config it stands in for when that
+    attribute is empty (``config.<attr> or os.environ.get(NAME, ...)``; "" when the read
+    is not such a fallback)."""
 
     name: str
     keys: dict[str, str]
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def _environment_reads(module: ast.Module) -> dict[str, str]:
+    """NAME -> config attribute for each ``os.environ``/``os.getenv`` read in
+    ``module``, the attribute being X in ``<obj>.X or <the read>`` ("" otherwise)."""
+    fallbacks: dict[int, str] = {}
+    for node in ast.walk(module):
+        if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or) and len(node.values) == 2:
+            first, second = node.values
+            if isinstance(first, ast.Attribute):
+                fallbacks[id(second)] = first.attr
+    out: dict[str, str] = {}
+    for node in ast.walk(module):
+        name = None
+        if isinstance(node, ast.Call):
+            func = ast.unparse(node.func)
+            if func in ("os.environ.get", "os.getenv", "environ.get", "getenv"):
+                name = first_string_arg(node)
+        elif (
+            isinstance(node, ast.Subscript)
+            and ast.unparse(node.value) in ("os.environ", "environ")
+            and isinstance(node.slice, ast.Constant)
+            and isinstance(node.slice.value, str)
+        ):
+            name = node.slice.value
+        if name:
+            out[name] = fallbacks.get(id(node), out.get(name, ""))
+    return out
 
 
 @dataclass(frozen=True)
@@ -389,7 +422,7 @@ def _l2_types(tree: SourceTree) -> dict[str, L2Type]:
                     key = node.slice.value if isinstance(node.slice.value, str) else None
                 if key:
                     keys[key] = params.get(key, "")
-            out[name] = L2Type(name, keys)
+            out[name] = L2Type(name, keys, _environment_reads(tree.parse(module)))
     return out
 
 

@@ -114,12 +114,17 @@ ALLOWED: dict[str, list[Request]] = {
                 ("statefulsets", "apps"),
                 ("services", ""),
                 ("horizontalpodautoscalers", "autoscaling"),
-                # A managed Redis's password Secret and a tier's NetworkPolicy.
-                ("secrets", ""),
+                # A tier's NetworkPolicy.
                 ("networkpolicies", "networking.k8s.io"),
             ]
             # get: the ownership check before a first write (never adopt a foreign object).
             for verb in ("get", "list", "patch", "delete")
+        ),
+        # A managed Redis's password Secret and a consumer's copy of it: read, created,
+        # patched and deleted by the name it renders, never listed or watched.
+        *(
+            Request(verb, "secrets", namespace=NAMESPACE, name="chat-redis-auth")
+            for verb in ("get", "create", "patch", "delete")
         ),
         Request("list", "pods"),
         Request("create", "events"),
@@ -229,8 +234,13 @@ DENIED: dict[str, list[Request]] = {
     ],
     WORKER_SA: [
         *EVERYONE_DENIED,
-        # It applies Secrets (a patch) and never replaces one: no update.
+        # It applies Secrets (a patch) and never replaces one: no update. Least
+        # privilege on Secrets: no list or watch, in a namespace or cluster-wide.
         Request("update", "secrets", namespace=NAMESPACE, name="inference-cache-redis-auth"),
+        Request("list", "secrets", namespace=""),
+        Request("list", "secrets", namespace=NAMESPACE),
+        Request("watch", "secrets", namespace=""),
+        Request("watch", "secrets", namespace=NAMESPACE),
         Request("update", "cachebackends", CB),
         Request("delete", "cachebackends", CB),
         Request("patch", "pods"),

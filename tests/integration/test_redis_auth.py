@@ -1,8 +1,9 @@
 """Redis authentication by default, on a real Redis-compatible server.
 
-- The install's Redis command line (manifests, as the kubelet expands it) and the
-  docker compose one (as compose interpolates it) refuse a client without the
-  password; the readiness probe's `redis-cli ping` passes with REDISCLI_AUTH only.
+- The install's Redis (manifests: its init container's script writes the config
+  file, the server reads it) and the docker compose one (its shell script feeds the
+  config on stdin) refuse a client without the password, and neither puts the
+  password on a command line; the readiness probe's `redis-cli ping` passes with REDISCLI_AUTH only.
 - The dispatcher/worker settings (ConfigMap URL + ICACHE_REDIS_PASSWORD from the
   Secret) connect: redis-py (the work queue) and Celery's broker alike.
 - `icache certs` creates the password Secret once, never changes it.
@@ -14,6 +15,7 @@ import argparse
 import base64
 import os
 import re
+import shlex
 import socket
 import subprocess
 from collections.abc import Iterator
@@ -45,48 +47,77 @@ from tests.samples import ROOT
 PASSWORD = "9f1c0e-test-password"
 
 
-def kubelet_expand(args: list[str], env: dict[str, str]) -> list[str]:
-    """$(VAR) references in container args, expanded the way the kubelet does."""
-    return [re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: env[m.group(1)], a) for a in args]
-
-
-def compose_interpolate(args: list[str], env: dict[str, str]) -> list[str]:
-    """${VAR:-default}, as docker compose interpolates it."""
+def compose_interpolate(value: str, env: dict[str, str]) -> str:
+    """${VAR:-default} and the $$ escape, as docker compose interpolates them."""
 
     def one(m: re.Match[str]) -> str:
         return env.get(m.group(1)) or m.group(2)
 
-    return [re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*):-([^}]*)\}", one, a) for a in args]
+    value = re.sub(r"(?<!\$)\$\{([A-Za-z_][A-Za-z0-9_]*):-([^}]*)\}", one, value)
+    return value.replace("$$", "$")
 
 
-def install_redis_args() -> list[str]:
+HARNESS_ARGS = ("--bind", "127.0.0.1", "--logfile", "", "--daemonize", "no")
+
+
+def install_redis_command(port: int, workdir: Path) -> tuple[list[str], dict[str, str]]:
+    """The install's Redis as its pod runs it: the init container's shell script (real
+    sh, its env from the Secret) writes the config file into what stands for the
+    emptyDir, then the server starts with the Redis container's args."""
     (deployment,) = [
         d
         for d in render_manifests()
         if d["kind"] == "Deployment" and d["metadata"]["name"] == "inference-cache-redis"
     ]
-    (container,) = deployment["spec"]["template"]["spec"]["containers"]
-    # Every secretKeyRef of the container points at the one password Secret.
-    env = {e["name"]: PASSWORD for e in container["env"]}
-    return kubelet_expand(list(container["args"]), env)
+    spec = deployment["spec"]["template"]["spec"]
+    (init,) = spec["initContainers"]
+    (container,) = spec["containers"]
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == "auth-config"]
+    emptydir = workdir / "auth-config"
+    emptydir.mkdir()
+    script = init["command"][2].replace(mount["mountPath"], str(emptydir))
+    subprocess.run(
+        [*init["command"][:2], script],
+        env={"PATH": os.environ["PATH"], "REDIS_PASSWORD": PASSWORD},
+        check=True,
+        timeout=10,
+    )
+    args = [a.replace(mount["mountPath"], str(emptydir)) for a in container["args"]]
+    assert args[0] == "redis-server"
+    assert not any(PASSWORD in a for a in args), "no password on the command line"
+    command = [find_redis_server(), *args[1:], *HARNESS_ARGS, "--port", str(port),
+               "--dir", str(workdir)]  # fmt: skip
+    return command, {}
 
 
-def compose_redis_args() -> list[str]:
+def compose_redis_command(port: int, workdir: Path) -> tuple[list[str], dict[str, str]]:
+    """The compose Redis as compose runs it: its `sh -c` script (interpolated, with the
+    harness's server and flags in place of the image's), the password in its env."""
     compose = yaml.safe_load((ROOT / "docker-compose.yaml").read_text())
-    command = list(compose["services"]["redis"]["command"])
-    return compose_interpolate(command, {"ICACHE_REDIS_PASSWORD": PASSWORD})
+    service = compose["services"]["redis"]
+    shell, flag, script = service["command"]
+    env = {"ICACHE_REDIS_PASSWORD": PASSWORD}
+    script = compose_interpolate(script, env)
+    assert PASSWORD not in script, "no password on the command line"
+    extra = " ".join(
+        shlex.quote(a) for a in (*HARNESS_ARGS, "--port", str(port), "--dir", str(workdir))
+    )
+    script = script.replace("exec redis-server", f"exec {shlex.quote(find_redis_server())}")
+    environment = {k: compose_interpolate(v, env) for k, v in service["environment"].items()}
+    return [shell, flag, f"{script} {extra}"], environment
 
 
 @pytest.fixture(params=["manifests", "docker-compose"])
-def configured_redis(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[int]:
-    """A server started with the install's own arguments (the image's entrypoint
-    receives `redis-server ...`; here the harness binary gets the rest), on a free
-    loopback port."""
-    args = install_redis_args() if request.param == "manifests" else compose_redis_args()
-    assert args[0] == "redis-server"
+def configured_redis(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[int]:
+    """A server started as the install starts it (the image's entrypoint receives
+    `redis-server ...`; here the harness binary gets the rest), on a free loopback port."""
     port = free_port("127.0.0.1")
-    command = [find_redis_server(), *args[1:], "--bind", "127.0.0.1", "--port", str(port),
-               "--dir", str(tmp_path), "--logfile", "", "--daemonize", "no"]  # fmt: skip
+    build = install_redis_command if request.param == "manifests" else compose_redis_command
+    command, env = build(port, tmp_path)
+    for name, value in env.items():  # the container's environment, inherited
+        monkeypatch.setenv(name, value)
     proc = spawn_in_own_group(command, tmp_path / "redis.log", tmp_path)
     try:
         wait_until(

@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from shared import constants as c
-from shared.storage_providers.base import AUTH_PASSWORD_ENV
+from shared.storage_providers.base import AUTH_CONFIG_DIR, AUTH_CONFIG_PATH
+from shared.storage_providers.redis import RedisStorageProvider
 from shared.storage_providers.render import render_managed_objects
 from tests.builders import managed_spec, rendered_backend
 from tests.harness.controlplane import free_port, terminate_process_group, wait_until
@@ -62,10 +63,14 @@ def test_redis_runs_as_the_pod_user_with_the_rendered_args(data_dir: Path) -> No
     pod = rendered_pod()
     psc = pod["securityContext"]
     container = pod["containers"][0]
-    assert [m["mountPath"] for m in container["volumeMounts"]] == ["/data"]
-    # The kubelet expands $(VAR) from the container's env; the pod's port and bind
-    # address are replaced by a free loopback port (the appended flags win).
-    args = [a.replace(f"$({AUTH_PASSWORD_ENV})", PASSWORD) for a in container["args"]]
+    assert [m["mountPath"] for m in container["volumeMounts"]] == ["/data", AUTH_CONFIG_DIR]
+    # The config file the Secret volume mounts, world-readable as its defaultMode
+    # makes it; the pod's port and bind address are replaced by a free loopback port
+    # (the appended flags win).
+    conf = data_dir.parent / f"{data_dir.name}.conf"
+    conf.write_text(RedisStorageProvider().auth_config(PASSWORD))
+    conf.chmod(0o444)
+    args = [str(conf) if a == AUTH_CONFIG_PATH else a for a in container["args"]]
     assert args[0] == "redis-server"
     port = free_port()
     log = data_dir.parent / f"{data_dir.name}.log"
@@ -103,3 +108,4 @@ def test_redis_runs_as_the_pod_user_with_the_rendered_args(data_dir: Path) -> No
     finally:
         terminate_process_group(proc)
         log.unlink(missing_ok=True)
+        conf.unlink(missing_ok=True)

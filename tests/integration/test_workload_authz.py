@@ -1,14 +1,17 @@
 """On the real API server: a CacheBackend is as powerful as a Pod
 create in its namespace, so the validating webhook lets only users who may create the
-workload write a backend that shapes one.
+workload write a backend that shapes one, and only users who may create pods write a
+backend at all or change what it puts in the engine pods it selects (rule
+"Engine-shaping needs engine-level permission").
 
 The real `icache webhook` runs as the install's webhook ServiceAccount (its RBAC from
 manifests/, so the SubjectAccessReview permission is proven too) and the API server
 calls it for requests made by real users, authenticated by client certificates and
 authorised by real RBAC:
 
-- alice may write CacheBackends but not create Deployments;
-- bob may also create Deployments; carol also StatefulSets;
+- alice may write CacheBackends but create neither Deployments nor pods;
+- paul may also create pods;
+- bob may also create Deployments and pods; carol also StatefulSets;
 - dave gets bob's rights only through a group (the review forwards groups).
 """
 
@@ -117,6 +120,7 @@ USERS: dict[str, list[str]] = {
     "bob": ["system:authenticated"],
     "carol": ["system:authenticated"],
     "dave": [TEAM_GROUP, "system:authenticated"],
+    "paul": ["system:authenticated"],
 }
 
 
@@ -148,7 +152,10 @@ def env(
     cb_rules = [{"apiGroups": [GROUP], "resources": [PLURAL],
                  "verbs": ["create", "get", "list", "update", "patch"]}]  # fmt: skip
     grant(kube, ns, "cb-writers", cb_rules, [user(u) for u in USERS])
-    deploy = [{"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["create"]}]
+    deploy = [{"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["create"]},
+              {"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]}]  # fmt: skip
+    pods = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]}]
+    grant(kube, ns, "pod-creators", pods, [user("paul")])
     grant(kube, ns, "deployers", deploy,
           [user("bob"), user("carol"),
            {"kind": "Group", "apiGroup": "rbac.authorization.k8s.io", "name": TEAM_GROUP}])  # fmt: skip
@@ -159,6 +166,8 @@ def env(
             all(may(kube, ns, u, g, "create", GROUP, PLURAL) for u, g in USERS.items())
             and may(kube, ns, "dave", USERS["dave"], "create", "apps", "deployments")
             and may(kube, ns, "carol", USERS["carol"], "create", "apps", "statefulsets")
+            and may(kube, ns, "dave", USERS["dave"], "create", "", "pods")
+            and may(kube, ns, "paul", USERS["paul"], "create", "", "pods")
         ),
         timeout=30,
         description="the test users' RBAC",
@@ -223,9 +232,61 @@ def test_a_user_who_may_not_create_deployments_cannot_create_a_managed_backend(e
     assert "spec.template" in (err.body or "")
 
 
-def test_the_same_user_may_create_a_backend_that_shapes_no_workload(env: Any) -> None:
-    created = create(env, "alice", new_cb("alice-host-only"))
-    assert created["metadata"]["name"] == "alice-host-only"
+def test_a_backend_that_shapes_no_workload_still_needs_create_pods(env: Any) -> None:
+    """Rule "Engine-shaping needs engine-level permission": any backend shapes the
+    engine pods it selects."""
+    err = refused(env, "alice", new_cb("alice-host-only", {"app": "vllm"}))
+    assert err.status == 403
+    body = err.body or ""
+    assert 'user \\"alice\\" cannot create pods in namespace' in body
+    assert "spec.engineSelector" in body
+    created = create(env, "paul", new_cb("paul-host-only", {"app": "vllm"}))
+    assert created["metadata"]["name"] == "paul-host-only"
+
+
+@pytest.mark.parametrize(
+    ("field", "change"),
+    [
+        ("spec.lmCache.workerImage", {"lmCache": {"workerImage": "attacker.example/w:1"}}),
+        (
+            "spec.integration.engineOverrides",
+            {"integration": {"engineOverrides": {"env": [{"name": "STOLEN", "valueFrom": {
+                "secretKeyRef": {"name": "their-secret", "key": "token"}}}]}}},
+        ),
+        (
+            "spec.integration.engineOverrides",
+            {"integration": {"engineOverrides": {"args": ["--enable-prefix-caching"]}}},
+        ),
+        ("spec.engineSelector", {"engineSelector": {"matchLabels": {"app": "their-gpus"}}}),
+        ("spec.lmCache.workerImage", {"lmCache": {"workerImage": "attacker.example/w:2"}}),
+    ],
+)  # fmt: skip
+def test_engine_shaping_updates_need_create_pods(
+    env: Any, field: str, change: dict[str, Any]
+) -> None:
+    """Impersonated users on the real API server: alice (no create pods) is refused with
+    a 403 naming the permission and the field; paul (create pods) may; a label or an
+    annotation needs nothing."""
+    ns, apis = env
+    name = f"eng-{uuid.uuid4().hex[:6]}"
+    create(env, "paul", new_cb(name, {"app": "vllm"}))
+    current = apis["alice"].get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
+    labelled = copy.deepcopy(current)
+    labelled["metadata"].setdefault("labels", {})["team"] = "a"
+    labelled["metadata"].setdefault("annotations", {})["note"] = "b"
+    current = apis["alice"].replace_namespaced_custom_object(
+        GROUP, VERSION, ns, PLURAL, name, labelled
+    )
+    shaped = copy.deepcopy(current)
+    for key, value in change.items():
+        shaped["spec"][key] = (
+            {**shaped["spec"].get(key, {}), **value} if key == "lmCache" else value
+        )
+    err = refused(env, "alice", shaped, update=True)
+    assert err.status == 403
+    assert "cannot create pods" in (err.body or "")
+    assert field in (err.body or "")
+    apis["paul"].replace_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name, shaped)
 
 
 def test_a_user_who_may_create_deployments_is_allowed(env: Any) -> None:
@@ -253,9 +314,9 @@ def test_system_masters_is_allowed_by_every_review_so_the_webhook_asks_none(
     ns, _ = env
     kube = Kube(kube_api_client)
     nobody = f"root-{_RUN}"
-    for resource in ("deployments", "statefulsets"):
-        assert may(kube, ns, nobody, ["system:masters"], "create", "apps", resource)
-        assert not may(kube, ns, nobody, ["system:authenticated"], "create", "apps", resource)
+    for group, resource in (("apps", "deployments"), ("apps", "statefulsets"), ("", "pods")):
+        assert may(kube, ns, nobody, ["system:masters"], "create", group, resource)
+        assert not may(kube, ns, nobody, ["system:authenticated"], "create", group, resource)
     sts = new_cb("masters-sts", remoteStorage=MANAGED, deploymentKind="StatefulSet")
     with control_plane.api_client_for(nobody, ["system:masters", "system:authenticated"]) as api:
         objects: Any = client.CustomObjectsApi(api)  # its methods return bare objects

@@ -73,13 +73,18 @@ def test_redis_is_local_only_and_checked(compose: dict[str, Any]) -> None:
     assert redis["ports"] == ["127.0.0.1:6379:6379"]
     assert redis["healthcheck"]["test"] == ["CMD", "redis-cli", "ping"]
     # The work queue is rebuilt by the dispatcher's resync: nothing to persist.
-    assert redis["command"][:5] == ["redis-server", "--save", "", "--appendonly", "no"]
+    command = redis["command"]
+    assert command[:2] == ["sh", "-c"]
+    assert command[2].endswith('| exec redis-server - --save "" --appendonly no')
     # Redis authentication by default: a password, from the variable the local icache
-    # processes read too; the healthcheck's redis-cli authenticates with it.
+    # processes read too; the healthcheck's redis-cli authenticates with it. It reaches
+    # redis-server as stdin config from the environment ($$ escapes compose's own
+    # interpolation), never on a command line.
     password = "${ICACHE_REDIS_PASSWORD:-icache-dev}"
-    assert redis["command"][5:] == ["--requirepass", password]
+    assert command[2].startswith("""printf 'requirepass "%s"\\n' "$$REDISCLI_AUTH" |""")
+    assert "--requirepass" not in command[2]
     assert redis["environment"] == {"REDISCLI_AUTH": password}
-    assert "--protected-mode" not in redis["command"]
+    assert "--protected-mode" not in command[2]
 
 
 @pytest.fixture(scope="module")

@@ -147,7 +147,10 @@ def test_processes_run_the_right_image(docs: list[dict[str, Any]]) -> None:
     assert images["inference-cache-webhook"] == "ghcr.io/inference-cache/webhook:0.1.0"
     assert images["inference-cache-dispatcher"] == "ghcr.io/inference-cache/worker:0.1.0"
     assert images["inference-cache-worker"] == "ghcr.io/inference-cache/worker:0.1.0"
-    args = {d["metadata"]["name"]: containers(d)[0]["args"][0] for d in deployments(docs)}
+    args = {
+        d["metadata"]["name"]: d["spec"]["template"]["spec"]["containers"][0]["args"][0]
+        for d in deployments(docs)
+    }
     assert args["inference-cache-webhook"] == "webhook"
     assert args["inference-cache-dispatcher"] == "dispatcher"
     assert args["inference-cache-worker"] == "worker"
@@ -234,14 +237,26 @@ def _secret_env(container: dict[str, Any], name: str) -> dict[str, Any]:
 
 
 def test_redis_requires_the_password_from_the_install_secret(docs: list[dict[str, Any]]) -> None:
-    """Redis authentication by default; no `--protected-mode no`."""
-    (redis,) = containers(one(docs, "Deployment", "inference-cache-redis"))
+    """Redis authentication by default; no `--protected-mode no`. Decision "No secret
+    on a command line": requirepass comes from a memory-backed config file an init
+    container writes with a shell builtin from its env; no argument holds $(VAR)."""
+    deployment = one(docs, "Deployment", "inference-cache-redis")
+    (redis,) = deployment["spec"]["template"]["spec"]["containers"]
+    (init,) = deployment["spec"]["template"]["spec"]["initContainers"]
     args = redis["args"]
     assert "--protected-mode" not in args
-    assert args[args.index("--requirepass") + 1] == "$(REDIS_PASSWORD)"
-    for name in ("REDIS_PASSWORD", "REDISCLI_AUTH"):  # the server; the probe's redis-cli
-        ref = _secret_env(redis, name)
+    assert "--requirepass" not in args
+    assert args[:2] == ["redis-server", "/etc/redis-auth/redis.conf"]
+    assert init["command"][:2] == ["sh", "-c"]
+    assert '"$REDIS_PASSWORD" > /etc/redis-auth/redis.conf' in init["command"][2]
+    for container in (redis, init):
+        words = [*container.get("command", []), *container.get("args", [])]
+        assert not any("$(" in word for word in words)
+    for container, name in ((init, "REDIS_PASSWORD"), (redis, "REDISCLI_AUTH")):
+        ref = _secret_env(container, name)
         assert ref == {"name": redis_auth.DEFAULT_SECRET, "key": redis_auth.PASSWORD_KEY}
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["auth-config"]["emptyDir"]["medium"] == "Memory"
     assert redis["readinessProbe"]["exec"]["command"] == ["redis-cli", "ping"]
 
 

@@ -1037,13 +1037,13 @@ def test_sgl_managed_redis_adds_the_l2_adapter(hook: Webhook) -> None:
     )
     p = pod(sglang())
     result, _ = hook.admit(p)
-    # The managed Redis requires the backend's password: a $(VAR) reference to the
-    # worker's secretKeyRef env var, never the value (tests/unit/test_tier_isolation.py).
+    # The managed Redis requires the backend's password: the worker's secretKeyRef env
+    # var LMCACHE_RESP_PASSWORD, which LMCache reads itself; never in the args
+    # (tests/unit/test_tier_isolation.py).
     args = [
         *host_only_worker_args(chunk=128, l1=32),
         "--l2-adapter",
-        '{"type":"resp","host":"cache-redis.team-a.svc","port":6379,'
-        '"password":"$(LMCACHE_RESP_PASSWORD)"}',
+        '{"type":"resp","host":"cache-redis.team-a.svc","port":6379}',
     ]
     dshm = {"name": "lmcache-dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "32Gi"}}
     worker_shape(result, expect_sglang(p, worker_args=args, dshm=dshm))

@@ -14,6 +14,7 @@ from typing import Any
 from kubeio import client as k
 from reconciler.reads import LiveReads
 from shared import constants as c
+from shared.storage_providers.base import AUTH_CONFIG_KEY
 from shared.storage_providers.render import password_digest, secret_password
 from tests.builders import status_backend
 from tests.fakes import FakeKube, in_process_reconciler
@@ -108,10 +109,10 @@ def test_the_opt_out_sheds_the_policy_and_keeps_the_password() -> None:
 
 
 class SecretsNotListed(LiveReads):
-    """A watch cache that has not shown the Secret yet (the worker's cache lags)."""
+    """A read of the owned Secrets that missed it (a race with its creation)."""
 
-    def owned(self, namespace: str, name: str) -> list[dict[str, Any]]:
-        return [o for o in super().owned(namespace, name) if o.get("kind") != "Secret"]
+    def owned_secrets(self, namespace: str, name: str) -> list[dict[str, Any]]:
+        return []
 
 
 def test_a_secret_the_list_missed_is_read_and_its_password_kept() -> None:
@@ -128,8 +129,9 @@ def test_a_secret_the_list_missed_is_read_and_its_password_kept() -> None:
 
 
 def test_a_password_written_into_the_secret_is_kept_and_rolls_redis() -> None:
-    """Rotation by editing the Secret: the operator's password stays (the Secret is not
-    re-applied) and Redis's pod template takes its digest, so Redis restarts with it."""
+    """Rotation by editing the Secret: the operator's password stays, the server config
+    file beside it follows (Redis reads requirepass from it, not from its command
+    line), and Redis's pod template takes its digest, so Redis restarts with it."""
     kube = FakeKube()
     kube.put("cachebackends", status_backend(copy.deepcopy(REDIS_SPEC), uid=UID))
     rec = in_process_reconciler(kube, clock=lambda: NOW)
@@ -138,6 +140,34 @@ def test_a_password_written_into_the_secret_is_kept_and_rolls_redis() -> None:
     obj(kube, "secrets", SECRET)["data"]["password"] = base64.b64encode(chosen.encode()).decode()
     kube.writes.clear()
     rec.reconcile("ns/cb")
-    assert kube.writes == [("apply", "deployments", WORKLOAD)]
+    assert kube.writes == [("apply", "secrets", SECRET), ("apply", "deployments", WORKLOAD)]
     assert digest(kube) == password_digest(chosen)
+    config = obj(kube, "secrets", SECRET)["data"][AUTH_CONFIG_KEY]
+    assert base64.b64decode(config).decode() == f'requirepass "{chosen}"\n'
     assert secret_password(obj(kube, "secrets", SECRET)) == chosen
+
+
+def test_only_a_backend_that_can_own_a_secret_reads_one() -> None:
+    """Decision "The worker reads Secrets by name only": Secrets are not cached, so only
+    a backend that can own one (Redis, or a Redis tier's objects left to shed) pays a
+    GET for it; any other backend's idle reconcile stays free of requests."""
+    kube = FakeKube()
+    lm_spec = {**REDIS_SPEC, "remoteStorage": {"provider": "LMCacheServer", "ownership": "Managed"}}
+    kube.put("cachebackends", status_backend(copy.deepcopy(lm_spec), uid=UID))
+    rec = in_process_reconciler(kube, clock=lambda: NOW)
+    rec.reconcile("ns/cb")
+    kube.calls.clear()
+    rec.reconcile("ns/cb")
+    assert ("get", f"ns/{SECRET}") not in kube.calls
+
+
+def test_a_provider_switch_sheds_the_old_secret() -> None:
+    kube = FakeKube()
+    kube.put("cachebackends", status_backend(copy.deepcopy(REDIS_SPEC), uid=UID))
+    rec = in_process_reconciler(kube, clock=lambda: NOW)
+    rec.reconcile("ns/cb")
+    assert ("secrets", "ns", SECRET) in kube.objects
+    lm = {"provider": "LMCacheServer", "ownership": "Managed"}
+    kube.objects[("cachebackends", "ns", "cb")]["spec"]["remoteStorage"] = lm
+    rec.reconcile("ns/cb")
+    assert ("secrets", "ns", SECRET) not in kube.objects

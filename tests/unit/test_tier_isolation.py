@@ -26,7 +26,7 @@ from shared import constants as c
 from shared.network_policy import PodRef, ingress_allowed, label_selector_matches
 from shared.pod_wiring import OUTCOME_FAIL_OPEN, OUTCOME_INJECTED, WiringResult, wire_pod
 from shared.runtime_adapters.base import InjectContext
-from shared.storage_providers.base import AUTH_PASSWORD_ENV
+from shared.storage_providers.base import AUTH_CONFIG_KEY, AUTH_CONFIG_PATH
 from shared.storage_providers.lmcache_server import LMCACHE_SERVER_PORT
 from shared.storage_providers.redis import REDIS_PORT
 from shared.storage_providers.render import (
@@ -134,21 +134,36 @@ def test_an_unchanged_secret_is_not_reapplied() -> None:
     )
 
 
-def test_redis_requires_the_password_through_a_secret_key_ref_never_a_literal() -> None:
+def test_redis_requires_the_password_from_a_config_file_never_the_command_line() -> None:
+    """Decision "No secret on a command line": the managed Redis reads ``requirepass``
+    from a config file mounted from its Secret; its args hold neither the password nor
+    a $(VAR) the kubelet would expand into argv."""
     objs = by_kind(
         render_managed_objects(backend(c.PROVIDER_REDIS), generate_password=fixed_password)
     )
     template = objs["Deployment"]["spec"]["template"]
     container = template["spec"]["containers"][0]
     args = container["args"]
-    assert args[args.index("--requirepass") + 1] == f"$({AUTH_PASSWORD_ENV})"
+    assert args[:2] == ["redis-server", AUTH_CONFIG_PATH]
+    assert "--requirepass" not in args
+    assert not any("$(" in a for a in args)
     assert "--protected-mode" not in args, "protected mode stays on as a second line"
-    assert container["env"] == [
+    assert "env" not in container
+    assert container["volumeMounts"] == [
+        {"name": "auth-config", "mountPath": "/etc/inferencecache/auth", "readOnly": True}
+    ]
+    assert template["spec"]["volumes"] == [
         {
-            "name": AUTH_PASSWORD_ENV,
-            "valueFrom": {"secretKeyRef": {"name": "cache-redis-auth", "key": "password"}},
+            "name": "auth-config",
+            "secret": {
+                "secretName": "cache-redis-auth",
+                "items": [{"key": AUTH_CONFIG_KEY, "path": AUTH_CONFIG_KEY}],
+                "defaultMode": 0o444,
+            },
         }
     ]
+    config = base64.b64decode(objs["Secret"]["data"][AUTH_CONFIG_KEY]).decode()
+    assert config == f'requirepass "{PASSWORD}"\n'
     text = json.dumps(objs["Deployment"])
     assert PASSWORD not in text
     assert base64.b64encode(PASSWORD.encode()).decode() not in text
@@ -221,13 +236,17 @@ def test_the_policy_selects_exactly_the_provider_pods() -> None:
     assert not label_selector_matches(policy["spec"]["podSelector"], ENGINE.labels)
 
 
-def test_allow_cross_namespace_also_admits_the_engines_of_other_namespaces() -> None:
+def test_allow_cross_namespace_on_the_owner_admits_no_other_namespace() -> None:
+    """Decision "Cross-namespace consumers need the owner's consent": the flag is a
+    consumer's acknowledgement; on the owner it opens nothing, and no peer ever has an
+    empty namespaceSelector."""
     objs = render_managed_objects(backend(c.PROVIDER_LMCACHE_SERVER, allowCrossNamespace=True))
     pols, target = policies(objs), provider_pod(objs)
     assert ingress_allowed(pols, target, ENGINE, LMCACHE_SERVER_PORT)
-    assert ingress_allowed(pols, target, ENGINE_OTHER_NS, LMCACHE_SERVER_PORT)
+    assert not ingress_allowed(pols, target, ENGINE_OTHER_NS, LMCACHE_SERVER_PORT)
     assert not ingress_allowed(pols, target, FOREIGN_SAME_NS, LMCACHE_SERVER_PORT)
     assert not ingress_allowed(pols, target, FOREIGN_OTHER_NS, LMCACHE_SERVER_PORT)
+    assert '"namespaceSelector": {}' not in json.dumps(pols)
 
 
 def test_an_empty_engine_selector_admits_nobody() -> None:
@@ -334,17 +353,17 @@ def l2_adapter(worker: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_the_mp_worker_reads_the_managed_redis_password_through_a_secret_key_ref() -> None:
-    """LMCache's resp L2 adapter reads "password" from --l2-adapter (0.4.7 and 0.5.6):
-    it is $(LMCACHE_RESP_PASSWORD), which the kubelet expands from the worker's own
-    secretKeyRef env var, so no pod spec ever holds the value."""
+    """LMCache's resp L2 adapter (0.4.7 and 0.5.6) reads LMCACHE_RESP_PASSWORD from its
+    environment when the --l2-adapter JSON has no "password": the worker's secretKeyRef
+    env var, so neither the pod spec nor the worker's argv ever holds the value."""
     cb = sglang_backend(builders.managed(c.PROVIDER_REDIS), status_endpoint=REDIS_ENDPOINT)
     worker = worker_of(wire_pod(builders.pod(SGLANG), [cb], InjectContext()))
     assert l2_adapter(worker) == {
         "type": "resp",
         "host": "cache-redis.team-a.svc",
         "port": 6379,
-        "password": "$(LMCACHE_RESP_PASSWORD)",
     }
+    assert not any("$(" in a for a in worker["args"])
     env = {e["name"]: e for e in worker["env"]}
     assert env["LMCACHE_RESP_PASSWORD"] == {
         "name": "LMCACHE_RESP_PASSWORD",
@@ -362,22 +381,29 @@ def test_no_password_reference_before_the_endpoint_is_published() -> None:
     assert "secretKeyRef" not in json.dumps(result.pod)
 
 
-@pytest.mark.parametrize(
-    "remote",
-    [
-        pytest.param(builders.external(c.PROVIDER_REDIS, "redis.example:6379"), id="external"),
-        pytest.param(
-            builders.external(c.PROVIDER_REDIS, "cache-redis.team-a.svc:6379"),
-            id="cross-namespace managed Redis",
-        ),
-    ],
-)
-def test_an_external_redis_is_wired_without_credentials(remote: dict[str, Any]) -> None:
-    """External tiers carry no credentials from us, and a Secret of another namespace
-    cannot be referenced: an engine in team-b reaching team-a's managed Redis through an
-    External backend gets the endpoint only (and is refused by that Redis)."""
+def test_an_external_redis_is_wired_without_credentials() -> None:
+    """External tiers carry no credentials from us."""
+    remote = builders.external(c.PROVIDER_REDIS, "redis.example:6379")
     cb = sglang_backend(remote, namespace="team-b", allowCrossNamespace=True)
     p = builders.pod(SGLANG, namespace="team-b")
     worker = worker_of(wire_pod(p, [cb], InjectContext()))
     assert "password" not in l2_adapter(worker)
     assert "secretKeyRef" not in json.dumps(worker)
+
+
+def test_a_cross_namespace_consumer_of_a_managed_redis_reads_its_own_copy() -> None:
+    """Decision "Cross-namespace consumers need the owner's consent": a pod cannot
+    reference another namespace's Secret, so the worker reads the consumer's own copy
+    (kept by the reconciler once the owner consented), through an optional reference
+    that never keeps the pod from starting, and never through its args."""
+    remote = builders.external(c.PROVIDER_REDIS, "cache-redis.team-a.svc:6379")
+    cb = sglang_backend(remote, namespace="team-b", allowCrossNamespace=True)
+    p = builders.pod(SGLANG, namespace="team-b")
+    worker = worker_of(wire_pod(p, [cb], InjectContext()))
+    assert "password" not in l2_adapter(worker)
+    env = {e["name"]: e for e in worker["env"]}
+    assert env["LMCACHE_RESP_PASSWORD"]["valueFrom"]["secretKeyRef"] == {
+        "name": "cache-redis-auth",
+        "key": "password",
+        "optional": True,
+    }

@@ -346,6 +346,32 @@ def test_reject_invalid_skip_network_policy_annotation_rejects_anything_else(val
     ]
 
 
+@pytest.mark.parametrize("value", ["team-b", "team-b,team-c", " team-b , team-c "])
+def test_reject_invalid_allowed_consumer_namespaces_annotation_accepts_namespace_names(
+    value: str,
+) -> None:
+    """Cross-namespace consent (docs/decisions.md): namespace names, comma-separated."""
+    annotations = {"inferencecache.io/allowed-consumer-namespaces": value}
+    rule = r.reject_invalid_allowed_consumer_namespaces_annotation
+    assert run(rule, VLLM) == []
+    assert run(rule, VLLM, annotations=annotations) == []
+
+
+@pytest.mark.parametrize("value", ["", "*", "team-b,", "Team-B", "a,a"])
+def test_reject_invalid_allowed_consumer_namespaces_annotation_rejects_anything_else(
+    value: str,
+) -> None:
+    """Consent is per namespace: no wildcard, no empty entry; the error is scoped to the
+    annotation."""
+    annotations = {"inferencecache.io/allowed-consumer-namespaces": value}
+    (error,) = run(
+        r.reject_invalid_allowed_consumer_namespaces_annotation, VLLM, annotations=annotations
+    )
+    assert error.startswith(
+        "metadata.annotations[inferencecache.io/allowed-consumer-namespaces]: Invalid value: "
+    )
+
+
 def test_reject_unsupported_runtime_cache_pair_accepts_shipping_pairs() -> None:
     """Spec: VLLM/LMCache, SGLang/LMCache and SGLang/SGLangHiCache ship."""
     assert run(r.reject_unsupported_runtime_cache_pair, VLLM) == []

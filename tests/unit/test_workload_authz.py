@@ -19,6 +19,7 @@ from webhook_svc.admission_review import AdmissionRequest, parse_review
 from webhook_svc.cachebackend_admission import validate_cachebackend
 from webhook_svc.workload_authz import (
     DEPLOYMENTS,
+    PODS,
     STATEFULSETS,
     ReviewError,
     access_review,
@@ -53,20 +54,74 @@ def with_spec(obj: dict[str, Any], **spec: Any) -> dict[str, Any]:
     return out
 
 
-def test_create_of_a_managed_backend_needs_create_deployments() -> None:
-    assert required_access("CREATE", MANAGED, None) == [DEPLOYMENTS]
+def test_create_of_a_managed_backend_needs_create_deployments_and_pods() -> None:
+    assert required_access("CREATE", MANAGED, None) == [DEPLOYMENTS, PODS]
     sts = with_spec(MANAGED, deploymentKind="StatefulSet")
-    assert required_access("CREATE", sts, None) == [DEPLOYMENTS, STATEFULSETS]
+    assert required_access("CREATE", sts, None) == [DEPLOYMENTS, STATEFULSETS, PODS]
 
 
-def test_backends_without_a_workload_need_nothing() -> None:
-    assert required_access("CREATE", HOST_ONLY, None) == []
+def test_backends_without_a_workload_need_create_pods_only() -> None:
+    """Rule "Engine-shaping needs engine-level permission": every backend shapes the
+    engine pods it selects, so creating any backend needs ``create pods``."""
+    assert required_access("CREATE", HOST_ONLY, None) == [PODS]
     external = with_spec(
         MANAGED,
         remoteStorage={"provider": "LMCacheServer", "ownership": "External", "endpoint": "h:1"},
     )
-    assert required_access("CREATE", external, None) == []
+    assert required_access("CREATE", external, None) == [PODS]
     assert required_access("DELETE", MANAGED, None) == []
+
+
+@pytest.mark.parametrize(
+    ("changed", "field"),
+    [
+        ({"engineSelector": {"matchLabels": {"app": "theirs"}}}, "spec.engineSelector"),
+        ({"lmCache": {"workerImage": "evil.example/x:1"}}, "spec.lmCache.workerImage"),
+        (
+            {"integration": {"engineOverrides": {"env": [{"name": "A", "value": "b"}]}}},
+            "spec.integration.engineOverrides",
+        ),
+        (
+            {"integration": {"engineOverrides": {"suppressArgs": ["--x"]}}},
+            "spec.integration.engineOverrides",
+        ),
+        ({"integration": {"engineHostNetwork": True}}, "spec.integration.engineHostNetwork"),
+    ],
+)
+def test_an_update_of_an_engine_shaping_field_needs_create_pods(
+    changed: dict[str, Any], field: str
+) -> None:
+    """Rule "Engine-shaping needs engine-level permission": workerImage, any
+    engineOverrides field, engineSelector and engineHostNetwork; the denial names it.
+    (Judged on the request, before validation: a value the validator later refuses
+    still needs the permission to be written.)"""
+    # engineHostNetwork is Mooncake's alone (the validator refuses it elsewhere).
+    base = (
+        with_spec(MANAGED, remoteStorage={"provider": "Mooncake", "ownership": "Managed"})
+        if "engineHostNetwork" in field
+        else HOST_ONLY
+    )
+    after = with_spec(base, **changed)
+    assert required_access("UPDATE", after, base) == [PODS]
+    assert shaping_field(after, base, PODS) == field
+    resp = authorizing(FakeAccessReviewer({"deployments"}))(request(after, base))["response"]
+    assert resp["allowed"] is False
+    assert resp["status"]["code"] == 403
+    assert 'cannot create pods in namespace "team-a"' in resp["status"]["message"]
+    assert resp["status"]["details"]["causes"][0]["field"] == field
+
+
+def test_other_updates_need_nothing_new() -> None:
+    """Labels, annotations and fields that shape no engine pod and no workload."""
+    annotated = copy.deepcopy(HOST_ONLY)
+    annotated["metadata"]["annotations"] = {"a": "b"}
+    annotated["metadata"]["labels"] = {"c": "d"}
+    assert required_access("UPDATE", annotated, HOST_ONLY) == []
+    crossing = with_spec(HOST_ONLY, allowCrossNamespace=True)
+    assert required_access("UPDATE", crossing, HOST_ONLY) == []
+    reviewer = FakeAccessReviewer()
+    assert authorizing(reviewer)(request(annotated, HOST_ONLY))["response"]["allowed"] is True
+    assert reviewer.asked == []
 
 
 def test_update_needs_it_only_when_the_workload_template_or_kind_changes() -> None:
@@ -146,10 +201,12 @@ def test_a_user_who_may_not_create_deployments_is_denied_with_a_field_scoped_403
 def test_a_user_who_may_is_allowed_and_nothing_is_asked_when_nothing_is_shaped() -> None:
     reviewer = FakeAccessReviewer({"deployments"})
     handler = authorizing(reviewer)
+    assert handler(request(MANAGED))["response"]["allowed"] is False, "pods not granted"
+    reviewer = FakeAccessReviewer({"deployments", "pods"})
+    handler = authorizing(reviewer)
     assert handler(request(MANAGED))["response"]["allowed"] is True
-    assert len(reviewer.asked) == 1
+    assert len(reviewer.asked) == 2
     reviewer.asked.clear()
-    assert handler(request(HOST_ONLY))["response"]["allowed"] is True
     assert handler(request(with_spec(MANAGED, replicas=2), MANAGED))["response"]["allowed"]
     assert reviewer.asked == []
     sts = with_spec(MANAGED, deploymentKind="StatefulSet")
@@ -200,7 +257,7 @@ def test_authorized_by_privileged_group_asks_nothing_for_system_masters() -> Non
 @pytest.mark.parametrize(
     ("obj", "outcomes", "code"),
     [
-        (MANAGED, [{"status": {"allowed": True}}], None),
+        (MANAGED, [{"status": {"allowed": True}}] * 2, None),
         (MANAGED, [{"status": {"allowed": True, "denied": True}}], 403),
         (MANAGED, [ReviewError("API server said 500 Internal Server Error")], 503),
         (MANAGED, [], 503),
@@ -226,15 +283,15 @@ def test_authorization_answer_is_a_pure_function_of_the_outcomes(
 
 
 def test_no_plan_for_writes_that_need_no_review() -> None:
-    """Rule: system:masters, subresources, host-only backends and updates that leave
-    the pod template alone need no review at all."""
+    """Rule: system:masters, subresources and updates that leave the pod template and
+    the engine-shaping fields alone need no review at all."""
     root = {"username": "admin", "groups": ["system:masters"]}
     assert review_plan(request(MANAGED, user=root)) is None
-    assert review_plan(request(HOST_ONLY)) is None
+    assert review_plan(request(HOST_ONLY, HOST_ONLY)) is None
     assert review_plan(request(with_spec(MANAGED, replicas=2), MANAGED)) is None
     status_write = request(MANAGED)
     status_write.raw["subResource"] = "status"
     assert review_plan(status_write) is None
     plan = review_plan(request(with_spec(MANAGED, deploymentKind="StatefulSet")))
     assert plan is not None
-    assert plan.needed == (DEPLOYMENTS, STATEFULSETS)
+    assert plan.needed == (DEPLOYMENTS, STATEFULSETS, PODS)
