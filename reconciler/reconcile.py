@@ -59,12 +59,12 @@ from reconciler.status import (
     compute_status,
     status_equal,
 )
+from reconciler.tenancy_reads import consumer_side, consumers_of
 from reconciler.workload_refusals import (
     failed_create_selector,
     latest_failed_create,
     needs_failed_create_read,
 )
-from reconciler.tenancy_reads import consumer_side, consumers_of
 from shared import constants as c
 from shared.api import effective
 from shared.api.models import CacheBackend

@@ -24,9 +24,9 @@ from shared.runtime_adapters.host_memory_fit import (
     pinned_host_memory_exceeds_limit,
 )
 from tests.builders import NS, admission_review, annotations_of, backend, container, env_of, pod
+from tests.fakes import mutate_pod
 from tests.samples import SAMPLES_DIR
 from webhook_svc.admission_review import AdmissionRequest, parse_review
-from webhook_svc.pod_admission import mutate_pod
 
 GIB = 1024**3
 CTX = InjectContext()
@@ -166,7 +166,7 @@ def test_the_webhook_admits_wires_and_warns() -> None:
     """Fail-open: the pod is wired and allowed; the response carries the warning."""
     review = admission_review(vllm_pod("16Gi", "--tensor-parallel-size", "4"), namespace=NS)
     request: AdmissionRequest = parse_review(review)
-    response, outcome, _ = mutate_pod(request, [host_backend()], CTX)
+    response, outcome, _ = mutate_pod(request, lambda _namespace: [host_backend()], CTX)
     assert response["response"]["allowed"] is True
     assert outcome == OUTCOME_INJECTED
     assert response["response"].get("patch")
