@@ -16,7 +16,7 @@ from icache_install.doctor.engine_metrics import (
     ERRORS,
     HEALTHY,
     LOOKUPS,
-    RATIO,
+    HIT_RATIO_SERIES,
     EngineSeries,
     check_prometheus,
     engine_findings,
@@ -75,7 +75,7 @@ def prometheus() -> Iterator[FakePrometheus]:
 
 def test_doctor_reads_the_series_over_the_query_api(prometheus: FakePrometheus) -> None:
     prometheus.answers = {
-        RATIO: prometheus_vector((NS, "cache", "0")),
+        HIT_RATIO_SERIES: prometheus_vector((NS, "cache", "0")),
         LOOKUPS: prometheus_vector((NS, "cache", "250")),
         ERRORS: prometheus_vector((NS, "cache", "0.5")),
         HEALTHY: prometheus_vector(),
@@ -99,6 +99,6 @@ def test_a_failing_query_is_a_doctor_error_not_a_crash(prometheus: FakePrometheu
 
 
 def test_a_wrong_base_url_is_a_doctor_error(prometheus: FakePrometheus) -> None:
-    prometheus.answers = {RATIO: prometheus_vector()}
+    prometheus.answers = {HIT_RATIO_SERIES: prometheus_vector()}
     findings = check_prometheus(prometheus.url + "nothing-here", [], None)
     assert [f.code for f in findings] == ["doctor.PrometheusQueryFailed"]
