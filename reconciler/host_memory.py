@@ -23,8 +23,8 @@ from typing import Any
 
 from reconciler.conditions import FALSE, UNKNOWN, DesiredCondition
 from reconciler.engine_pods import HostMemoryShortfall, InjectedPodsObservation
-from shared import constants as c
 from reconciler.version_skew import MAX_PODS_NAMED
+from shared import constants as c
 from shared.runtime_adapters.host_memory_fit import gib_text
 
 

@@ -210,5 +210,7 @@ def check_prometheus(
                     "http://prometheus-operated.monitoring:9090) and that it answers",
                 )
             ]
-    series = EngineSeries(answers[HIT_RATIO_SERIES], answers[LOOKUPS], answers[ERRORS], answers[HEALTHY])
+    series = EngineSeries(
+        answers[HIT_RATIO_SERIES], answers[LOOKUPS], answers[ERRORS], answers[HEALTHY]
+    )
     return engine_findings(series, _backend_keys(backends), namespace)

@@ -15,8 +15,8 @@ import pytest
 from icache_install.doctor.engine_metrics import (
     ERRORS,
     HEALTHY,
-    LOOKUPS,
     HIT_RATIO_SERIES,
+    LOOKUPS,
     EngineSeries,
     check_prometheus,
     engine_findings,
