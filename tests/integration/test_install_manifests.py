@@ -5,7 +5,7 @@ create passes Pod Security "restricted" in the install namespace.
 The namespace, its ServiceAccounts and the CRD are created for real (a dry run
 needs the namespace to exist; Pod admission needs the ServiceAccount); everything
 else is a dry run. cert-manager's kinds are not served here, so the cert-manager
-variant's Issuers and Certificates are checked statically (tests/unit/test_manifests.py).
+variant's Issuers and Certificates are checked statically (tests/unit/install/test_manifests.py).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import ast
 from collections import defaultdict
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 PACKAGES = (
     "shared",
     "kubeio",

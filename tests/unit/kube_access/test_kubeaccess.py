@@ -21,7 +21,7 @@ from urllib3 import Retry
 from kubeio import access as kubeaccess
 from kubeio.access import KubeConfigError, load_configuration
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def write_kubeconfig(path: Path, server: str, *, contexts: tuple[str, ...] = ("main",)) -> str:

@@ -15,7 +15,7 @@ import yaml
 
 from tests.metrics_doc import documented, family_of, labels_of, metric_names, undocumented_labels
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 DASHBOARD = REPO / "manifests" / "components" / "monitoring" / "dashboard.json"
 RENDERED = REPO / "manifests" / "rendered" / "install-monitoring.yaml"
 

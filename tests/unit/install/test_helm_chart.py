@@ -22,7 +22,7 @@ import yaml
 
 from tests.helm_chart import CHART, KUBE_VERSION, NAMESPACE, VALUE_SETS, Doc, helm, template
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 MANIFESTS = REPO / "manifests"
 HELM_LABELS = {
     "helm.sh/chart",

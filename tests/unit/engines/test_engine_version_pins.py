@@ -15,7 +15,7 @@ import pytest
 
 from shared import engine_versions as ev
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 IMAGE_PATTERNS = {
     ev.SGLANG: re.compile(r"lmsysorg/sglang:(?P<tag>v[0-9][^\s\"',]*)"),
     ev.VLLM: re.compile(r"vllm/vllm-openai:(?P<tag>v[0-9][^\s\"',]*)"),

@@ -16,7 +16,7 @@ from reconciler import metrics as reconciler_metrics
 from reconciler.health import Heartbeat, Readiness, serve, stale_beats
 from tests.harness.controlplane import free_port
 
-BASE = Path(__file__).resolve().parents[2] / "manifests" / "base"
+BASE = Path(__file__).resolve().parents[3] / "manifests" / "base"
 
 
 def test_a_loop_is_stale_once_its_heartbeat_is_older_than_the_bound() -> None:

@@ -1,7 +1,7 @@
 """A CacheBackend is as powerful as a Pod create in its namespace, so the validating
 webhook checks (SubjectAccessReview) that its writer may create the workload it
 shapes. The decisions, pure (``review_plan``, ``authorization_answer``) and driven by
-``authorize`` with a scripted reviewer; the client is tests/unit/test_apiserver.py,
+``authorize`` with a scripted reviewer; the client is tests/unit/kube_access/test_apiserver.py,
 the real API server tests/integration/test_workload_authz.py."""
 
 from __future__ import annotations

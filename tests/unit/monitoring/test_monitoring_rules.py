@@ -15,7 +15,7 @@ import yaml
 
 from tests.metrics_doc import documented, family_of, metric_names, undocumented_labels
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 MONITORING = REPO / "manifests" / "components" / "monitoring"
 RULES = MONITORING / "prometheus-rules.yaml"
 RULE_TESTS = REPO / "tests" / "monitoring" / "alerts-test.yaml"
@@ -174,7 +174,7 @@ def test_the_servicemonitors_select_the_metrics_services_the_rules_name() -> Non
 def test_the_webhook_scrape_does_not_depend_on_the_certificate_being_valid() -> None:
     """An expired serving certificate must still be scraped: a verifying scrape would
     fail and take the expiry gauge, and InferenceCacheWebhookCertificateExpiring,
-    with it (the Helm chart's copy: tests/unit/test_helm_chart.py)."""
+    with it (the Helm chart's copy: tests/unit/install/test_helm_chart.py)."""
     monitors = {
         m["metadata"]["name"]: m
         for m in yaml.safe_load_all((MONITORING / "servicemonitors.yaml").read_text())

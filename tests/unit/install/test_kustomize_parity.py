@@ -21,7 +21,7 @@ import yaml
 
 from icache_install.manifests_cli import VARIANTS, render_manifests
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 MANIFESTS = REPO / "manifests"
 
 

@@ -16,7 +16,7 @@ import functools
 import textwrap
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 PACKAGES = (
     "shared",
     "kubeio",

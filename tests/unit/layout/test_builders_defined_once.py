@@ -23,7 +23,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-TESTS = Path(__file__).resolve().parents[1]
+TESTS = Path(__file__).resolve().parents[2]
 HOMES = {TESTS / "builders.py", TESTS / "fakes.py"}
 BUILDER_NAMES = frozenset(
     {"backend", "pod", "cb", "review", "_backend", "_pod", "_cb", "make_backend", "make_pod"}

@@ -21,7 +21,7 @@ import yaml
 
 from shared.constants import INSTALL_NAMESPACE
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 MANIFESTS = REPO / "manifests"
 # Namespaces that are not ours and may be named on purpose.
 FOREIGN_NAMESPACES = {"kube-system"}

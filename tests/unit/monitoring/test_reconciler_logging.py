@@ -20,7 +20,7 @@ import pytest
 from shared.jsonlog import JsonFormatter
 from tests.fakes import FakeKube, in_process_reconciler
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 _LOGS = re.compile(r"\blog\.(debug|info|warning|error|exception|critical)\(")
 MODULES = sorted(p.name for p in (REPO / "reconciler").glob("*.py") if _LOGS.search(p.read_text()))
 LEVELS = {"debug", "info", "warning", "error", "exception", "critical"}

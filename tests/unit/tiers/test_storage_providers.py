@@ -105,7 +105,7 @@ def test_managed_provider_renders_deployment_and_service_owned_by_the_backend(
 ) -> None:
     objs = render_managed_objects(backend(managed(provider)))
     # Plus, for a provider that can be isolated, its password Secret (a provider that
-    # requires auth) and NetworkPolicy: tests/unit/test_tier_isolation.py.
+    # requires auth) and NetworkPolicy: tests/unit/tiers/test_tier_isolation.py.
     isolation = {"Redis": ["Secret", "NetworkPolicy"], "LMCacheServer": ["NetworkPolicy"]}
     assert [o["kind"] for o in objs] == [*isolation.get(provider, []), "Deployment", "Service"]
     for o in objs:

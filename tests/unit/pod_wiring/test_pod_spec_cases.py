@@ -1039,7 +1039,7 @@ def test_sgl_managed_redis_adds_the_l2_adapter(hook: Webhook) -> None:
     result, _ = hook.admit(p)
     # The managed Redis requires the backend's password: the worker's secretKeyRef env
     # var LMCACHE_RESP_PASSWORD, which LMCache reads itself; never in the args
-    # (tests/unit/test_tier_isolation.py).
+    # (tests/unit/tiers/test_tier_isolation.py).
     args = [
         *host_only_worker_args(chunk=128, l1=32),
         "--l2-adapter",

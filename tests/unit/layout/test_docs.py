@@ -17,7 +17,7 @@ import pytest
 from shared import constants as c
 from shared.validation.rules import RULES
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 DOCS = REPO / "docs"
 API = DOCS / "api.md"
 CODE_ROOTS = ("shared", "webhook_svc", "reconciler", "icache_install", "tests", "benchmarks")
