@@ -2,7 +2,7 @@
 webhook checks (SubjectAccessReview) that its writer may create the workload it
 shapes. The decisions, pure (``review_plan``, ``authorization_answer``) and driven by
 ``authorize`` with a scripted reviewer; the client is tests/unit/kube_access/test_apiserver.py,
-the real API server tests/integration/test_workload_authz.py."""
+the real API server tests/integration/webhook/test_workload_authz.py."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """`icache validate` as a CI step: inputs, outputs and exit codes (the verdicts
 themselves are compared with the live API server in
-tests/integration/test_validate_server.py)."""
+tests/integration/webhook/test_validate_server.py)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The kwok manifests and trigger patches of tests/harness/kwok.py (pure functions; the
-stages themselves run in tests/integration/test_controllers_harness.py)."""
+stages themselves run in tests/integration/harness/test_controllers_harness.py)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The install manifests (manifests/) and `icache manifests`, statically.
 
-What the real API server thinks of them is in tests/integration/test_install_manifests.py
+What the real API server thinks of them is in tests/integration/install/test_install_manifests.py
 and test_rbac.py; here: `icache manifests`, and the rules the install must keep (pinned
 images, hardened pods, webhook registration matching the app's routes, names that
 refer to each other resolving).

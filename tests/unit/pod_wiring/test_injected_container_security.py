@@ -2,7 +2,7 @@
 carries requests for a namespace ResourceQuota; the engine's own containers are untouched.
 
 The real API server (PodSecurity + ResourceQuota admission) checks the same pods in
-tests/integration/test_pod_security_server.py.
+tests/integration/webhook/test_pod_security_server.py.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The reconcile shell converges a managed tier's password Secret and NetworkPolicy like
 its other owned objects: created (a backend from before this change gets them on its
 next reconcile), left alone when unchanged, repaired on drift, and the password kept
-while the Secret holds one. The real-API-server proof is tests/e2e/test_tier_isolation.py.
+while the Secret holds one. The real-API-server proof is tests/e2e/tiers/test_tier_isolation.py.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 object is reported (Ready=False/NameConflict, a Warning Event, a requeue) and nothing
 is written — to it or to anything else of the backend — until it goes away.
 
-The real-API-server proof is tests/e2e/test_name_conflicts.py; these pin the shell's
+The real-API-server proof is tests/e2e/reconcile/test_name_conflicts.py; these pin the shell's
 decisions on a fake.
 """
 

@@ -1,7 +1,7 @@
 """The reconcile shell surfaces a managed workload's refused pods (decision "A tier
 that cannot start says why") and rolls an existing tier onto the hardened template
 once (decision "Managed tiers restricted by default", upgrade). The real-API-server
-proof is tests/e2e/test_restricted_tiers.py."""
+proof is tests/e2e/tiers/test_restricted_tiers.py."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 consenting consumers, a consumer of a managed Redis gets a credentials copy it owns and
 that follows a rotation, and a refused consumer is not Ready, says why, and gets one
 Warning Event per transition. The real-API-server proof is
-tests/e2e/test_cross_namespace_consent.py."""
+tests/e2e/tiers/test_tier_isolation.py."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ generation, has enough updated + available replicas"; Degraded/ReplicasUnavailab
 flight". The Deployment controller counts a pod as updated the moment it exists, so a
 first rollout whose pod is still starting has the same counts as a finished rollout
 that lost its pod; its Progressing condition tells them apart. The e2e test
-tests/e2e/test_rollouts.py shows both against the real controller.
+tests/e2e/rollouts/test_rollouts.py shows both against the real controller.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ the engine-side advisory conditions, the pod Events and the cache-server cascade
 The managed cache servers really roll out (kube-controller-manager, kube-scheduler,
 kwok). The engine pods here report what a kubelet would after running an init
 container or crash-looping, so they stay bound to no node and the tests write their
-status, as envtest users do. tests/e2e/test_rollouts.py has the cascade end to end
+status, as envtest users do. tests/e2e/rollouts/test_rollouts.py has the cascade end to end
 with webhook-wired engine Deployments.
 """
 

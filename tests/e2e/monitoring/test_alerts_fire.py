@@ -35,7 +35,7 @@ from tests.e2e.conftest import Cluster, Stack, create_pod, poll
 from tests.harness.controlplane import ControlPlane, free_port
 from tests.webhook_process import labelled_namespace, registered, run_webhook
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 RULES = REPO / "manifests" / "components" / "monitoring" / "prometheus-rules.yaml"
 STUCK = {
     "runtime": "VLLM",
