@@ -69,7 +69,7 @@ unit: install
 # fresh seed (in-process through the ASGI app; `make test` runs a fixed-seed slice).
 FUZZ_EXAMPLES ?= 100000
 fuzz: install
-	ICACHE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(call pytest,-s tests/unit/test_webhook_fuzz.py)
+	ICACHE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(call pytest,-s tests/unit/webhook_process/test_webhook_fuzz.py)
 
 e2e: install controlplane
 	$(call pytest,tests/e2e)

@@ -3,7 +3,7 @@
 The install is the kustomization in manifests/ (``kubectl apply -k manifests/``).
 For hosts whose kubectl has no kustomize, and for the worker image, each variant is
 rendered by the pinned kustomize into manifests/rendered/ (``make manifests``, i.e.
-tests/tools/render-manifests.sh); tests/unit/test_kustomize_parity.py fails while a
+tests/tools/render-manifests.sh); tests/unit/install/test_kustomize_parity.py fails while a
 file there differs from what kustomize builds now. This command prints one of those
 files, so there is no second renderer to keep in step::
 

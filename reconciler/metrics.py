@@ -420,7 +420,7 @@ _FAMILIES: Final[dict[str, tuple[Collector, ...]]] = {
 # The label values the counters take, created at zero when a process registers its
 # series (register()): a counter child otherwise appears on its first increment only,
 # so a healthy process would not expose the series docs/metrics.md lists, and rate()
-# would miss the first increment. tests/unit/test_reconciler_metrics.py checks these
+# would miss the first increment. tests/unit/monitoring/test_reconciler_metrics.py checks these
 # lists against the call sites.
 WATCH_CAUSES: Final = ("timeout", "expired", "error")  # reconciler/watch_cache.py
 DISPATCHER_RETRY_CAUSES: Final = ("lease_expired", "redispatch")

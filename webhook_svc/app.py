@@ -85,7 +85,7 @@ UNEXPECTED_BODY: Final = encode_json({"error": "webhook error: retry shortly"})
 # default executor), the I/O still awaited on the loop. Measured: a 1 MiB Pod review
 # decodes in ~11 ms, a 1 MiB body of the most object-dense JSON in ~90 ms and is judged
 # in far longer, and a flood of those on the loop made /healthz miss the kubelet's 2 s
-# probe timeout (tests/integration/test_webhook_overload.py). Real AdmissionReviews
+# probe timeout (tests/integration/webhook/test_webhook_overload.py). Real AdmissionReviews
 # are a few KiB: on the loop, which costs less than the thread hop.
 INLINE_MAX_BYTES: Final = 64 * 1024
 

@@ -26,7 +26,7 @@ How: ``uvicorn.Config(http=...)`` takes the protocol class to serve connections 
 (``HttpToolsProtocol``, what ``http="httptools"`` names) and hands it every
 connection event; it does not subclass it or touch its attributes, but it does import
 uvicorn's internal module, so pyproject.toml bounds uvicorn to the tested minor series
-and tests/unit/test_webhook_uvicorn_contract.py pins what is relied on. It sees bytes
+and tests/unit/webhook_process/test_webhook_uvicorn_contract.py pins what is relied on. It sees bytes
 arrive; the ASGI side tells it when a request's head was parsed and when its answer
 went out (each request's ``scope["state"]`` carries its connection, through the
 ``app_state`` uvicorn's protocol copies into every scope). The event loop builds the

@@ -206,7 +206,7 @@ PRIVILEGED_GROUP: Final = "system:masters"
 def authorized_by_privileged_group(user: Mapping[str, Any]) -> bool:
     """The user is in ``system:masters``: the API server would answer every review
     "allowed", so none is made (proved against the real API server in
-    tests/integration/test_workload_authz.py)."""
+    tests/integration/webhook/test_workload_authz.py)."""
     groups = user.get("groups")
     return isinstance(groups, list) and PRIVILEGED_GROUP in groups and bool(user.get("username"))
 

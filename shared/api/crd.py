@@ -1,7 +1,7 @@
 """Generate the CacheBackend CustomResourceDefinition from the pydantic models.
 
 The checked-in ``manifests/crd/inferencecache.io_cachebackends.yaml`` is this module's
-output; ``tests/unit/test_crd.py`` fails when the two drift. Regenerate with
+output; ``tests/unit/admission/test_crd.py`` fails when the two drift. Regenerate with
 ``icache crd > manifests/crd/inferencecache.io_cachebackends.yaml``.
 """
 

@@ -82,7 +82,7 @@ def with_spec_defaults(obj: dict[str, Any]) -> dict[str, Any]:
     """``with_schema_defaults`` for an object whose ``spec`` the caller already owns (a
     fresh copy, such as ``drop_nulls`` returns): only ``spec`` is defaulted, in place, and
     the rest is shared with ``obj``, not copied. Every default of the schema is under
-    ``spec`` (tests/unit/test_defaulting.py checks it), so the result is the same."""
+    ``spec`` (tests/unit/admission/test_defaulting.py checks it), so the result is the same."""
     out = dict(obj)
     spec = out.get("spec")
     plan = _plan("spec")

@@ -1,4 +1,4 @@
-"""Faults lose nothing: the chaos driver shared by tests/e2e/test_chaos.py (small N, in
+"""Faults lose nothing: the chaos driver shared by tests/e2e/processes/test_chaos.py (small N, in
 `make test`) and benchmarks/bench_chaos.py (N = 200, prints time to reconverge).
 
 N backends of mixed shapes run on real dispatchers and workers; a fault is injected

@@ -3,7 +3,7 @@
 # files `icache manifests` prints and `kubectl apply -f` installs without kustomize;
 # wrap the alert rules into the PrometheusRule; copy the CRD, the rules and the
 # dashboard into the Helm chart. Run by `make manifests` after changing anything under
-# manifests/; tests/unit/test_kustomize_parity.py, test_monitoring_rules.py and
+# manifests/; tests/unit/install/test_kustomize_parity.py, test_monitoring_rules.py and
 # test_helm_chart.py fail while a file is stale.
 set -euo pipefail
 

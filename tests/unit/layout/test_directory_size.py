@@ -1,0 +1,68 @@
+"""No directory of the tree holds more than 20 Python modules (decision "A directory a
+newcomer can read in one look").
+
+A module is any ``.py`` file directly in the directory (``__init__.py`` and
+``conftest.py`` included); hidden directories (``.venv``, ``.git``) are not the tree.
+A directory past the limit is split into sub-packages named for what they hold, as
+tests/unit/, tests/integration/ and tests/e2e/ are.
+
+``OVER_THE_LIMIT`` names the product packages still being split, at their size when
+the rule was written: they may not grow, and an entry fails as stale once its
+directory is within the limit, so the list only shrinks.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[3]
+MAX_MODULES = 20
+OVER_THE_LIMIT: dict[str, int] = {"reconciler": 40, "webhook_svc": 21}
+
+
+def modules_per_directory(root: Path) -> Counter[str]:
+    """How many ``.py`` files each directory under ``root`` holds directly, keyed by
+    its path relative to ``root`` (``.`` for ``root`` itself); hidden trees skipped."""
+    return Counter(
+        path.parent.relative_to(root).as_posix()
+        for path in root.rglob("*.py")
+        if not any(part.startswith(".") for part in path.relative_to(root).parts)
+    )
+
+
+def oversized(counts: Counter[str], allowed: dict[str, int]) -> list[str]:
+    """Each directory over ``MAX_MODULES`` beyond what ``allowed`` grants it, and each
+    grant that is stale (its directory is within the limit now), sorted."""
+    found = [
+        f"{directory}: {n} modules (at most {allowed.get(directory, MAX_MODULES)})"
+        for directory, n in counts.items()
+        if n > max(MAX_MODULES, allowed.get(directory, 0))
+    ]
+    found += [
+        f"{directory}: within the limit now ({counts[directory]} modules), drop it from "
+        "OVER_THE_LIMIT"
+        for directory in allowed
+        if counts[directory] <= MAX_MODULES
+    ]
+    return sorted(found)
+
+
+def test_the_rule_sees_a_crowded_directory_and_a_stale_grant(tmp_path: Path) -> None:
+    """The check can fail: 21 modules in one directory are reported, 20 are not, a
+    hidden directory is not counted, and a grant for a small directory is stale."""
+    for directory, n in (("crowded", 21), ("full", 20), ("granted", 3), (".venv/x", 30)):
+        (tmp_path / directory).mkdir(parents=True)
+        for i in range(n):
+            (tmp_path / directory / f"m{i}.py").write_text("")
+    counts = modules_per_directory(tmp_path)
+    assert ".venv/x" not in counts
+    assert oversized(counts, {"granted": 25}) == [
+        "crowded: 21 modules (at most 20)",
+        "granted: within the limit now (3 modules), drop it from OVER_THE_LIMIT",
+    ]
+
+
+def test_no_directory_of_the_tree_holds_more_than_20_modules() -> None:
+    found = oversized(modules_per_directory(REPO), OVER_THE_LIMIT)
+    assert found == [], "split these into sub-packages:\n" + "\n".join(found)
