@@ -130,10 +130,13 @@ def mount_secret_volumes(
     root: Path,
 ) -> list[str]:
     """The container's Secret volumes written under ``root`` as the kubelet projects
-    them, and ``args`` with each mount path replaced by where it now lives."""
+    them, and ``args`` with each mount path replaced by where it now lives (the
+    scratch emptyDirs are not Secrets: the server runs in its working directory)."""
     volumes = {v["name"]: v for v in pod_spec.get("volumes") or []}
     out = list(args)
     for mount in container.get("volumeMounts") or []:
+        if "secret" not in volumes[mount["name"]]:
+            continue
         source = volumes[mount["name"]]["secret"]
         secret = cluster.kube.get(k.SECRETS, ns, source["secretName"])
         target = root / mount["name"]
@@ -604,7 +607,7 @@ def test_a_backend_from_before_this_change_gets_its_secret_policy_and_password(
     dep = poll(upgraded, timeout=30, what="Redis to require the password")
     container = dep["spec"]["template"]["spec"]["containers"][0]
     assert "--protected-mode" not in container["args"]
-    (volume,) = dep["spec"]["template"]["spec"]["volumes"]
+    (volume,) = [v for v in dep["spec"]["template"]["spec"]["volumes"] if "secret" in v]
     assert volume["secret"]["secretName"] == "chat-redis-auth"
     assert template_digest(cluster, ns) == password_digest(password)
     assert_no_literal(dep, password)
