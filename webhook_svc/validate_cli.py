@@ -45,7 +45,7 @@ from shared import constants as c
 from shared.api.crd import spec_openapi_schema
 from shared.jsoncopy import json_copy
 from shared.pod_wiring import DEFAULT_NAMESPACE
-from shared.validation.rules import judged_form
+from shared.validation.context import judged_form
 from shared.validation.schema import parse_spec, spec_type_error
 from webhook_svc.admission_review import parse_review
 from webhook_svc.cachebackend_admission import (

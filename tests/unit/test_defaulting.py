@@ -180,7 +180,7 @@ def test_judged_form_is_pruned_then_schema_defaulted_and_leaves_obj_alone(
 ) -> None:
     """rules.judged_form (one spec copy) == with_schema_defaults of the null-pruned
     object (two copies), and the caller's object is untouched."""
-    from shared.validation.rules import judged_form
+    from shared.validation.context import judged_form
     from shared.validation.schema import drop_nulls
 
     sparse = copy.deepcopy(obj)
