@@ -54,7 +54,7 @@ from webhook_svc.cachebackend_admission import (
     mutate_cachebackend,
     validate_cachebackend,
 )
-from webhook_svc.manifest_input import Document, InputError, read_inputs
+from webhook_svc.offline.manifest_input import Document, InputError, read_inputs
 
 # The validating webhook's name in the install's ValidatingWebhookConfiguration: the
 # API server puts it in front of every denial.
