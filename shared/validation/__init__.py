@@ -1,6 +1,6 @@
 """CacheBackend admission validation: field errors, the ordered rule list, validate()."""
 
-from shared.validation.context import RuleContext, context_for
+from shared.validation.context import RuleContext
 from shared.validation.field_errors import ErrorType, FieldError, FieldPath, aggregate_message
 from shared.validation.rules import RULES, Rule, validate, warnings
 
@@ -12,7 +12,6 @@ __all__ = [
     "Rule",
     "RuleContext",
     "aggregate_message",
-    "context_for",
     "validate",
     "warnings",
 ]

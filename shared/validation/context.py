@@ -11,7 +11,7 @@ from typing import Any
 from shared.api.defaults import with_spec_defaults
 from shared.api.models import CacheBackendSpec
 from shared.validation.resource_entries import ResourceEntry, judged_entries, selected_entries
-from shared.validation.schema import drop_nulls, parse_spec
+from shared.validation.schema import drop_nulls
 from shared.validation.vocabulary import ResourceKind
 
 # ----------------------------------------------------------------------- context
@@ -49,18 +49,6 @@ class RuleContext:
         return spec if isinstance(spec, Mapping) else {}
 
 
-def context_for(obj: Mapping[str, Any], namespace: str = "") -> RuleContext:
-    """A context for one object (schema defaults applied); raises when the spec does not parse.
-
-    For tests and callers that run a single rule; :func:`validate` builds its own.
-    """
-    raw = judged_form(obj)
-    spec, errors, _ = parse_spec(dict(raw.get("spec") or {}))
-    if spec is None or errors:
-        raise ValueError(f"spec does not parse: {[str(e) for e in errors]}")
-    return RuleContext(spec, raw, namespace_of(raw, namespace), annotations_of(raw))
-
-
 def namespace_of(raw: Mapping[str, Any], namespace: str) -> str:
     """The request namespace, else metadata.namespace, else "default" (as kubectl would)."""
     if namespace:
@@ -70,7 +58,7 @@ def namespace_of(raw: Mapping[str, Any], namespace: str) -> str:
     return ns if isinstance(ns, str) and ns else "default"
 
 
-def annotations_of(raw: Mapping[str, Any]) -> Mapping[str, str]:
+def backend_annotations(raw: Mapping[str, Any]) -> Mapping[str, str]:
     meta = raw.get("metadata")
     annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
     if not isinstance(annotations, Mapping):

@@ -35,7 +35,7 @@ from typing import Any, Final
 
 from shared import constants as c
 from shared.api.models import CacheBackendSpec
-from shared.validation.context import RuleContext, annotations_of, judged_form, namespace_of
+from shared.validation.context import RuleContext, backend_annotations, judged_form, namespace_of
 from shared.validation.endpoint_rules import (
     reject_cross_namespace_endpoint,
     reject_external_without_endpoint,
@@ -258,7 +258,7 @@ def validate(
         errors.extend(schema_errors)
     else:
         errors.append(spec_type_error(raw_spec))
-    ctx = RuleContext(spec, raw, ns, annotations_of(raw))
+    ctx = RuleContext(spec, raw, ns, backend_annotations(raw))
     for rule in RULES if rules is None else rules:
         if rule.needs_spec and (spec is None or rule.blocked_by(pruned)):
             continue

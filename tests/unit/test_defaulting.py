@@ -7,9 +7,8 @@ from typing import Any
 
 import pytest
 
-from shared.api.defaults import with_schema_defaults
 from shared.defaulting import default_cachebackend
-from tests.builders import cb
+from tests.builders import cb, with_schema_defaults
 from tests.samples import sample_backends
 
 MANAGED = {"provider": "LMCacheServer", "ownership": "Managed"}

@@ -12,7 +12,7 @@ import pytest
 
 from shared.runtime_adapters import registry
 from shared.validation import RULES, ErrorType, FieldError, validate, warnings
-from shared.validation.context import RuleContext, context_for
+from shared.validation.context import RuleContext
 from shared.validation.endpoint_rules import (
     reject_cross_namespace_endpoint,
     reject_external_without_endpoint,
@@ -89,7 +89,7 @@ from shared.validation.sglang_rules import (
     reject_unsupported_sglang_role,
 )
 from shared.validation.vocabulary import PROVIDER_BLOCKS
-from tests.builders import cb, external, managed
+from tests.builders import cb, context_for, external, managed
 from tests.samples import sample_backends
 
 NS = "team-a"
