@@ -37,11 +37,11 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "crd": ("icache_cli.crd", "print the CacheBackend CRD YAML"),
     "webhook": ("webhook_svc.webhook_cli", "serve the CacheBackend and Pod admission webhooks"),
     "admit-pod": (
-        "webhook_svc.admit_pod_cli",
+        "webhook_svc.offline.admit_pod_cli",
         "offline dry run: wire every Pod and workload of the input as the Pod webhook would",
     ),
     "validate": (
-        "webhook_svc.validate_cli",
+        "webhook_svc.offline.validate_cli",
         "offline: default and validate every CacheBackend of the input as admission would",
     ),
     "dispatcher": ("reconciler.dispatcher_cli", "watch CacheBackends and enqueue reconciles"),
@@ -72,13 +72,13 @@ def _webhook() -> ModuleType:
 
 
 def _admit_pod() -> ModuleType:
-    from webhook_svc import admit_pod_cli
+    from webhook_svc.offline import admit_pod_cli
 
     return admit_pod_cli
 
 
 def _validate() -> ModuleType:
-    from webhook_svc import validate_cli
+    from webhook_svc.offline import validate_cli
 
     return validate_cli
 
@@ -129,8 +129,8 @@ def _webhook_preflight() -> ModuleType:
 IMPORTERS: Final[dict[str, Callable[[], ModuleType]]] = {
     "icache_cli.crd": _crd,
     "webhook_svc.webhook_cli": _webhook,
-    "webhook_svc.admit_pod_cli": _admit_pod,
-    "webhook_svc.validate_cli": _validate,
+    "webhook_svc.offline.admit_pod_cli": _admit_pod,
+    "webhook_svc.offline.validate_cli": _validate,
     "reconciler.dispatcher_cli": _dispatcher,
     "reconciler.worker_cli": _worker,
     "icache_install.certs_cli": _certs,

@@ -19,13 +19,12 @@ The official client's own defaults are not used: it reads ``KUBECONFIG`` once, a
 import, and its in-cluster and kubeconfig loaders each know only their half of the
 order.
 
-Both faces of the API client read their shared rules from here, so every process
-follows them: the synchronous :class:`kubeio.client.Kube` (the reconciler, the
-dispatcher, ``icache certs`` and doctor) and the webhook's asyncio
-:class:`kubeio.async_client.ApiServer`. The rules are the per-request timeout, one
-retry and Retry-After policy (:data:`RETRY_POLICY`, decided by
-:func:`retry_after_wait`) and the API paths of every resource the project touches (one
-table of :class:`Resource`, built from :mod:`shared.constants`).
+Both faces of the API client are configured here: the synchronous
+:class:`kubeio.client.Kube` (the reconciler, the dispatcher, ``icache certs`` and
+doctor) and the webhook's asyncio :class:`kubeio.async_client.ApiServer`. The rules
+they share live beside this module: the per-request timeout and the retry and
+Retry-After policy in :mod:`kubeio.retries`, the API paths of every resource in
+:mod:`kubeio.resources`.
 
 This module imports the official client only when called: ``icache`` imports it to
 report a :class:`KubeConfigError` as one line, and ``icache crd`` and the webhook's
@@ -41,14 +40,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
-from urllib.parse import quote, urlsplit
+from urllib.parse import urlsplit
 
-from shared import constants as c
+from kubeio.retries import DEFAULT_TIMEOUT_SECONDS, urllib3_retries
 
 if TYPE_CHECKING:
     from kubernetes.aio.client import ApiClient as AsyncApiClient
     from kubernetes.client import ApiClient, Configuration
-    from urllib3 import Retry
 
     from kubeio.client import Kube
 
@@ -56,163 +54,10 @@ log = logging.getLogger("icache.kube")
 
 SERVICEACCOUNT_DIR: Final = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 DEFAULT_KUBECONFIG: Final = "~/.kube/config"
-# Per-request budget of a plain (non-watch) call, unless the caller passes its own.
-DEFAULT_TIMEOUT_SECONDS: Final = 30.0
 KUBECONFIG_HELP: Final = (
     "kubeconfig file (default: the in-cluster ServiceAccount, then $KUBECONFIG, "
     "then ~/.kube/config)"
 )
-
-
-# ------------------------------------------------------------------ resources
-
-
-@dataclass(frozen=True)
-class Resource:
-    """An API resource and the paths of its collection and its objects. Namespace and
-    name are percent-encoded as path segments."""
-
-    group: str
-    version: str
-    plural: str
-    kind: str
-    namespaced: bool = True
-
-    @property
-    def api_version(self) -> str:
-        return f"{self.group}/{self.version}" if self.group else self.version
-
-    def _base(self) -> str:
-        return f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
-
-    def collection(self, namespace: str | None = None) -> str:
-        """The collection in ``namespace``; every namespace's (or a cluster-scoped
-        resource's) when it is None or empty."""
-        if self.namespaced and namespace:
-            return f"{self._base()}/namespaces/{quote(namespace, safe='')}/{self.plural}"
-        return f"{self._base()}/{self.plural}"
-
-    def item(self, namespace: str | None, name: str) -> str:
-        return f"{self.collection(namespace)}/{quote(name, safe='')}"
-
-
-# Every resource the project reads or writes: the one table its API paths come from.
-CACHEBACKENDS: Final = Resource(c.GROUP, c.VERSION, c.PLURAL, c.KIND)
-DEPLOYMENTS: Final = Resource("apps", "v1", "deployments", "Deployment")
-STATEFULSETS: Final = Resource("apps", "v1", "statefulsets", "StatefulSet")
-REPLICASETS: Final = Resource("apps", "v1", "replicasets", "ReplicaSet")
-SERVICES: Final = Resource("", "v1", "services", "Service")
-HPAS: Final = Resource("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler")
-PODS: Final = Resource("", "v1", "pods", "Pod")
-EVENTS: Final = Resource("", "v1", "events", "Event")
-LEASES: Final = Resource("coordination.k8s.io", "v1", "leases", "Lease")
-SECRETS: Final = Resource("", "v1", "secrets", "Secret")
-NETWORKPOLICIES: Final = Resource("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy")
-MUTATING_WEBHOOK_CONFIGURATIONS: Final = Resource(
-    "admissionregistration.k8s.io",
-    "v1",
-    "mutatingwebhookconfigurations",
-    "MutatingWebhookConfiguration",
-    namespaced=False,
-)
-VALIDATING_WEBHOOK_CONFIGURATIONS: Final = Resource(
-    "admissionregistration.k8s.io",
-    "v1",
-    "validatingwebhookconfigurations",
-    "ValidatingWebhookConfiguration",
-    namespaced=False,
-)
-SUBJECT_ACCESS_REVIEWS: Final = Resource(
-    "authorization.k8s.io", "v1", "subjectaccessreviews", "SubjectAccessReview", namespaced=False
-)
-
-BY_KIND: Final[dict[str, Resource]] = {
-    r.kind: r
-    for r in (
-        CACHEBACKENDS,
-        DEPLOYMENTS,
-        STATEFULSETS,
-        REPLICASETS,
-        SERVICES,
-        HPAS,
-        PODS,
-        EVENTS,
-        LEASES,
-        SECRETS,
-        NETWORKPOLICIES,
-        MUTATING_WEBHOOK_CONFIGURATIONS,
-        VALIDATING_WEBHOOK_CONFIGURATIONS,
-        SUBJECT_ACCESS_REVIEWS,
-    )
-}
-
-
-# ------------------------------------------------------------------ retries
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """When a request is sent again. One policy for both faces of the client.
-
-    An answer: a status in ``retry_after_statuses`` that says how long to wait
-    (Retry-After, in seconds) is waited out and the request sent again, as client-go
-    does, while the wait fits in what is left of the request's time budget and the
-    request has been sent fewer than ``sends`` times. A restarted API server answers
-    "storage is (re)initializing" for a moment after it reports ready. Only a request
-    that may be sent twice is: an idempotent verb, or a POST that changes nothing
-    (a SubjectAccessReview).
-
-    A transport failure before any answer arrived: the synchronous face lets urllib3
-    try ``connection_retries`` more times (connection errors on any verb, since nothing
-    was sent; read errors on idempotent verbs only); the asyncio face sends a request
-    once more on a new connection when a pooled one the server had closed drops it
-    (``stale_connection_resends``). A partial answer is never retried."""
-
-    sends: int = 5
-    retry_after_statuses: frozenset[int] = frozenset({429, 503})
-    idempotent_methods: frozenset[str] = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
-    connection_retries: int = 3
-    stale_connection_resends: int = 1
-
-
-RETRY_POLICY: Final = RetryPolicy()
-
-
-def parse_retry_after(value: str | None) -> float | None:
-    """A Retry-After header's delay in seconds (the API server sends whole seconds);
-    None when absent or not a number of seconds."""
-    if value is None or not value.strip().isdigit():
-        return None
-    return float(value)
-
-
-def retry_after_wait(
-    status: int,
-    retry_after: str | None,
-    *,
-    sent: int,
-    remaining: float,
-    replayable: bool,
-    policy: RetryPolicy = RETRY_POLICY,
-) -> float | None:
-    """Seconds to wait before sending a request again after this answer, or None when
-    ``status`` is the answer (the rule: :class:`RetryPolicy`). ``sent``: how many times
-    the request went out, this one included; ``remaining``: seconds left of its budget;
-    ``replayable``: whether sending it twice is harmless."""
-    if not replayable or sent >= policy.sends or status not in policy.retry_after_statuses:
-        return None
-    seconds = parse_retry_after(retry_after)
-    if seconds is None or seconds >= remaining:
-        return None
-    return seconds
-
-
-def urllib3_retries(policy: RetryPolicy = RETRY_POLICY) -> Retry:
-    """The synchronous face's transport retries: urllib3's, without its own Retry-After
-    rule (the client waits Retry-After out by :func:`retry_after_wait`)."""
-    from urllib3 import Retry
-
-    return Retry(total=policy.connection_retries, respect_retry_after_header=False)
 
 
 class KubeConfigError(Exception):

@@ -11,9 +11,9 @@ used on this path.
 
 Each call has a hard wall-clock budget: past it the caller gets ``TimeoutError``.
 Within it the access layer's one retry policy applies
-(:data:`kubeio.access.RETRY_POLICY`): an answer 429 or 503 with a Retry-After that
+(:data:`kubeio.retries.RETRY_POLICY`): an answer 429 or 503 with a Retry-After that
 still fits in the budget is waited out and the request sent again
-(:func:`kubeio.access.retry_after_wait`), as the synchronous client does: a
+(:func:`kubeio.retries.retry_after_wait`), as the synchronous client does: a
 restarted API server answers "storage is (re)initializing" for a moment after it
 reports ready, and a pod admitted then would stay unwired. A request on a pooled
 connection the server had closed is sent once more on a new one.
@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import aiohttp
 
-from kubeio.access import RETRY_POLICY, retry_after_wait
+from kubeio.retries import RETRY_POLICY, retry_after_wait
 
 if TYPE_CHECKING:
     from kubernetes.aio.client import ApiClient

@@ -25,25 +25,25 @@ import urllib3
 from kubernetes import client as k8s_client
 from kubernetes.client import rest
 
-# The resource table is the access layer's (kubeio/access.py); its names are
+# The resource table is the access layer's (kubeio/resources.py); its names are
 # re-exported for the callers that name resources through this module (``k.PODS``).
-from kubeio.access import BY_KIND as BY_KIND
-from kubeio.access import CACHEBACKENDS as CACHEBACKENDS
-from kubeio.access import DEFAULT_TIMEOUT_SECONDS, RETRY_POLICY, retry_after_wait
-from kubeio.access import DEPLOYMENTS as DEPLOYMENTS
-from kubeio.access import EVENTS as EVENTS
-from kubeio.access import HPAS as HPAS
-from kubeio.access import LEASES as LEASES
-from kubeio.access import MUTATING_WEBHOOK_CONFIGURATIONS as MUTATING_WEBHOOK_CONFIGURATIONS
-from kubeio.access import NETWORKPOLICIES as NETWORKPOLICIES
-from kubeio.access import PODS as PODS
-from kubeio.access import REPLICASETS as REPLICASETS
-from kubeio.access import SECRETS as SECRETS
-from kubeio.access import SERVICES as SERVICES
-from kubeio.access import STATEFULSETS as STATEFULSETS
-from kubeio.access import SUBJECT_ACCESS_REVIEWS as SUBJECT_ACCESS_REVIEWS
-from kubeio.access import VALIDATING_WEBHOOK_CONFIGURATIONS as VALIDATING_WEBHOOK_CONFIGURATIONS
-from kubeio.access import Resource as Resource
+from kubeio.resources import BY_KIND as BY_KIND
+from kubeio.resources import CACHEBACKENDS as CACHEBACKENDS
+from kubeio.resources import DEPLOYMENTS as DEPLOYMENTS
+from kubeio.resources import EVENTS as EVENTS
+from kubeio.resources import HPAS as HPAS
+from kubeio.resources import LEASES as LEASES
+from kubeio.resources import MUTATING_WEBHOOK_CONFIGURATIONS as MUTATING_WEBHOOK_CONFIGURATIONS
+from kubeio.resources import NETWORKPOLICIES as NETWORKPOLICIES
+from kubeio.resources import PODS as PODS
+from kubeio.resources import REPLICASETS as REPLICASETS
+from kubeio.resources import SECRETS as SECRETS
+from kubeio.resources import SERVICES as SERVICES
+from kubeio.resources import STATEFULSETS as STATEFULSETS
+from kubeio.resources import SUBJECT_ACCESS_REVIEWS as SUBJECT_ACCESS_REVIEWS
+from kubeio.resources import VALIDATING_WEBHOOK_CONFIGURATIONS as VALIDATING_WEBHOOK_CONFIGURATIONS
+from kubeio.resources import Resource as Resource
+from kubeio.retries import DEFAULT_TIMEOUT_SECONDS, RETRY_POLICY, retry_after_wait
 
 log = logging.getLogger(__name__)
 
@@ -466,7 +466,7 @@ def _final_answer(
     budget: float,
 ) -> _A:
     """``send(seconds_left)``'s answer, sent again while the access layer's Retry-After
-    rule (:func:`kubeio.access.retry_after_wait`) says to. ``budget`` bounds the
+    rule (:func:`kubeio.retries.retry_after_wait`) says to. ``budget`` bounds the
     whole call, waits and resends included: each send gets what is left of it (the
     first, all of it). ``discard`` frees an answer that is not kept."""
     deadline = time.monotonic() + budget

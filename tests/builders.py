@@ -12,15 +12,20 @@ import copy
 import datetime as dt
 import json
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from reconciler.conditions import find
 from shared import constants as c
+from shared.api import defaults
 from shared.api.models import CacheBackend
+from shared.jsoncopy import json_copy
 from shared.pod_wiring import WiringResult, wire_pod
 from shared.runtime_adapters.base import InjectContext
 from shared.runtime_adapters.podcheck import pod_problems
+from shared.validation.context import RuleContext, backend_annotations, judged_form, namespace_of
+from shared.validation.schema import parse_spec
 from tests.harness.kwok import GPU_RESOURCE, RESTARTS_ANNOTATION
 from webhook_svc.admission_review import json_patch
 
@@ -722,3 +727,26 @@ def assert_decision_annotations_stripped(pod: dict[str, Any]) -> None:
     ):
         assert key not in annotations
     assert annotations.get("team/keep") == "me"
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def context_for(obj: Mapping[str, Any], namespace: str = "") -> RuleContext:
+    """A rule context for one object (schema defaults applied), to run a single rule;
+    raises when the spec does not parse."""
+    raw = judged_form(obj)
+    spec, errors, _ = parse_spec(dict(raw.get("spec") or {}))
+    if spec is None or errors:
+        raise ValueError(f"spec does not parse: {[str(e) for e in errors]}")
+    return RuleContext(spec, raw, namespace_of(raw, namespace), backend_annotations(raw))
+
+
+def with_schema_defaults(obj: dict[str, Any]) -> dict[str, Any]:
+    """A deep copy of a CacheBackend object with every schema default applied, from the
+    schema's root (the reference the product's spec-only defaulting is checked against)."""
+    out = json_copy(obj)
+    plan = defaults._plan("")
+    if plan is not None:
+        defaults._apply(plan, out)
+    return out

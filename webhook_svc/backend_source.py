@@ -17,8 +17,8 @@ from typing import Any, Final, Protocol
 
 import orjson
 
-from kubeio.access import CACHEBACKENDS
 from kubeio.async_client import ApiServer
+from kubeio.resources import CACHEBACKENDS
 
 
 class BackendSource(Protocol):

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import orjson
 
-from kubeio.access import SUBJECT_ACCESS_REVIEWS
+from kubeio.resources import SUBJECT_ACCESS_REVIEWS
 from shared import constants as c
 from shared.api.models import CacheBackend
 from shared.defaulting import default_cachebackend

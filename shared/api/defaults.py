@@ -69,20 +69,11 @@ def _apply(plan: _Plan, value: Any) -> None:
             _apply(plan.items, item)
 
 
-def with_schema_defaults(obj: dict[str, Any]) -> dict[str, Any]:
-    """A deep copy of a CacheBackend object with every schema default applied."""
-    out = json_copy(obj)
-    plan = _plan("")
-    if plan is not None:
-        _apply(plan, out)
-    return out
-
-
 def with_spec_defaults(obj: dict[str, Any]) -> dict[str, Any]:
-    """``with_schema_defaults`` for an object whose ``spec`` the caller already owns (a
-    fresh copy, such as ``drop_nulls`` returns): only ``spec`` is defaulted, in place, and
-    the rest is shared with ``obj``, not copied. Every default of the schema is under
-    ``spec`` (tests/unit/admission/test_defaulting.py checks it), so the result is the same."""
+    """Every schema default applied to an object whose ``spec`` the caller already owns
+    (a fresh copy, such as ``drop_nulls`` returns): only ``spec`` is defaulted, in place,
+    and the rest is shared with ``obj``, not copied. Every default of the schema is under
+    ``spec`` (tests/unit/admission/test_defaulting.py checks it), so the whole object is defaulted."""
     out = dict(obj)
     spec = out.get("spec")
     plan = _plan("spec")

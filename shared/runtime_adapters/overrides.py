@@ -61,11 +61,6 @@ def entry_tokens(entry: str) -> list[str]:
     return [head, rest.strip()]
 
 
-def entry_flag(entry: str) -> str | None:
-    tokens = entry_tokens(entry)
-    return flag_name(tokens[0]) if tokens else None
-
-
 def adapter_owned_args(before: dict[str, Any], after: dict[str, Any]) -> set[str]:
     """Flags whose occurrences (values) differ between the two containers' command lines."""
     a = flags_in([*(before.get("command") or [])[1:], *(before.get("args") or [])])

@@ -23,7 +23,3 @@ def select_provider(provider: str) -> StorageProvider:
         if adapter.provider == provider:
             return adapter
     raise UnknownProviderError(provider)
-
-
-def providers() -> list[str]:
-    return [a.provider for a in REGISTRY]

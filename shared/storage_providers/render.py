@@ -618,9 +618,3 @@ def service_endpoint(service: dict[str, Any]) -> str:
     if not ports or not meta.get("name"):
         return ""
     return f"{meta['name']}.{meta.get('namespace')}.svc:{ports[0]['port']}"
-
-
-def binding_for(cb: CacheBackend, endpoint: str) -> Binding | None:
-    """The binding the engine adapter receives for a managed backend (None: host-only)."""
-    provider = managed_provider(cb)
-    return provider.binding(endpoint) if provider is not None else None

@@ -1,7 +1,8 @@
 """CacheBackend admission validation: field errors, the ordered rule list, validate()."""
 
+from shared.validation.context import RuleContext
 from shared.validation.field_errors import ErrorType, FieldError, FieldPath, aggregate_message
-from shared.validation.rules import RULES, Rule, RuleContext, context_for, validate, warnings
+from shared.validation.rules import RULES, Rule, validate, warnings
 
 __all__ = [
     "RULES",
@@ -11,7 +12,6 @@ __all__ = [
     "Rule",
     "RuleContext",
     "aggregate_message",
-    "context_for",
     "validate",
     "warnings",
 ]

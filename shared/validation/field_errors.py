@@ -133,18 +133,10 @@ def forbidden(path: str, detail: str) -> FieldError:
     return FieldError(ErrorType.FORBIDDEN, path, "", detail)
 
 
-def duplicate(path: str, value: Any) -> FieldError:
-    return FieldError(ErrorType.DUPLICATE, path, value, "")
-
-
 def not_supported(path: str, value: Any, supported: Iterable[str]) -> FieldError:
     """field.NotSupported: ``Unsupported value: "x": supported values: "a", "b"``."""
     quoted = ", ".join(json.dumps(v) for v in supported)
     return FieldError(ErrorType.NOT_SUPPORTED, path, value, f"supported values: {quoted}")
-
-
-def internal(path: str, detail: str) -> FieldError:
-    return FieldError(ErrorType.INTERNAL, path, "", detail)
 
 
 # ------------------------------------------------------------------------ paths

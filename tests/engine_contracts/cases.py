@@ -1,7 +1,7 @@
 """The engine pods the contract tests wire: every sample backend, every CRD enum value,
 every Pod example of examples/admission/.
 
-Each pod is admitted the way ``icache admit-pod`` admits it (webhook_svc/admit_pod_cli.py
+Each pod is admitted the way ``icache admit-pod`` admits it (webhook_svc/offline/admit_pod_cli.py
 ``admit``), in-process. A Managed backend gets the ``status.endpoint`` its reconciler
 would publish (the webhook fails open without one).
 """
@@ -23,7 +23,7 @@ from shared.pod_wiring import OUTCOME_INJECTED, parse_backend, resolve_binding
 from shared.runtime_adapters.base import InjectContext
 from shared.validation import validate
 from tests.samples import CRD_PATH, ROOT, sample_documents
-from webhook_svc.admit_pod_cli import admit
+from webhook_svc.offline.admit_pod_cli import admit
 
 EXAMPLES_DIR = ROOT / "examples" / "admission"
 NAMESPACE = "default"

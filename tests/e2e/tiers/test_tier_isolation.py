@@ -4,7 +4,7 @@ answers only its own engines.
 
 * Managed Redis and Managed LMCacheServer backends each get a NetworkPolicy that
   selects the provider's pods and, evaluated from the object (no network plugin
-  enforces it here; ``shared.network_policy``), admits an engine pod, refuses a foreign
+  enforces it here; ``tests.network_policy``), admits an engine pod, refuses a foreign
   pod of the namespace and a pod of another namespace.
 * The Redis gets a password Secret owned by the backend; a real Redis-compatible server
   started with the Deployment's rendered arguments (``$(VAR)`` references expanded and
@@ -35,12 +35,12 @@ from kubeio import client as k
 from reconciler.exact_drift import normalized_policy_spec
 from shared import constants as c
 from shared.api.models import CacheBackend
-from shared.network_policy import PodRef, applies_to_ingress, ingress_allowed
 from shared.storage_providers.base import AUTH_CONFIG_PATH
 from shared.storage_providers.render import password_digest, render_managed_objects, secret_password
 from tests.e2e.conftest import Cluster, Stack, condition, poll
 from tests.e2e.workloads import pod_ready, pods_of, rolled_out, wait_rolled_out
 from tests.harness.redis_server import RedisServer
+from tests.network_policy import PodRef, applies_to_ingress, ingress_allowed
 from tests.webhook_process import TEST_NAMESPACE_LABEL, WebhookProcess, registered, run_webhook
 
 NO_GATE = {c.ANNOTATION_REQUIRE_KV_EVENTS: "false"}

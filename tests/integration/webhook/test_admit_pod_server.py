@@ -26,7 +26,7 @@ from shared import constants as c
 from tests.builders import new_cb
 from tests.harness.controlplane import ControlPlane, wait_until
 from tests.webhook_process import ICACHE, labelled_namespace, registered, run_webhook
-from webhook_svc.admit_pod_cli import pod_of
+from webhook_svc.offline.admit_pod_cli import pod_of
 
 GROUP, VERSION, PLURAL = "inferencecache.io", "v1alpha1", "cachebackends"
 SUFFIX = "admitpod"

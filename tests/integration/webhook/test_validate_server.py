@@ -23,8 +23,8 @@ from tests.builders import spec_only_cb
 from tests.harness.controlplane import ControlPlane, wait_until
 from tests.samples import sample_backends
 from tests.webhook_process import TEST_NAMESPACE_LABEL, labelled_namespace, registered, run_webhook
-from webhook_svc.manifest_input import Document
-from webhook_svc.validate_cli import INVALID, VALID, judge
+from webhook_svc.offline.manifest_input import Document
+from webhook_svc.offline.validate_cli import INVALID, VALID, judge
 
 SUFFIX = "validate"
 COLLECTION = "/apis/inferencecache.io/v1alpha1/namespaces/{ns}/cachebackends"

@@ -7,9 +7,8 @@ from typing import Any
 
 import pytest
 
-from shared.api.defaults import with_schema_defaults
 from shared.defaulting import default_cachebackend
-from tests.builders import cb
+from tests.builders import cb, with_schema_defaults
 from tests.samples import sample_backends
 
 MANAGED = {"provider": "LMCacheServer", "ownership": "Managed"}
@@ -180,7 +179,7 @@ def test_judged_form_is_pruned_then_schema_defaulted_and_leaves_obj_alone(
 ) -> None:
     """rules.judged_form (one spec copy) == with_schema_defaults of the null-pruned
     object (two copies), and the caller's object is untouched."""
-    from shared.validation.rules import judged_form
+    from shared.validation.context import judged_form
     from shared.validation.schema import drop_nulls
 
     sparse = copy.deepcopy(obj)

@@ -12,7 +12,6 @@ import pytest
 
 from shared import constants as c
 from shared.api.models import CacheBackend
-from shared.network_policy import PodRef, ingress_allowed
 from shared.pod_wiring import resolve_binding
 from shared.storage_providers.lmcache_server import LMCACHE_SERVER_PORT
 from shared.storage_providers.redis import REDIS_PORT
@@ -27,6 +26,7 @@ from shared.tenancy import (
     service_reference,
 )
 from tests.builders import isolated_backend
+from tests.network_policy import PodRef, ingress_allowed
 
 OWNER_NS = "team-a"
 CONSENT = {c.ANNOTATION_ALLOWED_CONSUMER_NAMESPACES: "team-b, team-c"}

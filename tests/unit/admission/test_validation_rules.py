@@ -12,7 +12,18 @@ import pytest
 
 from shared.runtime_adapters import registry
 from shared.validation import RULES, ErrorType, FieldError, validate, warnings
-from shared.validation import rules as r
+from shared.validation.context import RuleContext
+from shared.validation.endpoint_rules import (
+    reject_cross_namespace_endpoint,
+    reject_external_without_endpoint,
+    reject_invalid_endpoint_shape,
+    reject_managed_endpoint,
+)
+from shared.validation.events_only_rules import (
+    reject_events_only_with_autoscaling,
+    reject_events_only_with_non_lmcache_type,
+    reject_events_only_with_remote_storage,
+)
 from shared.validation.field_errors import (
     FieldPath,
     aggregate_message,
@@ -21,14 +32,71 @@ from shared.validation.field_errors import (
     not_supported,
     required,
 )
-from tests.builders import cb, external, managed
+from shared.validation.hierarchy_rules import (
+    reject_autoscaling_without_managed_workload,
+    reject_hicache_block_with_non_hicache_type,
+    reject_incomplete_remote_storage,
+    reject_lmcache_block_with_non_lmcache_type,
+    reject_provider_block_mismatch,
+    reject_unsupported_binding,
+)
+from shared.validation.lmcache_rules import reject_non_positive_host_memory_capacity
+from shared.validation.object_rules import (
+    reject_invalid_allowed_consumer_namespaces_annotation,
+    reject_invalid_lmcache_kernel_check_annotation,
+    reject_invalid_skip_network_policy_annotation,
+    reject_removed_fields,
+    reject_unsupported_runtime_cache_pair,
+)
+from shared.validation.observation_rules import (
+    reject_negative_first_event_timeout,
+    reject_out_of_range_first_event_timeout,
+)
+from shared.validation.override_rules import (
+    leading_flag,
+    reject_non_object_lmcache_extra_config,
+    reject_reserved_engine_overrides,
+)
+from shared.validation.provider_rules import (
+    reject_managed_redis_autoscaling,
+    reject_managed_redis_multiple_replicas,
+    reject_mooncake_autoscaling,
+    reject_mooncake_multiple_replicas,
+    reject_unneeded_engine_host_network,
+)
+from shared.validation.replica_rules import (
+    reject_min_replicas_above_max_replicas,
+    reject_zero_replicas_autoscaling_without_min_replicas,
+)
+from shared.validation.resource_rules import (
+    reject_fractional_extended_resources,
+    reject_invalid_resource_names,
+    reject_malformed_resource_quantities,
+    reject_misaligned_hugepage_quantities,
+    reject_negative_resource_quantities,
+    reject_requests_only_for_non_overcommittable_resources,
+    reject_resource_claims,
+    reject_resource_limits_below_requests,
+)
+from shared.validation.rules import Rule, RuleCheck
+from shared.validation.sglang_rules import (
+    reject_ambiguous_hicache_capacity,
+    reject_hicache_fail_closed,
+    reject_hicache_without_engine_selector,
+    reject_invalid_hicache_ratio,
+    reject_missing_hicache_block,
+    reject_unsupported_hicache_role,
+    reject_unsupported_sglang_role,
+)
+from shared.validation.vocabulary import PROVIDER_BLOCKS
+from tests.builders import cb, context_for, external, managed
 from tests.samples import sample_backends
 
 NS = "team-a"
 
 
-def run(check: r.RuleCheck, spec: dict[str, Any], namespace: str = NS, **meta: Any) -> list[str]:
-    return [str(e) for e in check(r.context_for(cb(spec, **meta), namespace))]
+def run(check: RuleCheck, spec: dict[str, Any], namespace: str = NS, **meta: Any) -> list[str]:
+    return [str(e) for e in check(context_for(cb(spec, **meta), namespace))]
 
 
 VLLM = {"runtime": "VLLM"}
@@ -43,7 +111,7 @@ HICACHE = {
 
 def with_resources(resources: dict[str, Any], provider: str = "Redis") -> dict[str, Any]:
     """A managed provider whose selected block carries ``resources`` (SGLang dials Redis)."""
-    block = r.PROVIDER_BLOCKS[provider][0]
+    block = PROVIDER_BLOCKS[provider][0]
     runtime = "SGLang" if provider == "Redis" else "VLLM"
     return {
         "runtime": runtime,
@@ -269,7 +337,7 @@ def test_schema_defaults_count_for_omitted_fields() -> None:
 def test_reject_removed_fields_accepts_canonical_fields() -> None:
     """Spec "Breaking API cleanup": the canonical fields pass."""
     spec = {**VLLM, "observation": {"firstEventTimeout": "5m"}, "integration": {"mode": "Offload"}}
-    assert run(r.reject_removed_fields, spec) == []
+    assert run(reject_removed_fields, spec) == []
 
 
 def test_reject_removed_fields_rejects_each_removed_field_naming_its_replacement() -> None:
@@ -282,7 +350,7 @@ def test_reject_removed_fields_rejects_each_removed_field_naming_its_replacement
         "resources": {"limits": {"memory": "1Gi"}},
         "storage": {"pvc": {"size": "10Gi"}},
     }
-    errors = r.reject_removed_fields(r.context_for(cb(spec), NS))
+    errors = reject_removed_fields(context_for(cb(spec), NS))
     assert [e.field for e in errors] == [
         "spec.integration.engine",
         "spec.integration.firstEventTimeout",
@@ -299,12 +367,11 @@ def test_reject_removed_fields_rejects_each_removed_field_naming_its_replacement
 
 def test_reject_invalid_lmcache_kernel_check_annotation_accepts_every_mode() -> None:
     """Spec "LMCache client kernels": auto | report-only | strict | off (or unset)."""
-    assert run(r.reject_invalid_lmcache_kernel_check_annotation, VLLM) == []
+    assert run(reject_invalid_lmcache_kernel_check_annotation, VLLM) == []
     for mode in ("auto", "report-only", "strict", "off"):
         annotations = {"inferencecache.io/lmcache-kernel-check": mode}
         assert (
-            run(r.reject_invalid_lmcache_kernel_check_annotation, VLLM, annotations=annotations)
-            == []
+            run(reject_invalid_lmcache_kernel_check_annotation, VLLM, annotations=annotations) == []
         )
 
 
@@ -312,7 +379,7 @@ def test_reject_invalid_lmcache_kernel_check_annotation_accepts_every_mode() -> 
 def test_reject_invalid_lmcache_kernel_check_annotation_rejects_typos(value: str) -> None:
     """Spec: a typo cannot silently relax strict enforcement back to report-only."""
     annotations = {"inferencecache.io/lmcache-kernel-check": value}
-    assert run(r.reject_invalid_lmcache_kernel_check_annotation, VLLM, annotations=annotations) == [
+    assert run(reject_invalid_lmcache_kernel_check_annotation, VLLM, annotations=annotations) == [
         f"metadata.annotations[inferencecache.io/lmcache-kernel-check]: Invalid value: "
         f'"{value}": must be one of "auto", "report-only", "strict", "off" (or unset, which '
         "means auto); an unrecognised value would silently relax strict enforcement"
@@ -322,24 +389,22 @@ def test_reject_invalid_lmcache_kernel_check_annotation_rejects_typos(value: str
 def test_reject_invalid_lmcache_kernel_check_annotation_accepts_empty_as_unset() -> None:
     """Spec: "auto (default / unset)" — an explicit empty value is unset."""
     annotations = {"inferencecache.io/lmcache-kernel-check": ""}
-    assert (
-        run(r.reject_invalid_lmcache_kernel_check_annotation, VLLM, annotations=annotations) == []
-    )
+    assert run(reject_invalid_lmcache_kernel_check_annotation, VLLM, annotations=annotations) == []
 
 
 @pytest.mark.parametrize("value", ["true", "false", "True", " FALSE "])
 def test_reject_invalid_skip_network_policy_annotation_accepts_true_and_false(value: str) -> None:
     """The managed tier's NetworkPolicy opt-out (docs/api.md): "true" or "false"."""
     annotations = {"inferencecache.io/skip-network-policy": value}
-    assert run(r.reject_invalid_skip_network_policy_annotation, VLLM) == []
-    assert run(r.reject_invalid_skip_network_policy_annotation, VLLM, annotations=annotations) == []
+    assert run(reject_invalid_skip_network_policy_annotation, VLLM) == []
+    assert run(reject_invalid_skip_network_policy_annotation, VLLM, annotations=annotations) == []
 
 
 @pytest.mark.parametrize("value", ["yes", "", "disabled", "1"])
 def test_reject_invalid_skip_network_policy_annotation_rejects_anything_else(value: str) -> None:
     """An opt-out is explicit: a typo neither opens the tier nor silently keeps it closed."""
     annotations = {"inferencecache.io/skip-network-policy": value}
-    assert run(r.reject_invalid_skip_network_policy_annotation, VLLM, annotations=annotations) == [
+    assert run(reject_invalid_skip_network_policy_annotation, VLLM, annotations=annotations) == [
         f"metadata.annotations[inferencecache.io/skip-network-policy]: Invalid value: "
         f'"{value}": must be "true" (no NetworkPolicy isolates the managed cache tier) or '
         '"false"'
@@ -352,7 +417,7 @@ def test_reject_invalid_allowed_consumer_namespaces_annotation_accepts_namespace
 ) -> None:
     """Cross-namespace consent (docs/decisions.md): namespace names, comma-separated."""
     annotations = {"inferencecache.io/allowed-consumer-namespaces": value}
-    rule = r.reject_invalid_allowed_consumer_namespaces_annotation
+    rule = reject_invalid_allowed_consumer_namespaces_annotation
     assert run(rule, VLLM) == []
     assert run(rule, VLLM, annotations=annotations) == []
 
@@ -365,7 +430,7 @@ def test_reject_invalid_allowed_consumer_namespaces_annotation_rejects_anything_
     annotation."""
     annotations = {"inferencecache.io/allowed-consumer-namespaces": value}
     (error,) = run(
-        r.reject_invalid_allowed_consumer_namespaces_annotation, VLLM, annotations=annotations
+        reject_invalid_allowed_consumer_namespaces_annotation, VLLM, annotations=annotations
     )
     assert error.startswith(
         "metadata.annotations[inferencecache.io/allowed-consumer-namespaces]: Invalid value: "
@@ -374,16 +439,16 @@ def test_reject_invalid_allowed_consumer_namespaces_annotation_rejects_anything_
 
 def test_reject_unsupported_runtime_cache_pair_accepts_shipping_pairs() -> None:
     """Spec: VLLM/LMCache, SGLang/LMCache and SGLang/SGLangHiCache ship."""
-    assert run(r.reject_unsupported_runtime_cache_pair, VLLM) == []
-    assert run(r.reject_unsupported_runtime_cache_pair, SGLANG) == []
-    assert run(r.reject_unsupported_runtime_cache_pair, HICACHE) == []
+    assert run(reject_unsupported_runtime_cache_pair, VLLM) == []
+    assert run(reject_unsupported_runtime_cache_pair, SGLANG) == []
+    assert run(reject_unsupported_runtime_cache_pair, HICACHE) == []
 
 
 def test_reject_unsupported_runtime_cache_pair_rejects_vllm_hicache_naming_supported_pairs() -> (
     None
 ):
     """Spec: the registry's SupportedPairs list is included in the field-scoped rejection."""
-    errors = run(r.reject_unsupported_runtime_cache_pair, {**HICACHE, "runtime": "VLLM"})
+    errors = run(reject_unsupported_runtime_cache_pair, {**HICACHE, "runtime": "VLLM"})
     pairs = ", ".join(registry.supported_pairs())
     assert errors == [
         'spec.type: Invalid value: "SGLangHiCache": no runtime adapter is installed for the (runtime '
@@ -396,15 +461,13 @@ def test_reject_unsupported_runtime_cache_pair_rejects_vllm_hicache_naming_suppo
 
 
 def test_reject_incomplete_remote_storage_accepts_provider_and_ownership() -> None:
-    assert (
-        run(r.reject_incomplete_remote_storage, {**VLLM, "remoteStorage": managed("Redis")}) == []
-    )
-    assert run(r.reject_incomplete_remote_storage, VLLM) == []
+    assert run(reject_incomplete_remote_storage, {**VLLM, "remoteStorage": managed("Redis")}) == []
+    assert run(reject_incomplete_remote_storage, VLLM) == []
 
 
 def test_reject_incomplete_remote_storage_rejects_missing_provider_and_ownership() -> None:
     """Spec "Cache hierarchy": provider selects the technology, ownership the lifecycle."""
-    errors = run(r.reject_incomplete_remote_storage, {**VLLM, "remoteStorage": {}})
+    errors = run(reject_incomplete_remote_storage, {**VLLM, "remoteStorage": {}})
     assert [e.split(":")[0] for e in errors] == [
         "spec.remoteStorage.provider",
         "spec.remoteStorage.ownership",
@@ -414,13 +477,13 @@ def test_reject_incomplete_remote_storage_rejects_missing_provider_and_ownership
 def test_reject_provider_block_mismatch_accepts_the_selected_managed_block() -> None:
     """Spec "Cache hierarchy": provider-specific settings live below their provider."""
     spec = {**VLLM, "remoteStorage": managed("LMCacheServer", lmCacheServer={"image": "x"})}
-    assert run(r.reject_provider_block_mismatch, spec) == []
+    assert run(reject_provider_block_mismatch, spec) == []
 
 
 def test_reject_provider_block_mismatch_rejects_other_provider_block() -> None:
     """Spec: a provider-specific typed block must match remoteStorage.provider."""
     spec = {**VLLM, "remoteStorage": managed("LMCacheServer", redis={"image": "x"})}
-    assert run(r.reject_provider_block_mismatch, spec) == [
+    assert run(reject_provider_block_mismatch, spec) == [
         "spec.remoteStorage.redis: Forbidden: spec.remoteStorage.redis configures the Redis "
         "provider, but spec.remoteStorage.provider is LMCacheServer; move these settings to "
         "spec.remoteStorage.lmCacheServer"
@@ -430,7 +493,7 @@ def test_reject_provider_block_mismatch_rejects_other_provider_block() -> None:
 def test_reject_provider_block_mismatch_rejects_block_without_provider() -> None:
     """Brief: a provider block without remoteStorage.provider."""
     spec = {**VLLM, "remoteStorage": {"ownership": "Managed", "mooncake": {"image": "m"}}}
-    errors = run(r.reject_provider_block_mismatch, spec)
+    errors = run(reject_provider_block_mismatch, spec)
     assert errors == [
         "spec.remoteStorage.mooncake: Forbidden: spec.remoteStorage.mooncake configures the "
         "Mooncake provider, but spec.remoteStorage.provider is not set"
@@ -440,18 +503,18 @@ def test_reject_provider_block_mismatch_rejects_block_without_provider() -> None
 def test_reject_provider_block_mismatch_rejects_block_with_external_ownership() -> None:
     """Spec: the typed block must match ownership too (External provisions no workload)."""
     spec = {**SGLANG, "remoteStorage": external("Redis", "r:6379", redis={"image": "x"})}
-    errors = run(r.reject_provider_block_mismatch, spec)
+    errors = run(reject_provider_block_mismatch, spec)
     assert len(errors) == 1
     assert "ownership External provisions none" in errors[0]
 
 
 def test_reject_lmcache_block_with_non_lmcache_type_accepts_lmcache() -> None:
-    assert run(r.reject_lmcache_block_with_non_lmcache_type, {**VLLM, "lmCache": {}}) == []
+    assert run(reject_lmcache_block_with_non_lmcache_type, {**VLLM, "lmCache": {}}) == []
 
 
 def test_reject_lmcache_block_with_non_lmcache_type_rejects_hicache() -> None:
     """Spec "Cache hierarchy": lmCache is used with a non-LMCache type."""
-    errors = run(r.reject_lmcache_block_with_non_lmcache_type, {**HICACHE, "lmCache": {}})
+    errors = run(reject_lmcache_block_with_non_lmcache_type, {**HICACHE, "lmCache": {}})
     assert errors == [
         "spec.lmCache: Forbidden: spec.lmCache configures the LMCache engine cache, but "
         "spec.type is SGLangHiCache (configure it in spec.hiCache)"
@@ -459,21 +522,19 @@ def test_reject_lmcache_block_with_non_lmcache_type_rejects_hicache() -> None:
 
 
 def test_reject_hicache_block_with_non_hicache_type_accepts_hicache() -> None:
-    assert run(r.reject_hicache_block_with_non_hicache_type, HICACHE) == []
+    assert run(reject_hicache_block_with_non_hicache_type, HICACHE) == []
 
 
 def test_reject_hicache_block_with_non_hicache_type_rejects_lmcache() -> None:
     """Spec: hiCache is typed SGLang native HiCache configuration, for SGLangHiCache only."""
-    errors = run(
-        r.reject_hicache_block_with_non_hicache_type, {**SGLANG, "hiCache": {"ratio": "2"}}
-    )
+    errors = run(reject_hicache_block_with_non_hicache_type, {**SGLANG, "hiCache": {"ratio": "2"}})
     assert len(errors) == 1
     assert errors[0].startswith("spec.hiCache: Forbidden:")
 
 
 def test_reject_autoscaling_without_managed_workload_accepts_managed() -> None:
     spec = {**VLLM, "remoteStorage": managed("LMCacheServer"), "autoscaling": {"maxReplicas": 3}}
-    assert run(r.reject_autoscaling_without_managed_workload, spec) == []
+    assert run(reject_autoscaling_without_managed_workload, spec) == []
 
 
 @pytest.mark.parametrize(
@@ -496,7 +557,7 @@ def test_reject_autoscaling_without_managed_workload_rejects_host_only_and_exter
 ) -> None:
     """Spec "Cache hierarchy": host-only configuration requests workload autoscaling;
     External ownership has no workload to scale either."""
-    errors = run(r.reject_autoscaling_without_managed_workload, spec)
+    errors = run(reject_autoscaling_without_managed_workload, spec)
     assert len(errors) == 1
     assert errors[0].startswith("spec.autoscaling: Forbidden:")
     assert reason in errors[0]
@@ -507,7 +568,7 @@ def test_reject_autoscaling_without_managed_workload_rejects_host_only_and_exter
 
 def test_reject_external_without_endpoint_accepts_an_endpoint() -> None:
     spec = {**SGLANG, "remoteStorage": external("Redis", "redis:6379")}
-    assert run(r.reject_external_without_endpoint, spec) == []
+    assert run(reject_external_without_endpoint, spec) == []
 
 
 @pytest.mark.parametrize("endpoint", [None, "", "   "])
@@ -516,7 +577,7 @@ def test_reject_external_without_endpoint_rejects_missing_or_whitespace(
 ) -> None:
     """Spec "External remote storage requires an endpoint"; whitespace-only is empty."""
     spec = {**SGLANG, "remoteStorage": external("Redis", endpoint)}
-    assert run(r.reject_external_without_endpoint, spec) == [
+    assert run(reject_external_without_endpoint, spec) == [
         "spec.remoteStorage.endpoint: Required value: ownership External needs the address "
         "of the operator-run Redis storage (host:port)"
     ]
@@ -528,13 +589,13 @@ def test_reject_managed_endpoint_accepts_no_or_whitespace_endpoint(endpoint: str
     rs = managed("Redis")
     if endpoint is not None:
         rs["endpoint"] = endpoint
-    assert run(r.reject_managed_endpoint, {**SGLANG, "remoteStorage": rs}) == []
+    assert run(reject_managed_endpoint, {**SGLANG, "remoteStorage": rs}) == []
 
 
 def test_reject_managed_endpoint_rejects_user_supplied_endpoint() -> None:
     """Spec "Endpoint ownership is explicit": Managed rejects a user-supplied endpoint."""
     spec = {**SGLANG, "remoteStorage": managed("Redis", endpoint="redis:6379")}
-    errors = run(r.reject_managed_endpoint, spec)
+    errors = run(reject_managed_endpoint, spec)
     assert len(errors) == 1
     assert errors[0].startswith("spec.remoteStorage.endpoint: Forbidden:")
 
@@ -552,7 +613,7 @@ def test_reject_invalid_endpoint_shape_accepts_provider_shapes(
     runtime: str, provider: str, endpoint: str
 ) -> None:
     spec = {"runtime": runtime, "remoteStorage": external(provider, endpoint)}
-    assert run(r.reject_invalid_endpoint_shape, spec) == []
+    assert run(reject_invalid_endpoint_shape, spec) == []
 
 
 @pytest.mark.parametrize(
@@ -575,7 +636,7 @@ def test_reject_invalid_endpoint_shape_rejects_per_provider(
     """Spec "Externally owned remote storage": per-provider shapes, numeric port 1-65535,
     no whitespace/path/query/fragment, bracketed IPv6, no other provider's scheme."""
     spec = {**VLLM, "remoteStorage": external(provider, endpoint)}
-    errors = run(r.reject_invalid_endpoint_shape, spec)
+    errors = run(reject_invalid_endpoint_shape, spec)
     assert len(errors) == 1
     assert errors[0].startswith(f'spec.remoteStorage.endpoint: Invalid value: "{endpoint}":')
     assert detail in errors[0]
@@ -599,7 +660,7 @@ def test_reject_cross_namespace_endpoint_accepts_same_namespace_external_or_opte
 ) -> None:
     """Spec: bare hostnames, IPs and unqualified names pass; allowCrossNamespace opts in."""
     spec = {**SGLANG, "remoteStorage": external("Redis", endpoint), "allowCrossNamespace": allow}
-    assert run(r.reject_cross_namespace_endpoint, spec) == []
+    assert run(reject_cross_namespace_endpoint, spec) == []
 
 
 @pytest.mark.parametrize(
@@ -613,7 +674,7 @@ def test_reject_cross_namespace_endpoint_accepts_same_namespace_external_or_opte
 def test_reject_cross_namespace_endpoint_rejects_other_namespace_service(endpoint: str) -> None:
     """Spec "Cross-namespace endpoint requires opt-in"."""
     spec = {**SGLANG, "remoteStorage": external("Redis", endpoint)}
-    assert run(r.reject_cross_namespace_endpoint, spec) == [
+    assert run(reject_cross_namespace_endpoint, spec) == [
         f'spec.remoteStorage.endpoint: Invalid value: "{endpoint}": resolves to a Service in '
         'namespace "team-b", not the CacheBackend\'s namespace "team-a"; set '
         "spec.allowCrossNamespace: true to cross that tenancy boundary"
@@ -636,18 +697,18 @@ def test_reject_cross_namespace_endpoint_rejects_other_namespace_service(endpoin
 )
 def test_reject_unsupported_binding_accepts_adapter_bindings(spec: dict[str, Any]) -> None:
     """Spec: each (runtime, type) adapter accepts its declared bindings (or host-only)."""
-    assert run(r.reject_unsupported_binding, spec) == []
+    assert run(reject_unsupported_binding, spec) == []
 
 
 def test_reject_unsupported_binding_rejects_provider_the_wire_cannot_dial() -> None:
     """Spec "Engine wire must accept the provider binding": vLLM takes lm/mooncakestore,
     SGLang+LMCache takes resp."""
-    assert run(r.reject_unsupported_binding, {**VLLM, "remoteStorage": managed("Redis")}) == [
+    assert run(reject_unsupported_binding, {**VLLM, "remoteStorage": managed("Redis")}) == [
         'spec.remoteStorage.provider: Invalid value: "Redis": the vLLM+LMCache adapter does '
         "not accept the resp binding of the Redis provider; it accepts LMCacheServer (lm), "
         "Mooncake (mooncakestore) or no spec.remoteStorage (host-only)"
     ]
-    errors = run(r.reject_unsupported_binding, {**SGLANG, "remoteStorage": managed("Mooncake")})
+    errors = run(reject_unsupported_binding, {**SGLANG, "remoteStorage": managed("Mooncake")})
     assert len(errors) == 1
     assert "SGLang+LMCache adapter" in errors[0]
 
@@ -655,7 +716,7 @@ def test_reject_unsupported_binding_rejects_provider_the_wire_cannot_dial() -> N
 def test_reject_unsupported_binding_rejects_any_remote_storage_for_hicache() -> None:
     """Spec: native SGLang HiCache accepts only the nil host-only binding."""
     spec = {**HICACHE, "remoteStorage": external("Redis", "r:1")}
-    assert run(r.reject_unsupported_binding, spec) == [
+    assert run(reject_unsupported_binding, spec) == [
         "spec.remoteStorage: Forbidden: the SGLang+SGLangHiCache adapter accepts only the "
         "host-only binding (its cache lives inside the engine pod); remove spec.remoteStorage"
     ]
@@ -681,7 +742,7 @@ def test_reject_invalid_resource_names_accepts_standard_hugepages_and_vendor_nam
             "example.com/foo_bar.baz": "1",
         }
     }
-    assert run(r.reject_invalid_resource_names, with_resources(resources)) == []
+    assert run(reject_invalid_resource_names, with_resources(resources)) == []
 
 
 @pytest.mark.parametrize(
@@ -704,7 +765,7 @@ def test_reject_invalid_resource_names_accepts_standard_hugepages_and_vendor_nam
 )
 def test_reject_invalid_resource_names_rejects_and_names_the_key(name: str) -> None:
     """Spec rejectInvalidResourceNames: the rejection names the offending key."""
-    errors = run(r.reject_invalid_resource_names, with_resources({"limits": {name: "1"}}))
+    errors = run(reject_invalid_resource_names, with_resources({"limits": {name: "1"}}))
     assert len(errors) == 1
     assert errors[0].startswith(
         f'spec.remoteStorage.redis.resources.limits[{name}]: Invalid value: "{name}":'
@@ -714,19 +775,19 @@ def test_reject_invalid_resource_names_rejects_and_names_the_key(name: str) -> N
 def test_reject_invalid_resource_names_reports_multiple_keys_together() -> None:
     """Spec: multi-key errors surface together."""
     errors = run(
-        r.reject_invalid_resource_names, with_resources({"requests": {"foo": "1", "bar": "1"}})
+        reject_invalid_resource_names, with_resources({"requests": {"foo": "1", "bar": "1"}})
     )
     assert len(errors) == 2
 
 
 def test_reject_malformed_resource_quantities_accepts_quantities() -> None:
-    assert run(r.reject_malformed_resource_quantities, with_resources(GOOD_RESOURCES)) == []
+    assert run(reject_malformed_resource_quantities, with_resources(GOOD_RESOURCES)) == []
 
 
 def test_reject_malformed_resource_quantities_rejects_non_quantities() -> None:
     """CRD schema: requests/limits entries are resource.Quantity values."""
     errors = run(
-        r.reject_malformed_resource_quantities, with_resources({"limits": {"memory": "8 GB"}})
+        reject_malformed_resource_quantities, with_resources({"limits": {"memory": "8 GB"}})
     )
     assert errors == [
         'spec.remoteStorage.redis.resources.limits[memory]: Invalid value: "8 GB": quantities '
@@ -737,13 +798,13 @@ def test_reject_malformed_resource_quantities_rejects_non_quantities() -> None:
 def test_reject_negative_resource_quantities_accepts_zero() -> None:
     """Spec: zero is admitted (an explicit "no guaranteed minimum")."""
     resources = {"requests": {"memory": "0", "cpu": 0}}
-    assert run(r.reject_negative_resource_quantities, with_resources(resources)) == []
+    assert run(reject_negative_resource_quantities, with_resources(resources)) == []
 
 
 def test_reject_negative_resource_quantities_rejects_negative_entries() -> None:
     """Spec rejectNegativeResourceQuantities: any strictly-negative entry."""
     resources = {"requests": {"memory": "-1Gi"}, "limits": {"cpu": -1}}
-    errors = run(r.reject_negative_resource_quantities, with_resources(resources, "Mooncake"))
+    errors = run(reject_negative_resource_quantities, with_resources(resources, "Mooncake"))
     assert errors == [
         'spec.remoteStorage.mooncake.resources.requests[memory]: Invalid value: "-1Gi": must '
         "be greater than or equal to 0",
@@ -754,14 +815,14 @@ def test_reject_negative_resource_quantities_rejects_negative_entries() -> None:
 
 def test_reject_resource_claims_accepts_nil_or_empty_claims() -> None:
     """Spec: a nil/empty claims slice admits unchanged."""
-    assert run(r.reject_resource_claims, with_resources({"claims": []})) == []
-    assert run(r.reject_resource_claims, with_resources({})) == []
+    assert run(reject_resource_claims, with_resources({"claims": []})) == []
+    assert run(reject_resource_claims, with_resources({})) == []
 
 
 def test_reject_resource_claims_rejects_non_empty_claims() -> None:
     """Spec rejectResourceClaims: DRA is not wired end-to-end yet."""
     errors = run(
-        r.reject_resource_claims,
+        reject_resource_claims,
         with_resources({"claims": [{"name": "gpu"}]}, "LMCacheServer"),
     )
     assert errors == [
@@ -773,11 +834,11 @@ def test_reject_resource_claims_rejects_non_empty_claims() -> None:
 
 def test_reject_resource_limits_below_requests_accepts_two_regimes_and_limits_only() -> None:
     """Spec: overcommittable limits >= requests, non-overcommittable equal; limits-only ok."""
-    assert run(r.reject_resource_limits_below_requests, with_resources(GOOD_RESOURCES)) == []
+    assert run(reject_resource_limits_below_requests, with_resources(GOOD_RESOURCES)) == []
     resources = {"limits": {"nvidia.com/gpu": "2", "memory": "1Gi"}}
-    assert run(r.reject_resource_limits_below_requests, with_resources(resources)) == []
+    assert run(reject_resource_limits_below_requests, with_resources(resources)) == []
     same = {"requests": {"memory": "1024Mi"}, "limits": {"memory": "1Gi"}}
-    assert run(r.reject_resource_limits_below_requests, with_resources(same)) == []
+    assert run(reject_resource_limits_below_requests, with_resources(same)) == []
 
 
 def test_reject_resource_limits_below_requests_rejects_inverted_and_unequal() -> None:
@@ -787,7 +848,7 @@ def test_reject_resource_limits_below_requests_rejects_inverted_and_unequal() ->
         "requests": {"memory": "16Gi", "cpu": "2", "nvidia.com/gpu": "1", "hugepages-2Mi": "2Mi"},
         "limits": {"memory": "8Gi", "cpu": "1500m", "nvidia.com/gpu": "2", "hugepages-2Mi": "4Mi"},
     }
-    errors = run(r.reject_resource_limits_below_requests, with_resources(resources))
+    errors = run(reject_resource_limits_below_requests, with_resources(resources))
     base = "spec.remoteStorage.redis.resources.limits"
     assert errors == [
         f'{base}[cpu]: Invalid value: "1500m": must be greater than or equal to cpu request of '
@@ -805,17 +866,14 @@ def test_reject_requests_only_for_non_overcommittable_resources_accepts_cpu_memo
     """Spec: requests-only is admitted for cpu, memory, ephemeral-storage."""
     resources = {"requests": {"cpu": "1", "memory": "1Gi", "ephemeral-storage": "1Gi"}}
     assert (
-        run(r.reject_requests_only_for_non_overcommittable_resources, with_resources(resources))
-        == []
+        run(reject_requests_only_for_non_overcommittable_resources, with_resources(resources)) == []
     )
 
 
 def test_reject_requests_only_for_non_overcommittable_resources_rejects_gpu_and_hugepages() -> None:
     """Spec rejectRequestsOnlyForNonOvercommittableResources."""
     resources = {"requests": {"nvidia.com/gpu": "1", "hugepages-2Mi": "2Mi"}}
-    errors = run(
-        r.reject_requests_only_for_non_overcommittable_resources, with_resources(resources)
-    )
+    errors = run(reject_requests_only_for_non_overcommittable_resources, with_resources(resources))
     base = "spec.remoteStorage.redis.resources"
     assert errors == [
         f'{base}.requests[hugepages-2Mi]: Invalid value: "2Mi": hugepages-2Mi is not '
@@ -830,13 +888,13 @@ def test_reject_requests_only_for_non_overcommittable_resources_rejects_gpu_and_
 def test_reject_fractional_extended_resources_accepts_whole_units_and_fractional_cpu() -> None:
     """Spec: 250m CPU is the canonical kubelet shape; 2000m GPUs is two whole units."""
     resources = {"requests": {"cpu": "250m"}, "limits": {"nvidia.com/gpu": "2000m"}}
-    assert run(r.reject_fractional_extended_resources, with_resources(resources)) == []
+    assert run(reject_fractional_extended_resources, with_resources(resources)) == []
 
 
 def test_reject_fractional_extended_resources_rejects_500m_gpu() -> None:
     """Spec rejectFractionalExtendedResources: nvidia.com/gpu: 500m."""
     resources = {"limits": {"nvidia.com/gpu": "500m"}}
-    assert run(r.reject_fractional_extended_resources, with_resources(resources)) == [
+    assert run(reject_fractional_extended_resources, with_resources(resources)) == [
         'spec.remoteStorage.redis.resources.limits[nvidia.com/gpu]: Invalid value: "500m": '
         "must be an integer: extended resources are whole units"
     ]
@@ -845,13 +903,13 @@ def test_reject_fractional_extended_resources_rejects_500m_gpu() -> None:
 def test_reject_misaligned_hugepage_quantities_accepts_aligned_and_zero() -> None:
     """Spec: zero quantities admit trivially."""
     resources = {"limits": {"hugepages-2Mi": "6Mi", "hugepages-1Gi": "0"}}
-    assert run(r.reject_misaligned_hugepage_quantities, with_resources(resources)) == []
+    assert run(reject_misaligned_hugepage_quantities, with_resources(resources)) == []
 
 
 def test_reject_misaligned_hugepage_quantities_rejects_3mi_of_2mi_pages() -> None:
     """Spec rejectMisalignedHugepageQuantities: hugepages-2Mi: 3Mi."""
     resources = {"limits": {"hugepages-2Mi": "3Mi"}}
-    assert run(r.reject_misaligned_hugepage_quantities, with_resources(resources)) == [
+    assert run(reject_misaligned_hugepage_quantities, with_resources(resources)) == [
         'spec.remoteStorage.redis.resources.limits[hugepages-2Mi]: Invalid value: "3Mi": must '
         "be a whole multiple of the 2Mi page size"
     ]
@@ -893,15 +951,15 @@ MANAGED_LMCACHE = {**VLLM, "remoteStorage": managed("LMCacheServer")}
 
 def test_reject_zero_replicas_autoscaling_without_min_replicas_accepts_explicit_min() -> None:
     spec = {**MANAGED_LMCACHE, "replicas": 0, "autoscaling": {"maxReplicas": 3, "minReplicas": 1}}
-    assert run(r.reject_zero_replicas_autoscaling_without_min_replicas, spec) == []
+    assert run(reject_zero_replicas_autoscaling_without_min_replicas, spec) == []
     no_autoscaling = {**MANAGED_LMCACHE, "replicas": 0}
-    assert run(r.reject_zero_replicas_autoscaling_without_min_replicas, no_autoscaling) == []
+    assert run(reject_zero_replicas_autoscaling_without_min_replicas, no_autoscaling) == []
 
 
 def test_reject_zero_replicas_autoscaling_without_min_replicas_rejects_nil_min() -> None:
     """Spec "spec.replicas=0 + autoscaling requires explicit minReplicas"."""
     spec = {**MANAGED_LMCACHE, "replicas": 0, "autoscaling": {"maxReplicas": 3}}
-    errors = run(r.reject_zero_replicas_autoscaling_without_min_replicas, spec)
+    errors = run(reject_zero_replicas_autoscaling_without_min_replicas, spec)
     assert len(errors) == 1
     assert errors[0].startswith("spec.autoscaling.minReplicas: Required value:")
     assert "remove spec.autoscaling" in errors[0]
@@ -909,13 +967,13 @@ def test_reject_zero_replicas_autoscaling_without_min_replicas_rejects_nil_min()
 
 def test_reject_min_replicas_above_max_replicas_accepts_equal() -> None:
     spec = {**MANAGED_LMCACHE, "autoscaling": {"maxReplicas": 3, "minReplicas": 3}}
-    assert run(r.reject_min_replicas_above_max_replicas, spec) == []
+    assert run(reject_min_replicas_above_max_replicas, spec) == []
 
 
 def test_reject_min_replicas_above_max_replicas_rejects_inverted_band() -> None:
     """Spec autoscaling: cross-field validation minReplicas <= maxReplicas."""
     spec = {**MANAGED_LMCACHE, "autoscaling": {"maxReplicas": 2, "minReplicas": 3}}
-    assert run(r.reject_min_replicas_above_max_replicas, spec) == [
+    assert run(reject_min_replicas_above_max_replicas, spec) == [
         "spec.autoscaling.minReplicas: Invalid value: 3: must be less than or equal to "
         "spec.autoscaling.maxReplicas (2)"
     ]
@@ -937,7 +995,7 @@ def test_reject_reserved_engine_overrides_accepts_tunables() -> None:
         env=[{"name": "LMCACHE_CHUNK_SIZE", "value": "512"}, {"name": "LMCACHE_USE_EXPERIMENTAL"}],
         suppressEnv=["LMCACHE_REMOTE_SERDE"],
     )
-    assert run(r.reject_reserved_engine_overrides, spec) == []
+    assert run(reject_reserved_engine_overrides, spec) == []
 
 
 def test_reject_reserved_engine_overrides_rejects_vllm_reserved_set() -> None:
@@ -950,7 +1008,7 @@ def test_reject_reserved_engine_overrides_rejects_vllm_reserved_set() -> None:
         env=[{"name": "PYTHONHASHSEED", "value": "1"}],
         suppressEnv=["VLLM_USE_V1", "LMCACHE_REMOTE_URL", "INFERENCECACHE_FAIL_OPEN"],
     )
-    errors = r.reject_reserved_engine_overrides(r.context_for(cb(spec), NS))
+    errors = reject_reserved_engine_overrides(context_for(cb(spec), NS))
     assert [e.field for e in errors] == [
         "spec.integration.engineOverrides.args[0]",
         "spec.integration.engineOverrides.suppressArgs[0]",
@@ -976,7 +1034,7 @@ def test_reject_reserved_engine_overrides_rejects_sglang_reserved_set() -> None:
         env=[{"name": "LMCACHE_USE_EXPERIMENTAL", "value": "False"}],
         suppressEnv=["INFERENCECACHE_FAIL_OPEN", "PYTHONHASHSEED"],
     )
-    errors = run(r.reject_reserved_engine_overrides, spec)
+    errors = run(reject_reserved_engine_overrides, spec)
     assert len(errors) == 4
     assert all("SGLang+LMCache adapter" in e for e in errors)
 
@@ -992,14 +1050,14 @@ def test_reject_non_object_lmcache_extra_config_accepts_a_json_object() -> None:
             {"name": "OTHER", "value": "[not an object]"},
         ],
     )
-    assert run(r.reject_non_object_lmcache_extra_config, spec) == []
+    assert run(reject_non_object_lmcache_extra_config, spec) == []
     hicache = {
         **HICACHE,
         "integration": {
             "engineOverrides": {"env": [{"name": "LMCACHE_EXTRA_CONFIG", "value": "x"}]}
         },
     }
-    assert run(r.reject_non_object_lmcache_extra_config, hicache) == []
+    assert run(reject_non_object_lmcache_extra_config, hicache) == []
 
 
 def test_reject_non_object_lmcache_extra_config_rejects_non_objects_at_the_value() -> None:
@@ -1013,7 +1071,7 @@ def test_reject_non_object_lmcache_extra_config_rejects_non_objects_at_the_value
             {"name": "LMCACHE_EXTRA_CONFIG", "value": '["rdma"]'},
         ],
     )
-    errors = r.reject_non_object_lmcache_extra_config(r.context_for(cb(spec), NS))
+    errors = reject_non_object_lmcache_extra_config(context_for(cb(spec), NS))
     assert [e.field for e in errors] == [
         "spec.integration.engineOverrides.env[1].value",
         "spec.integration.engineOverrides.env[2].value",
@@ -1039,17 +1097,17 @@ def test_reject_non_object_lmcache_extra_config_rejects_value_from_on_mooncake()
             }
         },
     }
-    errors = r.reject_non_object_lmcache_extra_config(r.context_for(cb(spec), NS))
+    errors = reject_non_object_lmcache_extra_config(context_for(cb(spec), NS))
     assert [e.field for e in errors] == ["spec.integration.engineOverrides.env[0].valueFrom"]
     spec["remoteStorage"] = managed("LMCacheServer")
-    assert run(r.reject_non_object_lmcache_extra_config, spec) == []
+    assert run(reject_non_object_lmcache_extra_config, spec) == []
 
 
 def test_leading_flag_token() -> None:
-    assert r.leading_flag("--kv-transfer-config={}") == "--kv-transfer-config"
-    assert r.leading_flag("  --kv-transfer-config {} ") == "--kv-transfer-config"
-    assert r.leading_flag("--kv-transfer-config") == "--kv-transfer-config"
-    assert r.leading_flag("") == ""
+    assert leading_flag("--kv-transfer-config={}") == "--kv-transfer-config"
+    assert leading_flag("  --kv-transfer-config {} ") == "--kv-transfer-config"
+    assert leading_flag("--kv-transfer-config") == "--kv-transfer-config"
+    assert leading_flag("") == ""
 
 
 # --------------------------------------------------------------- events-only
@@ -1059,13 +1117,13 @@ EVENTS_ONLY = {**VLLM, "integration": {"mode": "EventsOnly"}}
 
 
 def test_reject_events_only_with_non_lmcache_type_accepts_lmcache() -> None:
-    assert run(r.reject_events_only_with_non_lmcache_type, EVENTS_ONLY) == []
+    assert run(reject_events_only_with_non_lmcache_type, EVENTS_ONLY) == []
 
 
 def test_reject_events_only_with_non_lmcache_type_rejects_hicache() -> None:
     """Spec "Events-only requires spec.type=LMCache"."""
     spec = {**HICACHE, "integration": {"mode": "EventsOnly"}}
-    errors = run(r.reject_events_only_with_non_lmcache_type, spec)
+    errors = run(reject_events_only_with_non_lmcache_type, spec)
     assert errors == [
         'spec.type: Invalid value: "SGLangHiCache": spec.integration.mode EventsOnly requires '
         "spec.type LMCache, not SGLangHiCache: events-only wires no KV connector, and LMCache "
@@ -1074,8 +1132,8 @@ def test_reject_events_only_with_non_lmcache_type_rejects_hicache() -> None:
 
 
 def test_reject_events_only_with_remote_storage_accepts_offload_remote_storage() -> None:
-    assert run(r.reject_events_only_with_remote_storage, MANAGED_LMCACHE) == []
-    assert run(r.reject_events_only_with_remote_storage, EVENTS_ONLY) == []
+    assert run(reject_events_only_with_remote_storage, MANAGED_LMCACHE) == []
+    assert run(reject_events_only_with_remote_storage, EVENTS_ONLY) == []
 
 
 @pytest.mark.parametrize(
@@ -1085,20 +1143,20 @@ def test_reject_events_only_with_remote_storage_rejects_managed_and_external(
     rs: dict[str, Any],
 ) -> None:
     """Spec "Events-only mode": spec.remoteStorage is forbidden (Managed or External)."""
-    errors = run(r.reject_events_only_with_remote_storage, {**EVENTS_ONLY, "remoteStorage": rs})
+    errors = run(reject_events_only_with_remote_storage, {**EVENTS_ONLY, "remoteStorage": rs})
     assert len(errors) == 1
     assert errors[0].startswith("spec.remoteStorage: Forbidden:")
 
 
 def test_reject_events_only_with_autoscaling_accepts_offload_autoscaling() -> None:
     spec = {**MANAGED_LMCACHE, "autoscaling": {"maxReplicas": 2}}
-    assert run(r.reject_events_only_with_autoscaling, spec) == []
+    assert run(reject_events_only_with_autoscaling, spec) == []
 
 
 def test_reject_events_only_with_autoscaling_rejects_field_scoped() -> None:
     """Spec "Events-only forbids spec.autoscaling": field-scoped to spec.autoscaling."""
     spec = {**EVENTS_ONLY, "autoscaling": {"maxReplicas": 2}}
-    errors = run(r.reject_events_only_with_autoscaling, spec)
+    errors = run(reject_events_only_with_autoscaling, spec)
     assert len(errors) == 1
     assert errors[0].startswith("spec.autoscaling: Forbidden:")
 
@@ -1108,20 +1166,17 @@ def test_reject_events_only_with_autoscaling_rejects_field_scoped() -> None:
 
 def test_reject_unsupported_sglang_role_accepts_read_write_and_vllm_roles() -> None:
     """Spec: ReadWrite (the default) for SGLang; vLLM maps every role onto kv_role."""
-    assert run(r.reject_unsupported_sglang_role, SGLANG) == []
+    assert run(reject_unsupported_sglang_role, SGLANG) == []
     assert (
-        run(r.reject_unsupported_sglang_role, {**SGLANG, "integration": {"role": "ReadWrite"}})
-        == []
+        run(reject_unsupported_sglang_role, {**SGLANG, "integration": {"role": "ReadWrite"}}) == []
     )
-    assert (
-        run(r.reject_unsupported_sglang_role, {**VLLM, "integration": {"role": "ReadOnly"}}) == []
-    )
+    assert run(reject_unsupported_sglang_role, {**VLLM, "integration": {"role": "ReadOnly"}}) == []
 
 
 @pytest.mark.parametrize("role", ["ReadOnly", "WriteOnly"])
 def test_reject_unsupported_sglang_role_rejects_read_only_and_write_only(role: str) -> None:
     """Spec rejectUnsupportedSGLangRole: (sglang, LMCache) supports only ReadWrite."""
-    errors = run(r.reject_unsupported_sglang_role, {**SGLANG, "integration": {"role": role}})
+    errors = run(reject_unsupported_sglang_role, {**SGLANG, "integration": {"role": role}})
     assert len(errors) == 1
     assert errors[0].startswith(f'spec.integration.role: Invalid value: "{role}":')
     assert "only ReadWrite is supported" in errors[0]
@@ -1141,12 +1196,12 @@ MOONCAKE = {
 def test_reject_mooncake_multiple_replicas_accepts_zero_and_one(replicas: int | None) -> None:
     """Spec: spec.replicas: 0 (disabled) and 1 remain valid."""
     spec = dict(MOONCAKE) if replicas is None else {**MOONCAKE, "replicas": replicas}
-    assert run(r.reject_mooncake_multiple_replicas, spec) == []
+    assert run(reject_mooncake_multiple_replicas, spec) == []
 
 
 def test_reject_mooncake_multiple_replicas_rejects_two() -> None:
     """Spec: the master is a singleton; spec.replicas > 1 is rejected."""
-    errors = run(r.reject_mooncake_multiple_replicas, {**MOONCAKE, "replicas": 2})
+    errors = run(reject_mooncake_multiple_replicas, {**MOONCAKE, "replicas": 2})
     assert len(errors) == 1
     assert errors[0].startswith("spec.replicas: Invalid value: 2:")
 
@@ -1160,19 +1215,19 @@ def test_reject_mooncake_multiple_replicas_rejects_any_mooncake_provider() -> No
         "integration": {"engineHostNetwork": True},
         "replicas": 3,
     }
-    errors = run(r.reject_mooncake_multiple_replicas, spec)
+    errors = run(reject_mooncake_multiple_replicas, spec)
     assert len(errors) == 1
     assert errors[0].startswith("spec.replicas: Invalid value: 3:")
-    assert run(r.reject_mooncake_autoscaling, {**spec, "autoscaling": {"maxReplicas": 2}})
+    assert run(reject_mooncake_autoscaling, {**spec, "autoscaling": {"maxReplicas": 2}})
 
 
 def test_reject_mooncake_autoscaling_accepts_without_autoscaling() -> None:
-    assert run(r.reject_mooncake_autoscaling, MOONCAKE) == []
+    assert run(reject_mooncake_autoscaling, MOONCAKE) == []
 
 
 def test_reject_mooncake_autoscaling_rejects_autoscaling() -> None:
     """Spec: spec.autoscaling is rejected when remoteStorage.provider: Mooncake."""
-    errors = run(r.reject_mooncake_autoscaling, {**MOONCAKE, "autoscaling": {"maxReplicas": 2}})
+    errors = run(reject_mooncake_autoscaling, {**MOONCAKE, "autoscaling": {"maxReplicas": 2}})
     assert len(errors) == 1
     assert errors[0].startswith("spec.autoscaling: Forbidden:")
 
@@ -1184,7 +1239,7 @@ def test_reject_mooncake_autoscaling_rejects_autoscaling() -> None:
 def test_reject_negative_first_event_timeout_accepts_zero_and_positive(value: str) -> None:
     """Go's duration grammar; 0 is a valid zero duration."""
     spec = {**VLLM, "observation": {"firstEventTimeout": value}}
-    assert run(r.reject_negative_first_event_timeout, spec) == []
+    assert run(reject_negative_first_event_timeout, spec) == []
     assert validate(cb(spec), NS) == []
 
 
@@ -1192,7 +1247,7 @@ def test_reject_negative_first_event_timeout_accepts_zero_and_positive(value: st
 def test_reject_negative_first_event_timeout_rejects_negative(value: str) -> None:
     """A negative window means nothing, though "-1s" is grammatical Go."""
     spec = {**VLLM, "observation": {"firstEventTimeout": value}}
-    errors = run(r.reject_negative_first_event_timeout, spec)
+    errors = run(reject_negative_first_event_timeout, spec)
     assert errors == [
         f'spec.observation.firstEventTimeout: Invalid value: "{value}": must not be negative: '
         "it is how long the KV-event gate waits for the first event once the backend is up "
@@ -1202,7 +1257,7 @@ def test_reject_negative_first_event_timeout_rejects_negative(value: str) -> Non
 
 def test_reject_out_of_range_first_event_timeout_accepts_the_int64_maximum() -> None:
     spec = {**VLLM, "observation": {"firstEventTimeout": "2562047h47m16.854775807s"}}
-    assert run(r.reject_out_of_range_first_event_timeout, spec) == []
+    assert run(reject_out_of_range_first_event_timeout, spec) == []
 
 
 @pytest.mark.parametrize("value", ["2562047h47m16.854775808s", "9223372036854775808ns", "3000000h"])
@@ -1249,7 +1304,7 @@ def test_reject_managed_redis_multiple_replicas_accepts_zero_and_one(
 ) -> None:
     """One instance (or 0, disabled) is what a managed Redis is."""
     spec = dict(MANAGED_REDIS) if replicas is None else {**MANAGED_REDIS, "replicas": replicas}
-    assert run(r.reject_managed_redis_multiple_replicas, spec) == []
+    assert run(reject_managed_redis_multiple_replicas, spec) == []
 
 
 def test_reject_managed_redis_multiple_replicas_accepts_external_redis_and_other_providers() -> (
@@ -1258,14 +1313,14 @@ def test_reject_managed_redis_multiple_replicas_accepts_external_redis_and_other
     """The rule is about the Redis the controller provisions (Managed): an External
     Redis runs no workload of ours; LMCacheServer scales out as before."""
     external_redis = {**SGLANG, "remoteStorage": external("Redis", "r:6379"), "replicas": 3}
-    assert run(r.reject_managed_redis_multiple_replicas, external_redis) == []
-    assert run(r.reject_managed_redis_multiple_replicas, {**MANAGED_LMCACHE, "replicas": 3}) == []
+    assert run(reject_managed_redis_multiple_replicas, external_redis) == []
+    assert run(reject_managed_redis_multiple_replicas, {**MANAGED_LMCACHE, "replicas": 3}) == []
 
 
 def test_reject_managed_redis_multiple_replicas_rejects_two_at_spec_replicas() -> None:
     """Replicas > 1 behind one Service shard the keyspace; the error is on
     spec.replicas and says why."""
-    errors = run(r.reject_managed_redis_multiple_replicas, {**MANAGED_REDIS, "replicas": 2})
+    errors = run(reject_managed_redis_multiple_replicas, {**MANAGED_REDIS, "replicas": 2})
     assert len(errors) == 1
     assert errors[0].startswith("spec.replicas: Invalid value: 2: use 0 or 1")
     assert "non-clustered" in errors[0]
@@ -1273,15 +1328,15 @@ def test_reject_managed_redis_multiple_replicas_rejects_two_at_spec_replicas() -
 
 
 def test_reject_managed_redis_autoscaling_accepts_without_autoscaling() -> None:
-    assert run(r.reject_managed_redis_autoscaling, MANAGED_REDIS) == []
+    assert run(reject_managed_redis_autoscaling, MANAGED_REDIS) == []
     spec = {**MANAGED_LMCACHE, "autoscaling": {"maxReplicas": 3}}
-    assert run(r.reject_managed_redis_autoscaling, spec) == []
+    assert run(reject_managed_redis_autoscaling, spec) == []
 
 
 def test_reject_managed_redis_autoscaling_rejects_autoscaling_at_spec_autoscaling() -> None:
     """spec.autoscaling shards a managed Redis's keyspace as it scales."""
     spec = {**MANAGED_REDIS, "autoscaling": {"minReplicas": 1, "maxReplicas": 3}}
-    errors = run(r.reject_managed_redis_autoscaling, spec)
+    errors = run(reject_managed_redis_autoscaling, spec)
     assert len(errors) == 1
     assert errors[0].startswith("spec.autoscaling: Forbidden:")
     assert "non-clustered" in errors[0]
@@ -1300,15 +1355,15 @@ def test_managed_redis_replicas_and_autoscaling_each_get_exactly_one_error() -> 
 
 def test_reject_unneeded_engine_host_network_accepts_mooncake_and_false() -> None:
     """Spec: engineHostNetwork is for Mooncake; false is inert anywhere."""
-    assert run(r.reject_unneeded_engine_host_network, MOONCAKE) == []
+    assert run(reject_unneeded_engine_host_network, MOONCAKE) == []
     external_mooncake = {
         **VLLM,
         "remoteStorage": external("Mooncake", "mooncakestore://m:50051"),
         "integration": {"engineHostNetwork": True},
     }
-    assert run(r.reject_unneeded_engine_host_network, external_mooncake) == []
+    assert run(reject_unneeded_engine_host_network, external_mooncake) == []
     spec = {**MANAGED_LMCACHE, "integration": {"engineHostNetwork": False}}
-    assert run(r.reject_unneeded_engine_host_network, spec) == []
+    assert run(reject_unneeded_engine_host_network, spec) == []
 
 
 @pytest.mark.parametrize(
@@ -1317,7 +1372,7 @@ def test_reject_unneeded_engine_host_network_accepts_mooncake_and_false() -> Non
 def test_reject_unneeded_engine_host_network_rejects_elsewhere(base: dict[str, Any]) -> None:
     """Spec: the flag is rejected on backend types that do not need it."""
     spec = {**base, "integration": {"engineHostNetwork": True}}
-    errors = run(r.reject_unneeded_engine_host_network, spec)
+    errors = run(reject_unneeded_engine_host_network, spec)
     assert len(errors) == 1
     assert errors[0].startswith("spec.integration.engineHostNetwork: Forbidden:")
 
@@ -1326,53 +1381,53 @@ def test_reject_unneeded_engine_host_network_rejects_elsewhere(base: dict[str, A
 
 
 def test_reject_missing_hicache_block_accepts_present_block() -> None:
-    assert run(r.reject_missing_hicache_block, HICACHE) == []
+    assert run(reject_missing_hicache_block, HICACHE) == []
 
 
 def test_reject_missing_hicache_block_rejects_absent_block() -> None:
     """Spec "SGLang native HiCache": hiCache is required for type SGLangHiCache."""
-    errors = run(r.reject_missing_hicache_block, {**SGLANG, "type": "SGLangHiCache"})
+    errors = run(reject_missing_hicache_block, {**SGLANG, "type": "SGLangHiCache"})
     assert len(errors) == 1
     assert errors[0].startswith("spec.hiCache: Required value")
 
 
 def test_reject_unsupported_hicache_role_accepts_read_write() -> None:
-    assert run(r.reject_unsupported_hicache_role, HICACHE) == []
+    assert run(reject_unsupported_hicache_role, HICACHE) == []
     spec = {**HICACHE, "integration": {"role": "ReadWrite"}}
-    assert run(r.reject_unsupported_hicache_role, spec) == []
+    assert run(reject_unsupported_hicache_role, spec) == []
     # Other pairs are judged by their own rules.
     vllm = {**VLLM, "integration": {"role": "ReadOnly"}}
-    assert run(r.reject_unsupported_hicache_role, vllm) == []
+    assert run(reject_unsupported_hicache_role, vllm) == []
 
 
 @pytest.mark.parametrize("role", ["ReadOnly", "WriteOnly"])
 def test_reject_unsupported_hicache_role_rejects_read_only_and_write_only(role: str) -> None:
     """HiCache has no producer/consumer split, as for SGLang+LMCache."""
-    errors = run(r.reject_unsupported_hicache_role, {**HICACHE, "integration": {"role": role}})
+    errors = run(reject_unsupported_hicache_role, {**HICACHE, "integration": {"role": role}})
     assert len(errors) == 1
     assert errors[0].startswith(f'spec.integration.role: Invalid value: "{role}":')
     assert "only ReadWrite is supported" in errors[0]
 
 
 def test_reject_hicache_fail_closed_accepts_fail_open_true_and_default() -> None:
-    assert run(r.reject_hicache_fail_closed, HICACHE) == []
+    assert run(reject_hicache_fail_closed, HICACHE) == []
     spec = {**HICACHE, "integration": {"failOpen": True}}
-    assert run(r.reject_hicache_fail_closed, spec) == []
-    assert run(r.reject_hicache_fail_closed, {**VLLM, "integration": {"failOpen": False}}) == []
+    assert run(reject_hicache_fail_closed, spec) == []
+    assert run(reject_hicache_fail_closed, {**VLLM, "integration": {"failOpen": False}}) == []
 
 
 def test_reject_hicache_fail_closed_rejects_false_naming_the_supported_value() -> None:
     """HiCache: no remote tier could close serving; the flag would be a silent no-op."""
-    errors = run(r.reject_hicache_fail_closed, {**HICACHE, "integration": {"failOpen": False}})
+    errors = run(reject_hicache_fail_closed, {**HICACHE, "integration": {"failOpen": False}})
     assert len(errors) == 1
     assert errors[0].startswith("spec.integration.failOpen: Invalid value: false:")
     assert "supports only failOpen: true" in errors[0]
 
 
 def test_reject_hicache_without_engine_selector_accepts_labels() -> None:
-    assert run(r.reject_hicache_without_engine_selector, HICACHE) == []
+    assert run(reject_hicache_without_engine_selector, HICACHE) == []
     # Only HiCache requires one: other backends may be wired by selector later.
-    assert run(r.reject_hicache_without_engine_selector, VLLM) == []
+    assert run(reject_hicache_without_engine_selector, VLLM) == []
 
 
 @pytest.mark.parametrize("selector", [None, {}, {"matchLabels": {}}, {"matchLabels": None}])
@@ -1383,14 +1438,14 @@ def test_reject_hicache_without_engine_selector_rejects_missing_or_empty(
     spec = {k: v for k, v in HICACHE.items() if k != "engineSelector"}
     if selector is not None:
         spec["engineSelector"] = selector
-    errors = run(r.reject_hicache_without_engine_selector, spec)
+    errors = run(reject_hicache_without_engine_selector, spec)
     assert len(errors) == 1
     assert errors[0].startswith("spec.engineSelector.matchLabels: Required value:")
 
 
 @pytest.mark.parametrize("block", [{"ratio": "2.0"}, {"sizeGB": 64}])
 def test_reject_ambiguous_hicache_capacity_accepts_exactly_one(block: dict[str, Any]) -> None:
-    assert run(r.reject_ambiguous_hicache_capacity, {**HICACHE, "hiCache": block}) == []
+    assert run(reject_ambiguous_hicache_capacity, {**HICACHE, "hiCache": block}) == []
 
 
 @pytest.mark.parametrize(
@@ -1404,14 +1459,14 @@ def test_reject_ambiguous_hicache_capacity_rejects_both_or_neither(
     block: dict[str, Any], start: str
 ) -> None:
     """Spec "SGLang native HiCache": exactly one of ratio and sizeGB."""
-    errors = run(r.reject_ambiguous_hicache_capacity, {**HICACHE, "hiCache": block})
+    errors = run(reject_ambiguous_hicache_capacity, {**HICACHE, "hiCache": block})
     assert len(errors) == 1
     assert errors[0].startswith(start)
 
 
 @pytest.mark.parametrize("ratio", ["2.0", "2", "0.5", ".5", "1e1", "3."])
 def test_reject_invalid_hicache_ratio_accepts_finite_positive(ratio: str) -> None:
-    assert run(r.reject_invalid_hicache_ratio, {**HICACHE, "hiCache": {"ratio": ratio}}) == []
+    assert run(reject_invalid_hicache_ratio, {**HICACHE, "hiCache": {"ratio": ratio}}) == []
 
 
 @pytest.mark.parametrize(
@@ -1419,7 +1474,7 @@ def test_reject_invalid_hicache_ratio_accepts_finite_positive(ratio: str) -> Non
 )
 def test_reject_invalid_hicache_ratio_rejects_non_finite_or_non_positive(ratio: str) -> None:
     """Spec: ratio is a string containing a finite number greater than zero."""
-    errors = run(r.reject_invalid_hicache_ratio, {**HICACHE, "hiCache": {"ratio": ratio}})
+    errors = run(reject_invalid_hicache_ratio, {**HICACHE, "hiCache": {"ratio": ratio}})
     assert errors == [
         f'spec.hiCache.ratio: Invalid value: "{ratio}": must be a finite decimal number '
         'greater than zero, such as "2.0"'
@@ -1432,7 +1487,7 @@ def test_reject_invalid_hicache_ratio_rejects_non_finite_or_non_positive(ratio: 
 @pytest.mark.parametrize("capacity", ["32Gi", 1, "500M"])
 def test_reject_non_positive_host_memory_capacity_accepts_positive(capacity: Any) -> None:
     spec = {**VLLM, "lmCache": {"hostMemory": {"capacity": capacity}}}
-    assert run(r.reject_non_positive_host_memory_capacity, spec) == []
+    assert run(reject_non_positive_host_memory_capacity, spec) == []
 
 
 @pytest.mark.parametrize(
@@ -1442,7 +1497,7 @@ def test_reject_non_positive_host_memory_capacity_accepts_positive(capacity: Any
 def test_reject_non_positive_host_memory_capacity_rejects(capacity: Any, detail: str) -> None:
     """Spec "SGLang LMCache MP mode": lmCache.hostMemory.capacity is a positive quantity."""
     spec = {**SGLANG, "lmCache": {"hostMemory": {"capacity": capacity}}}
-    errors = run(r.reject_non_positive_host_memory_capacity, spec)
+    errors = run(reject_non_positive_host_memory_capacity, spec)
     assert len(errors) == 1
     assert errors[0].startswith("spec.lmCache.hostMemory.capacity: Invalid value:")
     assert detail in errors[0]
@@ -1528,10 +1583,10 @@ def test_validate_rules_are_pluggable() -> None:
     """The rule list is pluggable: validate() takes another ordered list."""
     spec = {**VLLM, "autoscaling": {"maxReplicas": 2}}
 
-    def reject_everything(ctx: r.RuleContext) -> list[FieldError]:
+    def reject_everything(ctx: RuleContext) -> list[FieldError]:
         return [forbidden("spec", "no")]
 
-    assert [str(e) for e in validate(cb(spec), NS, rules=[r.Rule(reject_everything)])] == [
+    assert [str(e) for e in validate(cb(spec), NS, rules=[Rule(reject_everything)])] == [
         "spec: Forbidden: no"
     ]
 

@@ -232,7 +232,7 @@ def test_no_cache_backend_at_all_is_said(
 
 
 def test_unknown_fields_inside_lists_are_named_and_pruned() -> None:
-    from webhook_svc.validate_cli import pruned, unknown_fields
+    from webhook_svc.offline.validate_cli import pruned, unknown_fields
 
     obj = yaml.safe_load(GOOD)
     obj["spec"]["integration"] = {

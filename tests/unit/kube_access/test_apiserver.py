@@ -29,8 +29,8 @@ import uvloop
 from kubernetes import client
 
 from icache_install import certs
-from kubeio import access as kubeaccess
 from kubeio import async_client as apiserver
+from kubeio.retries import RETRY_POLICY
 from tests.fakes import AsyncScriptedServer, Request, Respond, api_for
 from webhook_svc.backend_source import ApiBackendSource, ListFailedError
 from webhook_svc.workload_authz import ApiAccessReviewer, ReviewCache, ReviewError
@@ -551,7 +551,7 @@ def test_a_retry_after_that_fits_the_deadline_is_waited_out(
 
 
 def test_the_async_client_sends_at_most_the_shared_policys_sends(run: Run) -> None:
-    """Rule (kubeio.access.RETRY_POLICY, the synchronous client's too): after
+    """Rule (kubeio.retries.RETRY_POLICY, the synchronous client's too): after
     ``sends`` sends the last answer stands."""
 
     async def scenario() -> None:
@@ -559,7 +559,7 @@ def test_the_async_client_sends_at_most_the_shared_policys_sends(run: Run) -> No
             api = server.api()
             assert (await api.get("/a", 5.0))[0] == 429
             await api.close()
-        assert len(server.requests) == kubeaccess.RETRY_POLICY.sends
+        assert len(server.requests) == RETRY_POLICY.sends
 
     run(scenario())
 

@@ -1,10 +1,10 @@
 """One table of API paths for every resource the project touches
-(``kubeio.access``), built from shared/constants.py.
+(``kubeio.resources``), built from shared/constants.py.
 """
 
 from __future__ import annotations
 
-from kubeio.access import CACHEBACKENDS, PODS, SUBJECT_ACCESS_REVIEWS
+from kubeio.resources import CACHEBACKENDS, PODS, SUBJECT_ACCESS_REVIEWS
 from shared import constants as c
 
 # ------------------------------------------------------------------ the paths

@@ -1,6 +1,6 @@
 """One retry and Retry-After policy for both faces of the Kubernetes client.
 
-``kubeio.access.retry_after_wait`` is the one rule (pure, table-tested here); the
+``kubeio.retries.retry_after_wait`` is the one rule (pure, table-tested here); the
 synchronous ``kubeio.client.Kube`` follows it against a scripted HTTP/1.1 server on
 127.0.0.1 (the webhook's asyncio ``ApiServer`` is held to it in test_apiserver.py).
 The rule is client-go's: an answer 429 or 503 that says how long to wait
@@ -18,13 +18,9 @@ import pytest
 import yaml
 
 from kubeio import access as kubeaccess
-from kubeio.access import (
-    PODS,
-    RETRY_POLICY,
-    parse_retry_after,
-    retry_after_wait,
-)
 from kubeio.client import ApiError, Kube
+from kubeio.resources import PODS
+from kubeio.retries import RETRY_POLICY, parse_retry_after, retry_after_wait, urllib3_retries
 from tests.fakes import Script, ScriptedHttpServer
 
 # ------------------------------------------------------------------ the rule
@@ -93,7 +89,7 @@ def test_the_policy_is_the_webhooks_and_the_processes_one() -> None:
     assert RETRY_POLICY.stale_connection_resends == 1
     assert "POST" not in RETRY_POLICY.idempotent_methods
     assert "PATCH" not in RETRY_POLICY.idempotent_methods
-    retries = kubeaccess.urllib3_retries()
+    retries = urllib3_retries()
     assert retries.total == RETRY_POLICY.connection_retries
     assert not retries.respect_retry_after_header
 

@@ -20,6 +20,7 @@ from urllib3 import Retry
 
 from kubeio import access as kubeaccess
 from kubeio.access import KubeConfigError, load_configuration
+from kubeio.retries import RETRY_POLICY
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -205,12 +206,12 @@ def test_a_context_selects_it_and_skips_in_cluster(
 
 def test_every_connection_gets_the_same_retries(env: Path) -> None:
     """Rule: every loaded configuration carries the access layer's transport retries
-    (kubeaccess.RETRY_POLICY), with no Retry-After rule of urllib3's own."""
+    (RETRY_POLICY), with no Retry-After rule of urllib3's own."""
     home_config(env)
     loaded = load_configuration(serviceaccount_dir=env / "no-sa")
     retries = loaded.configuration.retries
     assert isinstance(retries, Retry)
-    assert retries.total == kubeaccess.RETRY_POLICY.connection_retries
+    assert retries.total == RETRY_POLICY.connection_retries
     assert not retries.respect_retry_after_header
 
 

@@ -88,3 +88,61 @@ def test_relative_links_resolve(doc: Path) -> None:
         if "://" not in target and not (doc.parent / target).exists()
     ]
     assert not broken, f"{doc.name}: broken links {broken}"
+
+
+DECISIONS = DOCS / "decisions.md"
+INDEX_LINK = re.compile(r"\[[^\]]+\]\(#([^)\s]+)\)")
+
+
+def heading_anchor(heading: str) -> str:
+    """The anchor GitHub gives a heading: lower case, punctuation other than ``-``
+    and ``_`` dropped, each space a ``-``."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def decisions_sections(text: str) -> tuple[str, list[str]]:
+    """The text before the first ``##`` section (the title, intro and index), and
+    every ``##`` section's anchor, outside code fences."""
+    lines = text.splitlines()
+    anchors: list[str] = []
+    first: int | None = None
+    fenced = False
+    for number, line in enumerate(lines):
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced and line.startswith("## "):
+            first = number if first is None else first
+            anchors.append(heading_anchor(line[3:]))
+    return "\n".join(lines[:first]), anchors
+
+
+def test_heading_anchor_is_githubs() -> None:
+    assert heading_anchor("Reconciler (dispatcher + workers)") == "reconciler-dispatcher--workers"
+    assert heading_anchor("Command line (`icache`)") == "command-line-icache"
+    assert heading_anchor("Cross-namespace consumers need the owner's consent") == (
+        "cross-namespace-consumers-need-the-owners-consent"
+    )
+
+
+def test_the_index_check_sees_a_missing_and_a_dangling_entry() -> None:
+    head, anchors = decisions_sections(
+        "# T\n\n- **A:** [One](#one); [Gone](#gone).\n\n## One\n```\n## not a section\n```\n## Two\n"
+    )
+    linked = INDEX_LINK.findall(head)
+    assert set(anchors) - set(linked) == {"two"}
+    assert set(linked) - set(anchors) == {"gone"}
+
+
+def test_decisions_index_lists_every_section_once_and_only_sections() -> None:
+    """docs/decisions.md opens with an index by area: every ``##`` section is linked
+    from it exactly once, and every index link points at a section, so a newcomer
+    finds a decision in one look and a section added without an index entry fails."""
+    head, anchors = decisions_sections(DECISIONS.read_text())
+    linked = INDEX_LINK.findall(head)
+    assert len(anchors) == len(set(anchors)), "two sections share a heading"
+    missing = [a for a in anchors if a not in linked]
+    dangling = [a for a in linked if a not in anchors]
+    twice = sorted({a for a in linked if linked.count(a) > 1})
+    assert not missing, f"sections missing from the index of docs/decisions.md: {missing}"
+    assert not dangling, f"index links of docs/decisions.md to no section: {dangling}"
+    assert not twice, f"sections listed twice in the index: {twice}"

@@ -23,7 +23,6 @@ import pytest
 
 from reconciler.diff import needs_apply
 from shared import constants as c
-from shared.network_policy import PodRef, ingress_allowed, label_selector_matches
 from shared.pod_wiring import OUTCOME_FAIL_OPEN, OUTCOME_INJECTED, WiringResult, wire_pod
 from shared.runtime_adapters.base import InjectContext
 from shared.storage_providers.base import AUTH_CONFIG_KEY, AUTH_CONFIG_PATH
@@ -39,6 +38,7 @@ from shared.storage_providers.render import (
 from tests import builders
 from tests.builders import ENGINE_LABELS
 from tests.builders import isolated_backend as backend
+from tests.network_policy import PodRef, ingress_allowed, label_selector_matches
 
 NS = "team-a"
 PASSWORD = "5" * 64

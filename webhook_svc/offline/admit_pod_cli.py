@@ -47,7 +47,7 @@ from shared.pod_wiring import (
 from shared.runtime_adapters.base import InjectContext
 from webhook_svc.admission_review import json_patch
 from webhook_svc.backend_files import BackendFileError, load_backends
-from webhook_svc.manifest_input import Document, InputError, read_inputs
+from webhook_svc.offline.manifest_input import Document, InputError, read_inputs
 
 TEMPLATE_PATHS: dict[str, tuple[str, ...]] = {
     "Deployment": ("spec", "template"),

@@ -45,7 +45,7 @@ from shared import constants as c
 from shared.api.crd import spec_openapi_schema
 from shared.jsoncopy import json_copy
 from shared.pod_wiring import DEFAULT_NAMESPACE
-from shared.validation.rules import judged_form
+from shared.validation.context import judged_form
 from shared.validation.schema import parse_spec, spec_type_error
 from webhook_svc.admission_review import parse_review
 from webhook_svc.cachebackend_admission import (
@@ -54,7 +54,7 @@ from webhook_svc.cachebackend_admission import (
     mutate_cachebackend,
     validate_cachebackend,
 )
-from webhook_svc.manifest_input import Document, InputError, read_inputs
+from webhook_svc.offline.manifest_input import Document, InputError, read_inputs
 
 # The validating webhook's name in the install's ValidatingWebhookConfiguration: the
 # API server puts it in front of every denial.
