@@ -51,8 +51,13 @@ def setup_namespace(api: client.ApiClient) -> None:
                 "inferencecache.io", "v1alpha1", NS, "cachebackends", body
             )
     rbac: Any = client.RbacAuthorizationV1Api(api)  # takes plain dicts at run time
-    rule = {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["create"]}
-    rbac.create_namespaced_role(NS, {"metadata": {"name": "deployers"}, "rules": [rule]})
+    # A managed backend's writer may create its workload and the engine pods it shapes
+    # (decision "Engine-shaping needs engine-level permission").
+    rules = [
+        {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["create"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]},
+    ]
+    rbac.create_namespaced_role(NS, {"metadata": {"name": "deployers"}, "rules": rules})
     rbac.create_namespaced_role_binding(
         NS,
         {
