@@ -24,9 +24,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from reconciler.engine_pods import ServerPod, injected_by_backend
+from reconciler.engine_pods import ServerPod
 from reconciler.status import WorkloadObservation
 from shared import constants as c
+from shared.backend_keys import injected_by_backend
 
 CASCADE_WINDOW_SECONDS: Final = 30.0
 

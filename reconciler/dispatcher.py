@@ -36,7 +36,6 @@ from celery import Celery
 
 from kubeio import client as k
 from reconciler import enqueue_keys, metrics
-from reconciler.backend_keys import BackendKey, object_key
 from reconciler.celery_app import QUEUE_NAME, RECONCILE_TASK
 from reconciler.enqueue_keys import SelectorIndex, owner_key
 from reconciler.leader import ElectionSettings, LeaderElector
@@ -44,6 +43,7 @@ from reconciler.pod_events import EnginePodEvents
 from reconciler.reads import DISPATCHER_OWNED_RESOURCES
 from reconciler.watch_cache import WatchSpec, list_then_watch
 from reconciler.workqueue import QueueDataLostError, WorkQueue
+from shared.backend_keys import BackendKey, object_key
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ Nothing here does I/O: the reconcile shell reads the pods that can matter to one
 these functions turn the raw pod dicts into the small observations
 ``reconciler.status`` and ``reconciler.cascade`` decide on.
 
-- ``injected_by_backend``: a pod belongs to a backend when the webhook's
+- ``shared.backend_keys.injected_by_backend``: a pod belongs to a backend when the webhook's
   ``injected-by: <ns>/<name>`` names it AND ``injected-by-uid`` equals the live
   backend's metadata.uid (a copied template from a deleted-and-recreated CR does not).
 - ``kernel_check_report``: the verdict of the ``lmcache-kernel-check`` init container,
@@ -30,8 +30,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from reconciler.backend_keys import BackendKey
 from shared import constants as c
+from shared.backend_keys import injected_by_backend
 from shared.client_versions import (
     kernel_check_termination,
     reported_versions,
@@ -130,17 +130,6 @@ def _clip(text: str, limit: int = MAX_DETAIL_CHARS) -> str:
 
 
 # ------------------------------------------------------------------ injected pods
-
-
-def injected_by_backend(pod: dict[str, Any], namespace: str, name: str, uid: str | None) -> bool:
-    """The webhook wired this pod to exactly this backend incarnation."""
-    if not uid:
-        return False
-    annotations = _annotations(pod)
-    return (
-        annotations.get(c.ANNOTATION_INJECTED_BY) == str(BackendKey(namespace, name))
-        and annotations.get(c.ANNOTATION_INJECTED_BY_UID) == uid
-    )
 
 
 def _status_named(statuses: Iterable[dict[str, Any]] | None, name: str) -> dict[str, Any] | None:

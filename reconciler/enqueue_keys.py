@@ -10,7 +10,7 @@ the workers' caches (:class:`ChangeRouter`).
   spec.engineSelector: that backend (:func:`backends_selecting`, matched by
   :func:`shared.labels.labels_match`).
 
-Keys are the work queue's text form, built by :class:`reconciler.backend_keys.BackendKey`.
+Keys are the work queue's text form, built by :class:`shared.backend_keys.BackendKey`.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, Protocol
 
-from reconciler.backend_keys import BackendKey, injected_by_key, object_key
 from reconciler.engine_deployments import replicaset_shape, replicaset_template_labels
 from shared import constants as c
+from shared.backend_keys import BackendKey, injected_by_key, object_key
 from shared.labels import labels_match
 from shared.storage_providers.render import LABEL_CACHEBACKEND, LABEL_MANAGED_BY, MANAGED_BY
 

@@ -11,9 +11,9 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any, Final
 
-from reconciler.conditions import find, format_time
 from reconciler.ownership import EVENT_NAME_CONFLICT
 from shared import constants as c
+from shared.conditions import find, format_time
 
 NORMAL: Final = "Normal"
 WARNING: Final = "Warning"

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from reconciler.conditions import FALSE, UNKNOWN, DesiredCondition
 from reconciler.engine_pods import HostMemoryShortfall, InjectedPodsObservation
 from shared import constants as c
+from shared.conditions import FALSE, UNKNOWN, DesiredCondition
 from shared.runtime_adapters.host_memory_fit import gib_text
 
 # Bounds on a condition message: this many pods named, then a count.

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubeio import client as k
-from reconciler.backend_keys import BackendKey
+from shared.backend_keys import BackendKey
 
 log = logging.getLogger(__name__)
 

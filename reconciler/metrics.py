@@ -226,15 +226,11 @@ def reconciled(result: str, seconds: float) -> None:
     RECONCILE_TIME.observe(seconds)
 
 
-# The condition the version-skew gauge mirrors.
-LMCACHE_VERSION_SKEW_CONDITION: Final = "LMCacheVersionSkew"
-
-
 def lmcache_version_skew_value(obj: Mapping[str, Any]) -> float:
     """1 when the backend's LMCacheVersionSkew condition is True; 0 otherwise (aligned,
     unknown, or not published: the condition gauge tells those apart)."""
     for cond in (obj.get("status") or {}).get("conditions") or []:
-        if isinstance(cond, Mapping) and cond.get("type") == LMCACHE_VERSION_SKEW_CONDITION:
+        if isinstance(cond, Mapping) and cond.get("type") == c.COND_LMCACHE_VERSION_SKEW:
             return 1.0 if cond.get("status") == "True" else 0.0
     return 0.0
 

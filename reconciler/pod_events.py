@@ -32,9 +32,9 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from kubeio import client as k
-from reconciler.backend_keys import BackendKey
 from reconciler.events import NORMAL, core_event
 from shared import constants as c
+from shared.backend_keys import BackendKey
 from shared.pod_wiring import skip_inject_requested
 
 # An Event name is a DNS subdomain (<= 253 characters).

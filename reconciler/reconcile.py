@@ -21,7 +21,6 @@ import pydantic
 
 from kubeio import client as k
 from reconciler import metrics
-from reconciler.backend_keys import BackendKey, object_key
 from reconciler.cascade import (
     InstanceTransition,
     cascade_targets,
@@ -29,10 +28,8 @@ from reconciler.cascade import (
     observed_server_instance_transition,
     restart_trigger_patch,
 )
-from reconciler.conditions import format_time, is_true
 from reconciler.diff import needs_apply
 from reconciler.engine_pods import (
-    injected_by_backend,
     observe_injected_pods,
     server_pods,
     workload_selector,
@@ -51,11 +48,9 @@ from reconciler.server_client import Prober
 from reconciler.status import (
     ENGINE_ADVISORY_MODES,
     EngineObservation,
-    Mode,
     Observed,
     ProbeObservation,
     WorkloadObservation,
-    backend_mode,
     compute_status,
     status_equal,
 )
@@ -68,6 +63,9 @@ from reconciler.workload_refusals import (
 from shared import constants as c
 from shared.api import effective
 from shared.api.models import CacheBackend
+from shared.backend_keys import BackendKey, injected_by_backend, object_key
+from shared.backend_mode import Mode, backend_mode
+from shared.conditions import format_time, is_true
 from shared.labels import labels_match, valid_selector
 from shared.pod_wiring import injected_by_uid_label
 from shared.storage_providers.render import render_managed_objects, service_endpoint

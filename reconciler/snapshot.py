@@ -19,12 +19,12 @@ from typing import Any, Final
 import redis
 
 from kubeio import client as k
-from reconciler.backend_keys import injected_by_key, object_key
 from reconciler.cluster_cache import ClusterCache, fresh, selector_groups, set_selector
-from reconciler.conditions import format_time, parse_time
 from reconciler.enqueue_keys import engine_selector_labels
 from reconciler.server_client import ServerClient
 from shared import constants as c
+from shared.backend_keys import injected_by_key, object_key
+from shared.conditions import format_time, parse_time
 from shared.labels import labels_match, valid_selector
 
 log = logging.getLogger(__name__)

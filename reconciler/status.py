@@ -29,24 +29,11 @@ Unsupported        Ready + Progressing = False/UnsupportedRuntimePair
 from __future__ import annotations
 
 import datetime as dt
-import enum
 import json
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from reconciler import version_skew
-from reconciler.conditions import (
-    FALSE,
-    TRUE,
-    UNKNOWN,
-    DesiredCondition,
-    find,
-    format_time,
-    merge_conditions,
-    normalised,
-    parse_time,
-    reason_of,
-)
 from reconciler.engine_pods import (
     KERNEL_ERROR,
     KERNEL_FAILED,
@@ -65,6 +52,19 @@ from shared import constants as c
 from shared.api import effective
 from shared.api.duration import parse_go_duration
 from shared.api.models import CacheBackend
+from shared.backend_mode import Mode, backend_mode
+from shared.conditions import (
+    FALSE,
+    TRUE,
+    UNKNOWN,
+    DesiredCondition,
+    find,
+    format_time,
+    merge_conditions,
+    normalised,
+    parse_time,
+    reason_of,
+)
 from shared.constants import (
     REASON_DEGRADED,
     REASON_NAME_CONFLICT,
@@ -72,7 +72,6 @@ from shared.constants import (
 )
 from shared.endpoints import endpoint_shape_error
 from shared.runtime_adapters import registry as runtime_registry
-from shared.storage_providers.render import managed_provider
 from shared.tenancy import ConsumerStanding
 
 # Cadences. The steady 30 s resync is the dispatcher's; these are per-backend hints.
@@ -81,15 +80,6 @@ ENGINE_CHURN_REQUEUE_SECONDS: Final = 5.0
 # makes the flip happen on the first look after the deadline.
 DEADLINE_MARGIN_SECONDS: Final = 0.5
 DEFAULT_FIRST_EVENT_TIMEOUT_SECONDS: Final = 300.0
-
-
-class Mode(enum.StrEnum):
-    MANAGED = "Managed"
-    HOST_ONLY = "HostOnly"
-    EVENTS_ONLY = "EventsOnly"
-    EXTERNAL = "External"
-    HICACHE = "HiCache"
-    UNSUPPORTED = "Unsupported"
 
 
 # Condition types each mode may carry. Types a mode publishes itself are computed;
@@ -280,26 +270,6 @@ class StatusResult:
 
 
 # ----------------------------------------------------------------- classification
-
-
-def backend_mode(cb: CacheBackend) -> Mode:
-    """Which lifecycle shape this backend has; decides every other rule."""
-    spec = cb.spec
-    if runtime_registry.select_adapter(spec.runtime, effective.cache_type(spec)) is None:
-        return Mode.UNSUPPORTED
-    if effective.integration_mode(spec) == c.MODE_EVENTS_ONLY:
-        return Mode.EVENTS_ONLY
-    if effective.cache_type(spec) == c.TYPE_SGLANG_HICACHE:
-        return Mode.HICACHE
-    rs = spec.remote_storage
-    if rs is None or rs.provider is None:
-        return Mode.HOST_ONLY
-    if rs.ownership == c.OWNERSHIP_EXTERNAL:
-        return Mode.EXTERNAL
-    if managed_provider(cb) is None:
-        # A provider whose binding the runtime adapter refuses: nothing would dial it.
-        return Mode.UNSUPPORTED
-    return Mode.MANAGED
 
 
 def kv_event_gate_enabled(cb: CacheBackend) -> bool:

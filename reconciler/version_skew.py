@@ -20,11 +20,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final
 
-from reconciler.conditions import FALSE, TRUE, UNKNOWN, DesiredCondition
 from reconciler.engine_pods import KERNEL_PENDING, InjectedPodsObservation, KernelCheckReport
 from shared import constants as c
 from shared import engine_versions as ev
 from shared.client_versions import client_skewed, server_version_of_image
+from shared.conditions import FALSE, TRUE, UNKNOWN, DesiredCondition
 from shared.engine_versions import LMCACHE, VLLM
 
 # Packages whose minimum release the worker checks (the kernel check runs on vLLM+LMCache).

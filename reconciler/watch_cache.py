@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from kubeio import client as k
-from reconciler.backend_keys import object_key
+from shared.backend_keys import object_key
 
 log = logging.getLogger(__name__)
 

@@ -15,9 +15,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from reconciler.conditions import find
 from shared import constants as c
 from shared.api.models import CacheBackend
+from shared.conditions import find
 from shared.pod_wiring import WiringResult, wire_pod
 from shared.runtime_adapters.base import InjectContext
 from shared.runtime_adapters.podcheck import pod_problems

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from icache_install.doctor.findings import Finding, ObjectRef, finding
-from icache_install.doctor.versions import injected_by
+from shared.backend_keys import injected_by
 from shared.runtime_adapters.host_memory_fit import (
     gib_text,
     pinned_host_memory_exceeds_limit,

@@ -12,12 +12,12 @@ from reconciler.engine_pods import (
     KernelCheckReport,
     ServerPod,
     crash_looping_engine_containers,
-    injected_by_backend,
     kernel_check_report,
     observe_injected_pods,
     parse_kernel_check_verdict,
     server_pods,
 )
+from shared.backend_keys import injected_by_backend
 
 CHECK = "lmcache-kernel-check"
 

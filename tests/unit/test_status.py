@@ -7,12 +7,10 @@ from typing import Any
 
 import pytest
 
-from reconciler.conditions import find
 from reconciler.engine_pods import CrashLoop, InjectedPodsObservation, KernelCheckReport
 from reconciler.events import transition_events
 from reconciler.status import (
     EngineObservation,
-    Mode,
     Observed,
     ProbeObservation,
     WorkloadObservation,
@@ -21,6 +19,8 @@ from reconciler.status import (
 )
 from shared.api.duration import parse_go_duration
 from shared.api.models import CacheBackend
+from shared.backend_mode import Mode
+from shared.conditions import find
 from shared.constants import REASON_UNSUPPORTED_RUNTIME_PAIR
 from tests.builders import ENDPOINT, MANAGED_SPEC, NO_GATE, T0, external_spec
 from tests.builders import condition_of as cond

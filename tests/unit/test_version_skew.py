@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from reconciler.conditions import find
 from reconciler.engine_pods import InjectedPodsObservation, KernelCheckReport
 from reconciler.events import transition_events
 from reconciler.status import Observed, WorkloadObservation, compute_status
@@ -28,6 +27,7 @@ from shared import constants as c
 from shared import engine_versions as ev
 from shared.api.models import CacheBackend
 from shared.client_versions import client_skewed, major_minor, server_version_of_image
+from shared.conditions import find
 from tests.builders import NO_GATE, backend, external, managed
 
 T0 = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
