@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from reconciler.engine_pods import (
+from reconciler.status.engine_pods import (
     CrashLoop,
     KernelCheckReport,
     ServerPod,

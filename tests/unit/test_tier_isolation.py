@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from reconciler.diff import needs_apply
+from reconciler.steps.diff import needs_apply
 from shared import constants as c
 from shared.network_policy import PodRef, ingress_allowed, label_selector_matches
 from shared.pod_wiring import OUTCOME_FAIL_OPEN, OUTCOME_INJECTED, WiringResult, wire_pod

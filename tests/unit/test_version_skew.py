@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from reconciler.engine_pods import InjectedPodsObservation, KernelCheckReport
-from reconciler.events import transition_events
-from reconciler.status import Observed, WorkloadObservation, compute_status
-from reconciler.version_skew import (
+from reconciler.status.compute import Observed, WorkloadObservation, compute_status
+from reconciler.status.engine_pods import InjectedPodsObservation, KernelCheckReport
+from reconciler.status.events import transition_events
+from reconciler.status.version_skew import (
     engine_version_below_minimum_condition,
     lmcache_version_skew_condition,
     releases_below_minimum,

@@ -13,7 +13,6 @@ from cli_support import arg_types as cli_types
 from cli_support.habits import UsageError
 from kubeio import access as kubeaccess
 from reconciler import health, metrics
-from reconciler.celery_app import make_app
 from reconciler.cli_common import (
     CommonSettings,
     add_common_arguments,
@@ -21,10 +20,11 @@ from reconciler.cli_common import (
     readiness,
     setup_logging,
 )
-from reconciler.dispatcher import Dispatcher, DispatcherSettings
-from reconciler.leader import ElectionSettings
-from reconciler.redis_conn import redis_client
-from reconciler.workqueue import QueueSettings, WorkQueue
+from reconciler.dispatch.dispatcher import Dispatcher, DispatcherSettings
+from reconciler.dispatch.leader import ElectionSettings
+from reconciler.queue.celery_app import make_app
+from reconciler.queue.redis_conn import redis_client
+from reconciler.queue.workqueue import QueueSettings, WorkQueue
 from shared.constants import DISPATCHER_LEASE, INSTALL_NAMESPACE
 
 

@@ -19,15 +19,15 @@ from typing import Final
 
 from kubeio import access as kubeaccess
 from kubeio.client import Kube
-from reconciler.cascade import CASCADE_WINDOW_SECONDS
-from reconciler.cluster_cache import CachedReads, ClusterCache
-from reconciler.lease_fence import FencedKube
-from reconciler.rate_limits import RedisCascadeLimiter, redis_probe_rate_limiter
-from reconciler.reads import ClusterReads, LiveReads
-from reconciler.reconcile import Reconciler
-from reconciler.redis_conn import RedisTimeouts, redis_client
-from reconciler.server_client import DEFAULT_TOKEN_PATH, ServerClient
-from reconciler.workqueue import QueueSettings, WorkQueue
+from reconciler.queue.redis_conn import RedisTimeouts, redis_client
+from reconciler.queue.workqueue import QueueSettings, WorkQueue
+from reconciler.status.cascade import CASCADE_WINDOW_SECONDS
+from reconciler.steps.reads import ClusterReads, LiveReads
+from reconciler.steps.reconcile import Reconciler
+from reconciler.steps.server_client import DEFAULT_TOKEN_PATH, ServerClient
+from reconciler.watch.cluster_cache import CachedReads, ClusterCache
+from reconciler.work.lease_fence import FencedKube
+from reconciler.work.rate_limits import RedisCascadeLimiter, redis_probe_rate_limiter
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ class WorkerConfig:
     queue: QueueSettings = QueueSettings()
     probe_window_seconds: float = 30.0
     redis_timeouts: RedisTimeouts = RedisTimeouts()
-    # "cache": reconciles read the process's watch caches (reconciler.cluster_cache);
+    # "cache": reconciles read the process's watch caches (reconciler.watch.cluster_cache);
     # "api": every read goes to the API server, scoped by label selectors.
     reads: str = READS_CACHE
 
@@ -85,7 +85,7 @@ def runtime() -> Runtime:
             return _runtime
         if _config is None:
             raise RuntimeError(
-                "worker not configured: call reconciler.worker_runtime.configure() first"
+                "worker not configured: call reconciler.work.worker_runtime.configure() first"
             )
         _runtime = build(_config)
         return _runtime

@@ -21,7 +21,7 @@ from typing import Any
 import pydantic
 
 from kubeio import client as k
-from reconciler.reads import ClusterReads, controller_name
+from reconciler.steps.reads import ClusterReads, controller_name
 from shared import constants as c
 from shared.api.models import CacheBackend
 from shared.storage_providers.base import StorageProvider

@@ -1,7 +1,7 @@
 """Lease fencing: no write for a key whose work-queue lease may have lapsed.
 
 A reconcile runs while its worker holds the key's lease in the work queue
-(:meth:`reconciler.workqueue.WorkQueue.leased`, renewed in the background). If the
+(:meth:`reconciler.queue.workqueue.WorkQueue.leased`, renewed in the background). If the
 renewals stop reaching Redis (Redis unreachable, the process starved), the reaper may
 hand the key to another worker once the lease expires, and two workers must never
 write for one key at once. :func:`holding` marks the lease the current thread's
@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from kubeio.client import JSON_ACCEPT, Kube
-from reconciler.workqueue import WorkQueue
+from reconciler.queue.workqueue import WorkQueue
 
 
 class LeaseExpiredError(RuntimeError):

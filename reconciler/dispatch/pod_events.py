@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from kubeio import client as k
-from reconciler.events import NORMAL, core_event
+from reconciler.status.events import NORMAL, core_event
 from shared import constants as c
 from shared.backend_keys import BackendKey
 from shared.pod_wiring import skip_inject_requested

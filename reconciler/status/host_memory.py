@@ -12,7 +12,7 @@ kernel's OOM killer then ends the engine with nothing on the CacheBackend saying
   otherwise (no injected pod, no limit, or every limit holds it). It never gates Ready:
   the engine is the operator's and the pod was admitted (fail-open). A pod list that
   failed this time keeps the prior condition.
-- ``reconciler.events.pinned_host_memory_over_limit_event``: one Warning
+- ``reconciler.status.events.pinned_host_memory_over_limit_event``: one Warning
   ``PinnedHostMemoryOverLimit`` when the condition enters
   False/PinnedHostMemoryOverLimit; none while it stays.
 """
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from reconciler.engine_pods import HostMemoryShortfall, InjectedPodsObservation
+from reconciler.status.engine_pods import HostMemoryShortfall, InjectedPodsObservation
 from shared import constants as c
 from shared.conditions import FALSE, UNKNOWN, DesiredCondition
 from shared.runtime_adapters.host_memory_fit import gib_text

@@ -19,9 +19,9 @@ from typing import Any, Final
 import redis
 
 from kubeio import client as k
-from reconciler.cluster_cache import ClusterCache, fresh, selector_groups, set_selector
-from reconciler.enqueue_keys import engine_selector_labels
-from reconciler.server_client import ServerClient
+from reconciler.steps.server_client import ServerClient
+from reconciler.watch.cluster_cache import ClusterCache, fresh, selector_groups, set_selector
+from reconciler.watch.enqueue_keys import engine_selector_labels
 from shared import constants as c
 from shared.backend_keys import injected_by_key, object_key
 from shared.conditions import format_time, parse_time

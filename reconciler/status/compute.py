@@ -33,16 +33,16 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from reconciler import version_skew
-from reconciler.engine_pods import (
+from reconciler.status import version_skew
+from reconciler.status.engine_pods import (
     KERNEL_ERROR,
     KERNEL_FAILED,
     KERNEL_OK,
     KERNEL_PENDING,
     InjectedPodsObservation,
 )
-from reconciler.host_memory import engine_host_memory_condition
-from reconciler.ownership import (
+from reconciler.status.host_memory import engine_host_memory_condition
+from reconciler.status.ownership import (
     NAME_CONFLICT_REQUEUE_SECONDS,
     NameConflict,
     name_conflict_message,

@@ -21,18 +21,18 @@ pods, metadata only          engine pods: one watch per (namespace, selector key
                              ``<key> in (<the values that namespace's backends
                              select>)``
 ReplicaSets, metadata only   engine Deployments, derived from their ReplicaSets
-                             (``reconciler.engine_deployments``), watched as the
+                             (``reconciler.watch.engine_deployments``), watched as the
                              engine pods are
 ===========================  ====================================================
 
 Each change the cache takes in is also turned into a work-queue add for the backends
-it concerns (:class:`reconciler.enqueue_keys.ChangeRouter`): the dispatcher's watch
+it concerns (:class:`reconciler.watch.enqueue_keys.ChangeRouter`): the dispatcher's watch
 may see an event before this cache does, and a reconcile woken by it could read the older view; the add made here,
 after the cache holds the change, guarantees a run that sees it (adds collapse, so
 this costs a Redis call, not a reconcile).
 
-:class:`CachedReads` answers :class:`reconciler.reads.ClusterReads` from these stores
-and falls back to the scoped API-server reads of :class:`reconciler.reads.LiveReads`
+:class:`CachedReads` answers :class:`reconciler.steps.reads.ClusterReads` from these stores
+and falls back to the scoped API-server reads of :class:`reconciler.steps.reads.LiveReads`
 while a store has not synced (start-up, or a watch that keeps failing) or an engine
 selector is not covered yet (a backend just created). docs/architecture.md ("Reads")
 has the reasoning on staleness.
@@ -48,17 +48,18 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from kubeio import client as k
-from reconciler import enqueue_keys, metrics
-from reconciler.engine_deployments import (
+from reconciler import metrics
+from reconciler.steps.reads import LISTED_OWNED_RESOURCES, LiveReads, template_labels, with_kind
+from reconciler.watch import enqueue_keys
+from reconciler.watch.engine_deployments import (
     deployments_from_replicasets,
     replicaset_metadata,
 )
-from reconciler.enqueue_keys import (
+from reconciler.watch.enqueue_keys import (
     ChangeRouter,
     engine_selector_labels,
 )
-from reconciler.reads import LISTED_OWNED_RESOURCES, LiveReads, template_labels, with_kind
-from reconciler.watch_cache import Reflector, WatchSpec, reduced_metadata, resource_version
+from reconciler.watch.watch_cache import Reflector, WatchSpec, reduced_metadata, resource_version
 from shared import constants as c
 from shared.labels import labels_match, valid_selector
 from shared.storage_providers.render import (
@@ -378,7 +379,7 @@ class ClusterCache:
             on_change=router.engine_pod,
             watch_timeout=watch_timeout,
         )
-        # Engine Deployments through their ReplicaSets (reconciler.engine_deployments):
+        # Engine Deployments through their ReplicaSets (reconciler.watch.engine_deployments):
         # a ReplicaSet carries its Deployment's pod-template labels, so the engine
         # selectors select it; the Deployments themselves cannot be selected that way.
         self.engine_replicasets = SelectorWatches(
@@ -455,7 +456,7 @@ def _owned_transform(res: k.Resource) -> Callable[[Obj], Obj]:
 
 
 class CachedReads:
-    """:class:`reconciler.reads.ClusterReads` from a :class:`ClusterCache`, with the
+    """:class:`reconciler.steps.reads.ClusterReads` from a :class:`ClusterCache`, with the
     scoped API-server reads as the fallback for a store that cannot answer yet."""
 
     def __init__(self, cache: ClusterCache, live: LiveReads) -> None:
@@ -482,7 +483,7 @@ class CachedReads:
         return self.cache.backends.store.in_namespace(namespace)
 
     def owned_secrets(self, namespace: str, name: str) -> list[Obj]:
-        # Never cached (reconciler.reads.NAMED_OWNED_RESOURCES): read by name.
+        # Never cached (reconciler.steps.reads.NAMED_OWNED_RESOURCES): read by name.
         return self.live.owned_secrets(namespace, name)
 
     def owned(self, namespace: str, name: str) -> list[Obj]:

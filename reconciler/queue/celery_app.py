@@ -1,7 +1,7 @@
 """The Celery application: Redis broker, late acks, one message in flight per process.
 
 Celery carries only wake-up messages ("reconcile this key"); the work queue in
-Redis (:mod:`reconciler.workqueue`) is the source of truth for what must run, so a
+Redis (:mod:`reconciler.queue.workqueue`) is the source of truth for what must run, so a
 lost or duplicated message never loses or doubles a reconcile.
 """
 
@@ -12,9 +12,9 @@ from typing import Final
 
 from celery import Celery
 
-from reconciler import redis_settings
-from reconciler.broker import TRANSPORT
-from reconciler.redis_conn import RedisTimeouts, celery_redis_settings
+from reconciler.queue import redis_settings
+from reconciler.queue.broker import TRANSPORT
+from reconciler.queue.redis_conn import RedisTimeouts, celery_redis_settings
 
 QUEUE_NAME: Final = "icache-reconcile"
 RECONCILE_TASK: Final = "icache.reconcile"

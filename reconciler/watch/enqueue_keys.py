@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, Protocol
 
-from reconciler.engine_deployments import replicaset_shape, replicaset_template_labels
+from reconciler.watch.engine_deployments import replicaset_shape, replicaset_template_labels
 from shared import constants as c
 from shared.backend_keys import BackendKey, injected_by_key, object_key
 from shared.labels import labels_match

@@ -1,7 +1,7 @@
 """Pure decisions on the engine releases the kernel check reports: one function per rule.
 
 The ``lmcache-kernel-check`` verdict carries the versions it read from the engine image's
-installed package metadata (``reconciler.engine_pods.KernelCheckReport.versions``). Two
+installed package metadata (``reconciler.status.engine_pods.KernelCheckReport.versions``). Two
 advisory conditions come from them; neither ever gates Ready (tier 2 is an optimisation
 and stays fail-open), and a pod list that failed this time keeps the prior condition.
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final
 
-from reconciler.engine_pods import KERNEL_PENDING, InjectedPodsObservation, KernelCheckReport
+from reconciler.status.engine_pods import KERNEL_PENDING, InjectedPodsObservation, KernelCheckReport
 from shared import constants as c
 from shared import engine_versions as ev
 from shared.client_versions import client_skewed, server_version_of_image

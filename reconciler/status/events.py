@@ -11,7 +11,7 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any, Final
 
-from reconciler.ownership import EVENT_NAME_CONFLICT
+from reconciler.status.ownership import EVENT_NAME_CONFLICT
 from shared import constants as c
 from shared.conditions import find, format_time
 

@@ -10,7 +10,7 @@ Only the elected leader (Lease) watches and enqueues. While leading it runs:
   crash-loops and server restarts are seen without waiting for the resync; a pod
   that starts or stops matching a backend's spec.engineSelector (created, deleted,
   relabelled) enqueues that backend, so status.matchedEnginePods follows at once; and the
-  engine-pod events controller (:mod:`reconciler.pod_events`) records
+  engine-pod events controller (:mod:`reconciler.dispatch.pod_events`) records
   InjectedByCacheBackend / SkippedByOperator on the pods the webhook decided on;
 * the ``inferencecache_backend_t2_hit_rate{backend}`` and
   ``inferencecache_backend_condition{backend,type,status,reason}`` gauges, from the
@@ -35,14 +35,15 @@ import redis
 from celery import Celery
 
 from kubeio import client as k
-from reconciler import enqueue_keys, metrics
-from reconciler.celery_app import QUEUE_NAME, RECONCILE_TASK
-from reconciler.enqueue_keys import SelectorIndex, owner_key
-from reconciler.leader import ElectionSettings, LeaderElector
-from reconciler.pod_events import EnginePodEvents
-from reconciler.reads import DISPATCHER_OWNED_RESOURCES
-from reconciler.watch_cache import WatchSpec, list_then_watch
-from reconciler.workqueue import QueueDataLostError, WorkQueue
+from reconciler import metrics
+from reconciler.dispatch.leader import ElectionSettings, LeaderElector
+from reconciler.dispatch.pod_events import EnginePodEvents
+from reconciler.queue.celery_app import QUEUE_NAME, RECONCILE_TASK
+from reconciler.queue.workqueue import QueueDataLostError, WorkQueue
+from reconciler.steps.reads import DISPATCHER_OWNED_RESOURCES
+from reconciler.watch import enqueue_keys
+from reconciler.watch.enqueue_keys import SelectorIndex, owner_key
+from reconciler.watch.watch_cache import WatchSpec, list_then_watch
 from shared.backend_keys import BackendKey, object_key
 
 log = logging.getLogger(__name__)
@@ -75,7 +76,7 @@ def dispatch_fence_after_data_loss(
     The loss took the ``processing`` hash with it, so a worker still running a key from
     before it looks like no one to the queue. That worker keeps believing its lease
     for at most ``lease_seconds`` after its last confirmed renewal (which came before
-    the loss) and stops writing before then (reconciler.lease_fence.check_lease); the loss
+    the loss) and stops writing before then (reconciler.work.lease_fence.check_lease); the loss
     was seen at most one reap interval after it happened. Waiting that long means no
     two workers ever run one key at once."""
     return detected_at + lease_seconds + reap_interval

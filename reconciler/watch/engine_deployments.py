@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Final
 
-from reconciler.watch_cache import reduced_metadata
+from reconciler.watch.watch_cache import reduced_metadata
 
 LABEL_POD_TEMPLATE_HASH: Final = "pod-template-hash"
 ANNOTATION_REVISION: Final = "deployment.kubernetes.io/revision"
@@ -70,7 +70,7 @@ def replicaset_shape(replicaset: Obj) -> tuple[object, ...]:
 
 def deployments_from_replicasets(replicasets: Iterable[Obj]) -> list[Obj]:
     """Each Deployment owning one of ``replicasets`` (by controller reference), in the
-    shape ``reconciler.reads.ClusterReads.engine_deployments`` promises: replicas from
+    shape ``reconciler.steps.reads.ClusterReads.engine_deployments`` promises: replicas from
     its newest ReplicaSet's desired-replicas annotation (newest by revision), pod
     template labels from that ReplicaSet's labels less ``pod-template-hash``.
 

@@ -1,9 +1,9 @@
 """Pure reading of engine and cache-server pods for the advisory conditions and the cascade.
 
 Nothing here does I/O: the reconcile shell reads the pods that can matter to one backend
-(``reconciler.reads``: its engine pods, its injected pods, its cache-server pods) and
+(``reconciler.steps.reads``: its engine pods, its injected pods, its cache-server pods) and
 these functions turn the raw pod dicts into the small observations
-``reconciler.status`` and ``reconciler.cascade`` decide on.
+``reconciler.status.compute`` and ``reconciler.status.cascade`` decide on.
 
 - ``shared.backend_keys.injected_by_backend``: a pod belongs to a backend when the webhook's
   ``injected-by: <ns>/<name>`` names it AND ``injected-by-uid`` equals the live

@@ -25,7 +25,7 @@ feed status only â€” counts and advisory conditions a later reconcile corrects â
 the one write they could lead to, the engine cascade, is confirmed with ``fresh``
 reads first. The CacheBackend and owned objects are always read consistently.
 
-The watch-cache implementation is :class:`reconciler.cluster_cache.CachedReads`;
+The watch-cache implementation is :class:`reconciler.watch.cluster_cache.CachedReads`;
 docs/architecture.md ("Reads") says which the worker uses and why.
 """
 

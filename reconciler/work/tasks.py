@@ -1,11 +1,11 @@
 """The reconcile task: one key, start to finish, read top to bottom.
 
-1. the process's clients (:func:`reconciler.worker_runtime.runtime`);
-2. the key's lease in the work queue (:meth:`reconciler.workqueue.WorkQueue.leased`:
+1. the process's clients (:func:`reconciler.work.worker_runtime.runtime`);
+2. the key's lease in the work queue (:meth:`reconciler.queue.workqueue.WorkQueue.leased`:
    claimed, renewed while the reconcile runs, released after);
-3. the reconcile, its writes fenced on that lease (:mod:`reconciler.lease_fence`,
-   :meth:`reconciler.reconcile.Reconciler.reconcile`);
-4. the outcome recorded in the work queue (:meth:`~reconciler.workqueue.WorkQueue.done`:
+3. the reconcile, its writes fenced on that lease (:mod:`reconciler.work.lease_fence`,
+   :meth:`reconciler.steps.reconcile.Reconciler.reconcile`);
+4. the outcome recorded in the work queue (:meth:`~reconciler.queue.workqueue.WorkQueue.done`:
    requeue, retry with backoff, or finished);
 5. the outcome counted (:func:`reconciler.metrics.reconciled`).
 """
@@ -19,11 +19,11 @@ import redis
 from celery import Celery
 
 from reconciler import metrics
-from reconciler.celery_app import RECONCILE_TASK
-from reconciler.lease_fence import LeaseExpiredError, holding
-from reconciler.reconcile import ReconcileResult
-from reconciler.worker_runtime import Runtime, runtime
-from reconciler.workqueue import DONE, WorkQueue
+from reconciler.queue.celery_app import RECONCILE_TASK
+from reconciler.queue.workqueue import DONE, WorkQueue
+from reconciler.steps.reconcile import ReconcileResult
+from reconciler.work.lease_fence import LeaseExpiredError, holding
+from reconciler.work.worker_runtime import Runtime, runtime
 
 log = logging.getLogger(__name__)
 # One DEBUG line when a reconcile starts and one when it ends, with the lease token

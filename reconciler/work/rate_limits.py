@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import redis
 
-from reconciler.reconcile import CascadeClaim, ProbeRateLimiter
+from reconciler.steps.reconcile import CascadeClaim, ProbeRateLimiter
 
 
 def redis_probe_rate_limiter(client: redis.Redis, window: float) -> ProbeRateLimiter:

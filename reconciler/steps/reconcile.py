@@ -3,7 +3,7 @@
 Level-based and idempotent: every run recomputes from what it reads; nothing depends
 on which event woke it. An idle run (nothing drifted, status unchanged) writes
 nothing — no apply, no delete, no status write, no Event — and, reading from the
-worker's watch caches (``reconciler.reads``, ``reconciler.cluster_cache``), makes no
+worker's watch caches (``reconciler.steps.reads``, ``reconciler.watch.cluster_cache``), makes no
 request at all.
 """
 
@@ -21,31 +21,14 @@ import pydantic
 
 from kubeio import client as k
 from reconciler import metrics
-from reconciler.cascade import (
+from reconciler.status.cascade import (
     InstanceTransition,
     cascade_targets,
     deployment_converged,
     observed_server_instance_transition,
     restart_trigger_patch,
 )
-from reconciler.diff import needs_apply
-from reconciler.engine_pods import (
-    observe_injected_pods,
-    server_pods,
-    workload_selector,
-)
-from reconciler.events import EventSpec, event_object, transition_events
-from reconciler.exact_drift import spec_exactly_equal, spec_replacement
-from reconciler.ownership import NameConflict, name_conflicts, owned_by
-from reconciler.reads import (
-    ClusterReads,
-    LiveReads,
-    controller_name,
-    reads_owned_secrets,
-    template_labels,
-)
-from reconciler.server_client import Prober
-from reconciler.status import (
+from reconciler.status.compute import (
     ENGINE_ADVISORY_MODES,
     EngineObservation,
     Observed,
@@ -54,8 +37,25 @@ from reconciler.status import (
     compute_status,
     status_equal,
 )
-from reconciler.tenancy_reads import consumer_side, consumers_of
-from reconciler.workload_refusals import (
+from reconciler.status.engine_pods import (
+    observe_injected_pods,
+    server_pods,
+    workload_selector,
+)
+from reconciler.status.events import EventSpec, event_object, transition_events
+from reconciler.status.ownership import NameConflict, name_conflicts, owned_by
+from reconciler.steps.diff import needs_apply
+from reconciler.steps.exact_drift import spec_exactly_equal, spec_replacement
+from reconciler.steps.reads import (
+    ClusterReads,
+    LiveReads,
+    controller_name,
+    reads_owned_secrets,
+    template_labels,
+)
+from reconciler.steps.server_client import Prober
+from reconciler.steps.tenancy_reads import consumer_side, consumers_of
+from reconciler.steps.workload_refusals import (
     failed_create_selector,
     latest_failed_create,
     needs_failed_create_read,
@@ -331,7 +331,7 @@ class Reconciler:
         self, p: Pass, obj: dict[str, Any], current: dict[str, Any]
     ) -> dict[str, Any]:
         """Keys another field manager added inside a spec we must hold exactly
-        (reconciler.exact_drift) survive server-side apply: replace the spec."""
+        (reconciler.steps.exact_drift) survive server-side apply: replace the spec."""
         if spec_exactly_equal(obj, current):
             return current
         kind, obj_name = obj["kind"], obj["metadata"]["name"]
@@ -417,7 +417,7 @@ class Reconciler:
         self, p: Pass, obj: dict[str, Any], w: WorkloadObservation
     ) -> WorkloadObservation:
         """A StatefulSet short of pods, with the API server's latest refusal of one
-        (reconciler.workload_refusals); any other workload as observed."""
+        (reconciler.steps.workload_refusals); any other workload as observed."""
         uid = (obj.get("metadata") or {}).get("uid")
         if not uid or not needs_failed_create_read(w.kind, w.spec_replicas, w.replicas):
             return w

@@ -1,6 +1,6 @@
 """Exact drift of the objects whose every key is a security boundary.
 
-The subset comparison of :mod:`reconciler.diff` ignores keys someone added inside the
+The subset comparison of :mod:`reconciler.steps.diff` ignores keys someone added inside the
 objects we set, and server-side apply leaves them in place (another field manager owns
 them). For a NetworkPolicy that is a hole: a ``matchExpressions`` added to our
 ``podSelector`` makes the policy select no pod, so the tier is open to everyone; a

@@ -17,7 +17,7 @@ from typing import Any
 from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual
 
-TRANSPORT = "reconciler.broker:Transport"
+TRANSPORT = "reconciler.queue.broker:Transport"
 
 
 class QoS(kombu_redis.QoS):

@@ -9,8 +9,7 @@ from dataclasses import dataclass
 
 from cli_support import arg_types as cli_types
 from kubeio import access as kubeaccess
-from reconciler import health, metrics, tasks, worker_runtime
-from reconciler.celery_app import QUEUE_NAME, make_app
+from reconciler import health, metrics
 from reconciler.cli_common import (
     CommonSettings,
     add_common_arguments,
@@ -18,11 +17,13 @@ from reconciler.cli_common import (
     readiness,
     setup_logging,
 )
-from reconciler.redis_conn import redis_client
-from reconciler.server_client import ServerClient
-from reconciler.snapshot import SnapshotPoller
-from reconciler.worker_health import CONSUMER_LOOP, install_consumer_heartbeat
-from reconciler.workqueue import QueueSettings
+from reconciler.queue.celery_app import QUEUE_NAME, make_app
+from reconciler.queue.redis_conn import redis_client
+from reconciler.queue.workqueue import QueueSettings
+from reconciler.steps.server_client import ServerClient
+from reconciler.work import tasks, worker_runtime
+from reconciler.work.snapshot import SnapshotPoller
+from reconciler.work.worker_health import CONSUMER_LOOP, install_consumer_heartbeat
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
