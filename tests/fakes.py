@@ -44,7 +44,7 @@ from kubeio import client as k
 from kubeio.async_client import ApiServer
 from reconciler.queue.workqueue import WorkQueue
 from reconciler.status.cascade import CASCADE_WINDOW_SECONDS
-from reconciler.status.compute import ProbeObservation
+from reconciler.status.observed import ProbeObservation
 from reconciler.steps.reconcile import (
     PROBE_WINDOW_SECONDS,
     CascadeClaim,

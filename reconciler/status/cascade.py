@@ -24,8 +24,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from reconciler.status.compute import WorkloadObservation
 from reconciler.status.engine_pods import ServerPod
+from reconciler.status.observed import WorkloadObservation
 from shared import constants as c
 from shared.backend_keys import injected_by_backend
 

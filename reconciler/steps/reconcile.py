@@ -28,22 +28,21 @@ from reconciler.status.cascade import (
     observed_server_instance_transition,
     restart_trigger_patch,
 )
-from reconciler.status.compute import (
-    ENGINE_ADVISORY_MODES,
-    EngineObservation,
-    Observed,
-    ProbeObservation,
-    WorkloadObservation,
-    compute_status,
-    status_equal,
-)
+from reconciler.status.compute import compute_status, status_equal
 from reconciler.status.engine_pods import (
     observe_injected_pods,
     server_pods,
     workload_selector,
 )
 from reconciler.status.events import EventSpec, event_object, transition_events
+from reconciler.status.observed import (
+    EngineObservation,
+    Observed,
+    ProbeObservation,
+    WorkloadObservation,
+)
 from reconciler.status.ownership import NameConflict, name_conflicts, owned_by
+from reconciler.status.published_types import ENGINE_ADVISORY_MODES
 from reconciler.steps.diff import needs_apply
 from reconciler.steps.exact_drift import spec_exactly_equal, spec_replacement
 from reconciler.steps.reads import (

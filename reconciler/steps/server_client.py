@@ -9,7 +9,7 @@ from typing import Any, Final, Protocol
 
 import httpx
 
-from reconciler.status.compute import ProbeObservation
+from reconciler.status.observed import ProbeObservation
 
 log = logging.getLogger(__name__)
 

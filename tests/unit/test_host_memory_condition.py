@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from reconciler.status.compute import Observed, compute_status
+from reconciler.status.compute import compute_status
 from reconciler.status.engine_pods import InjectedPodsObservation, observe_injected_pods
 from reconciler.status.events import transition_events
+from reconciler.status.observed import Observed
 from shared import constants as c
 from shared.api.models import CacheBackend
 from shared.conditions import find

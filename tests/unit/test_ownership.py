@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from reconciler.status.compute import name_conflict_verdict
 from reconciler.status.events import name_conflict_event
+from reconciler.status.managed_readiness import name_conflict_verdict
 from reconciler.status.ownership import (
     NameConflict,
     name_conflict_message,

@@ -18,8 +18,8 @@ from reconciler.status.cascade import (
     parse_server_instance,
     restart_trigger_patch,
 )
-from reconciler.status.compute import WorkloadObservation
 from reconciler.status.engine_pods import ServerPod
+from reconciler.status.observed import WorkloadObservation
 from reconciler.steps.reads import LiveReads
 from reconciler.steps.reconcile import Reconciler
 from tests.fakes import FakeKube, InProcessCascadeLimiter, in_process_reconciler

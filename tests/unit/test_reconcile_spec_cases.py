@@ -27,16 +27,15 @@ from typing import Any
 
 import pytest
 
-from reconciler.status.compute import (
+from reconciler.status.compute import compute_status, status_equal
+from reconciler.status.engine_pods import observe_injected_pods
+from reconciler.status.events import transition_events
+from reconciler.status.observed import (
     EngineObservation,
     Observed,
     ProbeObservation,
     WorkloadObservation,
-    compute_status,
-    status_equal,
 )
-from reconciler.status.engine_pods import observe_injected_pods
-from reconciler.status.events import transition_events
 from reconciler.steps.reads import LiveReads, template_labels
 from reconciler.steps.reconcile import observe_engines
 from shared.api.models import CacheBackend

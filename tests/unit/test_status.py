@@ -7,16 +7,15 @@ from typing import Any
 
 import pytest
 
-from reconciler.status.compute import (
+from reconciler.status.compute import compute_status, status_equal
+from reconciler.status.engine_pods import CrashLoop, InjectedPodsObservation, KernelCheckReport
+from reconciler.status.events import transition_events
+from reconciler.status.observed import (
     EngineObservation,
     Observed,
     ProbeObservation,
     WorkloadObservation,
-    compute_status,
-    status_equal,
 )
-from reconciler.status.engine_pods import CrashLoop, InjectedPodsObservation, KernelCheckReport
-from reconciler.status.events import transition_events
 from shared.api.duration import parse_go_duration
 from shared.api.models import CacheBackend
 from shared.backend_mode import Mode

@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 
-from reconciler.status.compute import Observed, WorkloadObservation, compute_status
+from reconciler.status.compute import compute_status
 from reconciler.status.engine_pods import InjectedPodsObservation, KernelCheckReport
 from reconciler.status.events import transition_events
+from reconciler.status.observed import Observed, WorkloadObservation
 from reconciler.status.version_skew import (
     engine_version_below_minimum_condition,
     lmcache_version_skew_condition,
