@@ -31,12 +31,12 @@ from typing import Any, Final
 
 from icache_install.doctor.findings import Finding, ObjectRef, finding
 
-RATIO: Final = "inferencecache:offload_hit_ratio:rate5m"
+OFFLOAD_HIT_RATIO: Final = "inferencecache:offload_hit_ratio:rate5m"
 LOOKUPS: Final = "inferencecache:offload_lookup_tokens:rate5m"
 ERRORS: Final = "inferencecache:remote_errors:rate5m"
 HEALTHY: Final = "inferencecache:engine_healthy"
-SERIES: Final = (RATIO, LOOKUPS, ERRORS, HEALTHY)
-TIMEOUT_SECONDS: Final = 10.0
+SERIES: Final = (OFFLOAD_HIT_RATIO, LOOKUPS, ERRORS, HEALTHY)
+PROMETHEUS_TIMEOUT_SECONDS: Final = 10.0
 RUNBOOK: Final = "docs/operations/alerts.md"
 
 # (namespace, cachebackend) -> value
@@ -75,7 +75,7 @@ def query(base_url: str, promql: str) -> Samples:
     """One instant query against ``base_url`` (nothing else is contacted)."""
     url = base_url.rstrip("/") + "/api/v1/query?" + urllib.parse.urlencode({"query": promql})
     try:
-        with urllib.request.urlopen(url, timeout=TIMEOUT_SECONDS) as response:
+        with urllib.request.urlopen(url, timeout=PROMETHEUS_TIMEOUT_SECONDS) as response:
             return parse_vector(response.read())
     except urllib.error.HTTPError as exc:
         try:
@@ -210,5 +210,7 @@ def check_prometheus(
                     "http://prometheus-operated.monitoring:9090) and that it answers",
                 )
             ]
-    series = EngineSeries(answers[RATIO], answers[LOOKUPS], answers[ERRORS], answers[HEALTHY])
+    series = EngineSeries(
+        answers[OFFLOAD_HIT_RATIO], answers[LOOKUPS], answers[ERRORS], answers[HEALTHY]
+    )
     return engine_findings(series, _backend_keys(backends), namespace)

@@ -56,6 +56,8 @@ KERNEL_PENDING: Final = "pending"
 
 # Bounds on what a pod contributes to a condition message.
 MAX_DETAIL_CHARS: Final = 300
+# Bounds on a condition message: this many pods named, then a count.
+MAX_PODS_NAMED: Final = 10
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,6 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any, Final
 
-from reconciler.status.ownership import EVENT_NAME_CONFLICT
 from shared import constants as c
 from shared.conditions import find, format_time
 
@@ -179,7 +178,7 @@ def name_conflict_event(old: dict[str, Any], new: dict[str, Any]) -> EventSpec |
     _, o_reason, o_msg = _cond(old, c.COND_READY)
     _, n_reason, n_msg = _cond(new, c.COND_READY)
     if n_reason == c.REASON_NAME_CONFLICT and (o_reason, o_msg) != (n_reason, n_msg):
-        return EventSpec(WARNING, EVENT_NAME_CONFLICT, n_msg)
+        return EventSpec(WARNING, c.EVENT_NAME_CONFLICT, n_msg)
     return None
 
 

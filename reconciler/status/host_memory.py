@@ -21,13 +21,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from reconciler.status.engine_pods import HostMemoryShortfall, InjectedPodsObservation
+from reconciler.status.engine_pods import (
+    MAX_PODS_NAMED,
+    HostMemoryShortfall,
+    InjectedPodsObservation,
+)
 from shared import constants as c
 from shared.conditions import FALSE, UNKNOWN, DesiredCondition
 from shared.runtime_adapters.host_memory_fit import gib_text
-
-# Bounds on a condition message: this many pods named, then a count.
-MAX_PODS_NAMED = 10
 
 
 def _shortfall_text(item: HostMemoryShortfall) -> str:

@@ -14,10 +14,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-# Not named by the spec: the Warning Event reason (the condition reason is
-# shared.constants.REASON_NAME_CONFLICT).
-EVENT_NAME_CONFLICT: Final = "NameConflict"
-
 # How soon a conflicted backend looks again: nothing watches the foreign object
 # (it carries none of our labels or owner references), so its removal is only
 # noticed by polling.

@@ -20,7 +20,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final
 
-from reconciler.status.engine_pods import KERNEL_PENDING, InjectedPodsObservation, KernelCheckReport
+from reconciler.status.engine_pods import (
+    KERNEL_PENDING,
+    MAX_PODS_NAMED,
+    InjectedPodsObservation,
+    KernelCheckReport,
+)
 from shared import constants as c
 from shared import engine_versions as ev
 from shared.client_versions import client_skewed, server_version_of_image
@@ -29,8 +34,6 @@ from shared.engine_versions import LMCACHE, VLLM
 
 # Packages whose minimum release the worker checks (the kernel check runs on vLLM+LMCache).
 MINIMUM_CHECKED: Final = (VLLM, LMCACHE)
-# Bounds on a condition message: this many pods named, then a count.
-MAX_PODS_NAMED: Final = 10
 
 
 def _named(items: Sequence[str]) -> str:

@@ -15,7 +15,7 @@ from kubernetes import client
 
 from icache_install.doctor.diagnose import Scope, diagnose
 from icache_install.doctor.findings import Finding
-from icache_install.doctor.host_memory import CODE
+from icache_install.doctor.host_memory import PINNED_HOST_MEMORY_CODE as CODE
 from icache_install.doctor.reader import ClusterReader
 from kubeio.client import Kube
 from shared import constants as c

@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from icache_install.doctor.findings import CODES, Severity
-from icache_install.doctor.host_memory import CODE, check_host_memory, wants_pods
+from icache_install.doctor.host_memory import PINNED_HOST_MEMORY_CODE as CODE
+from icache_install.doctor.host_memory import check_host_memory, wants_pods
 from shared import constants as c
 from tests.builders import backend
 

@@ -16,10 +16,12 @@ from icache_install.doctor.engine_metrics import (
     ERRORS,
     HEALTHY,
     LOOKUPS,
-    RATIO,
     EngineSeries,
     check_prometheus,
     engine_findings,
+)
+from icache_install.doctor.engine_metrics import (
+    OFFLOAD_HIT_RATIO as RATIO,
 )
 from icache_install.doctor.findings import CODES, Severity
 from tests.fakes import FakePrometheus, prometheus_vector
