@@ -68,8 +68,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from kubeio import client as k  # noqa: E402
-from reconciler.cluster_cache import ClusterCache  # noqa: E402
-from reconciler.dispatcher import DispatcherSettings  # noqa: E402
+from reconciler.dispatch.dispatcher import DispatcherSettings  # noqa: E402
+from reconciler.watch.cluster_cache import ClusterCache  # noqa: E402
 from shared.constants import INSTALL_NAMESPACE  # noqa: E402
 from shared.pod_wiring import wire_pod  # noqa: E402
 from shared.runtime_adapters.base import InjectContext  # noqa: E402

@@ -44,8 +44,11 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "webhook_svc.offline.validate_cli",
         "offline: default and validate every CacheBackend of the input as admission would",
     ),
-    "dispatcher": ("reconciler.dispatcher_cli", "watch CacheBackends and enqueue reconciles"),
-    "worker": ("reconciler.worker_cli", "run a Celery reconcile worker"),
+    "dispatcher": (
+        "reconciler.dispatch.dispatcher_cli",
+        "watch CacheBackends and enqueue reconciles",
+    ),
+    "worker": ("reconciler.work.worker_cli", "run a Celery reconcile worker"),
     "certs": ("icache_install.certs_cli", "generate webhook certificates and patch caBundle"),
     "manifests": ("icache_install.manifests_cli", "print the install manifests"),
     "doctor": (
@@ -84,13 +87,13 @@ def _validate() -> ModuleType:
 
 
 def _dispatcher() -> ModuleType:
-    from reconciler import dispatcher_cli
+    from reconciler.dispatch import dispatcher_cli
 
     return dispatcher_cli
 
 
 def _worker() -> ModuleType:
-    from reconciler import worker_cli
+    from reconciler.work import worker_cli
 
     return worker_cli
 
@@ -131,8 +134,8 @@ IMPORTERS: Final[dict[str, Callable[[], ModuleType]]] = {
     "webhook_svc.webhook_cli": _webhook,
     "webhook_svc.offline.admit_pod_cli": _admit_pod,
     "webhook_svc.offline.validate_cli": _validate,
-    "reconciler.dispatcher_cli": _dispatcher,
-    "reconciler.worker_cli": _worker,
+    "reconciler.dispatch.dispatcher_cli": _dispatcher,
+    "reconciler.work.worker_cli": _worker,
     "icache_install.certs_cli": _certs,
     "icache_install.manifests_cli": _manifests,
     "icache_install.doctor.cli": _doctor,

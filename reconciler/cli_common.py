@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from cli_support import arg_types as cli_types
 from kubeio import access as kubeaccess
 from kubeio.access import add_kubeconfig_argument
-from reconciler.celery_app import DEFAULT_REDIS_URL
 from reconciler.health import DEFAULT_LIVENESS_TIMEOUT, Readiness
-from reconciler.redis_conn import DEFAULT_TIMEOUT, RedisTimeouts, redis_client
-from reconciler.redis_settings import redis_url
+from reconciler.queue.celery_app import DEFAULT_REDIS_URL
+from reconciler.queue.redis_conn import DEFAULT_TIMEOUT, RedisTimeouts, redis_client
+from reconciler.queue.redis_settings import redis_url
 from shared import jsonlog
 
 

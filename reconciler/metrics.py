@@ -35,7 +35,11 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from kubeio import client as k
-from reconciler.reads import DISPATCHER_OWNED_RESOURCES, LISTED_OWNED_RESOURCES, OWNED_RESOURCES
+from reconciler.steps.reads import (
+    DISPATCHER_OWNED_RESOURCES,
+    LISTED_OWNED_RESOURCES,
+    OWNED_RESOURCES,
+)
 from shared import constants as c
 
 # No `<name>_created` series beside every counter and histogram: Prometheus does not
@@ -226,15 +230,11 @@ def reconciled(result: str, seconds: float) -> None:
     RECONCILE_TIME.observe(seconds)
 
 
-# The condition the version-skew gauge mirrors.
-LMCACHE_VERSION_SKEW_CONDITION: Final = "LMCacheVersionSkew"
-
-
 def lmcache_version_skew_value(obj: Mapping[str, Any]) -> float:
     """1 when the backend's LMCacheVersionSkew condition is True; 0 otherwise (aligned,
     unknown, or not published: the condition gauge tells those apart)."""
     for cond in (obj.get("status") or {}).get("conditions") or []:
-        if isinstance(cond, Mapping) and cond.get("type") == LMCACHE_VERSION_SKEW_CONDITION:
+        if isinstance(cond, Mapping) and cond.get("type") == c.COND_LMCACHE_VERSION_SKEW:
             return 1.0 if cond.get("status") == "True" else 0.0
     return 0.0
 
@@ -422,14 +422,14 @@ _FAMILIES: Final[dict[str, tuple[Collector, ...]]] = {
 # so a healthy process would not expose the series docs/metrics.md lists, and rate()
 # would miss the first increment. tests/unit/monitoring/test_reconciler_metrics.py checks these
 # lists against the call sites.
-WATCH_CAUSES: Final = ("timeout", "expired", "error")  # reconciler/watch_cache.py
+WATCH_CAUSES: Final = ("timeout", "expired", "error")  # reconciler/watch/watch_cache.py
 DISPATCHER_RETRY_CAUSES: Final = ("lease_expired", "redispatch")
 WORKER_RETRY_CAUSES: Final = ("error",)
-# The dispatcher's watches, by resource (reconciler/dispatcher.py _start_leading).
+# The dispatcher's watches, by resource (reconciler/dispatch/dispatcher.py _start_leading).
 DISPATCHER_WATCHES: Final = tuple(
     r.plural for r in (k.CACHEBACKENDS, *DISPATCHER_OWNED_RESOURCES, k.PODS)
 )
-# The worker cache's watches and the reads it can fall back on (reconciler/cluster_cache.py).
+# The worker cache's watches and the reads it can fall back on (reconciler/watch/cluster_cache.py).
 CACHE_WATCHES: Final = (
     k.CACHEBACKENDS.plural,
     *(r.plural for r in LISTED_OWNED_RESOURCES),
@@ -439,7 +439,7 @@ CACHE_WATCHES: Final = (
     "engine-pods",
 )
 CACHE_READS: Final = ("cachebackend", "owned", "injected-pods", "engine-deployments", "engine-pods")
-# (verb, resource) of every write a reconcile makes (reconciler/reconcile.py).
+# (verb, resource) of every write a reconcile makes (reconciler/steps/reconcile.py).
 API_WRITE_LABELS: Final = (
     *((verb, r.kind) for verb in ("apply", "delete") for r in OWNED_RESOURCES),
     ("update", "CacheBackend/status"),

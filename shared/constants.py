@@ -159,6 +159,9 @@ EVENT_LMCACHE_VERSION_SKEW: Final = "LMCacheVersionSkew"
 EVENT_ENGINE_VERSION_BELOW_MINIMUM: Final = "EngineVersionBelowMinimum"
 EVENT_INJECTED_BY_CACHE_BACKEND: Final = "InjectedByCacheBackend"
 EVENT_SKIPPED_BY_OPERATOR: Final = "SkippedByOperator"
+# Not named by the spec: the Warning Event of a name conflict (the condition reason is
+# REASON_NAME_CONFLICT).
+EVENT_NAME_CONFLICT: Final = "NameConflict"
 
 # A managed workload that cannot create its pods (the API server refuses them: Pod
 # Security, a quota, a LimitRange): the reason on Ready and Progressing, and the

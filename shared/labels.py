@@ -10,7 +10,7 @@
 - ``equality_selector``: ``k1=v1,k2=v2`` (sorted) for a labelSelector query.
 - ``labels_match``: the map is non-empty and contained in an object's labels. The one
   engineSelector match: the Pod webhook and doctor (``shared.pod_wiring``), the
-  dispatcher's and the workers' enqueue rules (``reconciler.enqueue_keys``) and the
+  dispatcher's and the workers' enqueue rules (``reconciler.watch.enqueue_keys``) and the
   workers' reads all call it.
 """
 

@@ -59,6 +59,7 @@ from shared import constants as c
 from shared import labels as shared_labels
 from shared.api import effective
 from shared.api.models import CacheBackend
+from shared.backend_keys import BackendKey
 from shared.bindings import PROVIDER_PROTOCOL, Binding
 from shared.endpoints import endpoint_shape_error, strip_scheme
 from shared.jsoncopy import json_copy
@@ -200,7 +201,9 @@ def strip_decision_annotations(pod: dict[str, Any]) -> None:
 
 def stamp_injected(pod: dict[str, Any], backend: CacheBackend) -> None:
     annotations = _annotations(pod)
-    annotations[c.ANNOTATION_INJECTED_BY] = f"{backend.metadata.namespace}/{backend.metadata.name}"
+    annotations[c.ANNOTATION_INJECTED_BY] = str(
+        BackendKey(str(backend.metadata.namespace), str(backend.metadata.name))
+    )
     # Spec: TWO annotations on every successfully mutated pod. Without a uid (a backend
     # file without metadata.uid) it is empty, so a stale one never vouches for this wiring.
     annotations[c.ANNOTATION_INJECTED_BY_UID] = backend.metadata.uid or ""
@@ -536,7 +539,7 @@ def wire_facts(facts: PodFacts, backends: list[dict[str, Any]], ctx: InjectConte
     raw = select_backend(backends, ns, labels)
     if raw is None:
         return _fail_open(pod, REASON_NO_MATCH, f"no CacheBackend in {ns!r} selects this pod")
-    key = f"{ns}/{_meta(raw).get('name')}"
+    key = str(BackendKey(ns, str(_meta(raw).get("name"))))
     try:
         backend = parse_backend(raw)
     except ValidationError as exc:

@@ -27,6 +27,7 @@ from typing import Any, Final
 
 from shared import constants as c
 from shared.api.models import CacheBackend
+from shared.backend_keys import BackendKey
 from shared.endpoints import CLUSTER_DOMAIN, strip_scheme
 
 # A namespace name: an RFC 1123 label.
@@ -184,7 +185,7 @@ def consumer_standing(
     if owner is None:
         return ConsumerStanding(True)
     ns = consumer.metadata.namespace or ""
-    tier = f"{owner.metadata.namespace}/{owner.metadata.name}"
+    tier = str(BackendKey(str(owner.metadata.namespace), str(owner.metadata.name)))
     if ns not in allowed_consumer_namespaces(owner):
         return ConsumerStanding(
             False,

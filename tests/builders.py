@@ -16,10 +16,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from reconciler.conditions import find
 from shared import constants as c
 from shared.api import defaults
 from shared.api.models import CacheBackend
+from shared.conditions import find
 from shared.jsoncopy import json_copy
 from shared.pod_wiring import WiringResult, wire_pod
 from shared.runtime_adapters.base import InjectContext

@@ -7,7 +7,7 @@ at the bottom), with the API server's behaviour that matters to the code under t
 resourceVersions move on every write, ``generateName`` gets a name, creating an
 existing name is a 409.
 
-Below them, the read-back of a real :class:`reconciler.workqueue.WorkQueue`'s Redis
+Below them, the read-back of a real :class:`reconciler.queue.workqueue.WorkQueue`'s Redis
 state (``queue_state``, ``queue_failures``, ``clear_queue``): the queue itself has
 no use for them, the tests do; and ``held``, a byte budget of the webhook held for
 a block; and ``mutate_pod``, the Pod route's steps over a scripted CacheBackend
@@ -42,15 +42,15 @@ from kubernetes import client
 from kubeio import access as kubeaccess
 from kubeio import client as k
 from kubeio.async_client import ApiServer
-from reconciler.cascade import CASCADE_WINDOW_SECONDS
-from reconciler.reconcile import (
+from reconciler.queue.workqueue import WorkQueue
+from reconciler.status.cascade import CASCADE_WINDOW_SECONDS
+from reconciler.status.observed import ProbeObservation
+from reconciler.steps.reconcile import (
     PROBE_WINDOW_SECONDS,
     CascadeClaim,
     ProbeRateLimiter,
     Reconciler,
 )
-from reconciler.status import ProbeObservation
-from reconciler.workqueue import WorkQueue
 from webhook_svc import pod_admission
 from webhook_svc.admission_gate import ByteBudget
 from webhook_svc.admission_review import AdmissionRequest
@@ -609,7 +609,7 @@ def api_for(configuration: client.Configuration) -> ApiServer:
 
 
 class FakeIndexServer:
-    """The cache-index server as reconciler/server_client.py's client sees it: /probe
+    """The cache-index server as reconciler/steps/server_client.py's client sees it: /probe
     answers ``outcome`` (each call recorded in ``calls``), /snapshot lists
     ``replicas``."""
 
@@ -726,7 +726,7 @@ _scripted: k.KubeClient = ScriptedWatchKube({}, gone_once=False)
 class InProcessCascadeLimiter:
     """The cascade limiter's rule (one engine cascade per backend per window; the same
     value again within it is already done) in one process's memory: production shares
-    it across workers in Redis (reconciler/rate_limits.py)."""
+    it across workers in Redis (reconciler/work/rate_limits.py)."""
 
     def __init__(self, window: float = CASCADE_WINDOW_SECONDS) -> None:
         self.window = window
@@ -751,7 +751,7 @@ class InProcessCascadeLimiter:
 
 def in_process_rate_limiter(window: float = PROBE_WINDOW_SECONDS) -> ProbeRateLimiter:
     """At most one /probe per backend per window, in one process's memory (production:
-    reconciler/rate_limits.py, in Redis)."""
+    reconciler/work/rate_limits.py, in Redis)."""
     last: dict[str, float] = {}
 
     def limiter(key: str) -> float | None:

@@ -10,6 +10,7 @@ from icache_install.doctor import conditions
 from icache_install.doctor.findings import Finding, ObjectRef, finding
 from icache_install.doctor.pod_creation import check_pod_creation
 from shared import constants as c
+from shared.backend_keys import object_key
 from shared.pod_wiring import backend_selects_pod, select_backend
 
 Obj = Mapping[str, Any]
@@ -21,8 +22,8 @@ def ref_of(cb: Obj) -> ObjectRef:
 
 
 def key_of(obj: Obj) -> str:
-    meta = obj.get("metadata") or {}
-    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+    """The object's ``ns/name`` text (the worker's key form)."""
+    return str(object_key(obj))
 
 
 def _spec(cb: Obj) -> Mapping[str, Any]:

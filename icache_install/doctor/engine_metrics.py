@@ -31,11 +31,11 @@ from typing import Any, Final
 
 from icache_install.doctor.findings import Finding, ObjectRef, finding
 
-HIT_RATIO_SERIES: Final = "inferencecache:offload_hit_ratio:rate5m"
+OFFLOAD_HIT_RATIO: Final = "inferencecache:offload_hit_ratio:rate5m"
 LOOKUPS: Final = "inferencecache:offload_lookup_tokens:rate5m"
 ERRORS: Final = "inferencecache:remote_errors:rate5m"
 HEALTHY: Final = "inferencecache:engine_healthy"
-SERIES: Final = (HIT_RATIO_SERIES, LOOKUPS, ERRORS, HEALTHY)
+SERIES: Final = (OFFLOAD_HIT_RATIO, LOOKUPS, ERRORS, HEALTHY)
 PROMETHEUS_TIMEOUT_SECONDS: Final = 10.0
 RUNBOOK: Final = "docs/operations/alerts.md"
 
@@ -211,6 +211,6 @@ def check_prometheus(
                 )
             ]
     series = EngineSeries(
-        answers[HIT_RATIO_SERIES], answers[LOOKUPS], answers[ERRORS], answers[HEALTHY]
+        answers[OFFLOAD_HIT_RATIO], answers[LOOKUPS], answers[ERRORS], answers[HEALTHY]
     )
     return engine_findings(series, _backend_keys(backends), namespace)

@@ -11,14 +11,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from icache_install.doctor.findings import Finding, ObjectRef, finding
-from icache_install.doctor.versions import injected_by
+from shared.backend_keys import injected_by
 from shared.runtime_adapters.host_memory_fit import (
     gib_text,
     pinned_host_memory_exceeds_limit,
 )
 
 Obj = Mapping[str, Any]
-HOST_MEMORY_CODE = "pod.PinnedHostMemoryOverLimit"
+PINNED_HOST_MEMORY_CODE = "pod.PinnedHostMemoryOverLimit"
 
 
 def wants_pods(cb: Obj, pods: Sequence[Obj]) -> bool:
@@ -39,7 +39,7 @@ def check_host_memory(cb: Obj, pods: Sequence[Obj]) -> list[Finding]:
         for pin in pinned_host_memory_exceeds_limit(dict(pod)):
             out.append(
                 finding(
-                    HOST_MEMORY_CODE,
+                    PINNED_HOST_MEMORY_CODE,
                     ref,
                     f"container {pin.container} pins {gib_text(pin.pinned_bytes)} of host "
                     f"memory for the KV cache ({pin.how}), over its resources.limits.memory "

@@ -10,7 +10,7 @@ from typing import Any, Final
 from icache_install.doctor.findings import Finding, ObjectRef, finding
 from shared import constants as c
 
-POD_CREATION_CODE: Final = "backend.PodCreationFailed"
+POD_CREATION_FAILED_CODE: Final = "backend.PodCreationFailed"
 
 #: (a fragment of the API server's message, the fix), first match wins.
 FIXES: Final[tuple[tuple[str, str], ...]] = (
@@ -76,7 +76,7 @@ def check_pod_creation(cb: Mapping[str, Any]) -> list[Finding]:
     message = str(ready.get("message") or "").strip()
     return [
         finding(
-            POD_CREATION_CODE,
+            POD_CREATION_FAILED_CODE,
             ObjectRef(c.KIND, name, ns),
             f"the managed tier has no pods: the API server refuses them. {message}",
             pod_creation_fix(message).format(ns=ns, name=name),

@@ -15,6 +15,7 @@ from icache_install.doctor.backends import key_of, pod_labels, ref_of
 from icache_install.doctor.findings import Finding, ObjectRef, finding
 from icache_install.doctor.install import _time
 from shared import constants as c
+from shared.backend_mode import Mode, backend_mode
 from shared.pod_wiring import (
     BindingError,
     backend_selects_pod,
@@ -75,8 +76,11 @@ def _needs_endpoint_now(cb: Obj) -> str | None:
 
 
 def _remote_managed(cb: Obj) -> bool:
-    remote = (cb.get("spec") or {}).get("remoteStorage")
-    return isinstance(remote, Mapping) and remote.get("ownership") == c.OWNERSHIP_MANAGED
+    """The backend runs a tier we provision (the worker's mode rule)."""
+    try:
+        return backend_mode(parse_backend(dict(cb))) == Mode.MANAGED
+    except ValidationError:
+        return False
 
 
 def _ready_since(cb: Obj) -> dt.datetime | None:

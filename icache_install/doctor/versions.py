@@ -17,6 +17,7 @@ from icache_install.doctor.findings import Finding, finding
 from shared import client_versions as cv
 from shared import constants as c
 from shared.api.models import CacheBackend
+from shared.backend_keys import injected_by
 from shared.engine_versions import LMCACHE
 
 Obj = Mapping[str, Any]
@@ -49,17 +50,6 @@ def _meta(obj: Obj) -> Mapping[str, Any]:
 def runs_kernel_check(pod: Obj) -> bool:
     """The webhook records the check's mode on every pod it gave the check."""
     return bool((_meta(pod).get("annotations") or {}).get(c.ANNOTATION_LMCACHE_KERNEL_CHECK_MODE))
-
-
-def injected_by(pod: Obj, cb: Obj) -> bool:
-    """Wired by this very backend: its name and its live uid (as the worker counts)."""
-    annotations = _meta(pod).get("annotations") or {}
-    meta = _meta(cb)
-    return (
-        annotations.get(c.ANNOTATION_INJECTED_BY) == f"{meta.get('namespace')}/{meta.get('name')}"
-        and bool(meta.get("uid"))
-        and annotations.get(c.ANNOTATION_INJECTED_BY_UID) == meta.get("uid")
-    )
 
 
 def wants_versions(cb: Obj, pods: Sequence[Obj]) -> bool:

@@ -34,13 +34,13 @@ from shared.quantity import parse_quantity
 from shared.runtime_adapters.engine import SUBSCRIBER_CONTAINER
 from shared.runtime_adapters.engine_parallelism import sglang_rank_count, vllm_process_count
 from shared.runtime_adapters.podspec import cli_tokens, find_flag
-from shared.runtime_adapters.sglang_lmcache import SHM_PATH
 
 LMCACHE_SIZE_ENV: Final = "LMCACHE_MAX_LOCAL_CPU_SIZE"
 MP_WORKER: Final = "lmcache-mp-worker"
 L1_SIZE_FLAG: Final = "--l1-size-gb"
 HICACHE_ENABLE: Final = "--enable-hierarchical-cache"
 HICACHE_SIZE: Final = "--hicache-size"
+SHM_PATH: Final = "/dev/shm"
 GIB: Final = 1024**3
 GB: Final = 10**9
 

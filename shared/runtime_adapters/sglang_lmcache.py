@@ -45,6 +45,7 @@ from shared.bindings import Binding, Protocol
 from shared.jsoncopy import json_copy
 from shared.runtime_adapters.base import InjectContext, InjectionRejectedError, RuntimeAdapter
 from shared.runtime_adapters.engine import select_sglang_engine
+from shared.runtime_adapters.host_memory_fit import SHM_PATH
 from shared.runtime_adapters.podspec import (
     adopt_container,
     adopt_volume,
@@ -72,7 +73,6 @@ CONFIG_VOLUME = "lmcache-config"
 DSHM_VOLUME = "lmcache-dshm"
 CONFIG_DIR = "/etc/lmcache"
 CONFIG_PATH = f"{CONFIG_DIR}/lmcache-mp.yaml"
-SHM_PATH = "/dev/shm"
 LOOPBACK = "127.0.0.1"
 # Marks the worker as this adapter's render, so re-injection converges instead of
 # treating its own sidecar as an operator's squatting the reserved name.

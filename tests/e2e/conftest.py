@@ -34,7 +34,7 @@ import redis
 import yaml
 
 from kubeio import client as k
-from reconciler.workqueue import QueueSettings, WorkQueue
+from reconciler.queue.workqueue import QueueSettings, WorkQueue
 from shared.constants import INSTALL_NAMESPACE
 from tests.harness.controlplane import ControlPlane
 from tests.harness.polling import poll

@@ -14,8 +14,8 @@ from __future__ import annotations
 import logging
 from typing import Final
 
-# The logger and message of a failed list or watch (reconciler/watch_cache.py).
-WATCH_LOGGER: Final = "reconciler.watch_cache"
+# The logger and message of a failed list or watch (reconciler/watch/watch_cache.py).
+WATCH_LOGGER: Final = "reconciler.watch.watch_cache"
 WATCH_FAILED: Final = "watch failed"
 
 

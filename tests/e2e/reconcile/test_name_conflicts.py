@@ -20,7 +20,7 @@ import pytest
 
 from kubeio import access as kubeaccess
 from kubeio import client as k
-from reconciler.ownership import owned_by
+from reconciler.status.ownership import owned_by
 from tests.e2e.conftest import Cluster, Stack, condition, poll
 from tests.fakes import in_process_reconciler
 

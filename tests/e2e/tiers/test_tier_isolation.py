@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 
 from kubeio import client as k
-from reconciler.exact_drift import normalized_policy_spec
+from reconciler.steps.exact_drift import normalized_policy_spec
 from shared import constants as c
 from shared.api.models import CacheBackend
 from shared.storage_providers.base import AUTH_CONFIG_PATH

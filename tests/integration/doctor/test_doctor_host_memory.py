@@ -15,7 +15,7 @@ from kubernetes import client
 
 from icache_install.doctor.diagnose import Scope, diagnose
 from icache_install.doctor.findings import Finding
-from icache_install.doctor.host_memory import HOST_MEMORY_CODE
+from icache_install.doctor.host_memory import PINNED_HOST_MEMORY_CODE
 from icache_install.doctor.reader import ClusterReader
 from kubeio.client import Kube
 from shared import constants as c
@@ -86,7 +86,7 @@ def test_doctor_names_the_pod_whose_limit_cannot_hold_the_pinned_host_memory(
     create_engine(kube_api_client, ns, cb, "e-fits", "64Gi")
 
     found = diagnose(ClusterReader(Kube(kube_api_client)), Scope(ns)).findings
-    [short] = only(found, HOST_MEMORY_CODE)
+    [short] = only(found, PINNED_HOST_MEMORY_CODE)
     assert short.object.name == "e-short"
     assert short.severity == "warning"
     assert "container vllm pins 32 GiB" in short.message

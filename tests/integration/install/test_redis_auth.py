@@ -30,9 +30,9 @@ from kubernetes import client
 from icache_install import redis_auth
 from icache_install.manifests_cli import render_manifests
 from kubeio.client import ApiError, Kube
-from reconciler.celery_app import make_app
-from reconciler.redis_settings import redis_url
-from reconciler.workqueue import QueueSettings, WorkQueue
+from reconciler.queue.celery_app import make_app
+from reconciler.queue.redis_settings import redis_url
+from reconciler.queue.workqueue import QueueSettings, WorkQueue
 from tests.harness.controlplane import (
     ControlPlane,
     free_port,

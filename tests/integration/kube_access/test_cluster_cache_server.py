@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from kubeio import client as k
-from reconciler.cluster_cache import CachedReads, ClusterCache
-from reconciler.reads import LiveReads
-from reconciler.watch_cache import Reflector, WatchSpec
+from reconciler.steps.reads import LiveReads
+from reconciler.watch.cluster_cache import CachedReads, ClusterCache
+from reconciler.watch.watch_cache import Reflector, WatchSpec
 from shared import constants as c
 from tests.fakes import GapKube
 from tests.harness.controlplane import ControlPlane

@@ -26,7 +26,8 @@ from kubernetes import client
 
 from kubeio import access as kubeaccess
 from kubeio.client import CACHEBACKENDS, SECRETS, Kube, KubeClient, Resource
-from reconciler import dispatcher_cli, worker_runtime
+from reconciler.dispatch import dispatcher_cli
+from reconciler.work import worker_runtime
 from tests.harness.controlplane import (
     ControlPlane,
     free_port,

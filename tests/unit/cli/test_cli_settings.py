@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from icache_cli.main import build_parser
-from reconciler import dispatcher_cli, worker_cli
+from reconciler.dispatch import dispatcher_cli
+from reconciler.work import worker_cli
 from webhook_svc import webhook_cli
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from icache_install.doctor.findings import CODES, Severity
-from icache_install.doctor.host_memory import HOST_MEMORY_CODE, check_host_memory, wants_pods
+from icache_install.doctor.host_memory import PINNED_HOST_MEMORY_CODE, check_host_memory, wants_pods
 from shared import constants as c
 from tests.builders import backend
 
@@ -43,9 +43,9 @@ def engine(
 def test_pod_over_its_limit_is_a_warning_naming_container_and_numbers() -> None:
     cb = backend()
     found = check_host_memory(cb, [engine("b", cb, "16Gi"), engine("a", cb, "64Gi")])
-    assert [(f.code, f.object.name) for f in found] == [(HOST_MEMORY_CODE, "b")]
+    assert [(f.code, f.object.name) for f in found] == [(PINNED_HOST_MEMORY_CODE, "b")]
     (item,) = found
-    assert item.severity == Severity.WARNING == CODES[HOST_MEMORY_CODE][0]
+    assert item.severity == Severity.WARNING == CODES[PINNED_HOST_MEMORY_CODE][0]
     assert "container vllm pins 32 GiB" in item.message
     assert "resources.limits.memory 16Gi" in item.message
     assert item.details["pinnedBytes"] == 32 * 1024**3

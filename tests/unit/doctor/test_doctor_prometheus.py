@@ -15,8 +15,8 @@ import pytest
 from icache_install.doctor.engine_metrics import (
     ERRORS,
     HEALTHY,
-    HIT_RATIO_SERIES,
     LOOKUPS,
+    OFFLOAD_HIT_RATIO,
     EngineSeries,
     check_prometheus,
     engine_findings,
@@ -75,7 +75,7 @@ def prometheus() -> Iterator[FakePrometheus]:
 
 def test_doctor_reads_the_series_over_the_query_api(prometheus: FakePrometheus) -> None:
     prometheus.answers = {
-        HIT_RATIO_SERIES: prometheus_vector((NS, "cache", "0")),
+        OFFLOAD_HIT_RATIO: prometheus_vector((NS, "cache", "0")),
         LOOKUPS: prometheus_vector((NS, "cache", "250")),
         ERRORS: prometheus_vector((NS, "cache", "0.5")),
         HEALTHY: prometheus_vector(),
@@ -99,6 +99,6 @@ def test_a_failing_query_is_a_doctor_error_not_a_crash(prometheus: FakePrometheu
 
 
 def test_a_wrong_base_url_is_a_doctor_error(prometheus: FakePrometheus) -> None:
-    prometheus.answers = {HIT_RATIO_SERIES: prometheus_vector()}
+    prometheus.answers = {OFFLOAD_HIT_RATIO: prometheus_vector()}
     findings = check_prometheus(prometheus.url + "nothing-here", [], None)
     assert [f.code for f in findings] == ["doctor.PrometheusQueryFailed"]

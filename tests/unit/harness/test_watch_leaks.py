@@ -39,8 +39,8 @@ def test_a_watch_failure_outside_a_tests_body_is_recorded_with_where() -> None:
 
 
 def test_the_check_listens_where_the_watch_loop_logs() -> None:
-    """The logger and message are the ones reconciler/watch_cache.py uses."""
-    from reconciler import watch_cache
+    """The logger and message are the ones reconciler/watch/watch_cache.py uses."""
+    from reconciler.watch import watch_cache
 
     assert watch_cache.log.name == WATCH_LOGGER
     source = Path(watch_cache.__file__).read_text()

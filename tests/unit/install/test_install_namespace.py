@@ -112,7 +112,7 @@ def test_code_spells_the_namespace_once() -> None:
 @pytest.mark.parametrize(
     ("module_name", "option"),
     [
-        ("reconciler.dispatcher_cli", "lease_namespace"),
+        ("reconciler.dispatch.dispatcher_cli", "lease_namespace"),
         ("icache_install.certs_cli", "namespace"),
     ],
 )

@@ -22,7 +22,7 @@ from icache_install import certs, certs_cli, manifests_cli, redis_auth
 from icache_install.doctor.install import InstallNames
 from icache_install.manifests_cli import render_manifests, split_image
 from reconciler import metrics as reconciler_metrics
-from reconciler.server_client import DEFAULT_TOKEN_PATH
+from reconciler.steps.server_client import DEFAULT_TOKEN_PATH
 from shared import constants as c
 from shared.quantity import parse_quantity
 from tests.cli_helpers import paths_unchecked

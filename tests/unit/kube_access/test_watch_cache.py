@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from kubeio import client as k
-from reconciler import cluster_cache
-from reconciler.watch_cache import (
+from reconciler.watch import cluster_cache
+from reconciler.watch.watch_cache import (
     ADDED,
     DELETED,
     MODIFIED,

@@ -3,8 +3,8 @@
 The doc names code three ways, each in backticks, and each is checked here:
 
 * a file or directory of the repository: `webhook_svc/app.py`, `reconciler/`;
-* a hop of a request path, file and function: `reconciler/tasks.py:run_key`,
-  `reconciler/reconcile.py:Reconciler.reconcile` (a function or class of that file,
+* a hop of a request path, file and function: `reconciler/work/tasks.py:run_key`,
+  `reconciler/steps/reconcile.py:Reconciler.reconcile` (a function or class of that file,
   then its members, nested functions included);
 * a dotted name in a product package: `shared.defaulting.default_cachebackend`.
 
@@ -101,12 +101,12 @@ def resolves(name: str) -> bool:
 def test_the_extractors_see_what_they_must_and_skip_what_is_no_path() -> None:
     sample = (
         "`webhook_svc/app.py` `reconciler/` `Dockerfile.webhook` "
-        "`reconciler/tasks.py:run_key` `shared.defaulting.default_cachebackend` "
+        "`reconciler/work/tasks.py:run_key` `shared.defaulting.default_cachebackend` "
         "`inferencecache.io/cachebackend: <name>` `admission.k8s.io/v1` `namespace/name` "
         "`/healthz` `~/.kube/config` `deployment.kubernetes.io/revision`"
     )
     assert paths(sample) == ["webhook_svc/app.py", "reconciler/", "Dockerfile.webhook"]
-    assert hops(sample) == [("reconciler/tasks.py", "run_key")]
+    assert hops(sample) == [("reconciler/work/tasks.py", "run_key")]
     assert dotted_names(sample) == ["shared.defaulting.default_cachebackend"]
     assert defines("class A:\n    def f(self):\n        def g(): ...\n", "A.f.g")
     assert not defines("def f(): ...\n", "f.g")

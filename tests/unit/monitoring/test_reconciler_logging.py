@@ -22,7 +22,11 @@ from tests.fakes import FakeKube, in_process_reconciler
 
 REPO = Path(__file__).resolve().parents[3]
 _LOGS = re.compile(r"\blog\.(debug|info|warning|error|exception|critical)\(")
-MODULES = sorted(p.name for p in (REPO / "reconciler").glob("*.py") if _LOGS.search(p.read_text()))
+MODULES = sorted(
+    p.relative_to(REPO / "reconciler").as_posix()
+    for p in (REPO / "reconciler").rglob("*.py")
+    if _LOGS.search(p.read_text())
+)
 LEVELS = {"debug", "info", "warning", "error", "exception", "critical"}
 
 
@@ -70,7 +74,7 @@ def test_a_reconcile_logs_the_key_as_a_field(caplog: pytest.LogCaptureFixture) -
     )
     with caplog.at_level(logging.INFO, logger="reconciler"):
         in_process_reconciler(kube, clock=lambda: NOW).reconcile("ns/cb")
-    (record,) = [r for r in caplog.records if r.name == "reconciler.reconcile"]
+    (record,) = [r for r in caplog.records if r.name == "reconciler.steps.reconcile"]
     assert record.getMessage() == "unreadable CacheBackend; waiting for it to change"
     assert getattr(record, "key", None) == "ns/cb"
     line = JsonFormatter().format(record)

@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry
 
 from kubeio import client as k
 from reconciler import metrics
-from reconciler.reads import OWNED_RESOURCES
+from reconciler.steps.reads import OWNED_RESOURCES
 
 RECONCILER = Path(metrics.__file__).parent
 
@@ -81,20 +81,22 @@ def _literals(pattern: str, *files: str) -> set[tuple[str, ...]]:
 
 
 def test_the_label_lists_cover_every_literal_at_the_call_sites() -> None:
-    restarts = {w for (w,) in _literals(r'_count_restart\("([^"]+)"\)', "cluster_cache.py")}
+    restarts = {w for (w,) in _literals(r'_count_restart\("([^"]+)"\)', "watch/cluster_cache.py")}
     assert restarts <= set(metrics.CACHE_WATCHES)
-    reads = {r for (r,) in _literals(r'_ready\([^,]+,\s*"([^"]+)"\)', "cluster_cache.py")}
-    reads |= {r for (r,) in _literals(r'CACHE_LIVE_READS\.labels\("([^"]+)"\)', "cluster_cache.py")}
+    reads = {r for (r,) in _literals(r'_ready\([^,]+,\s*"([^"]+)"\)', "watch/cluster_cache.py")}
+    reads |= {
+        r for (r,) in _literals(r'CACHE_LIVE_READS\.labels\("([^"]+)"\)', "watch/cluster_cache.py")
+    }
     assert reads
     assert reads <= set(metrics.CACHE_READS)
-    writes = _literals(r'_count_write\("([^"]+)",\s*"([^"]+)"\)', "reconcile.py")
+    writes = _literals(r'_count_write\("([^"]+)",\s*"([^"]+)"\)', "steps/reconcile.py")
     assert writes
     assert writes <= set(metrics.API_WRITE_LABELS)
-    verbs = {v for (v,) in _literals(r'_count_write\("([^"]+)",\s*kind\)', "reconcile.py")}
+    verbs = {v for (v,) in _literals(r'_count_write\("([^"]+)",\s*kind\)', "steps/reconcile.py")}
     assert verbs
     assert {(v, r.kind) for v in verbs for r in OWNED_RESOURCES} <= set(metrics.API_WRITE_LABELS)
-    causes = {c for (c,) in _literals(r'metrics\.retried\("([^"]+)"', "workqueue.py")}
+    causes = {c for (c,) in _literals(r'metrics\.retried\("([^"]+)"', "queue/workqueue.py")}
     assert causes == set(metrics.DISPATCHER_RETRY_CAUSES) | set(metrics.WORKER_RETRY_CAUSES)
-    watch_causes = {c for (c,) in _literals(r'on_restart\("([^"]+)"\)', "watch_cache.py")}
+    watch_causes = {c for (c,) in _literals(r'on_restart\("([^"]+)"\)', "watch/watch_cache.py")}
     assert watch_causes == set(metrics.WATCH_CAUSES)
     assert set(metrics.DISPATCHER_WATCHES) >= {k.CACHEBACKENDS.plural, k.PODS.plural}

@@ -1,9 +1,9 @@
 """The work-queue key of a CacheBackend (``ns/name``) and the injected-by claim a pod
-carries: built and read in reconciler.backend_keys only."""
+carries: built and read in shared.backend_keys only."""
 
 from __future__ import annotations
 
-from reconciler.backend_keys import BackendKey, injected_by_key, object_key
+from shared.backend_keys import BackendKey, injected_by_key, object_key
 from tests.builders import claiming_pod as pod
 
 

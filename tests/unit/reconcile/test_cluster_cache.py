@@ -20,8 +20,11 @@ import pytest
 from prometheus_client import REGISTRY
 
 from kubeio import client as k
-from reconciler import cluster_cache, metrics
-from reconciler.cluster_cache import (
+from reconciler import metrics
+from reconciler.steps.reads import LiveReads
+from reconciler.steps.reconcile import Reconciler
+from reconciler.watch import cluster_cache
+from reconciler.watch.cluster_cache import (
     CachedReads,
     ClusterCache,
     engine_pod_metadata,
@@ -30,16 +33,14 @@ from reconciler.cluster_cache import (
     selector_groups,
     set_selector,
 )
-from reconciler.engine_deployments import (
+from reconciler.watch.engine_deployments import (
     ANNOTATION_DESIRED_REPLICAS,
     ANNOTATION_REVISION,
     deployments_from_replicasets,
     replicaset_metadata,
 )
-from reconciler.enqueue_keys import ChangeRouter
-from reconciler.reads import LiveReads
-from reconciler.reconcile import Reconciler
-from reconciler.watch_cache import ADDED, MODIFIED, Reflector, WatchSpec
+from reconciler.watch.enqueue_keys import ChangeRouter
+from reconciler.watch.watch_cache import ADDED, MODIFIED, Reflector, WatchSpec
 from shared import constants as c
 from tests.builders import NS
 from tests.builders import engine_pod as engine

@@ -7,17 +7,17 @@ from typing import Any
 
 import pytest
 
-from reconciler.engine_pods import (
+from reconciler.status.engine_pods import (
     CrashLoop,
     KernelCheckReport,
     ServerPod,
     crash_looping_engine_containers,
-    injected_by_backend,
     kernel_check_report,
     observe_injected_pods,
     parse_kernel_check_verdict,
     server_pods,
 )
+from shared.backend_keys import injected_by_backend
 
 CHECK = "lmcache-kernel-check"
 

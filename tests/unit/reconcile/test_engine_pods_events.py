@@ -10,9 +10,8 @@ import pytest
 from prometheus_client import REGISTRY
 
 from reconciler import metrics
-from reconciler.dispatcher import Dispatcher, t2_hit_rate
-from reconciler.enqueue_keys import pod_backend_key
-from reconciler.pod_events import (
+from reconciler.dispatch.dispatcher import Dispatcher, t2_hit_rate
+from reconciler.dispatch.pod_events import (
     EnginePodEvents,
     injected_by_cache_backend_event,
     injected_by_claim,
@@ -21,6 +20,7 @@ from reconciler.pod_events import (
     relevant,
     skipped_by_operator_event,
 )
+from reconciler.watch.enqueue_keys import pod_backend_key
 from tests.builders import event_pod as pod
 from tests.fakes import FakeKube
 

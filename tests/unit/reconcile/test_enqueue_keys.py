@@ -1,4 +1,4 @@
-"""One rule decides which backends a pod change concerns (reconciler/enqueue_keys.py:
+"""One rule decides which backends a pod change concerns (reconciler/watch/enqueue_keys.py:
 pod_change_keys), wherever the change is seen: the leading dispatcher's pod watch
 (SelectorIndex, which remembers each pod's previous matches) and a worker's caches
 (ChangeRouter, handed the old and new object) give the same keys for the same change
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from reconciler.enqueue_keys import ChangeRouter, SelectorIndex, pod_change_keys
+from reconciler.watch.enqueue_keys import ChangeRouter, SelectorIndex, pod_change_keys
 from tests.builders import selected_pod, selector_cb
 
 Obj = dict[str, Any]

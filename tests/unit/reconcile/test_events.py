@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from reconciler.events import EventSpec, event_object
+from reconciler.status.events import EventSpec, event_object
 from tests.fakes import FailingEvents, in_process_reconciler
 
 NOW = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.UTC)

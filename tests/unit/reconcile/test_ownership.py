@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from reconciler.events import name_conflict_event
-from reconciler.ownership import (
+from reconciler.status.events import name_conflict_event
+from reconciler.status.managed_readiness import name_conflict_verdict
+from reconciler.status.ownership import (
     NameConflict,
     name_conflict_message,
     name_conflicts,
     owned_by,
 )
-from reconciler.status import name_conflict_verdict
 
 UID = "cb-uid"
 

@@ -9,13 +9,9 @@ import dataclasses
 import datetime as dt
 from typing import Any
 
-from reconciler.events import transition_events
-from reconciler.status import (
-    Observed,
-    WorkloadObservation,
-    compute_status,
-    replica_failure_message,
-)
+from reconciler.status.compute import compute_status
+from reconciler.status.events import transition_events
+from reconciler.status.observed import Observed, WorkloadObservation, replica_failure_message
 from shared.api.models import CacheBackend
 from tests.builders import ENDPOINT, MANAGED_SPEC, NO_GATE, T0
 from tests.builders import condition_of as cond

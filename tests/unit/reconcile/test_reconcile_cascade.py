@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from reconciler.cascade import (
+from reconciler.status.cascade import (
     Why,
     cascade_targets,
     deployment_converged,
@@ -18,10 +18,10 @@ from reconciler.cascade import (
     parse_server_instance,
     restart_trigger_patch,
 )
-from reconciler.engine_pods import ServerPod
-from reconciler.reads import LiveReads
-from reconciler.reconcile import Reconciler
-from reconciler.status import WorkloadObservation
+from reconciler.status.engine_pods import ServerPod
+from reconciler.status.observed import WorkloadObservation
+from reconciler.steps.reads import LiveReads
+from reconciler.steps.reconcile import Reconciler
 from tests.fakes import FakeKube, InProcessCascadeLimiter, in_process_reconciler
 
 
@@ -469,7 +469,7 @@ def test_shell_cascade_only_when_a_fresh_read_confirms_the_replacement() -> None
 
 def test_reconciler_has_no_default_limiters() -> None:
     """The cascade and /probe windows are shared across workers (Redis, in
-    reconciler/rate_limits.py): a Reconciler built without naming its limiters would
+    reconciler/work/rate_limits.py): a Reconciler built without naming its limiters would
     enforce them per process only, so the constructor requires both."""
     with pytest.raises(TypeError, match=r"probe_rate_limiter|cascade_limiter"):
         Reconciler(FakeKube())  # type: ignore[call-arg]

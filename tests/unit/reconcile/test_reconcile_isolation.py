@@ -12,7 +12,7 @@ import datetime as dt
 from typing import Any
 
 from kubeio import client as k
-from reconciler.reads import LiveReads
+from reconciler.steps.reads import LiveReads
 from shared import constants as c
 from shared.storage_providers.base import AUTH_CONFIG_KEY
 from shared.storage_providers.render import password_digest, secret_password

@@ -12,7 +12,7 @@ import copy
 import datetime as dt
 from typing import Any
 
-from reconciler.ownership import NAME_CONFLICT_REQUEUE_SECONDS
+from reconciler.status.ownership import NAME_CONFLICT_REQUEUE_SECONDS
 from tests.builders import status_backend
 from tests.fakes import FakeKube, in_process_reconciler
 

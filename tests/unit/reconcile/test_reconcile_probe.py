@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from reconciler.reconcile import Reconciler
+from reconciler.steps.reconcile import Reconciler
 from tests.builders import NO_GATE
 from tests.fakes import FakeIndexServer as FakeServer
 from tests.fakes import FakeKube, in_process_reconciler

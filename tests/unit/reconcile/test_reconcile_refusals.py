@@ -9,7 +9,7 @@ import copy
 import datetime as dt
 from typing import Any
 
-from reconciler.conditions import find
+from shared.conditions import find
 from shared.storage_providers.render import ANNOTATION_SPEC_HASH
 from tests.builders import status_backend
 from tests.fakes import FakeKube, in_process_reconciler

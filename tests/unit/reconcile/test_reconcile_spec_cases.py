@@ -27,18 +27,17 @@ from typing import Any
 
 import pytest
 
-from reconciler.engine_pods import observe_injected_pods
-from reconciler.events import transition_events
-from reconciler.reads import LiveReads, template_labels
-from reconciler.reconcile import observe_engines
-from reconciler.status import (
+from reconciler.status.compute import compute_status, status_equal
+from reconciler.status.engine_pods import observe_injected_pods
+from reconciler.status.events import transition_events
+from reconciler.status.observed import (
     EngineObservation,
     Observed,
     ProbeObservation,
     WorkloadObservation,
-    compute_status,
-    status_equal,
 )
+from reconciler.steps.reads import LiveReads, template_labels
+from reconciler.steps.reconcile import observe_engines
 from shared.api.models import CacheBackend
 from shared.labels import labels_match
 from shared.storage_providers.render import render_managed_objects, service_endpoint

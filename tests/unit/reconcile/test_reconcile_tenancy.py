@@ -12,8 +12,8 @@ import copy
 import datetime as dt
 from typing import Any
 
-from reconciler.conditions import find
 from shared import constants as c
+from shared.conditions import find
 from shared.storage_providers.render import secret_password
 from tests.fakes import FakeKube, in_process_reconciler
 

@@ -8,9 +8,9 @@ from typing import Any, cast
 
 import redis
 
-from reconciler.cluster_cache import ClusterCache
-from reconciler.server_client import ServerClient
-from reconciler.snapshot import SnapshotPoller
+from reconciler.steps.server_client import ServerClient
+from reconciler.watch.cluster_cache import ClusterCache
+from reconciler.work.snapshot import SnapshotPoller
 from tests.builders import NS
 from tests.builders import engine_pod as engine
 from tests.builders import selecting_backend as backend

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from reconciler.conditions import (
+from shared.conditions import (
     DesiredCondition,
     format_time,
     merge_conditions,

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from reconciler.conditions import find
-from reconciler.engine_pods import InjectedPodsObservation, observe_injected_pods
-from reconciler.events import transition_events
-from reconciler.status import Observed, compute_status
+from reconciler.status.compute import compute_status
+from reconciler.status.engine_pods import InjectedPodsObservation, observe_injected_pods
+from reconciler.status.events import transition_events
+from reconciler.status.observed import Observed
 from shared import constants as c
 from shared.api.models import CacheBackend
+from shared.conditions import find
 from tests.builders import NO_GATE, T0, UID
 from tests.builders import condition_of as cond
 from tests.builders import status_backend as obj

@@ -7,20 +7,19 @@ from typing import Any
 
 import pytest
 
-from reconciler.conditions import find
-from reconciler.engine_pods import CrashLoop, InjectedPodsObservation, KernelCheckReport
-from reconciler.events import transition_events
-from reconciler.status import (
+from reconciler.status.compute import compute_status, status_equal
+from reconciler.status.engine_pods import CrashLoop, InjectedPodsObservation, KernelCheckReport
+from reconciler.status.events import transition_events
+from reconciler.status.observed import (
     EngineObservation,
-    Mode,
     Observed,
     ProbeObservation,
     WorkloadObservation,
-    compute_status,
-    status_equal,
 )
 from shared.api.duration import parse_go_duration
 from shared.api.models import CacheBackend
+from shared.backend_mode import Mode
+from shared.conditions import find
 from shared.constants import REASON_UNSUPPORTED_RUNTIME_PAIR
 from tests.builders import ENDPOINT, MANAGED_SPEC, NO_GATE, T0, external_spec
 from tests.builders import condition_of as cond
@@ -728,7 +727,7 @@ def test_parse_go_duration(text: str, seconds: float | None) -> None:
 
 
 def test_index_participation_attributes_each_replica_to_one_backend() -> None:
-    from reconciler.snapshot import project_index_participation
+    from reconciler.work.snapshot import project_index_participation
 
     pods = {
         ("ns", "p1"): _pod("ns", "p1", {"app": "vllm"}),
@@ -785,7 +784,7 @@ def test_index_participation_empty_selector_never_claims_by_vacuous_truth() -> N
     backend would silently claim every replica in its namespace by vacuous truth — but
     a pod can still be attributed to it via the injected-by annotation.' The empty
     selector sorts first here, so only the exclusion keeps it from claiming."""
-    from reconciler.snapshot import project_index_participation
+    from reconciler.work.snapshot import project_index_participation
 
     pods = {
         ("ns", "stray"): _pod("ns", "stray", {"app": "other"}),
@@ -807,7 +806,7 @@ def test_index_participation_ignores_an_injected_by_claim_on_another_namespace()
     claims the webhook can have written: it only selects backends in the pod's own
     namespace. A claim on another namespace's backend falls back to step 3 (the
     selector rule) and never feeds that backend's indexParticipation."""
-    from reconciler.snapshot import project_index_participation
+    from reconciler.work.snapshot import project_index_participation
 
     pods = {
         ("a", "forged"): _pod("a", "forged", {"app": "vllm"}, injected="b/victim"),
@@ -825,7 +824,7 @@ def test_index_participation_ignores_an_injected_by_claim_on_another_namespace()
 
 
 def test_probe_result_passes_only_when_every_stage_ok_or_skipped() -> None:
-    from reconciler.server_client import interpret_probe_result
+    from reconciler.steps.server_client import interpret_probe_result
 
     assert (
         interpret_probe_result({"ingest": "ok", "routing": "ok", "t2": "skipped"}).outcome == "ok"

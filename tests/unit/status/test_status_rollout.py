@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from reconciler.status import Observed, WorkloadObservation, compute_status
+from reconciler.status.compute import compute_status
+from reconciler.status.observed import Observed, WorkloadObservation
 from shared.api.models import CacheBackend
 from tests.builders import ENDPOINT, NO_GATE, T0
 from tests.builders import condition_of as cond

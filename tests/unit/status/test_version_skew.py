@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from reconciler.conditions import find
-from reconciler.engine_pods import InjectedPodsObservation, KernelCheckReport
-from reconciler.events import transition_events
-from reconciler.status import Observed, WorkloadObservation, compute_status
-from reconciler.version_skew import (
+from reconciler.status.compute import compute_status
+from reconciler.status.engine_pods import InjectedPodsObservation, KernelCheckReport
+from reconciler.status.events import transition_events
+from reconciler.status.observed import Observed, WorkloadObservation
+from reconciler.status.version_skew import (
     engine_version_below_minimum_condition,
     lmcache_version_skew_condition,
     releases_below_minimum,
@@ -28,6 +28,7 @@ from shared import constants as c
 from shared import engine_versions as ev
 from shared.api.models import CacheBackend
 from shared.client_versions import client_skewed, major_minor, server_version_of_image
+from shared.conditions import find
 from tests.builders import NO_GATE, backend, external, managed
 
 T0 = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.UTC)

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from reconciler.diff import needs_apply
-from reconciler.exact_drift import spec_exactly_equal, spec_replacement
+from reconciler.steps.diff import needs_apply
+from reconciler.steps.exact_drift import spec_exactly_equal, spec_replacement
 from shared import constants as c
 from shared.api.models import CacheBackend
 from shared.storage_providers.render import render_managed_objects

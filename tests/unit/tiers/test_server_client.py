@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from reconciler.server_client import ServerClient
+from reconciler.steps.server_client import ServerClient
 
 
 class _Answer:

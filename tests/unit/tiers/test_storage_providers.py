@@ -296,7 +296,7 @@ def test_autoscaled_workload_keeps_the_live_replica_count_the_hpa_wrote() -> Non
     """After creation replicas belong to the HPA: the render carries the
     live value (so server-side apply neither fights the HPA nor drops the field), and
     the HPA moving it is not drift."""
-    from reconciler.diff import needs_apply
+    from reconciler.steps.diff import needs_apply
 
     spec = managed("LMCacheServer", autoscaling={"minReplicas": 2, "maxReplicas": 8})
     spec["remoteStorage"]["lmCacheServer"] = {"resources": {"limits": {"memory": "1024Mi"}}}
@@ -318,7 +318,7 @@ def test_autoscaled_workload_keeps_the_live_replica_count_the_hpa_wrote() -> Non
 
 def test_without_autoscaling_replicas_follow_the_spec_whatever_the_live_value() -> None:
     """spec.replicas is ours when no HPA owns the count: a live value is overwritten."""
-    from reconciler.diff import needs_apply
+    from reconciler.steps.diff import needs_apply
 
     spec = managed("LMCacheServer", replicas=2)
     spec["remoteStorage"]["lmCacheServer"] = {"resources": {"limits": {"memory": "1024Mi"}}}
@@ -541,7 +541,7 @@ def _live(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_server_defaults_and_canonical_quantities_are_not_drift() -> None:
-    from reconciler.diff import needs_apply
+    from reconciler.steps.diff import needs_apply
 
     spec = managed("Redis")
     spec["remoteStorage"]["redis"] = {"resources": {"limits": {"memory": "1024Mi"}}}
@@ -550,7 +550,7 @@ def test_server_defaults_and_canonical_quantities_are_not_drift() -> None:
 
 
 def test_changed_or_removed_fields_are_drift() -> None:
-    from reconciler.diff import needs_apply
+    from reconciler.steps.diff import needs_apply
 
     dep = by_kind(render_managed_objects(backend(managed("Redis")), generate_password=PASSWORD))[
         "Deployment"

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from reconciler.diff import needs_apply
+from reconciler.steps.diff import needs_apply
 from shared import constants as c
 from shared.pod_wiring import OUTCOME_FAIL_OPEN, OUTCOME_INJECTED, WiringResult, wire_pod
 from shared.runtime_adapters.base import InjectContext

@@ -11,9 +11,9 @@ from collections.abc import Callable, Iterator
 import pytest
 from kubernetes.client import ApiClient, Configuration
 
-from reconciler import lease_fence
-from reconciler.redis_conn import RedisTimeouts, redis_client
-from reconciler.workqueue import QueueSettings, WorkQueue
+from reconciler.queue.redis_conn import RedisTimeouts, redis_client
+from reconciler.queue.workqueue import QueueSettings, WorkQueue
+from reconciler.work import lease_fence
 from tests.harness.redis_server import RedisServer
 
 pytestmark = pytest.mark.services

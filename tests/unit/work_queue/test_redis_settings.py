@@ -9,7 +9,7 @@ import argparse
 import pytest
 
 from reconciler.cli_common import add_common_arguments
-from reconciler.redis_settings import check_url, redis_url, with_password, with_tls_defaults
+from reconciler.queue.redis_settings import check_url, redis_url, with_password, with_tls_defaults
 
 
 def test_with_password_fills_in_a_missing_password_only() -> None:
@@ -70,7 +70,7 @@ def test_celery_gets_verified_tls_from_a_bare_rediss_url() -> None:
     Redis backend refuses one; with the default added both verify."""
     import ssl
 
-    from reconciler.celery_app import make_app
+    from reconciler.queue.celery_app import make_app
 
     app = make_app(redis_url("rediss://redis.example:6380/0", "pw"))
     assert app.connection_for_write().ssl == {"ssl_cert_reqs": ssl.CERT_REQUIRED}

@@ -14,10 +14,10 @@ import kombu
 import pytest
 import redis
 
-from reconciler.celery_app import make_app
-from reconciler.dispatcher import pump_stalled
-from reconciler.redis_conn import RedisTimeouts, redis_client
-from reconciler.workqueue import QueueSettings, WorkQueue
+from reconciler.dispatch.dispatcher import pump_stalled
+from reconciler.queue.celery_app import make_app
+from reconciler.queue.redis_conn import RedisTimeouts, redis_client
+from reconciler.queue.workqueue import QueueSettings, WorkQueue
 from tests.harness.redis_server import RedisServer
 
 pytestmark = pytest.mark.services
@@ -112,7 +112,7 @@ def test_pump_stalled_after_the_renew_deadline_only() -> None:
 def test_an_ack_lost_to_a_frozen_broker_frees_the_prefetch_slot(own_redis: RedisServer) -> None:
     """Against a SIGSTOPped Redis: kombu's Redis QoS alone keeps the prefetch slot of a
     message whose ack timed out, so a worker with late acks would stop fetching for good;
-    reconciler.broker frees it."""
+    reconciler.queue.broker frees it."""
     app = make_app(own_redis.url, RedisTimeouts(connect=1.0, read=1.0))
     with app.connection_for_write() as conn:
         channel = conn.channel()

@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import redis
 
-from reconciler.workqueue import BUSY, DONE, LOST, STALE, STARTED, QueueSettings, WorkQueue
+from reconciler.queue.workqueue import BUSY, DONE, LOST, STALE, STARTED, QueueSettings, WorkQueue
 from tests.builders import selected_pod as _pod
 from tests.builders import selector_cb as _cb
 from tests.fakes import ScriptedWatchKube, clear_queue, queue_failures, queue_state
 from tests.harness.redis_server import RedisServer
 
 if TYPE_CHECKING:
-    from reconciler.dispatcher import Dispatcher
+    from reconciler.dispatch.dispatcher import Dispatcher
 
 
 class Clock:
@@ -358,8 +358,8 @@ def _obj(ns: str, name: str, owner: str | None = None) -> dict[str, object]:
 
 
 def _dispatcher(queue: WorkQueue, kube: ScriptedWatchKube) -> Dispatcher:
-    from reconciler.dispatcher import Dispatcher
-    from reconciler.leader import ElectionSettings
+    from reconciler.dispatch.dispatcher import Dispatcher
+    from reconciler.dispatch.leader import ElectionSettings
 
     return Dispatcher(kube, queue, None, ElectionSettings("ns", "lease", "me"))
 
@@ -389,7 +389,7 @@ def test_watch_relists_on_410_gone_and_resumes_from_resource_version(queue: Work
 
 
 def test_owned_objects_enqueue_their_owner_and_only_the_leader_enqueues(queue: WorkQueue) -> None:
-    from reconciler.enqueue_keys import owner_key
+    from reconciler.watch.enqueue_keys import owner_key
 
     assert owner_key(_obj("ns", "cb-redis", owner="cb")) == "ns/cb"
     assert owner_key(_obj("ns", "stray")) is None
@@ -404,7 +404,7 @@ def test_owned_objects_enqueue_their_owner_and_only_the_leader_enqueues(queue: W
 
 
 def test_selector_index_reports_backends_a_pod_starts_or_stops_matching() -> None:
-    from reconciler.enqueue_keys import SelectorIndex
+    from reconciler.watch.enqueue_keys import SelectorIndex
 
     idx = SelectorIndex()
     idx.reset_backends(
@@ -455,8 +455,8 @@ def test_a_queue_that_lost_its_data_dispatches_nothing(queue: WorkQueue) -> None
     """No key runs in two workers at once, even after a Redis data loss: with the epoch
     marker required, pop_due moves nothing once the marker is gone (flushed, restarted
     empty), so a key added after the loss is not handed to a second worker while the
-    first may still run it; the dispatcher then fences (reconciler.dispatcher)."""
-    from reconciler.workqueue import QueueDataLostError
+    first may still run it; the dispatcher then fences (reconciler.dispatch.dispatcher)."""
+    from reconciler.queue.workqueue import QueueDataLostError
 
     queue.add("ns/a")
     with pytest.raises(QueueDataLostError):
@@ -476,7 +476,7 @@ def test_dispatch_fence_after_data_loss_outlasts_any_lease_from_before() -> None
     """Rule dispatch_fence_after_data_loss: a worker's lease from before the loss lasts
     at most lease_seconds past its last renewal, which preceded the loss by up to one
     reap interval before it was seen."""
-    from reconciler.dispatcher import dispatch_fence_after_data_loss
+    from reconciler.dispatch.dispatcher import dispatch_fence_after_data_loss
 
     assert dispatch_fence_after_data_loss(100.0, 30.0, 1.0) == 131.0
     assert dispatch_fence_after_data_loss(5.0, 3.0, 0.5) == 8.5

@@ -1,0 +1,1 @@
+"""The dispatcher process: the leader's watches and what it adds to the work queue."""

@@ -1,0 +1,1 @@
+"""The Redis work queue and the Celery/Redis plumbing both processes share."""

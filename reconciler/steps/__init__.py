@@ -1,0 +1,1 @@
+"""One reconcile: its reads, the comparisons that decide a write, and its clients."""

@@ -1,0 +1,1 @@
+"""What the processes watch, the stores they read, and which backends a change wakes."""

@@ -1,0 +1,208 @@
+"""Which backends a watched object concerns: the one mapping from a change to the
+work-queue keys it wakes, for the dispatcher's watches (:class:`SelectorIndex`) and
+the workers' caches (:class:`ChangeRouter`).
+
+- an owned object (Deployment, Service, ...): the backend its controller reference
+  names (:func:`owner_key`);
+- an injected engine pod or a managed cache-server pod: its backend
+  (:func:`pod_backend_key`);
+- a pod or engine ReplicaSet whose labels start or stop satisfying a backend's
+  spec.engineSelector: that backend (:func:`backends_selecting`, matched by
+  :func:`shared.labels.labels_match`).
+
+Keys are the work queue's text form, built by :class:`shared.backend_keys.BackendKey`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Final, Protocol
+
+from reconciler.watch.engine_deployments import replicaset_shape, replicaset_template_labels
+from shared import constants as c
+from shared.backend_keys import BackendKey, injected_by_key, object_key
+from shared.labels import labels_match
+from shared.storage_providers.render import LABEL_CACHEBACKEND, LABEL_MANAGED_BY, MANAGED_BY
+
+# The label selector of every object the reconciler creates for a backend: the watches
+# of owned objects (the dispatcher's and the workers' caches) list by it.
+OWNED_SELECTOR: Final = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
+
+Obj = dict[str, Any]
+
+
+def owner_key(obj: Obj) -> str | None:
+    """``namespace/name`` of the CacheBackend controlling ``obj``, if any."""
+    meta = obj.get("metadata") or {}
+    for ref in meta.get("ownerReferences") or []:
+        if ref.get("kind") == "CacheBackend" and ref.get("controller"):
+            return str(BackendKey(str(meta.get("namespace")), str(ref.get("name"))))
+    return None
+
+
+def pod_backend_key(pod: Obj) -> str | None:
+    """The backend whose status a change of this pod may move: the one an engine pod
+    was injected by (same namespace only), or the one a managed cache-server pod
+    belongs to (its inferencecache.io/cachebackend label)."""
+    injected = injected_by_key(pod)
+    if injected is not None:
+        return str(injected)
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    if labels.get(LABEL_MANAGED_BY) == MANAGED_BY and labels.get(LABEL_CACHEBACKEND):
+        return str(BackendKey(str(meta.get("namespace")), str(labels[LABEL_CACHEBACKEND])))
+    return None
+
+
+def engine_selector_labels(obj: Obj) -> dict[str, str]:
+    """spec.engineSelector.matchLabels of a CacheBackend ({}: claims nothing)."""
+    sel = ((obj.get("spec") or {}).get("engineSelector") or {}).get("matchLabels") or {}
+    return {str(k): str(v) for k, v in sel.items()} if isinstance(sel, dict) else {}
+
+
+def backends_selecting(
+    selectors: Iterable[tuple[str, Mapping[str, str]]], labels: Mapping[str, str] | None
+) -> frozenset[str]:
+    """The keys, among (key, engine selector) pairs, whose selector ``labels`` satisfy."""
+    return frozenset(key for key, selector in selectors if labels_match(selector, labels))
+
+
+def _labels(obj: Obj | None) -> dict[str, str]:
+    return dict(((obj or {}).get("metadata") or {}).get("labels") or {})
+
+
+def pod_change_keys(
+    before: frozenset[str], after: frozenset[str], named_by: Iterable[Obj | None]
+) -> frozenset[str]:
+    """The one rule for a pod change, wherever it is seen: the backends whose engine
+    selector the pod entered or left (``before`` ∆ ``after``: its
+    matchedEnginePods count moves), and the backend each pod of ``named_by`` names (an
+    injected engine pod's, a managed cache-server pod's: :func:`pod_backend_key`)."""
+    keys = set(before ^ after)
+    keys.update(key for pod in named_by if pod is not None and (key := pod_backend_key(pod)))
+    return frozenset(keys)
+
+
+# ------------------------------------------------------------------ the dispatcher's
+
+
+class SelectorIndex:
+    """Which backends' engine selectors each pod satisfies, to enqueue a backend when a
+    pod starts or stops matching it (its matchedEnginePods count changes) — not on
+    every status change of an already-matching pod."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        # namespace -> backend key -> matchLabels (non-empty only)
+        self._selectors: dict[str, dict[str, dict[str, str]]] = {}
+        # pod (namespace, name) -> backend keys it matched when last seen
+        self._matched: dict[BackendKey, frozenset[str]] = {}
+
+    def set_backend(self, obj: Obj, deleted: bool = False) -> None:
+        key = object_key(obj)
+        labels = {} if deleted else engine_selector_labels(obj)
+        with self._lock:
+            per_ns = self._selectors.setdefault(key.namespace, {})
+            if labels:
+                per_ns[str(key)] = labels
+            else:
+                per_ns.pop(str(key), None)
+
+    def reset_backends(self, items: list[Obj]) -> None:
+        with self._lock:
+            self._selectors = {}
+        for obj in items:
+            self.set_backend(obj)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._selectors = {}
+            self._matched = {}
+
+    def pod_changed(self, kind: str, pod: Obj) -> frozenset[str]:
+        """The backends this pod event concerns (:func:`pod_change_keys`), the pod's
+        previous matches read from this index."""
+        key = object_key(pod)
+        with self._lock:
+            if kind == "DELETED":
+                now: frozenset[str] = frozenset()
+            else:
+                selectors = (self._selectors.get(key.namespace) or {}).items()
+                now = backends_selecting(selectors, _labels(pod))
+            before = self._matched.get(key, frozenset())
+            if now:
+                self._matched[key] = now
+            else:
+                self._matched.pop(key, None)
+        return pod_change_keys(before, now, [pod])
+
+
+# ------------------------------------------------------------------ the workers' caches
+
+
+class BackendStore(Protocol):
+    """The cached CacheBackends of one namespace (a watch cache's store)."""
+
+    def in_namespace(self, namespace: str) -> list[Obj]: ...
+
+
+class ChangeRouter:
+    """Which backends a cached change concerns, and the work-queue add for each."""
+
+    def __init__(self, backends: BackendStore, enqueue: Callable[[str], None]) -> None:
+        self.backends = backends
+        self.enqueue = enqueue
+
+    def _selecting(self, namespace: str, labels: Mapping[str, str]) -> frozenset[str]:
+        """Backends of ``namespace`` whose engine selector ``labels`` satisfies."""
+        return backends_selecting(
+            (
+                (str(object_key(cb)), engine_selector_labels(cb))
+                for cb in self.backends.in_namespace(namespace)
+            ),
+            labels,
+        )
+
+    def _send(self, keys: Iterable[str]) -> None:
+        for key in sorted(set(keys)):
+            self.enqueue(key)
+
+    def backend(self, _kind: str, old: Obj | None, new: Obj | None) -> None:
+        obj = new or old
+        if obj is not None:
+            self._send([str(object_key(obj))])
+
+    def owned(self, _kind: str, old: Obj | None, new: Obj | None) -> None:
+        self._send(key for obj in (old, new) if obj and (key := owner_key(obj)))
+
+    def pod(self, _kind: str, old: Obj | None, new: Obj | None) -> None:
+        """Injected or cache-server pods: their backend, on any change."""
+        self._send(pod_change_keys(frozenset(), frozenset(), (old, new)))
+
+    def engine_pod(self, _kind: str, old: Obj | None, new: Obj | None) -> None:
+        """Engine pods (metadata): the backends whose match set changed, and, for a pod
+        without the injected-by-uid label, the backend its annotations name (its
+        status is read live)."""
+        obj = new or old
+        if obj is None:
+            return
+        namespace = object_key(obj).namespace
+        before = self._selecting(namespace, _labels(old)) if old is not None else frozenset()
+        after = self._selecting(namespace, _labels(new)) if new is not None else frozenset()
+        # A labelled injected pod's backend hears it from the injected-pods watch.
+        unlabelled = (p for p in (old, new) if c.LABEL_INJECTED_BY_UID not in _labels(p))
+        self._send(pod_change_keys(before, after, unlabelled))
+
+    def replicaset(self, _kind: str, old: Obj | None, new: Obj | None) -> None:
+        """Engine ReplicaSets (metadata): the backends selecting their pod template,
+        when what an engine Deployment is derived from changes (its replicas or
+        template labels: the churn cadence and the message), not on a status change."""
+        if old is not None and new is not None and replicaset_shape(old) == replicaset_shape(new):
+            return
+        keys: set[str] = set()
+        for obj in (old, new):
+            if obj is not None:
+                namespace = object_key(obj).namespace
+                keys |= self._selecting(namespace, replicaset_template_labels(obj))
+        self._send(keys)

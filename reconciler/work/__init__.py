@@ -1,0 +1,1 @@
+"""The Celery worker process: its composition, the reconcile task and the worker's own loops."""
