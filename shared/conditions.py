@@ -28,6 +28,19 @@ class DesiredCondition:
     message: str
 
 
+def as_desired(current: dict[str, Any] | None) -> DesiredCondition | None:
+    """A condition as it stands in the status, as the desired one: how a rule keeps its
+    prior verdict when the observation it needs could not be made."""
+    if current is None:
+        return None
+    return DesiredCondition(
+        str(current.get("type") or ""),
+        str(current.get("status") or UNKNOWN),
+        str(current.get("reason") or ""),
+        str(current.get("message") or ""),
+    )
+
+
 def format_time(when: dt.datetime) -> str:
     """RFC 3339 at second precision in UTC, the way metav1.Time serialises."""
     return when.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -26,21 +26,11 @@ from shared.conditions import (
     TRUE,
     UNKNOWN,
     DesiredCondition,
+    as_desired,
     find,
 )
 
 MAX_PODS_IN_MESSAGE: Final = 10
-
-
-def _previous_as_desired(previous: dict[str, Any] | None) -> DesiredCondition | None:
-    if previous is None:
-        return None
-    return DesiredCondition(
-        str(previous.get("type")),
-        str(previous.get("status")),
-        str(previous.get("reason") or ""),
-        str(previous.get("message") or ""),
-    )
 
 
 def _pod_list(items: list[str]) -> str:
@@ -61,7 +51,7 @@ def engine_kernels_healthy_condition(
     (None) keep the prior verdict.
     """
     if injected is None:
-        return _previous_as_desired(previous)
+        return as_desired(previous)
     reports = injected.kernel_checks
     if not reports:
         return None
@@ -180,7 +170,7 @@ def engine_compatibility_condition(
     container is in CrashLoopBackOff; absent otherwise. Never gates Ready. A pod list
     that failed this time (None) keeps the prior condition."""
     if injected is None:
-        return _previous_as_desired(previous)
+        return as_desired(previous)
     if not injected.crash_loops:
         return None
     looping = [

@@ -27,7 +27,7 @@ from reconciler.status.engine_pods import (
     InjectedPodsObservation,
 )
 from shared import constants as c
-from shared.conditions import FALSE, UNKNOWN, DesiredCondition
+from shared.conditions import FALSE, DesiredCondition, as_desired
 from shared.runtime_adapters.host_memory_fit import gib_text
 
 
@@ -40,24 +40,13 @@ def _shortfall_text(item: HostMemoryShortfall) -> str:
     return f"{item.pod}: {containers}"
 
 
-def _previous(previous: dict[str, Any] | None) -> DesiredCondition | None:
-    if previous is None:
-        return None
-    return DesiredCondition(
-        str(previous.get("type") or ""),
-        str(previous.get("status") or UNKNOWN),
-        str(previous.get("reason") or ""),
-        str(previous.get("message") or ""),
-    )
-
-
 def engine_host_memory_condition(
     injected: InjectedPodsObservation | None, previous: dict[str, Any] | None
 ) -> DesiredCondition | None:
     """EngineHostMemory=False/PinnedHostMemoryOverLimit while an injected pod cannot
     hold the host memory its wiring pins; absent otherwise. Never gates Ready."""
     if injected is None:
-        return _previous(previous)
+        return as_desired(previous)
     if not injected.host_memory:
         return None
     named = [_shortfall_text(item) for item in injected.host_memory[:MAX_PODS_NAMED]]

@@ -29,7 +29,7 @@ from reconciler.status.engine_pods import (
 from shared import constants as c
 from shared import engine_versions as ev
 from shared.client_versions import client_skewed, server_version_of_image
-from shared.conditions import FALSE, TRUE, UNKNOWN, DesiredCondition
+from shared.conditions import FALSE, TRUE, UNKNOWN, DesiredCondition, as_desired
 from shared.engine_versions import LMCACHE, VLLM
 
 # Packages whose minimum release the worker checks (the kernel check runs on vLLM+LMCache).
@@ -44,17 +44,6 @@ def _named(items: Sequence[str]) -> str:
 
 def _finished(reports: Sequence[KernelCheckReport]) -> list[KernelCheckReport]:
     return [r for r in reports if r.state != KERNEL_PENDING]
-
-
-def _previous_as_desired(previous: dict[str, Any] | None) -> DesiredCondition | None:
-    if previous is None:
-        return None
-    return DesiredCondition(
-        str(previous.get("type") or ""),
-        str(previous.get("status") or UNKNOWN),
-        str(previous.get("reason") or ""),
-        str(previous.get("message") or ""),
-    )
 
 
 def lmcache_version_skew_condition(
@@ -78,7 +67,7 @@ def lmcache_version_skew_condition(
     A pod list that failed this time (None) keeps the prior condition.
     """
     if injected is None:
-        return _previous_as_desired(previous)
+        return as_desired(previous)
     finished = _finished(injected.kernel_checks)
     if not finished:
         return None
@@ -161,7 +150,7 @@ def engine_version_below_minimum_condition(
     this wiring; False/ReleasesAtMinimum when every reporting pod's are at or above it;
     absent when no pod reports a checked release. A failed pod list keeps the prior one."""
     if injected is None:
-        return _previous_as_desired(previous)
+        return as_desired(previous)
     minimum = ev.minimum_for(runtime, cache_type, provider)
     checked = [
         r
