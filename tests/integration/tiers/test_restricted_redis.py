@@ -47,6 +47,15 @@ def resp(port: int, *commands: list[str]) -> list[bytes]:
     return out
 
 
+def server_for_pod_user(data_dir: Path) -> str:
+    """A copy of the server binary uid 999 can execute: the checkout may sit under a
+    directory only root can enter (``mktemp -d`` makes them 0700)."""
+    target = data_dir.parent / f"{data_dir.name}-server"
+    shutil.copy(find_redis_server(), target)
+    target.chmod(0o755)
+    return str(target)
+
+
 @pytest.fixture
 def data_dir() -> Iterator[Path]:
     """The emptyDir at /data: owned by the pod's fsGroup, as the kubelet makes it."""
@@ -76,7 +85,7 @@ def test_redis_runs_as_the_pod_user_with_the_rendered_args(data_dir: Path) -> No
     log = data_dir.parent / f"{data_dir.name}.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [find_redis_server(), *args[1:], "--port", str(port), "--bind", "127.0.0.1"],
+            [server_for_pod_user(data_dir), *args[1:], "--port", str(port), "--bind", "127.0.0.1"],
             cwd=data_dir,
             user=psc["runAsUser"],
             group=psc["runAsGroup"],
@@ -109,3 +118,4 @@ def test_redis_runs_as_the_pod_user_with_the_rendered_args(data_dir: Path) -> No
         terminate_process_group(proc)
         log.unlink(missing_ok=True)
         conf.unlink(missing_ok=True)
+        (data_dir.parent / f"{data_dir.name}-server").unlink(missing_ok=True)
