@@ -427,7 +427,7 @@ DISPATCHER_RETRY_CAUSES: Final = ("lease_expired", "redispatch")
 WORKER_RETRY_CAUSES: Final = ("error",)
 # The dispatcher's watches, by resource (reconciler/dispatch/dispatcher.py _start_leading).
 DISPATCHER_WATCHES: Final = tuple(
-    r.plural for r in (k.CACHEBACKENDS, *DISPATCHER_OWNED_RESOURCES, k.PODS)
+    r.plural for r in (k.CACHEBACKENDS, *DISPATCHER_OWNED_RESOURCES, k.PODS, k.REPLICASETS)
 )
 # The worker cache's watches and the reads it can fall back on (reconciler/watch/cluster_cache.py).
 CACHE_WATCHES: Final = (
@@ -438,7 +438,14 @@ CACHE_WATCHES: Final = (
     "engine-deployments",
     "engine-pods",
 )
-CACHE_READS: Final = ("cachebackend", "owned", "injected-pods", "engine-deployments", "engine-pods")
+CACHE_READS: Final = (
+    "cachebackend",
+    "owned",
+    "injected-pods",
+    "engine-deployments",
+    "engine-pods",
+    "behind-dispatcher",
+)
 # (verb, resource) of every write a reconcile makes (reconciler/steps/reconcile.py).
 API_WRITE_LABELS: Final = (
     *((verb, r.kind) for verb in ("apply", "delete") for r in OWNED_RESOURCES),

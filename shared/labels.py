@@ -60,3 +60,50 @@ def equality_selector(labels: Mapping[str, str]) -> str:
 
 def labels_match(selector: Mapping[str, str], labels: Mapping[str, str] | None) -> bool:
     return bool(selector) and selector.items() <= dict(labels or {}).items()
+
+
+def _requirement_matches(requirement: str, labels: Mapping[str, str]) -> bool:
+    """One requirement of a label-selector string: ``k``, ``!k``, ``k=v``, ``k==v``,
+    ``k!=v``, ``k in (a,b)`` or ``k notin (a,b)`` (the API server's grammar)."""
+    text = requirement.strip()
+    for op in (" notin ", " in "):
+        if op in text:
+            key, _, rest = text.partition(op)
+            values = {
+                v.strip() for v in rest.strip().removeprefix("(").removesuffix(")").split(",")
+            }
+            key = key.strip()
+            present = key in labels and labels[key] in values
+            return present if op == " in " else not present
+    if text.startswith("!"):
+        return text[1:].strip() not in labels
+    if "!=" in text:
+        key, _, value = text.partition("!=")
+        return labels.get(key.strip()) != value.strip()
+    if "=" in text:
+        key, _, value = text.replace("==", "=").partition("=")
+        return labels.get(key.strip()) == value.strip()
+    return text in labels
+
+
+def _split_requirements(selector: str) -> list[str]:
+    """The requirements of a selector string: commas outside ``( )`` separate them."""
+    parts: list[str] = []
+    depth, start = 0, 0
+    for i, ch in enumerate(selector):
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(selector[start:i])
+            start = i + 1
+    parts.append(selector[start:])
+    return [p for p in parts if p.strip()]
+
+
+def selector_string_matches(selector: str | None, labels: Mapping[str, str] | None) -> bool:
+    """Whether ``labels`` satisfy a label-selector string as a list or watch sends it
+    (None or empty: everything matches), every requirement ANDed."""
+    present = dict(labels or {})
+    return all(_requirement_matches(r, present) for r in _split_requirements(selector or ""))

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from reconciler.watch.engine_deployments import ANNOTATION_DESIRED_REPLICAS, ANNOTATION_REVISION
 from shared import constants as c
 from shared.api import defaults
 from shared.api.models import CacheBackend
@@ -750,3 +751,34 @@ def with_schema_defaults(obj: dict[str, Any]) -> dict[str, Any]:
     if plan is not None:
         defaults._apply(plan, out)
     return out
+
+
+def replicaset(
+    name: str,
+    owner: str,
+    labels: dict[str, str],
+    *,
+    revision: int | None = 1,
+    replicas: int | None = None,
+    namespace: str = NS,
+) -> dict[str, Any]:
+    """A ReplicaSet as the deployment controller makes it: the pod template's labels
+    plus pod-template-hash, a controller reference, the revision and desired-replicas
+    annotations (None: left out, as on a ReplicaSet no controller made)."""
+    annotations = {}
+    if revision is not None:
+        annotations[ANNOTATION_REVISION] = str(revision)
+    if replicas is not None:
+        annotations[ANNOTATION_DESIRED_REPLICAS] = str(replicas)
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "resourceVersion": "1",
+            "labels": {**labels, "pod-template-hash": name.rsplit("-", 1)[-1]},
+            "annotations": annotations,
+            "ownerReferences": [
+                {"kind": "Deployment", "name": owner, "uid": f"uid-{owner}", "controller": True}
+            ],
+        }
+    }

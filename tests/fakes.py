@@ -679,6 +679,8 @@ def clear_queue(queue: WorkQueue) -> None:
         queue.k_wake,
         queue.k_epoch,
     )
+    for fences in queue.redis.scan_iter(match=queue.k_fences("*")):
+        queue.redis.delete(fences)
 
 
 # --------------------------------------------------- the webhook's byte budget, held

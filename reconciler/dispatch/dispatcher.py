@@ -1,10 +1,16 @@
 """The dispatcher: watches, enqueues keys, and pumps due keys to the Celery workers.
 
-Only the elected leader (Lease) watches and enqueues. While leading it runs:
+Only the elected leader (Lease) watches and enqueues; it is the one process that adds
+to the work queue (the workers' caches only serve their reads). Each add carries a
+fence, the change that woke the key, so the worker that runs it reads its caches only
+once they hold that change (reconciler.watch.freshness). While leading it runs:
 
 * one watch per resource — CacheBackends, and the Deployments, StatefulSets,
   Services and HPAs we manage (mapped to their owner's key) — each resuming from
   its last resourceVersion and re-listing on 410 Gone;
+* the engine ReplicaSets (metadata only), watched as the workers' caches watch them,
+  per (namespace, selector key) of the backends' engine selectors: a change of what an
+  engine Deployment is derived from enqueues the backends selecting it;
 * a watch on pods (metadata only), for three things: a change of an injected engine pod (or of a
   managed cache-server pod) enqueues its backend, so kernel-check verdicts,
   crash-loops and server restarts are seen without waiting for the resync; a pod
@@ -42,7 +48,10 @@ from reconciler.queue.celery_app import QUEUE_NAME, RECONCILE_TASK
 from reconciler.queue.workqueue import QueueDataLostError, WorkQueue
 from reconciler.steps.reads import DISPATCHER_OWNED_RESOURCES
 from reconciler.watch import enqueue_keys
+from reconciler.watch.engine_deployments import replicaset_metadata
 from reconciler.watch.enqueue_keys import SelectorIndex, owner_key
+from reconciler.watch.freshness import Fence, fence_for
+from reconciler.watch.selector_watches import SelectorWatches
 from reconciler.watch.watch_cache import WatchSpec, list_then_watch
 from shared.backend_keys import BackendKey, object_key
 
@@ -114,6 +123,7 @@ class Dispatcher:
         self._resync_requested = threading.Event()
         self.pod_events = EnginePodEvents(kube, instance=election.identity)
         self.selectors = SelectorIndex()
+        self._engine_replicasets: SelectorWatches | None = None
         # time.monotonic() of the last pass of the election loop and of the last
         # pump iteration that reached Redis: what the liveness check and the
         # give-up-the-lease rule look at.
@@ -207,6 +217,18 @@ class Dispatcher:
             ("resync", lambda: self._resync_loop(leading)),
         ]
         self._threads = [threading.Thread(target=fn, name=name, daemon=True) for name, fn in specs]
+        self._engine_replicasets = SelectorWatches(
+            self.kube,
+            k.REPLICASETS,
+            "engine-replicasets",
+            transform=replicaset_metadata,
+            on_change=self._handle_replicaset,
+            on_restart=lambda cause: metrics.WATCH_RESTARTS.labels(
+                k.REPLICASETS.plural, cause
+            ).inc(),
+            watch_timeout=self.settings.watch_timeout,
+        )
+        self._engine_replicasets.start()
         for t in self._threads:
             t.start()
 
@@ -215,6 +237,9 @@ class Dispatcher:
         metrics.set_leader(False, self.elector.s.name)
         self.pod_events.reset()
         self.selectors.clear()
+        if self._engine_replicasets is not None:
+            self._engine_replicasets.stop()
+            self._engine_replicasets = None
         if self._leading is not None:
             self._leading.clear()
         self._leading = None
@@ -240,11 +265,12 @@ class Dispatcher:
         leading = self._leading
         return leading is not None and leading.is_set()
 
-    def enqueue(self, key: str) -> None:
+    def enqueue(self, key: str, fence: Fence | None = None) -> None:
+        """Add ``key``; ``fence``: the change it is added for (None: a resync)."""
         if not self._is_leading():
             return
         try:
-            self.queue.add(key)
+            self.queue.add(key, fence=(fence.field, fence.encode()) if fence else None)
         except redis.RedisError as exc:
             # Redis is away: remember to re-add everything once it is back.
             log.warning("could not enqueue", extra={"key": key, "error": str(exc)})
@@ -265,9 +291,16 @@ class Dispatcher:
                 self.known.discard(key)
             else:
                 self.known.add(key)
-        self.selectors.set_backend(obj, deleted=kind == "DELETED")
+        if self.selectors.set_backend(obj, deleted=kind == "DELETED"):
+            self._follow_selectors()
         self._export_t2(key, None if kind == "DELETED" else obj)
-        self.enqueue(key)
+        self.enqueue(key, fence_for(k.CACHEBACKENDS.plural, obj))
+
+    def _follow_selectors(self) -> None:
+        """Watch the engine ReplicaSets of every known backend's engine selector."""
+        watches = self._engine_replicasets
+        if watches is not None:
+            watches.want(self.selectors.groups())
 
     @staticmethod
     def _export_t2(key: str, obj: dict[str, Any] | None) -> None:
@@ -282,15 +315,28 @@ class Dispatcher:
         changed = self.selectors.pod_changed(kind, pod)
         if kind == "LIST":
             return  # the CacheBackend (re-)list enqueues every backend anyway
-        with self._known_lock:
-            keys = changed & self.known
-        for key in sorted(keys):
-            self.enqueue(key)
+        self._enqueue_known(changed, fence_for(k.PODS.plural, pod))
 
-    def _handle_owned(self, obj: dict[str, Any]) -> None:
+    def _handle_replicaset(
+        self, _kind: str, old: dict[str, Any] | None, new: dict[str, Any] | None
+    ) -> None:
+        obj = new or old
+        if obj is None or not self._is_leading():
+            return
+        self._enqueue_known(
+            self.selectors.replicaset_changed(old, new), fence_for(k.REPLICASETS.plural, obj)
+        )
+
+    def _enqueue_known(self, keys: frozenset[str], fence: Fence | None) -> None:
+        with self._known_lock:
+            known = keys & self.known
+        for key in sorted(known):
+            self.enqueue(key, fence)
+
+    def _handle_owned(self, res: k.Resource, obj: dict[str, Any]) -> None:
         key = owner_key(obj)
         if key is not None:
-            self.enqueue(key)
+            self.enqueue(key, fence_for(res.plural, obj))
 
     def _watch_loop(
         self,
@@ -310,6 +356,7 @@ class Dispatcher:
                     vanished = self.known - current
                     self.known = current
                 self.selectors.reset_backends(items)
+                self._follow_selectors()
                 for o in items:
                     self._export_t2(str(object_key(o)), o)
                 for key in vanished:
@@ -322,7 +369,7 @@ class Dispatcher:
                     self._handle_pod("LIST", o)
             else:
                 for o in items:
-                    self._handle_owned(o)
+                    self._handle_owned(res, o)
 
         def on_event(kind: str, obj: dict[str, Any]) -> None:
             if is_cb:
@@ -330,7 +377,7 @@ class Dispatcher:
             elif is_pod:
                 self._handle_pod(kind, obj)
             else:
-                self._handle_owned(obj)
+                self._handle_owned(res, obj)
 
         list_then_watch(
             self.kube,

@@ -14,6 +14,11 @@ transition is atomic in Redis):
                  happens after the current one (the add does not create a second entry).
 * ``failures``   HASH key → consecutive failures, for exponential per-key backoff
                  (0.5 s doubling to 5 min by default; reset on success).
+* ``fences:<key>`` HASH object → the change an add was made for
+                 (reconciler.watch.freshness): set with the add, read by the run
+                 that starts after it, and cleared, value for value, by a run that
+                 succeeded having waited for it; one left behind is checked again
+                 by the next run (passed at once) and expires after FENCE_TTL_SECONDS.
 
 Guarantees and how they are met:
 
@@ -61,8 +66,12 @@ LOST: Final = "lost"  # our lease was reaped while we ran; someone else owns the
 DONE: Final = "done"
 
 _ADD = """
-local pending, queued, processing, dirty, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local pending, queued, processing, dirty, wake, fences = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local key, ready, now = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+if ARGV[4] ~= '' then
+  redis.call('HSET', fences, ARGV[4], ARGV[5])
+  redis.call('PEXPIRE', fences, ARGV[6])
+end
 if redis.call('HEXISTS', processing, key) == 1 and ready <= now then
   redis.call('SADD', dirty, key)
   return 2
@@ -80,6 +89,15 @@ if ready <= now then
   redis.call('LTRIM', wake, 0, 0)
 end
 return 1
+"""
+
+_CLEAR_FENCES = """
+for i = 1, #ARGV, 2 do
+  if redis.call('HGET', KEYS[1], ARGV[i]) == ARGV[i + 1] then
+    redis.call('HDEL', KEYS[1], ARGV[i])
+  end
+end
+return 0
 """
 
 _POP_DUE = """
@@ -203,6 +221,11 @@ return {expired, stale}
 """
 
 
+# How long the fences of a key that is not run are kept: far longer than a cache
+# takes to catch up, so a fence that expired had long been passed.
+FENCE_TTL_SECONDS: Final = 600.0
+
+
 @dataclass(frozen=True)
 class QueueSettings:
     prefix: str = "icache:wq"
@@ -238,6 +261,7 @@ class WorkQueue:
         self.k_wake = f"{p}:wake"
         self.k_epoch = f"{p}:epoch"
         self._add = client.register_script(_ADD)
+        self._clear_fences = client.register_script(_CLEAR_FENCES)
         self._pop_due = client.register_script(_POP_DUE)
         self._start = client.register_script(_START)
         self._renew = client.register_script(_RENEW)
@@ -253,8 +277,14 @@ class WorkQueue:
 
     # ------------------------------------------------------------ producer side
 
-    def add(self, key: str, delay: float = 0.0) -> bool:
+    def k_fences(self, key: str) -> str:
+        return f"{self.settings.prefix}:fences:{key}"
+
+    def add(self, key: str, delay: float = 0.0, fence: tuple[str, str] | None = None) -> bool:
         """Enqueue ``key`` to run after ``delay`` seconds (client-go Add / AddAfter).
+
+        ``fence``: (field, value) of the change this add is for, kept beside the key
+        until a run has waited for it (reconciler.watch.freshness.Fence).
 
         Returns True when this created or advanced a pending entry; False when it
         collapsed into an existing one (already queued or pending sooner) — or,
@@ -263,11 +293,31 @@ class WorkQueue:
         now = self._now_ms()
         ready = now + max(0, int(delay * 1000))
         metrics.ADDS.inc()
+        field, value = fence or ("", "")
         rc = self._add(
-            keys=[self.k_pending, self.k_queued, self.k_processing, self.k_dirty, self.k_wake],
-            args=[key, ready, now],
+            keys=[
+                self.k_pending,
+                self.k_queued,
+                self.k_processing,
+                self.k_dirty,
+                self.k_wake,
+                self.k_fences(key),
+            ],
+            args=[key, ready, now, field, value, int(FENCE_TTL_SECONDS * 1000)],
         )
         return int(rc) == 1
+
+    def fences(self, key: str) -> dict[str, str]:
+        """The fences left beside ``key`` (field → value)."""
+        raw = self.redis.hgetall(self.k_fences(key))
+        return {_s(f): _s(v) for f, v in raw.items()}
+
+    def clear_fences(self, key: str, seen: dict[str, str]) -> None:
+        """Drop the fences a run waited for, each only if no newer change replaced it
+        meanwhile (that one is for the next run)."""
+        if seen:
+            args = [part for item in sorted(seen.items()) for part in item]
+            self._clear_fences(keys=[self.k_fences(key)], args=args)
 
     def pop_due(self, limit: int = 500, *, require_epoch: bool = False) -> list[str]:
         """Move due keys from pending to queued and return them, for dispatch.

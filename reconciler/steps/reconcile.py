@@ -172,12 +172,13 @@ class Reconciler:
 
     # ------------------------------------------------------------ entry point
 
-    def reconcile(self, key: str) -> ReconcileResult:
+    def reconcile(self, key: str, reads: ClusterReads | None = None) -> ReconcileResult:
+        """One run for ``key``; ``reads``: where it reads (default: ``self.reads``)."""
         parsed = BackendKey.parse(key)
         if parsed is None:
             raise ReconcileError(f"{key}: not a namespace/name key")
         namespace, name = parsed
-        reads = self.reads
+        reads = reads or self.reads
         for _ in range(CONFLICT_RETRIES):
             cb_obj = reads.backend(namespace, name)
             if cb_obj is None:

@@ -1,14 +1,15 @@
 """Which backends a watched object concerns: the one mapping from a change to the
-work-queue keys it wakes, for the dispatcher's watches (:class:`SelectorIndex`) and
-the workers' caches (:class:`ChangeRouter`).
+work-queue keys it wakes, for the leading dispatcher's watches, the one process that
+adds to the work queue (:class:`SelectorIndex` holds what the rules need to remember).
 
 - an owned object (Deployment, Service, ...): the backend its controller reference
   names (:func:`owner_key`);
 - an injected engine pod or a managed cache-server pod: its backend
   (:func:`pod_backend_key`);
-- a pod or engine ReplicaSet whose labels start or stop satisfying a backend's
-  spec.engineSelector: that backend (:func:`backends_selecting`, matched by
-  :func:`shared.labels.labels_match`).
+- a pod whose labels start or stop satisfying a backend's spec.engineSelector: that
+  backend (:func:`backends_selecting`, matched by :func:`shared.labels.labels_match`);
+- an engine ReplicaSet whose pod template a backend selects, when what an engine
+  Deployment is derived from changes (:func:`replicaset_change_keys`).
 
 Keys are the work queue's text form, built by :class:`shared.backend_keys.BackendKey`.
 """
@@ -17,10 +18,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 from reconciler.watch.engine_deployments import replicaset_shape, replicaset_template_labels
-from shared import constants as c
+from reconciler.watch.selector_watches import GroupKey, selector_groups
 from shared.backend_keys import BackendKey, injected_by_key, object_key
 from shared.labels import labels_match
 from shared.storage_providers.render import LABEL_CACHEBACKEND, LABEL_MANAGED_BY, MANAGED_BY
@@ -84,6 +85,25 @@ def pod_change_keys(
     return frozenset(keys)
 
 
+def replicaset_change_keys(
+    selecting: Callable[[str, Mapping[str, str]], frozenset[str]],
+    old: Obj | None,
+    new: Obj | None,
+) -> frozenset[str]:
+    """The rule for an engine ReplicaSet change (metadata): the backends selecting its
+    pod template, before or after, when what an engine Deployment is derived from
+    changes (its replicas or template labels: the churn cadence and the message), not
+    on a status change. ``selecting(namespace, labels)``: the backends whose engine
+    selector those labels satisfy."""
+    if old is not None and new is not None and replicaset_shape(old) == replicaset_shape(new):
+        return frozenset()
+    keys: set[str] = set()
+    for obj in (old, new):
+        if obj is not None:
+            keys |= selecting(object_key(obj).namespace, replicaset_template_labels(obj))
+    return frozenset(keys)
+
+
 # ------------------------------------------------------------------ the dispatcher's
 
 
@@ -99,15 +119,18 @@ class SelectorIndex:
         # pod (namespace, name) -> backend keys it matched when last seen
         self._matched: dict[BackendKey, frozenset[str]] = {}
 
-    def set_backend(self, obj: Obj, deleted: bool = False) -> None:
+    def set_backend(self, obj: Obj, deleted: bool = False) -> bool:
+        """Remember a backend's engine selector; True when it changed."""
         key = object_key(obj)
         labels = {} if deleted else engine_selector_labels(obj)
         with self._lock:
             per_ns = self._selectors.setdefault(key.namespace, {})
+            before = per_ns.get(str(key))
             if labels:
                 per_ns[str(key)] = labels
             else:
                 per_ns.pop(str(key), None)
+            return before != (labels or None)
 
     def reset_backends(self, items: list[Obj]) -> None:
         with self._lock:
@@ -119,6 +142,27 @@ class SelectorIndex:
         with self._lock:
             self._selectors = {}
             self._matched = {}
+
+    def selecting(self, namespace: str, labels: Mapping[str, str]) -> frozenset[str]:
+        """The backends of ``namespace`` whose engine selector ``labels`` satisfy."""
+        with self._lock:
+            selectors = list((self._selectors.get(namespace) or {}).items())
+        return backends_selecting(selectors, labels)
+
+    def groups(self) -> dict[GroupKey, frozenset[str]]:
+        """The (namespace, selector key) watches the engine selectors need
+        (reconciler.watch.selector_watches)."""
+        with self._lock:
+            pairs = [
+                (namespace, labels)
+                for namespace, per_ns in self._selectors.items()
+                for labels in per_ns.values()
+            ]
+        return selector_groups(pairs)
+
+    def replicaset_changed(self, old: Obj | None, new: Obj | None) -> frozenset[str]:
+        """The backends an engine ReplicaSet change concerns (:func:`replicaset_change_keys`)."""
+        return replicaset_change_keys(self.selecting, old, new)
 
     def pod_changed(self, kind: str, pod: Obj) -> frozenset[str]:
         """The backends this pod event concerns (:func:`pod_change_keys`), the pod's
@@ -136,73 +180,3 @@ class SelectorIndex:
             else:
                 self._matched.pop(key, None)
         return pod_change_keys(before, now, [pod])
-
-
-# ------------------------------------------------------------------ the workers' caches
-
-
-class BackendStore(Protocol):
-    """The cached CacheBackends of one namespace (a watch cache's store)."""
-
-    def in_namespace(self, namespace: str) -> list[Obj]: ...
-
-
-class ChangeRouter:
-    """Which backends a cached change concerns, and the work-queue add for each."""
-
-    def __init__(self, backends: BackendStore, enqueue: Callable[[str], None]) -> None:
-        self.backends = backends
-        self.enqueue = enqueue
-
-    def _selecting(self, namespace: str, labels: Mapping[str, str]) -> frozenset[str]:
-        """Backends of ``namespace`` whose engine selector ``labels`` satisfies."""
-        return backends_selecting(
-            (
-                (str(object_key(cb)), engine_selector_labels(cb))
-                for cb in self.backends.in_namespace(namespace)
-            ),
-            labels,
-        )
-
-    def _send(self, keys: Iterable[str]) -> None:
-        for key in sorted(set(keys)):
-            self.enqueue(key)
-
-    def backend(self, _kind: str, old: Obj | None, new: Obj | None) -> None:
-        obj = new or old
-        if obj is not None:
-            self._send([str(object_key(obj))])
-
-    def owned(self, _kind: str, old: Obj | None, new: Obj | None) -> None:
-        self._send(key for obj in (old, new) if obj and (key := owner_key(obj)))
-
-    def pod(self, _kind: str, old: Obj | None, new: Obj | None) -> None:
-        """Injected or cache-server pods: their backend, on any change."""
-        self._send(pod_change_keys(frozenset(), frozenset(), (old, new)))
-
-    def engine_pod(self, _kind: str, old: Obj | None, new: Obj | None) -> None:
-        """Engine pods (metadata): the backends whose match set changed, and, for a pod
-        without the injected-by-uid label, the backend its annotations name (its
-        status is read live)."""
-        obj = new or old
-        if obj is None:
-            return
-        namespace = object_key(obj).namespace
-        before = self._selecting(namespace, _labels(old)) if old is not None else frozenset()
-        after = self._selecting(namespace, _labels(new)) if new is not None else frozenset()
-        # A labelled injected pod's backend hears it from the injected-pods watch.
-        unlabelled = (p for p in (old, new) if c.LABEL_INJECTED_BY_UID not in _labels(p))
-        self._send(pod_change_keys(before, after, unlabelled))
-
-    def replicaset(self, _kind: str, old: Obj | None, new: Obj | None) -> None:
-        """Engine ReplicaSets (metadata): the backends selecting their pod template,
-        when what an engine Deployment is derived from changes (its replicas or
-        template labels: the churn cadence and the message), not on a status change."""
-        if old is not None and new is not None and replicaset_shape(old) == replicaset_shape(new):
-            return
-        keys: set[str] = set()
-        for obj in (old, new):
-            if obj is not None:
-                namespace = object_key(obj).namespace
-                keys |= self._selecting(namespace, replicaset_template_labels(obj))
-        self._send(keys)

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from kubeio import client as k
+from reconciler.watch.freshness import reached
 from shared.backend_keys import object_key
 
 log = logging.getLogger(__name__)
@@ -100,13 +101,14 @@ def list_then_watch(
     wait: Callable[[float], object] = time.sleep,
     timeout_seconds: int = 300,
     on_restart: Callable[[str], None] | None = None,
-    on_progress: Callable[[], None] | None = None,
+    on_progress: Callable[[str], None] | None = None,
 ) -> None:
     """Until ``running()`` is false: list, then watch, calling ``on_list(items)`` after
     each list and ``on_event(type, object)`` for every ADDED/MODIFIED/DELETED event.
     ``on_restart(cause)`` is told why a stream ended: timeout, expired (410 Gone:
-    re-listing), error (backing off); ``on_progress()`` hears every list and event,
-    bookmarks included (the stream is alive)."""
+    re-listing), error (backing off); ``on_progress(resourceVersion)`` hears every
+    list and event, bookmarks included (the stream is alive), after ``on_list`` or
+    ``on_event`` has taken it in: the version the stream has now delivered."""
     rv: str | None = None
     backoff = 0.5
     while running():
@@ -122,7 +124,7 @@ def list_then_watch(
                 rv = str((listing.get("metadata") or {}).get("resourceVersion") or "")
                 on_list(listing.get("items") or [])
                 if on_progress:
-                    on_progress()
+                    on_progress(rv)
             for event in kube.watch(
                 spec.res,
                 resource_version=rv,
@@ -137,12 +139,11 @@ def list_then_watch(
                 new_rv = resource_version(obj)
                 if new_rv:
                     rv = new_rv
-                if on_progress:
-                    on_progress()
                 kind = str(event.get("type"))
-                if kind == BOOKMARK:
-                    continue
-                on_event(kind, obj)
+                if kind != BOOKMARK:
+                    on_event(kind, obj)
+                if on_progress:
+                    on_progress(rv)
             backoff = 0.5
             if on_restart:
                 on_restart("timeout")
@@ -263,7 +264,8 @@ class Reflector:
     the differences a re-list after a gap found; ``on_listed`` runs after every list.
     ``failing_since`` is when the watch started failing (None while it works);
     ``last_progress`` when it last delivered anything, a list, an event or a bookmark
-    (None before the first list)."""
+    (None before the first list); ``delivered`` the resourceVersion it has delivered
+    up to, which :meth:`wait_delivered` waits on (reconciler.watch.freshness)."""
 
     def __init__(
         self,
@@ -287,6 +289,8 @@ class Reflector:
         self.synced = threading.Event()
         self.failing_since: float | None = None
         self.last_progress: float | None = None
+        self.delivered: str | None = None
+        self._delivery = threading.Condition()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -330,9 +334,24 @@ class Reflector:
         if self.on_restart is not None:
             self.on_restart(cause)
 
-    def _progressed(self) -> None:
+    def _progressed(self, rv: str) -> None:
         self.failing_since = None
         self.last_progress = time.monotonic()
+        with self._delivery:
+            self.delivered = rv or self.delivered
+            self._delivery.notify_all()
+
+    def wait_delivered(self, wanted: str, timeout: float) -> bool:
+        """Block until the store holds every change of its resource up to the
+        resourceVersion ``wanted``, at most ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        with self._delivery:
+            while not reached(self.delivered, wanted):
+                left = deadline - time.monotonic()
+                if left <= 0 or self._stop.is_set():
+                    return False
+                self._delivery.wait(min(left, 0.5))
+            return True
 
     def _reduce(self, obj: dict[str, Any]) -> dict[str, Any]:
         return self.transform(obj) if self.transform is not None else obj
@@ -353,7 +372,9 @@ class Reflector:
 
     def _on_event(self, kind: str, obj: dict[str, Any]) -> None:
         if kind == DELETED:
-            self._notify(DELETED, self.store.remove(obj) or self._reduce(obj), None)
+            # The object as the deletion left it (its last resourceVersion), not as held.
+            self.store.remove(obj)
+            self._notify(DELETED, self._reduce(obj), None)
         elif kind in (ADDED, MODIFIED):
             new = self._reduce(obj)
             old = self.store.put(new)

@@ -20,8 +20,9 @@ import redis
 
 from kubeio import client as k
 from reconciler.steps.server_client import ServerClient
-from reconciler.watch.cluster_cache import ClusterCache, fresh, selector_groups, set_selector
+from reconciler.watch.cluster_cache import ClusterCache
 from reconciler.watch.enqueue_keys import engine_selector_labels
+from reconciler.watch.selector_watches import fresh, selector_groups, set_selector
 from shared import constants as c
 from shared.backend_keys import injected_by_key, object_key
 from shared.conditions import format_time, parse_time

@@ -3,11 +3,15 @@
 1. the process's clients (:func:`reconciler.work.worker_runtime.runtime`);
 2. the key's lease in the work queue (:meth:`reconciler.queue.workqueue.WorkQueue.leased`:
    claimed, renewed while the reconcile runs, released after);
-3. the reconcile, its writes fenced on that lease (:mod:`reconciler.work.lease_fence`,
+3. where it reads: the key's fences, the changes the dispatcher added it for, waited
+   for in the process's caches (:meth:`reconciler.work.worker_runtime.Runtime.reads_for`;
+   the API server if a cache stays behind);
+4. the reconcile, its writes fenced on that lease (:mod:`reconciler.work.lease_fence`,
    :meth:`reconciler.steps.reconcile.Reconciler.reconcile`);
-4. the outcome recorded in the work queue (:meth:`~reconciler.queue.workqueue.WorkQueue.done`:
-   requeue, retry with backoff, or finished);
-5. the outcome counted (:func:`reconciler.metrics.reconciled`).
+5. the outcome recorded in the work queue (:meth:`~reconciler.queue.workqueue.WorkQueue.done`:
+   requeue, retry with backoff, or finished), and, after a success, the fences it
+   waited for cleared;
+6. the outcome counted (:func:`reconciler.metrics.reconciled`).
 """
 
 from __future__ import annotations
@@ -21,7 +25,9 @@ from celery import Celery
 from reconciler import metrics
 from reconciler.queue.celery_app import RECONCILE_TASK
 from reconciler.queue.workqueue import DONE, WorkQueue
+from reconciler.steps.reads import ClusterReads
 from reconciler.steps.reconcile import ReconcileResult
+from reconciler.watch.freshness import decode_all
 from reconciler.work.lease_fence import LeaseExpiredError, holding
 from reconciler.work.worker_runtime import Runtime, runtime
 
@@ -41,13 +47,16 @@ def run_key(key: str) -> str:
             if token is None:
                 return "skipped"
             started = time.monotonic()
-            result = _reconcile_fenced(rt, key, token, started)
+            fences = _fences(rt.queue, key)
+            reads = rt.reads_for(decode_all(fences) if fences is not None else None)
+            result = _reconcile_fenced(rt, key, token, started, reads)
             if result is None:
                 outcome = "error"
                 _finish(rt.queue, key, token, error=True, requeue_after=None)
             else:
                 outcome = "requeue" if result.requeue_after else "success"
                 _finish(rt.queue, key, token, error=False, requeue_after=result.requeue_after)
+                _clear_fences(rt.queue, key, fences)
                 if result.writes:
                     log.info(
                         "reconciled",
@@ -63,13 +72,32 @@ def run_key(key: str) -> str:
         return "unavailable"
 
 
-def _reconcile_fenced(rt: Runtime, key: str, token: str, started: float) -> ReconcileResult | None:
+def _fences(queue: WorkQueue, key: str) -> dict[str, str] | None:
+    """The key's fences; None when Redis cannot say (the run then reads the API server)."""
+    try:
+        return queue.fences(key)
+    except redis.RedisError as exc:
+        log.warning("could not read the key's fences", extra={"key": key, "error": str(exc)})
+        return None
+
+
+def _clear_fences(queue: WorkQueue, key: str, fences: dict[str, str] | None) -> None:
+    """Best effort: a fence left behind is passed at once by the next run, and expires."""
+    try:
+        queue.clear_fences(key, fences or {})
+    except redis.RedisError as exc:
+        log.debug("could not clear the key's fences", extra={"key": key, "error": str(exc)})
+
+
+def _reconcile_fenced(
+    rt: Runtime, key: str, token: str, started: float, reads: ClusterReads | None
+) -> ReconcileResult | None:
     """The reconcile, its writes fenced on the lease ``token``; None: it failed (logged)."""
     trace.debug("reconcile start", extra={"key": key, "token": token, "mono": started})
     try:
         try:
             with holding(rt.queue, key, token):
-                return rt.reconciler.reconcile(key)
+                return rt.reconciler.reconcile(key, reads)
         finally:
             trace.debug(
                 "reconcile end", extra={"key": key, "token": token, "mono": time.monotonic()}

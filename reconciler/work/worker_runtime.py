@@ -13,12 +13,12 @@ import copy
 import logging
 import os
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
 from kubeio import access as kubeaccess
 from kubeio.client import Kube
+from reconciler import metrics
 from reconciler.queue.redis_conn import RedisTimeouts, redis_client
 from reconciler.queue.workqueue import QueueSettings, WorkQueue
 from reconciler.status.cascade import CASCADE_WINDOW_SECONDS
@@ -26,6 +26,7 @@ from reconciler.steps.reads import ClusterReads, LiveReads
 from reconciler.steps.reconcile import Reconciler
 from reconciler.steps.server_client import DEFAULT_TOKEN_PATH, ServerClient
 from reconciler.watch.cluster_cache import CachedReads, ClusterCache
+from reconciler.watch.freshness import Fence
 from reconciler.work.lease_fence import FencedKube
 from reconciler.work.rate_limits import RedisCascadeLimiter, redis_probe_rate_limiter
 
@@ -41,6 +42,10 @@ READS_CHOICES: Final = (READS_CACHE, READS_API)
 # few hundred: a watch that re-opens past the pool's size still connects, but urllib3
 # then discards the connection with a warning on every re-open.
 CACHE_CONNECTIONS: Final = 256
+# How long a run waits for its caches to hold the change the dispatcher woke it for
+# before it reads the API server instead: caches hear a change within milliseconds of
+# the dispatcher, so only a cache that is behind (a watch re-listing) waits this long.
+FENCE_WAIT_SECONDS: Final = 2.0
 
 
 @dataclass(frozen=True)
@@ -63,6 +68,22 @@ class Runtime:
     reconciler: Reconciler
     pid: int
     cache: ClusterCache | None = None
+    # The reconciles' API-server reads, for a run whose caches are behind the change
+    # that woke it (reconciler.watch.freshness).
+    live: ClusterReads | None = None
+
+    def reads_for(self, fences: list[Fence] | None) -> ClusterReads | None:
+        """Where a run woken for ``fences`` reads: None for the reconciler's own reads
+        (the caches, once they hold every fenced change, or reading live anyway); the
+        API server when a cache is still behind after FENCE_WAIT_SECONDS, or a fence
+        cannot be read (None)."""
+        if self.cache is None or fences == []:
+            return None
+        if fences is not None and self.cache.caught_up(fences, FENCE_WAIT_SECONDS):
+            return None
+        metrics.CACHE_LIVE_READS.labels("behind-dispatcher").inc()
+        log.debug("caches behind the change that woke this run: reading the API server")
+        return self.live
 
 
 _config: WorkerConfig | None = None
@@ -106,7 +127,7 @@ def build(config: WorkerConfig) -> Runtime:
     if config.reads == READS_CACHE:
         # One cache per process: a prefork pool's children each build their own
         # (threads do not survive a fork), from the API server, on their first task.
-        cache = ClusterCache(_cache_client(loaded), enqueue=_adder(queue)).start()
+        cache = ClusterCache(_cache_client(loaded)).start()
         reads = CachedReads(cache, LiveReads(kube))
     reconciler = Reconciler(
         kube,
@@ -120,16 +141,9 @@ def build(config: WorkerConfig) -> Runtime:
         cascade_limiter=RedisCascadeLimiter(client, CASCADE_WINDOW_SECONDS),
         reads=reads,
     )
-    return Runtime(queue=queue, reconciler=reconciler, pid=os.getpid(), cache=cache)
-
-
-def _adder(queue: WorkQueue) -> Callable[[str], None]:
-    """The cache's adds: a change it now holds wakes the backends it concerns."""
-
-    def add(key: str) -> None:
-        queue.add(key)
-
-    return add
+    return Runtime(
+        queue=queue, reconciler=reconciler, pid=os.getpid(), cache=cache, live=LiveReads(kube)
+    )
 
 
 def _cache_client(loaded: kubeaccess.Loaded) -> Kube:

@@ -152,6 +152,10 @@ ALLOWED: dict[str, list[Request]] = {
             ]
             for verb in ("list", "watch")
         ),
+        # Engine ReplicaSets, watched by the engine selectors in the backends'
+        # namespaces: a scale or a new template wakes the selecting backends.
+        Request("list", "replicasets", "apps"),
+        Request("watch", "replicasets", "apps"),
         # InjectedByCacheBackend / SkippedByOperator on pods, checked against the live CR.
         Request("create", "events"),
         Request("get", "cachebackends", CB),
@@ -265,7 +269,9 @@ DENIED: dict[str, list[Request]] = {
         Request("delete", "events"),
         Request("patch", "pods"),
         Request("delete", "pods"),
-        Request("list", "replicasets", "apps"),
+        # Engine ReplicaSets: listed and watched by selector only, never read or changed.
+        Request("get", "replicasets", "apps"),
+        Request("patch", "replicasets", "apps"),
         # Leases: only its own, only in its own namespace.
         Request("update", "leases", "coordination.k8s.io", namespace=NAMESPACE, name="other"),
         Request("delete", "leases", "coordination.k8s.io", namespace=NAMESPACE, name=LEASE),

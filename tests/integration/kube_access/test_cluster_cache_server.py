@@ -1,6 +1,8 @@
 """A worker's watch caches against the real API server: scoped watches that follow the
-backends' selectors, changes that wake the right backends, and a watch gap (a real
-410 Gone) that is healed by a re-list which reports what the gap hid."""
+backends' selectors, the freshness barrier a run waits at (a fence for a change is
+passed once every store it moves holds it, and a read right after sees it), and a
+watch gap (a real 410 Gone) that is healed by a re-list which reports what the gap
+hid."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import pytest
 from kubeio import client as k
 from reconciler.steps.reads import LiveReads
 from reconciler.watch.cluster_cache import CachedReads, ClusterCache
+from reconciler.watch.freshness import Fence, fence_for
 from reconciler.watch.watch_cache import Reflector, WatchSpec
 from shared import constants as c
 from tests.fakes import GapKube
@@ -73,22 +76,19 @@ def names(items: list[dict[str, Any]]) -> list[str]:
 
 
 @pytest.fixture
-def cache(
-    kube: k.Kube, cachebackend_crd: dict[str, Any]
-) -> Iterator[tuple[ClusterCache, list[str]]]:
-    woken: list[str] = []
-    cluster_cache = ClusterCache(kube, enqueue=woken.append, watch_timeout=30).start()
+def cache(kube: k.Kube, cachebackend_crd: dict[str, Any]) -> Iterator[ClusterCache]:
+    cluster_cache = ClusterCache(kube, watch_timeout=30).start()
     try:
         assert cluster_cache.wait_synced(30)
-        yield cluster_cache, woken
+        yield cluster_cache
     finally:
         cluster_cache.stop()
 
 
 def test_engine_pod_watches_follow_new_selectors_and_hold_only_matching_pods(
-    kube: k.Kube, ns: str, cache: tuple[ClusterCache, list[str]]
+    kube: k.Kube, ns: str, cache: ClusterCache
 ) -> None:
-    cluster_cache, woken = cache
+    cluster_cache = cache
     reads = CachedReads(cluster_cache, LiveReads(kube))
     app_a, app_b = f"a-{ns}", f"b-{ns}"
     create_backend(kube, ns, "a", {"app": app_a})
@@ -129,24 +129,27 @@ def test_engine_pod_watches_follow_new_selectors_and_hold_only_matching_pods(
         assert "web" not in names(store.in_namespace(ns))
         assert "stray" not in names(list(store.all()))
 
-    # Relabelled from a's selector to b's: both backends are woken, counts follow.
-    woken.clear()
-    kube.patch(
+    # Relabelled from a's selector to b's. The fence of that change (what the dispatcher
+    # leaves beside the keys it wakes) is passed once the cache holds it, and a read
+    # right after sees it: no polling.
+    relabelled = kube.patch(
         k.PODS, ns, "a-1", {"metadata": {"labels": {"app": app_b}}}, content_type=k.MERGE_PATCH
     )
-    poll(
-        lambda: names(reads.engine_pods(ns, {"app": app_b})) == ["a-1", "b-1"],
-        timeout=30,
-        what="the relabelled pod under b",
-    )
+    fence = fence_for(k.PODS.plural, relabelled)
+    assert fence is not None
+    assert cluster_cache.caught_up([fence], timeout=30)
+    assert names(reads.engine_pods(ns, {"app": app_b})) == ["a-1", "b-1"]
     assert reads.engine_pods(ns, {"app": app_a}) == []
-    poll(lambda: {f"{ns}/a", f"{ns}/b"} <= set(woken), timeout=10, what="a and b woken")
+    # A change the API server has not made yet is never called caught up: the wait ends
+    # at its bound, and the run would read the API server.
+    ahead = Fence(k.PODS.plural, ns, "a-1", "9" * 18, {"app": app_b})
+    assert not cluster_cache.caught_up([ahead], timeout=0.5)
 
 
 def test_cached_reads_agree_with_the_api_servers_scoped_reads(
-    kube: k.Kube, ns: str, cache: tuple[ClusterCache, list[str]]
+    kube: k.Kube, ns: str, cache: ClusterCache
 ) -> None:
-    cluster_cache, _ = cache
+    cluster_cache = cache
     cb = create_backend(kube, ns, "cb", {"app": f"e-{ns}"})
     uid = cb["metadata"]["uid"]
     wiring = {
@@ -173,13 +176,14 @@ def test_cached_reads_agree_with_the_api_servers_scoped_reads(
 
 
 def test_engine_deployments_are_read_through_their_replicasets(
-    kube: k.Kube, ns: str, cache: tuple[ClusterCache, list[str]]
+    kube: k.Kube, ns: str, cache: ClusterCache
 ) -> None:
     """The cache derives an engine Deployment from the ReplicaSets the deployment
     controller makes (created here as it would: template labels plus pod-template-hash,
     a controller reference, the revision and desired-replicas annotations), and agrees
-    with the API-server read of the Deployment; a scale wakes the selecting backend."""
-    cluster_cache, woken = cache
+    with the API-server read of the Deployment; a scale's fence is passed once the
+    derived Deployment shows it."""
+    cluster_cache = cache
     app = f"e-{ns}"
     create_backend(kube, ns, "cb", {"app": app})
     template = {
@@ -249,20 +253,17 @@ def test_engine_deployments_are_read_through_their_replicasets(
     assert cluster_cache.engine_replicasets.covering(ns, {"app": app}, 0.1) is not None
 
     # Scaled: the controller rewrites the newest ReplicaSet's desired-replicas.
-    woken.clear()
-    kube.patch(
+    scaled = kube.patch(
         k.REPLICASETS,
         ns,
         "r2",
         {"metadata": {"annotations": {"deployment.kubernetes.io/desired-replicas": "0"}}},
         content_type=k.MERGE_PATCH,
     )
-    poll(
-        lambda: shape(cached.engine_deployments(ns, {"app": app})) == [("engine", 0, {"app": app})],
-        timeout=30,
-        what="the scale seen",
-    )
-    poll(lambda: f"{ns}/cb" in woken, timeout=10, what="the backend woken")
+    fence = fence_for(k.REPLICASETS.plural, scaled)
+    assert fence is not None
+    assert cluster_cache.caught_up([fence], timeout=30)
+    assert shape(cached.engine_deployments(ns, {"app": app})) == [("engine", 0, {"app": app})]
 
 
 def compact_etcd(cp: ControlPlane, revision: str) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from kubeio import client as k
-from reconciler.watch import cluster_cache
+from reconciler.watch import selector_watches
 from reconciler.watch.watch_cache import (
     ADDED,
     DELETED,
@@ -119,13 +119,13 @@ def test_a_failing_watch_makes_the_store_untrusted_until_the_stream_works_again(
 ) -> None:
     reflector = Reflector(FakeKube(), WatchSpec(k.PODS))
     reflector.synced.set()
-    assert cluster_cache.fresh(reflector)
+    assert selector_watches.fresh(reflector)
     reflector._restarted("error")
-    assert cluster_cache.fresh(reflector)  # a blip is tolerated
-    monkeypatch.setattr(cluster_cache, "STALE_AFTER_SECONDS", 0.0)
-    assert not cluster_cache.fresh(reflector)
-    reflector._progressed()  # an event or bookmark arrived: the stream is alive
-    assert cluster_cache.fresh(reflector)
+    assert selector_watches.fresh(reflector)  # a blip is tolerated
+    monkeypatch.setattr(selector_watches, "STALE_AFTER_SECONDS", 0.0)
+    assert not selector_watches.fresh(reflector)
+    reflector._progressed("1")  # an event or bookmark arrived: the stream is alive
+    assert selector_watches.fresh(reflector)
 
 
 def test_a_watch_silent_for_several_bookmark_intervals_makes_the_store_untrusted() -> None:
@@ -133,13 +133,13 @@ def test_a_watch_silent_for_several_bookmark_intervals_makes_the_store_untrusted
     # a stream that delivers neither events nor bookmarks is open but not delivering.
     reflector = Reflector(FakeKube(), WatchSpec(k.PODS))
     reflector.synced.set()
-    reflector._progressed()
-    assert cluster_cache.fresh(reflector)
-    assert cluster_cache.SILENT_AFTER_SECONDS >= 3 * 60  # bookmarks come every 60-120 s
-    reflector.last_progress = time.monotonic() - cluster_cache.SILENT_AFTER_SECONDS - 1
-    assert not cluster_cache.fresh(reflector)
-    reflector._progressed()  # a bookmark
-    assert cluster_cache.fresh(reflector)
+    reflector._progressed("1")
+    assert selector_watches.fresh(reflector)
+    assert selector_watches.SILENT_AFTER_SECONDS >= 3 * 60  # bookmarks come every 60-120 s
+    reflector.last_progress = time.monotonic() - selector_watches.SILENT_AFTER_SECONDS - 1
+    assert not selector_watches.fresh(reflector)
+    reflector._progressed("1")  # a bookmark
+    assert selector_watches.fresh(reflector)
 
 
 def test_store_wait_until_returns_once_the_object_shows_the_change() -> None:

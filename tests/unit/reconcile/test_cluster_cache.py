@@ -19,30 +19,25 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 
-from kubeio import client as k
 from reconciler import metrics
 from reconciler.steps.reads import LiveReads
 from reconciler.steps.reconcile import Reconciler
-from reconciler.watch import cluster_cache
-from reconciler.watch.cluster_cache import (
-    CachedReads,
-    ClusterCache,
-    engine_pod_metadata,
-    regroup_needed,
-    selector_group_key,
-    selector_groups,
-    set_selector,
-)
+from reconciler.watch import cluster_cache, selector_watches
+from reconciler.watch.cluster_cache import CachedReads, ClusterCache, engine_pod_metadata
 from reconciler.watch.engine_deployments import (
     ANNOTATION_DESIRED_REPLICAS,
     ANNOTATION_REVISION,
     deployments_from_replicasets,
     replicaset_metadata,
 )
-from reconciler.watch.enqueue_keys import ChangeRouter
-from reconciler.watch.watch_cache import ADDED, MODIFIED, Reflector, WatchSpec
+from reconciler.watch.selector_watches import (
+    regroup_needed,
+    selector_group_key,
+    selector_groups,
+    set_selector,
+)
 from shared import constants as c
-from tests.builders import NS
+from tests.builders import NS, replicaset
 from tests.builders import engine_pod as engine
 from tests.builders import selecting_backend as backend
 from tests.fakes import FakeKube, in_process_reconciler
@@ -58,37 +53,6 @@ def deployment(name: str, labels: dict[str, str], replicas: int) -> dict[str, An
     }
 
 
-def replicaset(
-    name: str,
-    owner: str,
-    labels: dict[str, str],
-    *,
-    revision: int | None = 1,
-    replicas: int | None = None,
-    namespace: str = NS,
-) -> dict[str, Any]:
-    """A ReplicaSet as the deployment controller makes it: the pod template's labels
-    plus pod-template-hash, a controller reference, the revision and desired-replicas
-    annotations (None: left out, as on a ReplicaSet no controller made)."""
-    annotations = {}
-    if revision is not None:
-        annotations[ANNOTATION_REVISION] = str(revision)
-    if replicas is not None:
-        annotations[ANNOTATION_DESIRED_REPLICAS] = str(replicas)
-    return {
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "resourceVersion": "1",
-            "labels": {**labels, "pod-template-hash": name.rsplit("-", 1)[-1]},
-            "annotations": annotations,
-            "ownerReferences": [
-                {"kind": "Deployment", "name": owner, "uid": f"uid-{owner}", "controller": True}
-            ],
-        }
-    }
-
-
 @pytest.fixture(autouse=True)
 def _short_waits(monkeypatch: pytest.MonkeyPatch) -> None:
     """FakeKube's watches deliver no changes, so a reconcile's own write never shows
@@ -96,7 +60,7 @@ def _short_waits(monkeypatch: pytest.MonkeyPatch) -> None:
     selector watches settle before regrouping. Neither wait decides a rule these
     tests check, so both are cut to keep the pure suite fast."""
     monkeypatch.setattr(cluster_cache, "WRITE_VISIBLE_SECONDS", 0.05)
-    monkeypatch.setattr(cluster_cache, "SELECTOR_SETTLE_SECONDS", 0.01)
+    monkeypatch.setattr(selector_watches, "SELECTOR_SETTLE_SECONDS", 0.01)
 
 
 @pytest.fixture(params=["cache", "api"])
@@ -462,45 +426,3 @@ def test_an_engine_deployment_is_its_newest_replicasets_replicas_and_template_la
     }
     d = next(d for d in derived if d["metadata"]["name"] == "d")
     assert d["metadata"]["uid"] == "uid-d"
-
-
-def router_with(*backends: dict[str, Any]) -> tuple[ChangeRouter, list[str]]:
-    reflector = Reflector(FakeKube(), WatchSpec(k.CACHEBACKENDS))
-    reflector.store.replace(list(backends))
-    sent: list[str] = []
-    return ChangeRouter(reflector.store, sent.append), sent
-
-
-def test_a_cached_change_wakes_exactly_the_backends_it_concerns() -> None:
-    router, sent = router_with(
-        backend("a", "uid-a", {"app": "llama"}), backend("b", "uid-b", {"app": "qwen"})
-    )
-    before = engine_pod_metadata(
-        engine("p", {"app": "llama"}, by="a", uid="uid-a", label_uid="uid-a")
-    )
-    relabelled = engine_pod_metadata(
-        engine("p", {"app": "qwen"}, by="a", uid="uid-a", label_uid="uid-a")
-    )
-    router.engine_pod(MODIFIED, before, relabelled)
-    assert sent == [f"{NS}/a", f"{NS}/b"]  # left a's selector, entered b's
-
-    sent.clear()
-    router.engine_pod(MODIFIED, before, before)  # a status-only change: labels the same
-    assert sent == []
-
-    legacy = engine_pod_metadata(engine("old", {"app": "llama"}, by="a", uid="uid-a"))
-    router.engine_pod(MODIFIED, legacy, legacy)  # read live, so its changes wake a
-    assert sent == [f"{NS}/a"]
-
-    sent.clear()
-    rs = replicaset_metadata(replicaset("d-1", "d", {"app": "qwen"}, replicas=2))
-    status_only = {**rs, "metadata": {**rs["metadata"], "resourceVersion": "2"}}
-    router.replicaset(MODIFIED, rs, status_only)
-    assert sent == []  # nothing a Deployment is derived from changed
-    scaled = replicaset_metadata(replicaset("d-1", "d", {"app": "qwen"}, replicas=0))
-    router.replicaset(MODIFIED, rs, scaled)
-    assert sent == [f"{NS}/b"]
-
-    sent.clear()
-    router.pod(ADDED, None, engine("p2", {"app": "x"}, by="b", uid="uid-b", label_uid="uid-b"))
-    assert sent == [f"{NS}/b"]

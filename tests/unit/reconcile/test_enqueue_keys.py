@@ -1,17 +1,16 @@
-"""One rule decides which backends a pod change concerns (reconciler/watch/enqueue_keys.py:
-pod_change_keys), wherever the change is seen: the leading dispatcher's pod watch
-(SelectorIndex, which remembers each pod's previous matches) and a worker's caches
-(ChangeRouter, handed the old and new object) give the same keys for the same change
-(docs/decisions.md, "One rule from a change to the keys it wakes")."""
+"""One rule decides which backends a change concerns (reconciler/watch/enqueue_keys.py),
+and only the leading dispatcher applies it (docs/decisions.md, "One path from a change
+to the work queue"): a pod's entering or leaving an engine selector, the backend it
+names (pod_change_keys), and an engine ReplicaSet's change of what an engine
+Deployment is derived from (replicaset_change_keys)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
-from reconciler.watch.enqueue_keys import ChangeRouter, SelectorIndex, pod_change_keys
-from tests.builders import selected_pod, selector_cb
+from reconciler.watch.engine_deployments import replicaset_metadata
+from reconciler.watch.enqueue_keys import SelectorIndex, pod_change_keys
+from tests.builders import replicaset, selected_pod, selector_cb
 
 Obj = dict[str, Any]
 
@@ -19,12 +18,14 @@ Obj = dict[str, Any]
 BACKENDS = [
     selector_cb("ns", "a", {"app": "vllm"}),
     selector_cb("ns", "b", {"app": "vllm", "tier": "x"}),
+    selector_cb("ns", "q", {"app": "qwen"}),
 ]
 
 
-class _Store:
-    def in_namespace(self, namespace: str) -> list[Obj]:
-        return BACKENDS if namespace == "ns" else []
+def _index() -> SelectorIndex:
+    index = SelectorIndex()
+    index.reset_backends(BACKENDS)
+    return index
 
 
 def test_the_rule_is_the_selector_difference_and_the_backend_the_pod_names() -> None:
@@ -34,34 +35,26 @@ def test_the_rule_is_the_selector_difference_and_the_backend_the_pod_names() -> 
     assert pod_change_keys(frozenset(), frozenset(), [None]) == frozenset()
 
 
-@pytest.mark.parametrize(
-    ("old", "new"),
-    [
-        (None, selected_pod("ns", "p", {"app": "vllm"})),
-        (
-            selected_pod("ns", "p", {"app": "vllm"}),
-            selected_pod("ns", "p", {"app": "vllm", "tier": "x"}),
-        ),
-        (
-            selected_pod("ns", "p", {"app": "vllm", "tier": "x"}),
-            selected_pod("ns", "p", {"app": "sglang"}),
-        ),
-        (
-            selected_pod("ns", "p", {"app": "vllm"}),
-            selected_pod("ns", "p", {"app": "vllm"}, injected="ns/a"),
-        ),
-    ],
-    ids=["created", "enters-b", "leaves-both", "annotated-by-a"],
-)
-def test_the_dispatcher_and_a_worker_cache_wake_the_same_backends(
-    old: Obj | None, new: Obj
-) -> None:
-    index = SelectorIndex()
-    index.reset_backends(BACKENDS)
-    if old is not None:
-        index.pod_changed("ADDED", old)
-    dispatcher_keys = index.pod_changed("MODIFIED", new)
-    woken: list[str] = []
-    ChangeRouter(_Store(), woken.append).engine_pod("MODIFIED", old, new)
-    assert set(woken) == set(dispatcher_keys)
-    assert dispatcher_keys  # each case concerns some backend
+def test_an_engine_replicaset_wakes_its_selecting_backends_only_when_its_shape_changes() -> None:
+    index = _index()
+    rs = replicaset_metadata(replicaset("d-1", "d", {"app": "qwen"}, replicas=2, namespace="ns"))
+    status_only = {**rs, "metadata": {**rs["metadata"], "resourceVersion": "2"}}
+    assert index.replicaset_changed(rs, status_only) == frozenset()
+    scaled = replicaset_metadata(
+        replicaset("d-1", "d", {"app": "qwen"}, replicas=0, namespace="ns")
+    )
+    assert index.replicaset_changed(rs, scaled) == {"ns/q"}
+    relabelled = replicaset_metadata(
+        replicaset("d-1", "d", {"app": "vllm"}, replicas=2, namespace="ns")
+    )
+    assert index.replicaset_changed(rs, relabelled) == {"ns/q", "ns/a"}
+    assert index.replicaset_changed(None, rs) == {"ns/q"}  # created
+    assert index.replicaset_changed(rs, None) == {"ns/q"}  # deleted
+
+
+def test_the_engine_selector_groups_follow_the_backends() -> None:
+    index = _index()
+    assert index.groups() == {("ns", "app"): frozenset({"vllm", "qwen"})}
+    assert index.set_backend(selector_cb("ns", "q", {"app": "qwen"})) is False  # unchanged
+    assert index.set_backend(selector_cb("ns", "q", {"app": "qwen"}), deleted=True) is True
+    assert index.groups() == {("ns", "app"): frozenset({"vllm"})}

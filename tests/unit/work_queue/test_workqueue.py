@@ -480,3 +480,42 @@ def test_dispatch_fence_after_data_loss_outlasts_any_lease_from_before() -> None
 
     assert dispatch_fence_after_data_loss(100.0, 30.0, 1.0) == 131.0
     assert dispatch_fence_after_data_loss(5.0, 3.0, 0.5) == 8.5
+
+
+def test_an_add_leaves_its_fence_beside_the_key_and_a_run_clears_only_what_it_waited_for(
+    queue: WorkQueue,
+) -> None:
+    """One path from a change to the work queue: the fence of each change an add is made
+    for is kept beside the key (the newest per object), read by the run that starts
+    after it, and cleared value for value, so a change that came during the run is
+    still there for the next one; the fences of a key never run expire."""
+    queue.add("ns/a", fence=("pods/ns/p", '{"rv": "5"}'))
+    queue.add("ns/a", fence=("pods/ns/p", '{"rv": "7"}'))  # collapses; newest fence
+    queue.add("ns/a", fence=("replicasets/ns/r", '{"rv": "6"}'))
+    queue.add("ns/b")  # a resync: no fence
+    seen = queue.fences("ns/a")
+    assert seen == {"pods/ns/p": '{"rv": "7"}', "replicasets/ns/r": '{"rv": "6"}'}
+    assert queue.fences("ns/b") == {}
+    assert 0 < queue.redis.pttl(queue.k_fences("ns/a")) <= 600_000
+    queue.add("ns/a", fence=("pods/ns/p", '{"rv": "9"}'))  # while the run reads
+    queue.clear_fences("ns/a", seen)
+    assert queue.fences("ns/a") == {"pods/ns/p": '{"rv": "9"}'}
+
+
+def test_the_leader_adds_a_pod_change_with_the_pods_fence(queue: WorkQueue) -> None:
+    from reconciler.watch.freshness import decode_all
+
+    d = _dispatcher(queue, ScriptedWatchKube({}, gone_once=False))
+    leading = threading.Event()
+    leading.set()
+    d._leading = leading
+    d._handle_cachebackend("ADDED", _cb("ns", "a", {"app": "vllm"}))
+    pod = _pod("ns", "vllm-0", {"app": "vllm"})
+    pod["metadata"]["resourceVersion"] = "31"
+    d._handle_pod("ADDED", pod)
+    fences = decode_all(queue.fences("ns/a"))
+    assert fences is not None
+    assert [(f.resource, f.name, f.resource_version, dict(f.labels)) for f in fences] == [
+        ("pods", "vllm-0", "31", {"app": "vllm"})
+    ]
+    d._stop_leading(release=False)
