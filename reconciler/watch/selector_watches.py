@@ -10,6 +10,7 @@ when a watch's store may be read.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -17,8 +18,10 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from kubeio import client as k
-from reconciler.watch.watch_cache import Reflector, WatchSpec
+from reconciler.watch.watch_cache import Change, Reflector, WatchSpec, changes_between
 from shared.labels import valid_selector
+
+log = logging.getLogger(__name__)
 
 # A store whose watch has failed for this long is not trusted: reads go to the API
 # server until the watch is back.
@@ -86,7 +89,10 @@ class SelectorWatches:
     selectors: one per (namespace, selector key), ``key in (values)``.
 
     A changed value set starts a new watch beside the one serving; the new one serves
-    once it has listed, so coverage never drops while a watch is replaced."""
+    once it has listed, so coverage never drops while a watch is replaced.
+    ``on_change`` hears every change: a watch's events, and when a watch starts to
+    serve, what its list holds that the watch it replaces did not
+    (:func:`promotion_changes`)."""
 
     def __init__(
         self,
@@ -194,6 +200,7 @@ class SelectorWatches:
                 self._pending.pop(group_key).reflector.stop()
 
     def _promote(self) -> None:
+        changes: list[Change] = []
         with self._lock:
             for group_key, group in list(self._pending.items()):
                 if group.reflector.synced.is_set():
@@ -202,11 +209,20 @@ class SelectorWatches:
                     del self._pending[group_key]
                     if old is not None:
                         old.reflector.stop()
+                    changes += promotion_changes(old.reflector if old else None, group.reflector)
                     self._lock.notify_all()
             if self._pending:
                 self._dirty.set()  # look again shortly
             elif self._asked:
                 self.serving.set()
+        handler = self.on_change
+        if handler is None:
+            return
+        for kind, before, after in changes:
+            try:
+                handler(kind, before, after)
+            except Exception:  # a handler bug must not stop the watches
+                log.exception("selector watch change handler failed", extra={"watch": self.name})
 
     def _start(self, group_key: GroupKey, values: frozenset[str]) -> Reflector:
         namespace, key = group_key
@@ -221,6 +237,14 @@ class SelectorWatches:
             on_restart=self.on_restart,
             watch_timeout=self.watch_timeout,
         ).start()
+
+
+def promotion_changes(serving: Reflector | None, listed: Reflector) -> list[Change]:
+    """What a watch that starts to serve a group holds that the one it replaces (None:
+    a new group) did not say. A reflector stays silent on its first list, and the
+    objects in it may have changed after the backend that asked for the watch was
+    last read: ``on_change`` hears them here, so no change falls between the two."""
+    return changes_between(serving.store.all() if serving else (), listed.store.all())
 
 
 def fresh(reflector: Reflector) -> bool:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -166,6 +166,27 @@ def list_then_watch(
             backoff = min(backoff * 2, MAX_BACKOFF_SECONDS)
 
 
+Change = tuple[str, dict[str, Any] | None, dict[str, Any] | None]
+
+
+def changes_between(
+    before: Iterable[dict[str, Any]], after: Iterable[dict[str, Any]]
+) -> list[Change]:
+    """(kind, old, new) for each object ``after`` adds, changes (another
+    resourceVersion) or drops against ``before``, as watch events would say it."""
+    held = {object_key(o): o for o in before}
+    now = {object_key(o): o for o in after}
+    changes: list[Change] = []
+    for key, obj in now.items():
+        prev = held.get(key)
+        if prev is None:
+            changes.append((ADDED, None, obj))
+        elif resource_version(prev) != resource_version(obj):
+            changes.append((MODIFIED, prev, obj))
+    changes.extend((DELETED, prev, None) for key, prev in held.items() if key not in now)
+    return changes
+
+
 class Store:
     """Objects by namespace and name; thread-safe; readers get the stored dicts, which
     are replaced, never mutated, so they may be read without copying."""
@@ -211,32 +232,16 @@ class Store:
             self._changed.notify_all()
             return old
 
-    def replace(
-        self, items: list[dict[str, Any]]
-    ) -> list[tuple[str, dict[str, Any] | None, dict[str, Any] | None]]:
+    def replace(self, items: list[dict[str, Any]]) -> list[Change]:
         """Hold exactly ``items``; returns the changes against what was held before."""
-        fresh: dict[str, dict[str, dict[str, Any]]] = {}
-        for obj in items:
-            ns, name = object_key(obj)
-            fresh.setdefault(ns, {})[name] = obj
         with self._lock:
-            old = self._by_ns
-            self._by_ns = fresh
+            before = [o for per_ns in self._by_ns.values() for o in per_ns.values()]
+            self._by_ns = {}
+            for obj in items:
+                ns, name = object_key(obj)
+                self._by_ns.setdefault(ns, {})[name] = obj
             self._changed.notify_all()
-        changes: list[tuple[str, dict[str, Any] | None, dict[str, Any] | None]] = []
-        for ns, per_ns in fresh.items():
-            before = old.get(ns) or {}
-            for name, obj in per_ns.items():
-                prev = before.get(name)
-                if prev is None:
-                    changes.append((ADDED, None, obj))
-                elif resource_version(prev) != resource_version(obj):
-                    changes.append((MODIFIED, prev, obj))
-        for ns, per_ns in old.items():
-            for name, prev in per_ns.items():
-                if name not in (fresh.get(ns) or {}):
-                    changes.append((DELETED, prev, None))
-        return changes
+        return changes_between(before, items)
 
     def wait_until(
         self,

@@ -19,10 +19,12 @@ from reconciler.watch.watch_cache import (
     Reflector,
     Store,
     WatchSpec,
+    changes_between,
     list_then_watch,
 )
+from tests.builders import NS, replicaset
 from tests.builders import listed_pod as pod
-from tests.fakes import FakeKube, ScriptedKube
+from tests.fakes import FakeKube, ScriptedKube, fake_cluster
 
 
 def test_store_replace_reports_what_changed_against_what_it_held() -> None:
@@ -181,3 +183,50 @@ def test_a_stream_that_fails_after_its_watch_was_stopped_ends_quietly(
     assert "watch failed" not in caplog.text
     assert restarts == []
     assert waits == []
+
+
+def test_a_selector_watch_that_starts_to_serve_reports_what_its_first_list_holds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The leading dispatcher enqueues on these changes: an engine ReplicaSet created
+    # between a backend's read and the first list of the watch its selector asked for
+    # must still reach the backend, and a replacement watch reports only what the one
+    # it replaces did not hold.
+    monkeypatch.setattr(selector_watches, "SELECTOR_SETTLE_SECONDS", 0.01)
+    kube = fake_cluster(
+        ("replicasets", replicaset("mistral-h1", "mistral", {"app": "mistral"}, replicas=2)),
+        ("replicasets", replicaset("llama-h1", "llama", {"app": "llama"}, replicas=1)),
+    )
+    heard: list[tuple[str, str]] = []
+    watches = selector_watches.SelectorWatches(
+        kube,
+        k.REPLICASETS,
+        "engine-replicasets",
+        transform=lambda o: o,
+        on_change=lambda kind, old, new: heard.append((kind, _name(old, new))),
+        on_restart=lambda cause: None,
+        watch_timeout=1,
+    )
+    watches.start()
+    try:
+        watches.want({(NS, "app"): frozenset({"mistral"})})
+        assert watches.serving.wait(5)
+        assert heard == [(ADDED, "mistral-h1")]
+        watches.want({(NS, "app"): frozenset({"mistral", "llama"})})
+        deadline = time.monotonic() + 5
+        while len(heard) < 2 and time.monotonic() < deadline:
+            watches._dirty.wait(0.05)
+        assert heard == [(ADDED, "mistral-h1"), (ADDED, "llama-h1")]
+    finally:
+        watches.stop()
+
+
+def test_changes_between_two_holdings_read_as_watch_events() -> None:
+    before = [pod("a", "1"), pod("b", "1")]
+    after = [pod("b", "2"), pod("c", "1")]
+    changes = [(kind, _name(old, new)) for kind, old, new in changes_between(before, after)]
+    assert changes == [(MODIFIED, "b"), (ADDED, "c"), (DELETED, "a")]
+
+
+def _name(old: dict[str, Any] | None, new: dict[str, Any] | None) -> str:
+    return str((new or old or {})["metadata"]["name"])
