@@ -243,6 +243,59 @@ def condition(obj: dict[str, Any], type_: str) -> tuple[str, str] | None:
     return None
 
 
+def matched(obj: dict[str, Any]) -> Any:
+    return (obj.get("status") or {}).get("matchedEnginePods")
+
+
+def selector_message(obj: dict[str, Any]) -> str:
+    return str((obj.get("status") or {}).get("engineSelectorMessage") or "")
+
+
+def engine_deployment_as_the_controller_leaves_it(
+    cluster: Cluster, ns: str, name: str, app: str, replicas: int
+) -> None:
+    """An engine Deployment and the ReplicaSet the deployment controller would create
+    for it (this control plane runs none): the template's labels plus
+    pod-template-hash, a controller reference, the revision and desired-replicas
+    annotations. No pod: nothing runs its ReplicaSet either."""
+    template = {
+        "metadata": {"labels": {"app": app}},
+        "spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.11.0"}]},
+    }
+    dep = cluster.kube.create(
+        k.DEPLOYMENTS,
+        ns,
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": name},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": app}},
+                     "template": template},
+        },
+    )  # fmt: skip
+    labels = {"app": app, "pod-template-hash": "h1"}
+    cluster.kube.create(
+        k.REPLICASETS,
+        ns,
+        {
+            "apiVersion": "apps/v1",
+            "kind": "ReplicaSet",
+            "metadata": {
+                "name": f"{name}-h1",
+                "labels": labels,
+                "annotations": {
+                    "deployment.kubernetes.io/revision": "1",
+                    "deployment.kubernetes.io/desired-replicas": str(replicas),
+                },
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": name,
+                                     "uid": dep["metadata"]["uid"], "controller": True}],
+            },
+            "spec": {"replicas": replicas, "selector": {"matchLabels": labels},
+                     "template": {**template, "metadata": {"labels": labels}}},
+        },
+    )  # fmt: skip
+
+
 def install_cluster(control_plane: ControlPlane, kubeconfig_dir: Path) -> Cluster:
     """Install the CRD and RBAC in ``control_plane`` and write the worker's and the
     dispatcher's kubeconfigs (their ServiceAccount identities) to ``kubeconfig_dir``.

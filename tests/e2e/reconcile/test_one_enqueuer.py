@@ -13,14 +13,19 @@ from __future__ import annotations
 
 import re
 import urllib.request
-from typing import Any
 
 from kubeio import client as k
-from tests.builders import NO_GATE, named_pod
-from tests.e2e.conftest import Cluster, Stack
+from tests.builders import NO_GATE
+from tests.e2e.conftest import (
+    Cluster,
+    Stack,
+    create_pod,
+    engine_deployment_as_the_controller_leaves_it,
+    matched,
+    selector_message,
+)
 from tests.harness.controlplane import free_port
 
-IMAGE = "vllm/vllm-openai:v0.11.0"
 # Longer than the test: no resync ever runs, only the dispatcher's event adds.
 NO_RESYNC_SECONDS = 3600.0
 BEHIND = re.compile(
@@ -35,52 +40,6 @@ def _behind_dispatcher(port: int) -> float:
     return float(match.group(1))
 
 
-def _matched(obj: dict[str, Any]) -> Any:
-    return (obj.get("status") or {}).get("matchedEnginePods")
-
-
-def _message(obj: dict[str, Any]) -> str:
-    return str((obj.get("status") or {}).get("engineSelectorMessage") or "")
-
-
-def _engine_replicaset(cluster: Cluster, ns: str, app: str, replicas: int) -> None:
-    """An engine Deployment's ReplicaSet as the deployment controller leaves it (this
-    control plane runs none)."""
-    template = {"spec": {"containers": [{"name": "vllm", "image": IMAGE}]}}
-    dep = cluster.kube.create(
-        k.DEPLOYMENTS,
-        ns,
-        {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": {"name": app},
-            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": app}},
-                     "template": {**template, "metadata": {"labels": {"app": app}}}},
-        },
-    )  # fmt: skip
-    labels = {"app": app, "pod-template-hash": "h1"}
-    cluster.kube.create(
-        k.REPLICASETS,
-        ns,
-        {
-            "apiVersion": "apps/v1",
-            "kind": "ReplicaSet",
-            "metadata": {
-                "name": f"{app}-h1",
-                "labels": labels,
-                "annotations": {
-                    "deployment.kubernetes.io/revision": "1",
-                    "deployment.kubernetes.io/desired-replicas": str(replicas),
-                },
-                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": app,
-                                     "uid": dep["metadata"]["uid"], "controller": True}],
-            },
-            "spec": {"replicas": replicas, "selector": {"matchLabels": labels},
-                     "template": {**template, "metadata": {"labels": labels}}},
-        },
-    )  # fmt: skip
-
-
 def test_event_adds_alone_carry_changes_to_the_status_read_from_the_cache(
     cluster: Cluster, stack: Stack
 ) -> None:
@@ -91,22 +50,22 @@ def test_event_adds_alone_carry_changes_to_the_status_read_from_the_cache(
     ns = cluster.namespace()
     spec = {"runtime": "VLLM", "engineSelector": {"matchLabels": {"app": "mistral"}}}
     cluster.create_cb(ns, "cb", spec, NO_GATE)
-    cluster.wait_cb(ns, "cb", lambda o: _matched(o) == 0, "the backend reconciled")
+    cluster.wait_cb(ns, "cb", lambda o: matched(o) == 0, "the backend reconciled")
 
     # A pod entering and leaving the selector: the dispatcher's pod watch.
-    cluster.kube.create(k.PODS, ns, named_pod("m-0", {"app": "mistral"}, "vllm", IMAGE, []))
-    cluster.wait_cb(ns, "cb", lambda o: _matched(o) == 1, "the pod counted")
+    create_pod(cluster, ns, "m-0", {}, labels={"app": "mistral"})
+    cluster.wait_cb(ns, "cb", lambda o: matched(o) == 1, "the pod counted")
     cluster.kube.patch(
         k.PODS, ns, "m-0", {"metadata": {"labels": {"app": "other"}}}, content_type=k.MERGE_PATCH
     )
-    cluster.wait_cb(ns, "cb", lambda o: _matched(o) == 0, "the relabelled pod dropped")
+    cluster.wait_cb(ns, "cb", lambda o: matched(o) == 0, "the relabelled pod dropped")
 
     # With no pod matching, the message says so until an engine Deployment the selector
     # matches is scaled to zero, and again once it is scaled up: the dispatcher's
     # engine-ReplicaSet watch (its first list, then a watch event).
-    assert "matches no Pods" in _message(cluster.kube.get(k.CACHEBACKENDS, ns, "cb"))
-    _engine_replicaset(cluster, ns, "mistral", 0)
-    cluster.wait_cb(ns, "cb", lambda o: _message(o) == "", "scaled to zero: no message")
+    assert "matches no Pods" in selector_message(cluster.kube.get(k.CACHEBACKENDS, ns, "cb"))
+    engine_deployment_as_the_controller_leaves_it(cluster, ns, "mistral", "mistral", 0)
+    cluster.wait_cb(ns, "cb", lambda o: selector_message(o) == "", "scaled to zero: no message")
     cluster.kube.patch(
         k.REPLICASETS,
         ns,
@@ -114,6 +73,8 @@ def test_event_adds_alone_carry_changes_to_the_status_read_from_the_cache(
         {"metadata": {"annotations": {"deployment.kubernetes.io/desired-replicas": "2"}}},
         content_type=k.MERGE_PATCH,
     )
-    cluster.wait_cb(ns, "cb", lambda o: "matches no Pods" in _message(o), "scaled up: message")
+    cluster.wait_cb(
+        ns, "cb", lambda o: "matches no Pods" in selector_message(o), "scaled up: message"
+    )
 
     assert _behind_dispatcher(port) == 0

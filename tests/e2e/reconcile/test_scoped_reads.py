@@ -14,7 +14,17 @@ from kubeio import client as k
 from shared.pod_wiring import wire_pod
 from shared.runtime_adapters.base import InjectContext
 from tests.builders import NO_GATE
-from tests.e2e.conftest import WORKER_USER, Cluster, Stack, condition, poll, set_pod_status
+from tests.e2e.conftest import (
+    WORKER_USER,
+    Cluster,
+    Stack,
+    condition,
+    engine_deployment_as_the_controller_leaves_it,
+    matched,
+    poll,
+    selector_message,
+    set_pod_status,
+)
 
 CTX = InjectContext(kvevent_subscriber_image="ghcr.io/inference-cache/kvevent-subscriber:1")
 
@@ -47,10 +57,6 @@ def crash_loop(cluster: Cluster, ns: str, name: str) -> None:
                                 "image": "vllm:1", "imageID": "",
                                 "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]},
     )  # fmt: skip
-
-
-def matched(obj: dict[str, Any]) -> Any:
-    return (obj.get("status") or {}).get("matchedEnginePods")
 
 
 def test_an_idle_resync_reads_nothing_from_the_api_server(cluster: Cluster, stack: Stack) -> None:
@@ -159,55 +165,6 @@ def test_pod_changes_reach_the_status_through_the_cache(cluster: Cluster, stack:
     cluster.wait_cb(ns, "b", lambda o: matched(o) == 3, "b-1 counted")
     cluster.kube.delete(k.PODS, ns, "b-1")
     cluster.wait_cb(ns, "b", lambda o: matched(o) == 2, "b-1 gone")
-
-
-def engine_deployment_as_the_controller_leaves_it(
-    cluster: Cluster, ns: str, name: str, app: str, replicas: int
-) -> None:
-    """An engine Deployment and the ReplicaSet the deployment controller would create
-    for it (this control plane runs none): the template's labels plus
-    pod-template-hash, a controller reference, the revision and desired-replicas
-    annotations. No pod: nothing runs its ReplicaSet either."""
-    template = {
-        "metadata": {"labels": {"app": app}},
-        "spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.11.0"}]},
-    }
-    dep = cluster.kube.create(
-        k.DEPLOYMENTS,
-        ns,
-        {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": {"name": name},
-            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": app}},
-                     "template": template},
-        },
-    )  # fmt: skip
-    labels = {"app": app, "pod-template-hash": "h1"}
-    cluster.kube.create(
-        k.REPLICASETS,
-        ns,
-        {
-            "apiVersion": "apps/v1",
-            "kind": "ReplicaSet",
-            "metadata": {
-                "name": f"{name}-h1",
-                "labels": labels,
-                "annotations": {
-                    "deployment.kubernetes.io/revision": "1",
-                    "deployment.kubernetes.io/desired-replicas": str(replicas),
-                },
-                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": name,
-                                     "uid": dep["metadata"]["uid"], "controller": True}],
-            },
-            "spec": {"replicas": replicas, "selector": {"matchLabels": labels},
-                     "template": {**template, "metadata": {"labels": labels}}},
-        },
-    )  # fmt: skip
-
-
-def selector_message(obj: dict[str, Any]) -> str:
-    return str((obj.get("status") or {}).get("engineSelectorMessage") or "")
 
 
 def test_engine_selector_message_through_the_cache(cluster: Cluster, stack: Stack) -> None:
