@@ -72,7 +72,7 @@ from shared.runtime_adapters.overrides import apply_engine_overrides
 from shared.runtime_adapters.podcheck import introduced_problems
 from shared.runtime_adapters.podspec import cli_tokens, find_flag
 from shared.storage_providers.registry import UnknownProviderError, select_provider
-from shared.storage_providers.render import auth_secret_name
+from shared.storage_providers.render import auth_secret_name, copy_secret_name
 from shared.tenancy import service_reference
 
 OUTCOME_INJECTED: Final = "injected"
@@ -351,7 +351,8 @@ def consumer_credentials_secret(backend: CacheBackend) -> str | None:
     """For an External backend that acknowledges pointing at a Service of another
     namespace (allowCrossNamespace) of a provider that requires a password: the name of
     the credentials copy the reconciler keeps in the backend's namespace when that
-    tier's owner consented (shared.tenancy). Wired as an optional reference."""
+    tier's owner consented (shared.tenancy), under its own name (copy_secret_name, never
+    a managed tier's). Wired as an optional reference."""
     remote = backend.spec.remote_storage
     if remote is None or not backend.spec.allow_cross_namespace or remote.provider is None:
         return None
@@ -362,7 +363,7 @@ def consumer_credentials_secret(backend: CacheBackend) -> str | None:
         provider = select_provider(remote.provider)
     except UnknownProviderError:
         return None
-    return auth_secret_name(backend.metadata.name or "") if provider.requires_auth else None
+    return copy_secret_name(backend.metadata.name or "") if provider.requires_auth else None
 
 
 # ----------------------------------------------------------------------- sidecars

@@ -37,11 +37,9 @@ from typing import Any, Final, Protocol
 from kubeio import client as k
 from shared import constants as c
 from shared.labels import equality_selector, labels_match
-from shared.storage_providers.redis import RedisStorageProvider
 from shared.storage_providers.render import (
     LABEL_CACHEBACKEND,
     LABEL_MANAGED_BY,
-    LABEL_NAME,
     MANAGED_BY,
     owned_secret_names,
     owned_selector,
@@ -116,21 +114,6 @@ class ClusterReads(Protocol):
         """A reconcile wrote the object (resourceVersion ``before`` → ``after``; after
         None: deleted). A cache waits, briefly, until it shows the write."""
         ...
-
-
-def reads_owned_secrets(provider: str | None, listed: list[dict[str, Any]]) -> bool:
-    """Whether a reconcile must read the backend's Secrets (a GET each: they are not
-    cached). Only a backend that can own one: its provider is Redis (a managed tier's
-    password, or a consumer's copy), or one of its listed objects is a Redis tier's (a
-    provider switch, whose Secret is to be shed). Any other backend's idle reconcile
-    stays free of requests."""
-    if provider == c.PROVIDER_REDIS:
-        return True
-    return any(
-        ((obj.get("metadata") or {}).get("labels") or {}).get(LABEL_NAME)
-        == RedisStorageProvider.component
-        for obj in listed
-    )
 
 
 def carries_owned_labels(obj: Mapping[str, Any], cb_name: str) -> bool:

@@ -49,7 +49,6 @@ from reconciler.steps.reads import (
     ClusterReads,
     LiveReads,
     controller_name,
-    reads_owned_secrets,
     template_labels,
 )
 from reconciler.steps.server_client import Prober
@@ -355,11 +354,12 @@ class Reconciler:
 
     def _list_owned(self, p: Pass) -> dict[ObjKey, dict[str, Any]]:
         """Objects carrying our labels *and* a controller reference to this backend;
-        its Secrets (read by name) only when it can own one (reads_owned_secrets)."""
-        listed = p.reads.owned(p.key.namespace, p.key.name)
-        rs = p.cb.spec.remote_storage
-        if reads_owned_secrets(rs.provider if rs is not None else None, listed):
-            listed = [*p.reads.owned_secrets(p.key.namespace, p.key.name), *listed]
+        its Secrets read by name whatever its provider now (a copy it holds from a tier
+        it has left is shed by the same pass)."""
+        listed = [
+            *p.reads.owned_secrets(p.key.namespace, p.key.name),
+            *p.reads.owned(p.key.namespace, p.key.name),
+        ]
         return {
             (str(item["kind"]), item["metadata"]["name"]): item
             for item in listed

@@ -29,6 +29,7 @@ from shared.storage_providers.render import (
     LABEL_MANAGED_BY,
     MANAGED_BY,
     auth_secret_name,
+    is_credentials_copy,
     managed_provider,
     render_credentials_copy,
     render_service,
@@ -114,7 +115,11 @@ def _tier_of(
 def consumer_side(consumer: CacheBackend, kube: k.KubeClient, reads: ClusterReads) -> ConsumerSide:
     """Rule "A refused consumer says so", and the copy of the tier's password a
     consenting owner's consumer gets (kept in step: re-rendered from the owner's
-    Secret on every reconcile)."""
+    Secret on every reconcile, under its own name and marked with its source:
+    render_credentials_copy). Without consent, or once the consumer no longer points at
+    the tier (another endpoint, another provider, host-only), no copy is wanted and the
+    reconciler sheds the one it holds: it reads a backend's Secrets by name whatever its
+    provider (shared.storage_providers.render.owned_secret_names)."""
     tier = _tier_of(consumer, kube, reads)
     if tier is None:
         return ConsumerSide(ConsumerStanding(True))
@@ -122,11 +127,14 @@ def consumer_side(consumer: CacheBackend, kube: k.KubeClient, reads: ClusterRead
     consented = consumer.metadata.namespace in allowed_consumer_namespaces(owner)
     copies: tuple[dict[str, Any], ...] = ()
     if consented and provider.requires_auth:
-        secret = kube.get_or_none(
-            k.SECRETS, owner.metadata.namespace, auth_secret_name(owner.metadata.name or "")
+        namespace, name = (
+            owner.metadata.namespace or "",
+            auth_secret_name(owner.metadata.name or ""),
         )
-        password = secret_password(secret)
+        secret = kube.get_or_none(k.SECRETS, namespace, name)
+        # Never a copy of a copy: only the tier's own Secret is a source.
+        password = None if is_credentials_copy(secret) else secret_password(secret)
         if password is not None:
-            copies = (render_credentials_copy(consumer, provider, password),)
+            copies = (render_credentials_copy(consumer, provider, password, f"{namespace}/{name}"),)
     standing = consumer_standing(consumer, owner, provider.requires_auth, bool(copies))
     return ConsumerSide(standing, copies)

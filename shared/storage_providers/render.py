@@ -17,9 +17,11 @@ import base64
 import binascii
 import copy
 import hashlib
+import hmac
 import json
 import secrets
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
 from shared import constants as c
@@ -44,7 +46,7 @@ from shared.storage_providers.hardening import (
     writable_volumes,
 )
 from shared.storage_providers.registry import UnknownProviderError, select_provider
-from shared.tenancy import consumer_peer
+from shared.tenancy import allowed_consumer_namespaces, consumer_peer
 
 LABEL_NAME: Final = "app.kubernetes.io/name"
 LABEL_INSTANCE: Final = "app.kubernetes.io/instance"
@@ -314,6 +316,16 @@ def render_service(cb: CacheBackend, provider: StorageProvider) -> dict[str, Any
 # own library reads.
 
 AUTH_SECRET_SUFFIX: Final = "redis-auth"
+COPY_SECRET_SUFFIX: Final = "redis-auth-copy"
+#: On a consumer's copy of another namespace's password: the Secret it copies,
+#: ``<namespace>/<name>``. The marker no managed tier's password is ever taken from.
+ANNOTATION_COPY_OF: Final = "inferencecache.io/credentials-copy-of"
+#: On a managed tier's password Secret: the namespaces its owner consented to while
+#: this password was in force (comma-separated, sorted; empty: none). A namespace that
+#: leaves the consent rotates the password (consent_revoked).
+ANNOTATION_SHARED_WITH: Final = "inferencecache.io/password-shared-with"
+#: The Secret key holding the random key of the pod template's auth digest.
+AUTH_DIGEST_KEY_KEY: Final = "digest-key"
 
 
 def auth_secret_name(cb_name: str) -> str:
@@ -322,12 +334,19 @@ def auth_secret_name(cb_name: str) -> str:
     return _shorten(f"{cb_name}-{AUTH_SECRET_SUFFIX}")
 
 
+def copy_secret_name(cb_name: str) -> str:
+    """``<consumer>-redis-auth-copy``: a cross-namespace consumer's copy of its tier's
+    password. Never a managed tier's own name (that ends in ``-redis-auth``), so a
+    backend that later runs its own Redis never finds the copy under its name."""
+    return _shorten(f"{cb_name}-{COPY_SECRET_SUFFIX}")
+
+
 def owned_secret_names(cb_name: str) -> tuple[str, ...]:
     """Every Secret name a backend may own in its namespace: its managed Redis's
-    password Secret or, for a consumer of another namespace's managed Redis, its copy
-    of it (the same name: one backend is either, never both). The reconciler reads
-    owned Secrets by these names only."""
-    return (auth_secret_name(cb_name),)
+    password Secret, and a consumer's copy of another namespace's (also found under the
+    first name when it was made before copies had their own). The reconciler reads
+    owned Secrets by these names only, whatever the backend's provider is now."""
+    return (auth_secret_name(cb_name), copy_secret_name(cb_name))
 
 
 # Readable by whatever user the server image drops to; the volume is the pod's own.
@@ -355,9 +374,9 @@ def new_password() -> str:
     return secrets.token_hex(32)
 
 
-def secret_password(secret: Mapping[str, Any] | None) -> str | None:
-    """The password a live auth Secret holds; None when absent, empty or undecodable."""
-    encoded = ((secret or {}).get("data") or {}).get(AUTH_PASSWORD_KEY)
+def _secret_value(secret: Mapping[str, Any] | None, key: str) -> str | None:
+    """A Secret's ``key``, decoded; None when absent, empty or undecodable."""
+    encoded = ((secret or {}).get("data") or {}).get(key)
     if not isinstance(encoded, str) or not encoded:
         return None
     try:
@@ -367,28 +386,107 @@ def secret_password(secret: Mapping[str, Any] | None) -> str | None:
     return value or None
 
 
-def password_digest(password: str) -> str:
-    """What the pod template carries to roll on a new password: a truncated SHA-256 of
-    256 random bits, which reveals nothing usable about them."""
-    return hashlib.sha256(password.encode()).hexdigest()[:16]
+def secret_password(secret: Mapping[str, Any] | None) -> str | None:
+    """The password a live auth Secret holds; None when absent, empty or undecodable."""
+    return _secret_value(secret, AUTH_PASSWORD_KEY)
+
+
+def secret_digest_key(secret: Mapping[str, Any] | None) -> str | None:
+    """The key of the auth digest a live auth Secret holds (AUTH_DIGEST_KEY_KEY)."""
+    return _secret_value(secret, AUTH_DIGEST_KEY_KEY)
+
+
+def _secret_annotations(secret: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    return ((secret or {}).get("metadata") or {}).get("annotations") or {}
+
+
+def is_credentials_copy(secret: Mapping[str, Any] | None) -> bool:
+    """Rule "No managed tier adopts a copy": a Secret is a consumer's copy when it
+    carries the marker (ANNOTATION_COPY_OF), or has the shape copies had before the
+    marker: a password without the server config a tier's own Secret always holds.
+    Never one that carries a tier's record of consent (ANNOTATION_SHARED_WITH), which
+    only a tier's own Secret gets: once the tier has written its own password over a
+    copy, an annotation another writer left on it changes nothing."""
+    if secret is None:
+        return False
+    annotations = _secret_annotations(secret)
+    if ANNOTATION_SHARED_WITH in annotations:
+        return False
+    if ANNOTATION_COPY_OF in annotations:
+        return True
+    data = secret.get("data") or {}
+    return AUTH_PASSWORD_KEY in data and AUTH_CONFIG_KEY not in data
+
+
+def shared_with(secret: Mapping[str, Any] | None) -> frozenset[str] | None:
+    """The namespaces a tier's password was shared with (ANNOTATION_SHARED_WITH); None
+    when the Secret does not say (absent, or from before the record was kept)."""
+    value = _secret_annotations(secret).get(ANNOTATION_SHARED_WITH)
+    if not isinstance(value, str):
+        return None
+    return frozenset(x.strip() for x in value.split(",") if x.strip())
+
+
+def consent_revoked(shared: frozenset[str] | None, consent: frozenset[str]) -> bool:
+    """Rule "Revoking consent rotates the password": a namespace the password was shared
+    with is no longer consented to. Unknown (None: a Secret from before the record) is
+    not a revocation: the record starts from the consent of the day."""
+    return shared is not None and not shared <= consent
+
+
+@dataclass(frozen=True)
+class TierPassword:
+    """What a managed tier's password Secret holds: the password, the key of its pod
+    template digest, and the consent it is shared under."""
+
+    password: str
+    digest_key: str
+    shared_with: frozenset[str]
+
+
+def tier_password(
+    cb: CacheBackend, live: LiveObjects | None, generate: Callable[[], str] = new_password
+) -> TierPassword:
+    """The password a managed tier keeps: the live Secret's, for as long as it is valid
+    (an operator rotates it by writing a new one, or deleting the Secret or its key),
+    is the tier's own (never a consumer's copy: is_credentials_copy) and no consent it
+    was shared under has been withdrawn (consent_revoked); a fresh random one otherwise.
+    The digest key is kept while the Secret holds one, drawn once otherwise."""
+    secret = (live or {}).get(("Secret", auth_secret_name(cb.metadata.name or "")))
+    own = None if is_credentials_copy(secret) else secret
+    consent = allowed_consumer_namespaces(cb)
+    password = secret_password(own)
+    if password is None or consent_revoked(shared_with(own), consent):
+        password = generate()
+    key = secret_digest_key(own) or generate()
+    return TierPassword(password, key, consent)
+
+
+def password_digest(password: str, key: str) -> str:
+    """What the pod template carries to roll on a new password: HMAC-SHA256 of it under
+    the random key kept beside it in the Secret, so the annotation (readable by anyone
+    who may read the workload) cannot be used to test guesses of a chosen password."""
+    return hmac.new(key.encode(), password.encode(), hashlib.sha256).hexdigest()
 
 
 def render_auth_secret(
-    cb: CacheBackend, provider: StorageProvider, password: str
+    cb: CacheBackend, provider: StorageProvider, tier: TierPassword
 ) -> dict[str, Any]:
     """The backend's password Secret. ``data`` stays outside the spec hash (added after
     it is stamped): the password is random, the rest of the object is not."""
     name = cb.metadata.name or ""
     meta = _metadata(cb, provider)
     meta["name"] = auth_secret_name(name)
+    meta["annotations"] = {ANNOTATION_SHARED_WITH: ",".join(sorted(tier.shared_with))}
     return {
         "apiVersion": "v1",
         "kind": "Secret",
         "metadata": meta,
         "type": "Opaque",
         "data": {
-            AUTH_PASSWORD_KEY: _b64(password),
-            AUTH_CONFIG_KEY: _b64(provider.auth_config(password)),
+            AUTH_PASSWORD_KEY: _b64(tier.password),
+            AUTH_CONFIG_KEY: _b64(provider.auth_config(tier.password)),
+            AUTH_DIGEST_KEY_KEY: _b64(tier.digest_key),
         },
     }
 
@@ -397,24 +495,17 @@ def _b64(value: str) -> str:
     return base64.b64encode(value.encode()).decode()
 
 
-def current_password(
-    cb: CacheBackend, live: LiveObjects | None, generate: Callable[[], str] = new_password
-) -> str:
-    """The live auth Secret's password, kept for as long as it is valid (an operator
-    rotates it by deleting the Secret or its key); a fresh random one otherwise."""
-    secret = (live or {}).get(("Secret", auth_secret_name(cb.metadata.name or "")))
-    return secret_password(secret) or generate()
-
-
 def render_credentials_copy(
-    consumer: CacheBackend, provider: StorageProvider, password: str
+    consumer: CacheBackend, provider: StorageProvider, password: str, source: str
 ) -> dict[str, Any]:
     """A cross-namespace consumer's copy of its tier's password, in its own namespace
     (a pod cannot reference another namespace's Secret), owned by the consumer's
-    backend, under the name the Pod webhook wires (auth_secret_name of the consumer).
-    Only the password key: the server config file is the owner's alone."""
+    backend, under the name the Pod webhook wires (copy_secret_name of the consumer),
+    marked with the Secret it copies (``source``: ``<namespace>/<name>``). Only the
+    password key: the server config file and the digest key are the owner's alone."""
     meta = _metadata(consumer, provider)
-    meta["name"] = auth_secret_name(consumer.metadata.name or "")
+    meta["name"] = copy_secret_name(consumer.metadata.name or "")
+    meta["annotations"] = {ANNOTATION_COPY_OF: source}
     copy_ = {"apiVersion": "v1", "kind": "Secret", "metadata": meta, "type": "Opaque"}
     stamped = _stamp_hash(copy_)
     stamped["data"] = {AUTH_PASSWORD_KEY: _b64(password)}
@@ -570,7 +661,7 @@ def render_managed_objects(
     ``live`` maps (kind, name) to the owned objects as read, and only matters for what
     another controller owns — an autoscaled workload's replica count
     (hpa_owned_replicas) — and for the password a live auth Secret holds
-    (current_password; ``generate_password`` draws one when there is none).
+    (tier_password; ``generate_password`` draws one, and the digest key, when needed).
     ``consumers``: the admitted consumers of other namespaces (their engines join the
     NetworkPolicy's peers).
     """
@@ -578,18 +669,17 @@ def render_managed_objects(
     if provider is None:
         return []
     objects: list[dict[str, Any]] = []
-    password: str | None = None
+    digest: str | None = None
     if provider.requires_auth:
         # First: the Secret exists before the pods that read it, and before the
         # Service whose endpoint lets the Pod webhook wire engines with a reference to it.
-        password = current_password(cb, live, generate_password)
-        objects.append(render_auth_secret(cb, provider, password))
+        tier = tier_password(cb, live, generate_password)
+        objects.append(render_auth_secret(cb, provider, tier))
+        digest = password_digest(tier.password, tier.digest_key)
     policy = render_network_policy(cb, provider, consumers)
     if policy is not None:
         objects.append(policy)
-    workload = render_workload(
-        cb, provider, password_digest(password) if password is not None else None
-    )
+    workload = render_workload(cb, provider, digest)
     objects += [workload, render_service(cb, provider)]
     hpa = render_hpa(cb, provider)
     if hpa is not None:

@@ -36,7 +36,13 @@ from reconciler.steps.exact_drift import normalized_policy_spec
 from shared import constants as c
 from shared.api.models import CacheBackend
 from shared.storage_providers.base import AUTH_CONFIG_PATH
-from shared.storage_providers.render import password_digest, render_managed_objects, secret_password
+from shared.storage_providers.render import (
+    ANNOTATION_COPY_OF,
+    password_digest,
+    render_managed_objects,
+    secret_digest_key,
+    secret_password,
+)
 from tests.e2e.conftest import Cluster, Stack, condition, poll
 from tests.e2e.workloads import pod_ready, pods_of, rolled_out, wait_rolled_out
 from tests.harness.redis_server import RedisServer
@@ -155,6 +161,12 @@ def template_digest(cluster: Cluster, ns: str) -> str | None:
     dep = get(cluster, k.DEPLOYMENTS, ns, "chat-redis") or {}
     template = (dep.get("spec") or {}).get("template") or {}
     return ((template.get("metadata") or {}).get("annotations") or {}).get(c.ANNOTATION_AUTH_DIGEST)
+
+
+def keyed_digest(cluster: Cluster, ns: str) -> str:
+    """The digest of the password Secret's password under the key it holds beside it."""
+    secret = cluster.kube.get(k.SECRETS, ns, "chat-redis-auth")
+    return password_digest(str(secret_password(secret)), str(secret_digest_key(secret)))
 
 
 def assert_no_literal(obj: dict[str, Any], password: str) -> None:
@@ -319,7 +331,7 @@ def test_drift_is_repaired_and_a_deleted_secret_comes_back_with_a_new_password(
     )
     assert new != old
     wait_object(cluster, k.NETWORKPOLICIES, ns, "chat-redis")
-    want = password_digest(str(new))
+    want = keyed_digest(cluster, ns)
     digest = poll(
         lambda: template_digest(cluster, ns) == want or None,
         timeout=30,
@@ -486,7 +498,7 @@ def test_a_tier_opens_only_to_the_namespaces_its_owner_names_and_they_authentica
 
     # ---- team B authenticates with its own copy of the password
     copy_ = poll(
-        lambda: get(cluster, k.SECRETS, team_b, "shared-redis-auth"),
+        lambda: get(cluster, k.SECRETS, team_b, "shared-redis-auth-copy"),
         timeout=60,
         what="team B's credentials copy",
     )
@@ -496,11 +508,12 @@ def test_a_tier_opens_only_to_the_namespaces_its_owner_names_and_they_authentica
         copy_["metadata"]["ownerReferences"][0]["uid"]
         == cluster.cb(team_b, "shared")["metadata"]["uid"]
     )
+    assert copy_["metadata"]["annotations"][ANNOTATION_COPY_OF] == f"{team_a}/chat-redis-auth"
     pod = wired_pod(cluster, team_b, "shared")
     worker = mp_worker(pod)
     (ref,) = [e for e in worker["env"] if "valueFrom" in e]
     assert ref["valueFrom"]["secretKeyRef"] == {
-        "name": "shared-redis-auth",
+        "name": "shared-redis-auth-copy",
         "key": "password",
         "optional": True,
     }
@@ -529,7 +542,7 @@ def test_a_tier_opens_only_to_the_namespaces_its_owner_names_and_they_authentica
     )
     ready = next(x for x in got["status"]["conditions"] if x["type"] == "Ready")
     assert team_c in ready["message"]
-    assert get(cluster, k.SECRETS, team_c, "shared-redis-auth") is None
+    assert get(cluster, k.SECRETS, team_c, "shared-redis-auth-copy") is None
     refusals = poll(
         lambda: (
             [
@@ -555,7 +568,7 @@ def test_a_tier_opens_only_to_the_namespaces_its_owner_names_and_they_authentica
         team_b, "shared", "Ready", "False", c.REASON_CROSS_NAMESPACE_CONSENT_MISSING, 60
     )
     poll(
-        lambda: get(cluster, k.SECRETS, team_b, "shared-redis-auth") is None,
+        lambda: get(cluster, k.SECRETS, team_b, "shared-redis-auth-copy") is None,
         timeout=60,
         what="team B's copy to go",
     )
@@ -609,7 +622,7 @@ def test_a_backend_from_before_this_change_gets_its_secret_policy_and_password(
     assert "--protected-mode" not in container["args"]
     (volume,) = [v for v in dep["spec"]["template"]["spec"]["volumes"] if "secret" in v]
     assert volume["secret"]["secretName"] == "chat-redis-auth"
-    assert template_digest(cluster, ns) == password_digest(password)
+    assert template_digest(cluster, ns) == keyed_digest(cluster, ns)
     assert_no_literal(dep, password)
 
 
@@ -643,7 +656,7 @@ def test_on_real_rollouts_the_policy_selects_the_redis_pods_a_new_password_rolls
         what="a new password Secret",
     )
     assert new != old
-    want = password_digest(str(new))
+    want = keyed_digest(cluster, ns)
 
     def rolled() -> list[dict[str, Any]] | None:
         live = cluster.kube.get(k.DEPLOYMENTS, ns, "chat-redis")

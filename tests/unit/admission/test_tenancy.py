@@ -16,7 +16,11 @@ from shared.pod_wiring import resolve_binding
 from shared.storage_providers.lmcache_server import LMCACHE_SERVER_PORT
 from shared.storage_providers.redis import REDIS_PORT
 from shared.storage_providers.registry import select_provider
-from shared.storage_providers.render import render_credentials_copy, render_managed_objects
+from shared.storage_providers.render import (
+    ANNOTATION_COPY_OF,
+    render_credentials_copy,
+    render_managed_objects,
+)
 from shared.tenancy import (
     ServiceRef,
     admitted_consumers,
@@ -176,8 +180,10 @@ def test_the_credentials_copy_is_the_consumers_own() -> None:
     reader = consumer(
         "team-b", f"cache-redis.{OWNER_NS}.svc:{REDIS_PORT}", provider=c.PROVIDER_REDIS
     )
-    copy_ = render_credentials_copy(reader, select_provider(c.PROVIDER_REDIS), "pw")
-    assert copy_["metadata"]["name"] == "reader-redis-auth"
+    source = f"{OWNER_NS}/cache-redis-auth"
+    copy_ = render_credentials_copy(reader, select_provider(c.PROVIDER_REDIS), "pw", source)
+    assert copy_["metadata"]["name"] == "reader-redis-auth-copy"
+    assert copy_["metadata"]["annotations"][ANNOTATION_COPY_OF] == source
     assert copy_["metadata"]["namespace"] == "team-b"
     assert copy_["metadata"]["ownerReferences"][0]["uid"] == "uid-team-b"
     assert copy_["data"] == {"password": base64.b64encode(b"pw").decode()}
@@ -190,7 +196,7 @@ def test_the_consumers_engines_reference_the_copy_optionally() -> None:
     )
     binding = resolve_binding(reader)
     assert binding is not None
-    assert (binding.password_secret, binding.password_optional) == ("reader-redis-auth", True)
+    assert (binding.password_secret, binding.password_optional) == ("reader-redis-auth-copy", True)
     same_ns = consumer(
         OWNER_NS, f"cache-redis.{OWNER_NS}.svc:{REDIS_PORT}", provider=c.PROVIDER_REDIS
     )

@@ -15,7 +15,7 @@ from kubeio import client as k
 from reconciler.steps.reads import LiveReads
 from shared import constants as c
 from shared.storage_providers.base import AUTH_CONFIG_KEY
-from shared.storage_providers.render import password_digest, secret_password
+from shared.storage_providers.render import password_digest, secret_digest_key, secret_password
 from tests.builders import status_backend
 from tests.fakes import FakeKube, in_process_reconciler
 
@@ -43,6 +43,11 @@ def digest(kube: FakeKube) -> str:
     return str(template["metadata"]["annotations"][c.ANNOTATION_AUTH_DIGEST])
 
 
+def keyed(kube: FakeKube, password: str) -> str:
+    """The digest of ``password`` under the key the Secret holds."""
+    return password_digest(password, str(secret_digest_key(obj(kube, "secrets", SECRET))))
+
+
 def test_first_reconcile_creates_secret_policy_and_a_redis_that_reads_the_secret() -> None:
     kube = FakeKube()
     kube.put("cachebackends", status_backend(copy.deepcopy(REDIS_SPEC), uid=UID))
@@ -52,7 +57,7 @@ def test_first_reconcile_creates_secret_policy_and_a_redis_that_reads_the_secret
     assert applied[:2] == [("apply", "secrets"), ("apply", "networkpolicies")]
     password = secret_password(obj(kube, "secrets", SECRET))
     assert password is not None
-    assert digest(kube) == password_digest(password)
+    assert digest(kube) == keyed(kube, password)
     # Idle: nothing more to write.
     kube.writes.clear()
     assert rec.reconcile("ns/cb").writes == 0
@@ -69,7 +74,7 @@ def test_a_deleted_secret_is_recreated_with_a_new_password_and_redis_rolls() -> 
     rec.reconcile("ns/cb")
     new = secret_password(obj(kube, "secrets", SECRET))
     assert new not in (None, old)
-    assert digest(kube) == password_digest(str(new))
+    assert digest(kube) == keyed(kube, str(new))
     assert ("apply", "deployments", WORKLOAD) in kube.writes
 
 
@@ -141,16 +146,16 @@ def test_a_password_written_into_the_secret_is_kept_and_rolls_redis() -> None:
     kube.writes.clear()
     rec.reconcile("ns/cb")
     assert kube.writes == [("apply", "secrets", SECRET), ("apply", "deployments", WORKLOAD)]
-    assert digest(kube) == password_digest(chosen)
+    assert digest(kube) == keyed(kube, chosen)
     config = obj(kube, "secrets", SECRET)["data"][AUTH_CONFIG_KEY]
     assert base64.b64decode(config).decode() == f'requirepass "{chosen}"\n'
     assert secret_password(obj(kube, "secrets", SECRET)) == chosen
 
 
-def test_only_a_backend_that_can_own_a_secret_reads_one() -> None:
-    """Decision "The worker reads Secrets by name only": Secrets are not cached, so only
-    a backend that can own one (Redis, or a Redis tier's objects left to shed) pays a
-    GET for it; any other backend's idle reconcile stays free of requests."""
+def test_every_backend_reads_its_secrets_by_name_whatever_its_provider() -> None:
+    """Decision "The worker reads Secrets by name only": a backend that left a Redis tier
+    (another provider, host-only) may still hold a copy of its password; its Secrets are
+    read by name (a GET each, never listed) on every reconcile, so the copy is shed."""
     kube = FakeKube()
     lm_spec = {**REDIS_SPEC, "remoteStorage": {"provider": "LMCacheServer", "ownership": "Managed"}}
     kube.put("cachebackends", status_backend(copy.deepcopy(lm_spec), uid=UID))
@@ -158,7 +163,8 @@ def test_only_a_backend_that_can_own_a_secret_reads_one() -> None:
     rec.reconcile("ns/cb")
     kube.calls.clear()
     rec.reconcile("ns/cb")
-    assert ("get", f"ns/{SECRET}") not in kube.calls
+    assert ("get", f"ns/{SECRET}") in kube.calls
+    assert ("get", "ns/cb-redis-auth-copy") in kube.calls
 
 
 def test_a_provider_switch_sheds_the_old_secret() -> None:

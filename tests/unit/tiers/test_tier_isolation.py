@@ -29,11 +29,19 @@ from shared.storage_providers.base import AUTH_CONFIG_KEY, AUTH_CONFIG_PATH
 from shared.storage_providers.lmcache_server import LMCACHE_SERVER_PORT
 from shared.storage_providers.redis import REDIS_PORT
 from shared.storage_providers.render import (
+    ANNOTATION_COPY_OF,
+    ANNOTATION_SHARED_WITH,
     ANNOTATION_SPEC_HASH,
     auth_secret_name,
+    consent_revoked,
+    copy_secret_name,
+    is_credentials_copy,
+    owned_secret_names,
     password_digest,
     render_managed_objects,
+    secret_digest_key,
     secret_password,
+    tier_password,
 )
 from tests import builders
 from tests.builders import ENGINE_LABELS
@@ -175,9 +183,89 @@ def test_a_new_password_rolls_the_redis_pods() -> None:
     a = by_kind(render_managed_objects(cb, generate_password=fixed_password))["Deployment"]
     b = by_kind(render_managed_objects(cb, generate_password=lambda: "6" * 64))["Deployment"]
     digest = a["spec"]["template"]["metadata"]["annotations"][c.ANNOTATION_AUTH_DIGEST]
-    assert digest == password_digest(PASSWORD) != PASSWORD
+    assert digest == password_digest(PASSWORD, PASSWORD) != PASSWORD  # fixed key too
     assert PASSWORD not in digest
     assert needs_apply(b, a)
+
+
+def test_the_auth_digest_is_keyed_by_a_random_key_kept_in_the_secret() -> None:
+    """The template's digest is an HMAC under a random key from the Secret: the same
+    password under another key digests differently, so the annotation alone cannot test
+    guesses of a password; the key stays with the password (not in the copy)."""
+    cb = backend(c.PROVIDER_REDIS)
+    drawn = iter([PASSWORD, "a" * 64])
+    objs = by_kind(render_managed_objects(cb, generate_password=lambda: next(drawn)))
+    assert secret_digest_key(objs["Secret"]) == "a" * 64
+    digest = objs["Deployment"]["spec"]["template"]["metadata"]["annotations"][
+        c.ANNOTATION_AUTH_DIGEST
+    ]
+    assert digest == password_digest(PASSWORD, "a" * 64) != password_digest(PASSWORD, "b" * 64)
+    assert len(digest) == 64, "the whole HMAC-SHA256"
+
+
+def secret_with(data: dict[str, str], **annotations: str) -> dict[str, Any]:
+    encoded = {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}
+    return {"metadata": {"annotations": annotations}, "data": encoded}
+
+
+def test_a_copy_is_told_from_a_tiers_own_secret() -> None:
+    """Rule "No managed tier adopts a copy": marked, or (from before the marker) a
+    password without the server config a tier's own Secret always holds."""
+    own = secret_with({"password": "p", AUTH_CONFIG_KEY: "requirepass p"})
+    assert not is_credentials_copy(own)
+    assert not is_credentials_copy(None)
+    assert is_credentials_copy(secret_with({"password": "p"}))
+    marked = secret_with({"password": "p", AUTH_CONFIG_KEY: "x"}, **{ANNOTATION_COPY_OF: "a/b"})
+    assert is_credentials_copy(marked)
+
+
+def test_copies_have_their_own_name_and_both_names_are_read() -> None:
+    assert copy_secret_name("cache") == "cache-redis-auth-copy" != auth_secret_name("cache")
+    assert owned_secret_names("cache") == ("cache-redis-auth", "cache-redis-auth-copy")
+    long_name = "x" * 63
+    assert copy_secret_name(long_name) != auth_secret_name(long_name)
+    assert len(copy_secret_name(long_name)) <= 63
+
+
+@pytest.mark.parametrize(
+    "annotations",
+    [
+        pytest.param({ANNOTATION_COPY_OF: "team-b/cache-redis-auth"}, id="marked"),
+        pytest.param({}, id="unmarked, copy-shaped"),
+    ],
+)
+def test_a_managed_redis_never_takes_its_password_from_a_copy(
+    annotations: dict[str, str],
+) -> None:
+    cb = backend(c.PROVIDER_REDIS)
+    data = {"password": "the-owners"}
+    if annotations:
+        data[AUTH_CONFIG_KEY] = "requirepass the-owners"
+    live = {("Secret", "cache-redis-auth"): secret_with(data, **annotations)}
+    assert tier_password(cb, live, fixed_password).password == PASSWORD
+
+
+def test_revoking_consent_is_a_namespace_leaving_the_record() -> None:
+    """Rule "Revoking consent rotates the password"."""
+    assert consent_revoked(frozenset({"b"}), frozenset())
+    assert consent_revoked(frozenset({"b", "c"}), frozenset({"c", "d"}))
+    assert not consent_revoked(frozenset({"b"}), frozenset({"b", "c"})), "widening"
+    assert not consent_revoked(frozenset(), frozenset())
+    assert not consent_revoked(None, frozenset()), "no record (upgrade): not a revocation"
+
+
+def test_the_tier_password_follows_the_record_of_consent() -> None:
+    cb = backend(c.PROVIDER_REDIS)  # consents to no other namespace
+    kept = {"password": "p" * 64, AUTH_CONFIG_KEY: "x", "digest-key": "k" * 64}
+    for record, rotated in (("team-b", True), ("", False), (None, False)):
+        annotations = {} if record is None else {ANNOTATION_SHARED_WITH: record}
+        live = {("Secret", "cache-redis-auth"): secret_with(kept, **annotations)}
+        tier = tier_password(cb, live, fixed_password)
+        assert (tier.password == PASSWORD) is rotated, record
+        assert tier.digest_key == "k" * 64, "the key outlives a rotation"
+        assert tier.shared_with == frozenset()
+    secret = render_managed_objects(cb)[0]
+    assert secret["metadata"]["annotations"][ANNOTATION_SHARED_WITH] == ""
 
 
 def test_only_redis_gets_a_password() -> None:
@@ -401,7 +489,7 @@ def test_a_cross_namespace_consumer_of_a_managed_redis_reads_its_own_copy() -> N
     assert "password" not in l2_adapter(worker)
     env = {e["name"]: e for e in worker["env"]}
     assert env["LMCACHE_RESP_PASSWORD"]["valueFrom"]["secretKeyRef"] == {
-        "name": "cache-redis-auth",
+        "name": "cache-redis-auth-copy",  # never the name of a managed Redis's own Secret
         "key": "password",
         "optional": True,
     }
