@@ -37,9 +37,11 @@ from typing import Any, Final, Protocol
 from kubeio import client as k
 from shared import constants as c
 from shared.labels import equality_selector, labels_match
+from shared.storage_providers.redis import RedisStorageProvider
 from shared.storage_providers.render import (
     LABEL_CACHEBACKEND,
     LABEL_MANAGED_BY,
+    LABEL_NAME,
     MANAGED_BY,
     owned_secret_names,
     owned_selector,
@@ -114,6 +116,38 @@ class ClusterReads(Protocol):
         """A reconcile wrote the object (resourceVersion ``before`` → ``after``; after
         None: deleted). A cache waits, briefly, until it shows the write."""
         ...
+
+
+def spec_changed(cb_obj: Mapping[str, Any]) -> bool:
+    """The backend's spec changed since the last pass that published its status
+    (metadata.generation ahead of status.observedGeneration, or never published)."""
+    generation = (cb_obj.get("metadata") or {}).get("generation")
+    observed = (cb_obj.get("status") or {}).get("observedGeneration")
+    return generation is None or generation != observed
+
+
+def reads_owned_secrets(
+    provider: str | None,
+    listed: list[dict[str, Any]],
+    *,
+    spec_changed: bool,
+    first_read: bool,
+) -> bool:
+    """Whether a reconcile must read the backend's Secrets (a GET each: they are never
+    cached). When it may hold one: its provider is Redis (a managed tier's password, or
+    a consumer's copy); one of its listed objects is a Redis tier's (a provider switch,
+    whose Secret is to be shed); its spec changed since its status was last published
+    (the pass after a consumer left its tier: host-only, another provider, whose copy is
+    to be shed); or this worker has not read them yet since it started (a copy made
+    under the old name by a consumer that had left before an upgrade). Any other
+    backend's idle reconcile stays free of requests."""
+    if provider == c.PROVIDER_REDIS or spec_changed or first_read:
+        return True
+    return any(
+        ((obj.get("metadata") or {}).get("labels") or {}).get(LABEL_NAME)
+        == RedisStorageProvider.component
+        for obj in listed
+    )
 
 
 def carries_owned_labels(obj: Mapping[str, Any], cb_name: str) -> bool:

@@ -49,6 +49,8 @@ from reconciler.steps.reads import (
     ClusterReads,
     LiveReads,
     controller_name,
+    reads_owned_secrets,
+    spec_changed,
     template_labels,
 )
 from reconciler.steps.server_client import Prober
@@ -168,6 +170,9 @@ class Reconciler:
         self.probe_rate_limiter = probe_rate_limiter
         self.clock = clock
         self.instance = instance or socket.gethostname()
+        # Backends (uids) whose Secrets this process has read and converged since it
+        # started (reconciler.steps.reads.reads_owned_secrets, first_read).
+        self.secrets_read: set[str] = set()
 
     # ------------------------------------------------------------ entry point
 
@@ -264,6 +269,8 @@ class Reconciler:
         else:
             self._shed(p, owned, wanted)
             self._apply(p, desired, owned, existing)
+            if p.uid:
+                self.secrets_read.add(p.uid)
 
     def _hold(self, p: Pass, owned: dict[ObjKey, dict[str, Any]], wanted: set[ObjKey]) -> None:
         """Hold the backend as a unit: no shed, no apply, until every rendered name is
@@ -354,12 +361,16 @@ class Reconciler:
 
     def _list_owned(self, p: Pass) -> dict[ObjKey, dict[str, Any]]:
         """Objects carrying our labels *and* a controller reference to this backend;
-        its Secrets read by name whatever its provider now (a copy it holds from a tier
-        it has left is shed by the same pass)."""
-        listed = [
-            *p.reads.owned_secrets(p.key.namespace, p.key.name),
-            *p.reads.owned(p.key.namespace, p.key.name),
-        ]
+        its Secrets (read by name) only when it may hold one (reads_owned_secrets)."""
+        listed = p.reads.owned(p.key.namespace, p.key.name)
+        rs = p.cb.spec.remote_storage
+        if reads_owned_secrets(
+            rs.provider if rs is not None else None,
+            listed,
+            spec_changed=spec_changed(p.obj),
+            first_read=p.uid not in self.secrets_read,
+        ):
+            listed = [*p.reads.owned_secrets(p.key.namespace, p.key.name), *listed]
         return {
             (str(item["kind"]), item["metadata"]["name"]): item
             for item in listed

@@ -118,8 +118,8 @@ def consumer_side(consumer: CacheBackend, kube: k.KubeClient, reads: ClusterRead
     Secret on every reconcile, under its own name and marked with its source:
     render_credentials_copy). Without consent, or once the consumer no longer points at
     the tier (another endpoint, another provider, host-only), no copy is wanted and the
-    reconciler sheds the one it holds: it reads a backend's Secrets by name whatever its
-    provider (shared.storage_providers.render.owned_secret_names)."""
+    reconciler sheds the one it holds, read by name
+    (reconciler.steps.reads.reads_owned_secrets says when)."""
     tier = _tier_of(consumer, kube, reads)
     if tier is None:
         return ConsumerSide(ConsumerStanding(True))

@@ -345,7 +345,7 @@ def owned_secret_names(cb_name: str) -> tuple[str, ...]:
     """Every Secret name a backend may own in its namespace: its managed Redis's
     password Secret, and a consumer's copy of another namespace's (also found under the
     first name when it was made before copies had their own). The reconciler reads
-    owned Secrets by these names only, whatever the backend's provider is now."""
+    owned Secrets by these names only."""
     return (auth_secret_name(cb_name), copy_secret_name(cb_name))
 
 

@@ -152,16 +152,25 @@ def test_a_password_written_into_the_secret_is_kept_and_rolls_redis() -> None:
     assert secret_password(obj(kube, "secrets", SECRET)) == chosen
 
 
-def test_every_backend_reads_its_secrets_by_name_whatever_its_provider() -> None:
-    """Decision "The worker reads Secrets by name only": a backend that left a Redis tier
-    (another provider, host-only) may still hold a copy of its password; its Secrets are
-    read by name (a GET each, never listed) on every reconcile, so the copy is shed."""
+def test_only_a_backend_that_may_hold_a_secret_reads_one() -> None:
+    """Decision "The worker reads Secrets by name only": Secrets are not cached, so a
+    backend pays a GET for its two Secret names only when it may hold one: a Redis
+    provider, its first pass in this worker, or a pass after its spec changed (a
+    consumer that left its tier); any other idle reconcile stays free of requests."""
     kube = FakeKube()
     lm_spec = {**REDIS_SPEC, "remoteStorage": {"provider": "LMCacheServer", "ownership": "Managed"}}
     kube.put("cachebackends", status_backend(copy.deepcopy(lm_spec), uid=UID))
+    stored = kube.objects[("cachebackends", "ns", "cb")]
+    stored["metadata"]["generation"] = 1
     rec = in_process_reconciler(kube, clock=lambda: NOW)
     rec.reconcile("ns/cb")
+    assert ("get", "ns/cb-redis-auth-copy") in kube.calls, "the first pass reads them"
+    assert stored["status"]["observedGeneration"] == 1
     kube.calls.clear()
+    rec.reconcile("ns/cb")
+    assert ("get", f"ns/{SECRET}") not in kube.calls
+    assert ("get", "ns/cb-redis-auth-copy") not in kube.calls
+    stored["metadata"]["generation"] = 2  # a spec change the worker has not published
     rec.reconcile("ns/cb")
     assert ("get", f"ns/{SECRET}") in kube.calls
     assert ("get", "ns/cb-redis-auth-copy") in kube.calls
