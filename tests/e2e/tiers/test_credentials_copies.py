@@ -5,6 +5,8 @@ managed Redis's password has its own name and a marker, and follows consent.
 * The copy is ``<consumer>-redis-auth-copy``, annotated with the Secret it copies.
 * A consumer that leaves the tier (host-only now) loses its copy within a resync.
 * A copy made under the old name (the consumer's managed-Redis name) is renamed.
+* One left by a backend that had left its tier before the upgrade goes on the upgraded
+  worker's first pass.
 * A managed Redis never takes its password from a copy, marked or old-style.
 * Withdrawing consent rotates the owner's password (and rolls its Redis); the copy goes.
 """
@@ -246,3 +248,24 @@ def test_withdrawing_consent_rotates_the_owners_password_and_removes_the_copy(
     )
     assert want != digest
     wait_gone(cluster, team_b, COPY, "the copy of a consumer no longer consented to go")
+
+
+def test_an_old_name_copy_of_a_consumer_that_left_before_the_upgrade_goes(
+    cluster: Cluster, stack: Stack
+) -> None:
+    """Migration, the upgrade sweep: a backend that had left its tier (host-only) before
+    the upgrade, whose status is published for its current spec (nothing left to say it
+    holds a Secret), still has its old-name copy read and deleted on the first pass of
+    the upgraded worker."""
+    ns = cluster.namespace()
+    cb = cluster.create_cb(ns, "shared", {"runtime": "SGLang"}, NO_GATE)
+    generation = cb["metadata"]["generation"]
+    cluster.patch_cb(ns, "shared", {"status": {"observedGeneration": generation}}, status=True)
+    old = planted(cb, f"{ns}-gone/{OWNER_SECRET}", "the-owners-password")
+    old["metadata"]["name"] = OLD_COPY
+    del old["metadata"]["annotations"][ANNOTATION_COPY_OF]
+    cluster.kube.create(k.SECRETS, ns, old)
+
+    stack.start_dispatcher()
+    stack.start_worker()
+    wait_gone(cluster, ns, OLD_COPY, "the old-name copy of a backend off Redis to go")
