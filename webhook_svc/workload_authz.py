@@ -217,11 +217,27 @@ def engine_wiring_changed(obj: Mapping[str, Any] | None, old_obj: Mapping[str, A
     fails to wire it, any spec change counts (fail closed)."""
     if obj is None:
         return True
+    if _wiring_inputs(obj) == _wiring_inputs(old_obj):
+        return False  # the wiring is a pure function of these: nothing to wire
     pod = sample_engine_pod(obj)
     new, old = sample_wiring(obj, pod), sample_wiring(old_obj, pod)
     if new is None or old is None:
         return (obj or {}).get("spec") != (old_obj or {}).get("spec")
     return new != old
+
+
+def _wiring_inputs(obj: Mapping[str, Any] | None) -> tuple[Any, ...]:
+    """What of a backend the Pod webhook's wiring reads (its status aside, which the
+    sample replaces): its identity, annotations and spec. A label edit or a status
+    write leaves them alone."""
+    meta = (obj or {}).get("metadata") or {}
+    return (
+        meta.get("name"),
+        meta.get("namespace"),
+        meta.get("uid"),
+        meta.get("annotations") or {},
+        (obj or {}).get("spec"),
+    )
 
 
 def consent_widened(obj: Mapping[str, Any] | None, old_obj: Mapping[str, Any] | None) -> bool:
