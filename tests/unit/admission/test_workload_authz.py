@@ -441,3 +441,15 @@ def test_any_change_to_what_the_sample_engine_pod_gets_needs_create_pods() -> No
     is wired differently."""
     chunk = with_spec(SELECTED, lmCache={"chunkSizeTokens": 512})
     assert pods_needed_for(chunk, SELECTED) == "spec.lmCache"
+
+
+def test_a_sample_the_wiring_refuses_makes_any_spec_change_count() -> None:
+    """Fail closed: when the sample engine pod cannot be wired (here an External endpoint
+    the wiring refuses), the comparison shows nothing, so any spec change needs
+    ``create pods``; a label edit still does not."""
+    broken = with_spec(
+        SELECTED,
+        remoteStorage={"provider": "Redis", "ownership": "External", "endpoint": "redis://h:1"},
+    )
+    assert pods_needed_for(with_spec(broken, replicas=2), broken) == "spec.replicas"
+    assert pods_needed_for(annotated(broken, note="x"), broken) is None
