@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from dataclasses import dataclass
 from typing import Final
 
 from shared import constants as c
@@ -151,31 +152,92 @@ def _host_of(endpoint: str) -> str | None:
 CLUSTER_DOMAIN: Final = "cluster.local"
 
 
+@dataclass(frozen=True)
+class ServiceRef:
+    """The Service an endpoint names: ``<name>.<namespace>`` and a port."""
+
+    name: str
+    namespace: str
+    port: int
+
+
+def _searched_service_labels(host: str) -> list[str] | None:
+    """``[service, namespace]`` when ``host`` resolves, from an engine pod, to a Service
+    of a named namespace; None otherwise.
+
+    Every pod's resolver searches ``<own ns>.svc.<domain>``, ``svc.<domain>`` and
+    ``<domain>`` (ClusterFirst DNS, ndots 5), so these all reach Service ``s`` of
+    namespace ``n``:
+
+    * ``s.n`` (through ``svc.<domain>``), ``s.n.svc`` (through ``<domain>``),
+      ``s.n.svc.cluster.local`` (as written), any letter case;
+    * ``s.n.svc.cluster.local.`` (absolute). An absolute ``s.n.`` or ``s.n.svc.`` is
+      not searched, so it names no Service.
+
+    A bare ``s`` resolves through the first search domain, the pod's own namespace:
+    the engines a backend wires are in the backend's namespace, so it never crosses.
+    The service label must start with a letter (RFC 1035, as Service names do), which
+    keeps IPv4 addresses out."""
+    if host.startswith("["):
+        return None
+    name = host.lower()
+    absolute = name.endswith(".")
+    name = name.removesuffix(".")
+    qualified = name.endswith("." + CLUSTER_DOMAIN)
+    name = name.removesuffix("." + CLUSTER_DOMAIN)
+    labels = name.split(".")
+    if not all(_LABEL_RE.fullmatch(label) for label in labels) or not labels[0][0].isalpha():
+        return None
+    if len(labels) == 3 and labels[2] == "svc" and (qualified or not absolute):
+        return labels[:2]
+    if len(labels) == 2 and not qualified and not absolute:
+        return labels
+    return None
+
+
+def service_reference(endpoint: str) -> ServiceRef | None:
+    """The Service named by ``<svc>.<ns>``, ``<svc>.<ns>.svc`` or
+    ``<svc>.<ns>.svc.cluster.local`` (trailing dot allowed on the last), with a port,
+    any scheme, any case; None for any other form (bare names, IPs, external names,
+    another cluster domain)."""
+    split = _split_host_port(strip_scheme(endpoint))
+    if isinstance(split, str):
+        return None
+    host, port = split
+    labels = _searched_service_labels(host)
+    if labels is None or not (port.isascii() and port.isdigit()):
+        return None
+    return ServiceRef(labels[0], labels[1], int(port))
+
+
 def service_namespace(endpoint: str, own_namespace: str) -> str | None:
     """The namespace of the Kubernetes Service (or Service-backed pod) an endpoint's host
-    names, when the host is recognisably in-cluster Service DNS.
+    names, when the host is in-cluster Service DNS.
 
     Decision (the spec: "Bare hostnames, IPs, and unqualified names pass through because
-    no namespace can be inferred"; "External hostnames and IPs are unaffected"): only the
-    canonical in-cluster forms name a namespace, so no external hostname is ever mistaken
-    for a Service:
+    no namespace can be inferred"): every form an engine pod's resolver takes to a
+    Service of a named namespace names that namespace:
 
-    * ``<svc>.<ns>.svc`` and ``<svc>.<ns>.svc.cluster.local`` -> ``ns``;
+    * ``<svc>.<ns>``, ``<svc>.<ns>.svc`` and ``<svc>.<ns>.svc.cluster.local`` -> ``ns``
+      (``service_reference``: ``<svc>.<ns>`` resolves through the ``svc.<domain>``
+      search domain before any outside name would);
     * ``<pod>.<svc>.<ns>.svc`` and ``<pod>.<svc>.<ns>.svc.cluster.local`` (per-pod names
       of a headless Service, e.g. StatefulSet pods) -> ``ns``;
-    * an absolute name (trailing ``.``) and any letter case are the same name.
+    * an absolute name (trailing ``.``) and any letter case are the same name, except
+      that an absolute name outside ``cluster.local`` is not searched.
 
-    Everything else -> None: unqualified names (they resolve in the backend's own
-    namespace), IPs, two-label names such as ``redis.team-b`` or ``cache.internal``, and
-    external FQDNs, including ones that merely contain a ``svc`` label such as
-    ``cache.team-b.svc.example.com``. A cluster with a custom DNS domain acknowledges a
-    crossing with spec.allowCrossNamespace rather than having every name with a ``svc``
-    label treated as a Service.
+    Everything else -> None: bare names (they resolve in the backend's own namespace),
+    IPs, names of three labels or more that do not end in ``.svc[.cluster.local]``
+    (``redis.example.com``; ``cache.team-b.svc.example.com``). A cluster with a custom
+    DNS domain uses the ``.svc`` form, which every cluster resolves.
 
     ``own_namespace`` is not needed to infer the namespace; callers compare the result
     with it (a result equal to it is not a crossing).
     """
     del own_namespace  # the comparison belongs to the caller
+    ref = service_reference(endpoint)
+    if ref is not None:
+        return ref.namespace
     host = _host_of(endpoint)
     if host is None or host.startswith("["):
         return None
@@ -186,7 +248,7 @@ def service_namespace(endpoint: str, own_namespace: str) -> str | None:
     if name.endswith(suffix):
         name = name[: -len(suffix)]
     labels = name.split(".")
-    # <svc>.<ns>.svc at least; the namespace is the label just before the final "svc".
+    # <pod>.<svc>.<ns>.svc: the namespace is the label just before the final "svc".
     if len(labels) < 3 or labels[-1] != "svc" or any(not label for label in labels):
         return None
     return labels[-2]

@@ -17,7 +17,8 @@ Rules, each in its own function named after the spec:
   first whose ``spec.engineSelector.matchLabels`` is non-empty and contained in the pod's
   labels wins (a nil/empty selector never matches).
 - ``resolve_binding``: independent of the runtime adapter. No remoteStorage: None
-  (host-only). Managed: ``status.endpoint``. External: the trimmed, provider-validated
+  (host-only). Managed: the Service the reconciler renders (``owned_service_endpoint``),
+  once ``status.endpoint`` says it is published. External: the trimmed, provider-validated
   ``spec.remoteStorage.endpoint``, never status. An empty endpoint fails open.
 - EventsOnly injects no connector, only the kvevent-subscriber; without a subscriber image
   or ``observation.modelID`` the pod is left unwired (fail-open).
@@ -72,7 +73,12 @@ from shared.runtime_adapters.overrides import apply_engine_overrides
 from shared.runtime_adapters.podcheck import introduced_problems
 from shared.runtime_adapters.podspec import cli_tokens, find_flag
 from shared.storage_providers.registry import UnknownProviderError, select_provider
-from shared.storage_providers.render import auth_secret_name, copy_secret_name
+from shared.storage_providers.render import (
+    auth_secret_name,
+    copy_secret_name,
+    render_service,
+    service_endpoint,
+)
 from shared.tenancy import service_reference
 
 OUTCOME_INJECTED: Final = "injected"
@@ -314,6 +320,24 @@ def managed_password_secret(backend: CacheBackend) -> str | None:
     return auth_secret_name(backend.metadata.name or "")
 
 
+def owned_service_endpoint(backend: CacheBackend, provider_name: str) -> str:
+    """Rule "Managed endpoints come from what we own": the address of the Service the
+    reconciler renders for a managed tier (``<service>.<namespace>.svc:<first port>``),
+    derived from the backend's name, namespace and provider alone, as status.endpoint
+    publishes it. status.endpoint is a subresource another writer may hold, so it only
+    says that the tier is published, never where engines send their cache data."""
+    try:
+        provider = select_provider(provider_name)
+    except UnknownProviderError:
+        raise BindingError(
+            REASON_INVALID_BACKEND, f"spec.remoteStorage.provider {provider_name!r} is unknown"
+        ) from None
+    endpoint = service_endpoint(render_service(backend, provider))
+    if not endpoint:
+        raise BindingError(REASON_INVALID_BACKEND, "the managed tier renders no Service port")
+    return endpoint
+
+
 def resolve_binding(backend: CacheBackend) -> Binding | None:
     """The structured provider Binding, resolved independently of the runtime adapter."""
     remote = backend.spec.remote_storage
@@ -323,14 +347,15 @@ def resolve_binding(backend: CacheBackend) -> Binding | None:
         raise BindingError(REASON_INVALID_BACKEND, "spec.remoteStorage.provider is not set")
     protocol = PROVIDER_PROTOCOL[remote.provider]
     if remote.ownership == c.OWNERSHIP_MANAGED:
-        endpoint = ((backend.status.endpoint if backend.status else None) or "").strip()
-        if not endpoint:
+        published = ((backend.status.endpoint if backend.status else None) or "").strip()
+        if not published:
             raise BindingError(
                 REASON_MISSING_ENDPOINT,
                 "the managed remote storage has not published status.endpoint yet; roll the "
                 "engine workload once the CacheBackend is Ready",
             )
-        return Binding(protocol, strip_scheme(endpoint), managed_password_secret(backend))
+        endpoint = owned_service_endpoint(backend, remote.provider)
+        return Binding(protocol, endpoint, managed_password_secret(backend))
     if remote.ownership == c.OWNERSHIP_EXTERNAL:
         endpoint = (remote.endpoint or "").strip()
         if not endpoint:

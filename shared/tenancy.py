@@ -28,7 +28,8 @@ from typing import Any, Final
 from shared import constants as c
 from shared.api.models import CacheBackend
 from shared.backend_keys import BackendKey
-from shared.endpoints import CLUSTER_DOMAIN, strip_scheme
+from shared.endpoints import ServiceRef as ServiceRef
+from shared.endpoints import service_reference as service_reference
 
 # A namespace name: an RFC 1123 label.
 _NAMESPACE_RE: Final = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -70,28 +71,6 @@ def allowed_consumer_namespaces(cb: CacheBackend) -> frozenset[str]:
         return frozenset()
     own = cb.metadata.namespace
     return frozenset(e for e in consent_annotation_entries(value) if e != own)
-
-
-@dataclass(frozen=True)
-class ServiceRef:
-    """The Service an endpoint names: ``<name>.<namespace>.svc:<port>``."""
-
-    name: str
-    namespace: str
-    port: int
-
-
-def service_reference(endpoint: str) -> ServiceRef | None:
-    """The Service named by ``<svc>.<ns>.svc[.cluster.local][.]:<port>`` (any scheme,
-    any case); None for any other form (unqualified, IPs, external names)."""
-    host, sep, port = strip_scheme(endpoint).rpartition(":")
-    if not sep or not port.isdigit() or host.startswith("["):
-        return None
-    name = host.lower().removesuffix(".").removesuffix("." + CLUSTER_DOMAIN)
-    labels = name.split(".")
-    if len(labels) != 3 or labels[2] != "svc" or not all(labels):
-        return None
-    return ServiceRef(labels[0], labels[1], int(port))
 
 
 def tier_service_ref(service: Mapping[str, Any]) -> tuple[str, str, frozenset[int]]:

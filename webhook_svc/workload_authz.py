@@ -3,8 +3,12 @@
 Two powers, two permissions. A CacheBackend shapes the engine pods it selects: its
 engineSelector picks them, spec.lmCache.workerImage becomes a container in them (one
 that sees the node's GPUs), engineOverrides adds env (valueFrom Secrets included) and
-args, engineHostNetwork their network. So CREATE of any backend, and an UPDATE that
-changes one of those fields, needs ``create pods`` in the namespace. Beyond that:
+args, engineHostNetwork their network, remoteStorage where they send prompt-derived KV
+data and load blocks from. Its annotations open its managed tier to other namespaces
+(consent, which also copies the tier's password there) or to every pod
+(skip-network-policy). So CREATE of any backend, and an UPDATE that changes what the
+engine pods get, opens the tier or moves its data (``engine_access_change``), needs
+``create pods`` in the namespace. Beyond that:
 
 A CacheBackend with a managed provider makes the controller create a Deployment (or
 StatefulSet) whose pod template the backend shapes: image, serviceAccountName,
@@ -40,7 +44,17 @@ from kubeio.resources import SUBJECT_ACCESS_REVIEWS
 from shared import constants as c
 from shared.api.models import CacheBackend
 from shared.defaulting import default_cachebackend
-from shared.storage_providers.render import managed_provider, render_workload
+from shared.engine_versions import SAMPLE_TARGETS
+from shared.jsoncopy import json_copy
+from shared.pod_wiring import DEFAULT_NAMESPACE, OUTCOME_FAIL_OPEN, wire_pod
+from shared.runtime_adapters.base import InjectContext
+from shared.runtime_adapters.engine import SGLANG_CONTAINER, VLLM_CONTAINER
+from shared.storage_providers.render import (
+    managed_provider,
+    network_policy_skipped,
+    render_workload,
+)
+from shared.tenancy import allowed_consumer_namespaces
 from webhook_svc.admission_review import AdmissionRequest, deny, failure_status
 
 if TYPE_CHECKING:
@@ -118,20 +132,215 @@ def spec_value(obj: Mapping[str, Any] | None, path: tuple[str, ...]) -> Any:
 
 
 def engine_shaping_signature(obj: Mapping[str, Any] | None) -> str:
-    """The engine-shaping fields of ``obj`` as canonical JSON: equal exactly when an
-    update leaves the engine pods the backend selects, and what it puts in them, alone."""
+    """The engine-shaping fields of ``obj`` as canonical JSON: equal when an update
+    leaves the fields named in ENGINE_SHAPING_FIELDS alone."""
     values = [spec_value(obj, path) for path in ENGINE_SHAPING_FIELDS]
     return json.dumps(values, sort_keys=True, default=str)
+
+
+# ------------------------------------------------------------- the sample engine pod
+#
+# What a backend puts in the engine pods it selects is judged by wiring one fixed
+# engine pod with the old and the new backend (the Pod webhook's own pure wiring) and
+# comparing the two: whatever field moves the data (provider, ownership, endpoint, the
+# credentials reference), adds a container, env or args, or changes the network, shows
+# there, without a list of fields to keep in step with the wiring.
+
+SAMPLE_MODEL: Final = "inferencecache.invalid/sample-model"
+# The webhook's subscriber image is a setting, not part of the backend: a fixed one,
+# so the observation sidecar a backend asks for is compared too.
+SAMPLE_CONTEXT: Final = InjectContext(
+    kvevent_subscriber_image="inferencecache.invalid/kvevent-subscriber:sample"
+)
+# A managed tier's address comes from the backend (shared.pod_wiring.resolve_binding);
+# the status only says whether it is published. Both sides are judged published.
+SAMPLE_PUBLISHED: Final = "published.inferencecache.invalid:1"
+
+
+# The sample pod's labels. Both backends are judged as if they selected it: which pods
+# a backend selects is compared on its own (spec.engineSelector), so a backend that
+# selects no pod yet is still judged on what it would put in one.
+SAMPLE_LABELS: Final = {"inferencecache.io/sample": "engine"}
+
+
+def sample_engine_pod(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """One engine pod of the backend's runtime, as a Deployment would create it: the
+    release the samples target, nothing of its own configured."""
+    spec = obj.get("spec") or {}
+    if spec.get("runtime") == c.RUNTIME_SGLANG:
+        engine = {
+            "name": SGLANG_CONTAINER,
+            "image": f"lmsysorg/sglang:v{SAMPLE_TARGETS.sglang}",
+            "command": ["python3", "-m", "sglang.launch_server"],
+            "args": ["--model-path", SAMPLE_MODEL],
+        }
+    else:
+        engine = {
+            "name": VLLM_CONTAINER,
+            "image": f"vllm/vllm-openai:v{SAMPLE_TARGETS.vllm}",
+            "args": ["--model", SAMPLE_MODEL],
+        }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"generateName": "sample-", "labels": dict(SAMPLE_LABELS)},
+        "spec": {"containers": [engine]},
+    }
+
+
+def sample_wiring(obj: Mapping[str, Any] | None, pod: dict[str, Any]) -> bytes | None:
+    """The sample pod as ``obj`` wires it (outcome, reason, pod), canonical JSON, the
+    backend selecting it and published. None when the wiring fails open: the sample
+    then shows nothing of what the backend would do to another pod, and the caller
+    compares the whole spec."""
+    if obj is None:
+        return None
+    backend = json_copy(dict(obj))
+    spec = backend.get("spec")
+    if not isinstance(spec, dict):
+        return None
+    spec["engineSelector"] = {"matchLabels": dict(SAMPLE_LABELS)}
+    backend["status"] = {"endpoint": SAMPLE_PUBLISHED}
+    namespace = str((backend.get("metadata") or {}).get("namespace") or DEFAULT_NAMESPACE)
+    try:
+        result = wire_pod(json_copy(pod), [backend], SAMPLE_CONTEXT, namespace=namespace)
+    except Exception:
+        return None
+    if result.outcome == OUTCOME_FAIL_OPEN:
+        return None
+    return orjson.dumps([result.outcome, result.reason, result.pod], option=orjson.OPT_SORT_KEYS)
+
+
+def engine_wiring_changed(obj: Mapping[str, Any] | None, old_obj: Mapping[str, Any] | None) -> bool:
+    """Rule "Changes that shape engine pods or move their data": the fixed sample engine
+    pod is wired differently by the new backend than by the old one. When either side
+    fails to wire it, any spec change counts (fail closed)."""
+    if obj is None:
+        return True
+    if _wiring_inputs(obj) == _wiring_inputs(old_obj):
+        return False  # the wiring is a pure function of these: nothing to wire
+    pod = sample_engine_pod(obj)
+    new, old = sample_wiring(obj, pod), sample_wiring(old_obj, pod)
+    if new is None or old is None:
+        return (obj or {}).get("spec") != (old_obj or {}).get("spec")
+    return new != old
+
+
+def _wiring_inputs(obj: Mapping[str, Any] | None) -> tuple[Any, ...]:
+    """What of a backend the Pod webhook's wiring reads (its status aside, which the
+    sample replaces): its identity, annotations and spec. A label edit or a status
+    write leaves them alone."""
+    meta = (obj or {}).get("metadata") or {}
+    return (
+        meta.get("name"),
+        meta.get("namespace"),
+        meta.get("uid"),
+        meta.get("annotations") or {},
+        (obj or {}).get("spec"),
+    )
+
+
+def consent_widened(obj: Mapping[str, Any] | None, old_obj: Mapping[str, Any] | None) -> bool:
+    """Rule "Widening consent opens the tier": the annotation
+    ``inferencecache.io/allowed-consumer-namespaces`` names a namespace it did not (the
+    worker then admits that namespace's engines and copies the tier's password there).
+    Narrowing it, or removing it, is free."""
+    return bool(_consent(obj) - _consent(old_obj))
+
+
+def isolation_dropped(obj: Mapping[str, Any] | None, old_obj: Mapping[str, Any] | None) -> bool:
+    """Rule "Dropping isolation opens the tier": ``inferencecache.io/skip-network-policy``
+    turns on (the tier's NetworkPolicy goes; an LMCache server has no password behind
+    it). Turning isolation back on is free."""
+    return _skips_policy(obj) and not _skips_policy(old_obj)
+
+
+def cross_namespace_opened(
+    obj: Mapping[str, Any] | None, old_obj: Mapping[str, Any] | None
+) -> bool:
+    """Rule "Crossing namespaces is engine-shaping": ``spec.allowCrossNamespace`` turns on
+    (the endpoint may then name another namespace's tier, and the engines read that
+    tier's copied credentials). Turning it off is free."""
+    return bool(spec_value(obj, ("allowCrossNamespace",))) and not bool(
+        spec_value(old_obj, ("allowCrossNamespace",))
+    )
+
+
+def _parsed(obj: Mapping[str, Any] | None) -> CacheBackend | None:
+    if obj is None:
+        return None
+    try:
+        return CacheBackend.model_validate(obj)
+    except Exception:
+        return None
+
+
+def _consent(obj: Mapping[str, Any] | None) -> frozenset[str]:
+    cb = _parsed(obj)
+    return allowed_consumer_namespaces(cb) if cb is not None else frozenset()
+
+
+def _skips_policy(obj: Mapping[str, Any] | None) -> bool:
+    cb = _parsed(obj)
+    return network_policy_skipped(cb) if cb is not None else False
+
+
+CONSENT_FIELD: Final = f"metadata.annotations[{c.ANNOTATION_ALLOWED_CONSUMER_NAMESPACES}]"
+SKIP_POLICY_FIELD: Final = f"metadata.annotations[{c.ANNOTATION_SKIP_NETWORK_POLICY}]"
+# The fields a wiring difference is named by, in order; then any other spec key.
+_WIRING_FIELDS: Final = (
+    ("remoteStorage", "provider"),
+    ("remoteStorage", "ownership"),
+    ("remoteStorage", "endpoint"),
+    *ENGINE_SHAPING_FIELDS[1:],
+)
+
+
+def _changed_spec_field(obj: Mapping[str, Any] | None, old_obj: Mapping[str, Any] | None) -> str:
+    """The first named field whose value differs (set, changed or removed), else the
+    first top-level spec key that differs, else ``spec``."""
+    for path in _WIRING_FIELDS:
+        if spec_value(obj, path) != spec_value(old_obj, path):
+            return "spec." + ".".join(path)
+    spec = (obj or {}).get("spec") or {}
+    old_spec = (old_obj or {}).get("spec") or {}
+    for key in sorted(set(spec) | set(old_spec)):
+        if spec.get(key) != old_spec.get(key):
+            return f"spec.{key}"
+    return "spec"
+
+
+def engine_access_change(
+    obj: Mapping[str, Any] | None, old_obj: Mapping[str, Any] | None
+) -> str | None:
+    """The one rule for what an UPDATE needs ``create pods`` for: a change that shapes
+    the engine pods, opens the tier, or moves its data. The field a denial names, or
+    None when the update needs nothing (a label, a narrowed consent, isolation back on,
+    a scale, a status write)."""
+    selector = ("engineSelector",)
+    if spec_value(obj, selector) != spec_value(old_obj, selector):
+        return "spec.engineSelector"
+    if consent_widened(obj, old_obj):
+        return CONSENT_FIELD
+    if isolation_dropped(obj, old_obj):
+        return SKIP_POLICY_FIELD
+    if cross_namespace_opened(obj, old_obj):
+        return "spec.allowCrossNamespace"
+    if engine_shaping_signature(obj) != engine_shaping_signature(old_obj) or (
+        engine_wiring_changed(obj, old_obj)
+    ):
+        return _changed_spec_field(obj, old_obj)
+    return None
 
 
 def engine_shaping_access(
     operation: str, obj: Mapping[str, Any] | None, old_obj: Mapping[str, Any] | None
 ) -> list[Access]:
     """Spec rule "Engine-shaping needs engine-level permission": ``create pods`` on
-    CREATE of any backend, and on UPDATE when an engine-shaping field changes."""
+    CREATE of any backend, and on an UPDATE ``engine_access_change`` names."""
     if operation == "CREATE":
         return [PODS]
-    if operation == "UPDATE" and engine_shaping_signature(obj) != engine_shaping_signature(old_obj):
+    if operation == "UPDATE" and engine_access_change(obj, old_obj) is not None:
         return [PODS]
     return []
 
@@ -187,11 +396,15 @@ def shaping_field(
 
 
 def engine_shaping_field(obj: Mapping[str, Any] | None, old_obj: Mapping[str, Any] | None) -> str:
-    """The engine-shaping field a ``create pods`` denial points at: the first that
-    changed (on CREATE, the first one set; spec.engineSelector when none is)."""
+    """The field a ``create pods`` denial points at. On UPDATE, the one
+    ``engine_access_change`` names (a removed field is named as itself); on CREATE, the
+    first engine-shaping field set, spec.engineSelector when none is."""
+    if old_obj is not None:
+        changed = engine_access_change(obj, old_obj)
+        if changed is not None:
+            return changed
     for path in ENGINE_SHAPING_FIELDS:
-        value = spec_value(obj, path)
-        if value is not None and value != spec_value(old_obj, path):
+        if spec_value(obj, path) is not None:
             return "spec." + ".".join(path)
     return "spec." + ".".join(ENGINE_SHAPING_FIELDS[0])
 
@@ -256,7 +469,8 @@ def forbidden_status(
 ) -> dict[str, Any]:
     why_needed = (
         "this CacheBackend shapes the engine pods it selects (which pods, a container "
-        "image in them, their env and args, their network)"
+        "image in them, their env and args, their network, where they send cache data) "
+        "and opens its tier (consent, NetworkPolicy)"
         if access == PODS
         else "this CacheBackend makes the controller create that workload with the pod "
         "template it shapes"

@@ -117,11 +117,11 @@ SHAPES: tuple[Shape, ...] = (
             "remoteStorage": {
                 "provider": "LMCacheServer",
                 "ownership": "External",
-                "endpoint": f"lm://cache-{r}.example:65432",
+                "endpoint": f"lm://cache-{r}.example.com:65432",
             }
         },
         shows=lambda n, cb, objs, r: (
-            (cb.get("status") or {}).get("endpoint") == f"lm://cache-{r}.example:65432"
+            (cb.get("status") or {}).get("endpoint") == f"lm://cache-{r}.example.com:65432"
         ),
     ),
     Shape("events", {"runtime": "VLLM", "integration": {"mode": "EventsOnly"}}, ()),

@@ -80,7 +80,7 @@ def test_backends_of_every_shape_get_the_right_objects_and_status(
             "remoteStorage": {
                 "provider": "LMCacheServer",
                 "ownership": "External",
-                "endpoint": " lm://cache.example:65432 ",
+                "endpoint": " lm://cache.example.com:65432 ",
             },
         },
         "hostonly": {"runtime": "VLLM", "lmCache": {"hostMemory": {"capacity": "8Gi"}}},
@@ -125,7 +125,7 @@ def test_backends_of_every_shape_get_the_right_objects_and_status(
     status = {name: cluster.cb(ns, name)["status"] for name in shapes}
     assert status["redis"]["endpoint"] == f"redis-redis.{ns}.svc:6379"
     assert status["mooncake"]["endpoint"] == f"mooncake-mooncake.{ns}.svc:50051"
-    assert status["external"]["endpoint"] == "lm://cache.example:65432"
+    assert status["external"]["endpoint"] == "lm://cache.example.com:65432"
     for name in ("hostonly", "eventsonly", "hicache"):
         assert "endpoint" not in status[name]
     ready = {name: condition({"status": st}, "Ready") for name, st in status.items()}

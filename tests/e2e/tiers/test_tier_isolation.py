@@ -574,6 +574,61 @@ def test_a_tier_opens_only_to_the_namespaces_its_owner_names_and_they_authentica
     )
 
 
+def test_a_two_label_service_endpoint_is_a_consumer_judged_by_consent(
+    cluster: Cluster, stack: Stack, webhook_suffix: str
+) -> None:
+    """Rule "Any Service form counts", on the real API server with the real webhook,
+    dispatcher and worker: ``chat-redis.<owner ns>:6379`` (resolved through the pod's
+    ``svc.<domain>`` search domain) names the tier's Service. Without
+    allowCrossNamespace the real webhook refuses it as a crossing; with it, the
+    consenting namespace's consumer is admitted and wired to its credentials copy, and
+    a namespace without consent is refused and says so, never
+    Ready/ExternalEndpointAccepted."""
+    stack.start_dispatcher()
+    stack.start_worker()
+    team_a = cluster.namespace(labels={TEST_NAMESPACE_LABEL: webhook_suffix})
+    team_b = cluster.namespace(labels={TEST_NAMESPACE_LABEL: webhook_suffix})
+    team_c = cluster.namespace(labels={TEST_NAMESPACE_LABEL: webhook_suffix})
+    consent = {**NO_GATE, c.ANNOTATION_ALLOWED_CONSUMER_NAMESPACES: team_b}
+    cluster.create_cb(team_a, "chat", REDIS_SPEC, consent)
+    spec = consumer_spec(team_a)
+    spec["remoteStorage"]["endpoint"] = f"chat-redis.{team_a}:6379"
+    unacknowledged = {key: v for key, v in spec.items() if key != "allowCrossNamespace"}
+    with pytest.raises(k.ApiError) as refused:
+        cluster.create_cb(team_c, "blind", unacknowledged, NO_GATE)
+    assert refused.value.status == 422
+    assert "spec.allowCrossNamespace" in str(refused.value)
+    cluster.create_cb(team_b, "shared", spec, NO_GATE)
+    cluster.create_cb(team_c, "shared", spec, NO_GATE)
+
+    target = provider_pod(cluster, team_a, "chat-redis")
+    poll(
+        lambda: ingress_allowed(
+            policies(cluster, team_a),
+            target,
+            real_pod_ref(cluster, team_b, dict(REDIS_ENGINES)),
+            6379,
+        ),
+        timeout=60,
+        what="team B admitted",
+    )
+    assert not ingress_allowed(
+        policies(cluster, team_a), target, real_pod_ref(cluster, team_c, dict(REDIS_ENGINES)), 6379
+    )
+    cluster.wait_condition(team_b, "shared", "Ready", "True", "ExternalEndpointAccepted", 60)
+    worker = mp_worker(wired_pod(cluster, team_b, "shared"))
+    (ref,) = [e for e in worker["env"] if "valueFrom" in e]
+    copy_name = ref["valueFrom"]["secretKeyRef"]["name"]
+    copied = poll(
+        lambda: get(cluster, k.SECRETS, team_b, copy_name), timeout=60, what="team B's copy"
+    )
+    owner_secret = cluster.kube.get(k.SECRETS, team_a, "chat-redis-auth")
+    assert secret_password(copied) == secret_password(owner_secret)
+    cluster.wait_condition(
+        team_c, "shared", "Ready", "False", c.REASON_CROSS_NAMESPACE_CONSENT_MISSING, 60
+    )
+
+
 def old_style_objects(cb: dict[str, Any]) -> list[dict[str, Any]]:
     """What the worker rendered for a managed Redis before this change: the Deployment
     and Service alone, Redis without a password and with protected mode off."""

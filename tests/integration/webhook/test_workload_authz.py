@@ -12,7 +12,13 @@ authorised by real RBAC:
 - alice may write CacheBackends but create neither Deployments nor pods;
 - paul may also create pods;
 - bob may also create Deployments and pods; carol also StatefulSets;
-- dave gets bob's rights only through a group (the review forwards groups).
+- dave gets bob's rights only through a group (the review forwards groups);
+- sam may only write cachebackends/status: he cannot move where engines send their
+  data (rule "Managed endpoints come from what we own", through the real Pod webhook).
+
+Rule "one rule for what needs create pods": alice is refused every change that opens
+a tier or moves its data; paul may make it; a label edit, narrowing consent and
+restoring isolation stay free.
 """
 
 from __future__ import annotations
@@ -376,3 +382,167 @@ def test_embedded_mode_runs_no_review_and_says_so(tmp_path: Path) -> None:
         assert "no SubjectAccessReview" in log_path.read_text()
     finally:
         terminate_process_group(proc)
+
+
+# ------------------------------------------- changes that open a tier or move its data
+
+CONSENT = "inferencecache.io/allowed-consumer-namespaces"
+SKIP_POLICY = "inferencecache.io/skip-network-policy"
+EXTERNAL_LM = {"provider": "LMCacheServer", "ownership": "External",
+               "endpoint": "lm://cache.example.com:65432"}  # fmt: skip
+
+
+def _annotate(obj: dict[str, Any], **annotations: str) -> None:
+    obj["metadata"].setdefault("annotations", {}).update(annotations)
+
+
+def _widen_consent(obj: dict[str, Any]) -> None:
+    _annotate(obj, **{CONSENT: "team-b,alices-own"})
+
+
+def _drop_isolation(obj: dict[str, Any]) -> None:
+    _annotate(obj, **{SKIP_POLICY: "true"})
+
+
+def _to_external(obj: dict[str, Any]) -> None:
+    obj["spec"]["remoteStorage"] = {**EXTERNAL_LM, "endpoint": "lm://alice.example.net:65432"}
+
+
+def _move_endpoint(obj: dict[str, Any]) -> None:
+    obj["spec"]["remoteStorage"]["endpoint"] = "lm://alice.example.net:65432"
+
+
+def _cross(obj: dict[str, Any]) -> None:
+    obj["spec"]["allowCrossNamespace"] = True
+
+
+def _owner(name: str) -> dict[str, Any]:
+    """A managed LMCacheServer tier (no password behind its NetworkPolicy) that admits
+    team-b's engines."""
+    body = new_cb(name, {"app": "vllm"}, remoteStorage=MANAGED)
+    body["metadata"]["annotations"] = {CONSENT: "team-b", SKIP_POLICY: "false"}
+    return body
+
+
+@pytest.mark.parametrize(
+    ("field", "base", "change"),
+    [
+        (f"metadata.annotations[{CONSENT}]", "owner", _widen_consent),
+        (f"metadata.annotations[{SKIP_POLICY}]", "owner", _drop_isolation),
+        ("spec.remoteStorage.ownership", "owner", _to_external),
+        ("spec.remoteStorage.endpoint", "external", _move_endpoint),
+        ("spec.allowCrossNamespace", "external", _cross),
+    ],
+)
+def test_changes_that_open_a_tier_or_move_its_data_need_create_pods(
+    env: Any, field: str, base: str, change: Any
+) -> None:
+    """The one rule for what needs ``create pods``, through the real API server: alice
+    (who may update CacheBackends but not create pods) is refused each change with a
+    403 naming the field; a label edit stays free for her; paul (who may also create
+    pods) makes the same change."""
+    ns, apis = env
+    name = f"open-{uuid.uuid4().hex[:6]}"
+    if base == "owner":
+        create(env, "bob", _owner(name))
+    else:
+        create(env, "paul", new_cb(name, {"app": "vllm"}, remoteStorage=EXTERNAL_LM))
+    current = apis["alice"].get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
+    labelled = copy.deepcopy(current)
+    labelled["metadata"].setdefault("labels", {})["team"] = "a"
+    current = apis["alice"].replace_namespaced_custom_object(
+        GROUP, VERSION, ns, PLURAL, name, labelled
+    )
+    assert current["metadata"]["labels"]["team"] == "a"
+    changed = copy.deepcopy(current)
+    change(changed)
+    err = refused(env, "alice", changed, update=True)
+    assert err.status == 403
+    assert 'user \\"alice\\" cannot create pods' in (err.body or "")
+    assert field in (err.body or "")
+    stored = apis["paul"].replace_namespaced_custom_object(
+        GROUP, VERSION, ns, PLURAL, name, changed
+    )
+    assert stored["metadata"]["resourceVersion"] != current["metadata"]["resourceVersion"]
+
+
+def test_narrowing_consent_and_restoring_isolation_stay_free(env: Any) -> None:
+    """Controls: what closes a tier needs nothing alice lacks."""
+    ns, apis = env
+    name = f"narrow-{uuid.uuid4().hex[:6]}"
+    body = _owner(name)
+    body["metadata"]["annotations"] = {CONSENT: "team-b,team-c", SKIP_POLICY: "true"}
+    create(env, "bob", body)
+    current = apis["alice"].get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
+    _annotate(current, **{CONSENT: "team-b", SKIP_POLICY: "false"})
+    current = apis["alice"].replace_namespaced_custom_object(
+        GROUP, VERSION, ns, PLURAL, name, current
+    )
+    del current["metadata"]["annotations"][CONSENT]
+    stored = apis["alice"].replace_namespaced_custom_object(
+        GROUP, VERSION, ns, PLURAL, name, current
+    )
+    assert stored["metadata"]["annotations"] == {SKIP_POLICY: "false"}
+
+
+def _engine_pod(labels: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"generateName": "engine-", "labels": labels},
+        "spec": {
+            "containers": [
+                {"name": "vllm", "image": "vllm/vllm-openai:v0.11.0", "args": ["--model", "m"]}
+            ]
+        },
+    }
+
+
+def test_a_status_writer_cannot_move_where_engines_send_their_data(
+    env: Any, kube_api_client: client.ApiClient, control_plane: ControlPlane
+) -> None:
+    """Rule "Managed endpoints come from what we own", through the real Pod webhook: sam
+    may only write cachebackends/status. He points status.endpoint elsewhere; the three
+    engine pods created right after are all wired to the tier's own Service."""
+    ns, _ = env
+    kube = Kube(kube_api_client)
+    name = f"tier-{uuid.uuid4().hex[:6]}"
+    labels = {"app": name}
+    admin = client.CustomObjectsApi(kube_api_client)
+    admin.create_namespaced_custom_object(
+        GROUP, VERSION, ns, PLURAL, new_cb(name, labels, remoteStorage=MANAGED)
+    )
+    ours = f"{name}-lmcache-server.{ns}.svc:65432"
+    admin.patch_namespaced_custom_object_status(
+        GROUP, VERSION, ns, PLURAL, name, {"status": {"endpoint": ours}}
+    )
+    sam = f"sam-{_RUN}"
+    status_rules = [
+        {"apiGroups": [GROUP], "resources": [PLURAL], "verbs": ["get"]},
+        {"apiGroups": [GROUP], "resources": [f"{PLURAL}/status"],
+         "verbs": ["get", "update", "patch"]},
+    ]  # fmt: skip
+    grant(kube, ns, f"status-writers-{name}", status_rules, [user(sam)])
+    wait_until(
+        lambda: may(kube, ns, sam, ["system:authenticated"], "patch", GROUP, f"{PLURAL}/status"),
+        timeout=30,
+        description="the status writer's RBAC",
+    )
+    assert not may(kube, ns, sam, ["system:authenticated"], "update", GROUP, PLURAL)
+    elsewhere = "lm://sam.attacker.example:65432"
+    with control_plane.api_client_for(sam, ["system:authenticated"]) as api:
+        objects: Any = client.CustomObjectsApi(api)
+        moved = objects.patch_namespaced_custom_object_status(
+            GROUP, VERSION, ns, PLURAL, name, {"status": {"endpoint": elsewhere}}
+        )
+    assert moved["status"]["endpoint"] == elsewhere
+    core: Any = client.CoreV1Api(kube_api_client)
+    remotes = []
+    for _ in range(3):
+        pod = core.create_namespaced_pod(ns, _engine_pod(labels), dry_run="All")
+        assert (pod.metadata.annotations or {}).get("inferencecache.io/injected-by") == (
+            f"{ns}/{name}"
+        )
+        env_vars = {e.name: e.value for e in pod.spec.containers[0].env or []}
+        remotes.append(env_vars.get("LMCACHE_REMOTE_URL"))
+    assert remotes == [f"lm://{ours}"] * 3

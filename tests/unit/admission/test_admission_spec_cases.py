@@ -209,8 +209,8 @@ VALID_CASES = [
         cb({**SGLANG, "remoteStorage": external("Redis", "cache.prod.example.com:6379")}),
     ),
     case(
-        "cross-namespace: bare two-label hostnames pass through",
-        cb({**SGLANG, "remoteStorage": external("Redis", "cache.internal:6379")}),
+        "cross-namespace: a two-label Service name in the own namespace",
+        cb({**SGLANG, "remoteStorage": external("Redis", "redis.team-a:6379")}),
     ),
     case(
         "cross-namespace: IPs are unaffected",
@@ -650,6 +650,12 @@ INVALID_CASES = [
         cb({**SGLANG, "remoteStorage": external("Redis", "redis.team-b.svc.cluster.local:6379")}),
         "spec.remoteStorage.endpoint",
         contains=("team-b", "allowCrossNamespace"),
+    ),
+    case(
+        "cross-namespace: a two-label name is a Service of that namespace",
+        cb({**SGLANG, "remoteStorage": external("Redis", "rowner-redis.ml:6379")}),
+        "spec.remoteStorage.endpoint",
+        contains=("ml", "allowCrossNamespace"),
     ),
     case(
         "cross-namespace: judged against the request namespace, not metadata",

@@ -101,6 +101,10 @@ def test_strip_scheme_trims_and_drops_the_scheme() -> None:
         ("redis-0.redis.team-b.svc.cluster.local:6379", "team-b"),
         ("REDIS.Team-B.SVC:6379", "team-b"),
         ("a.svc.svc.cluster.local:1", "svc"),
+        # Two labels: the pod's "svc.<domain>" search domain makes them a Service.
+        ("redis.team-b:6379", "team-b"),
+        ("cache.internal:6379", "internal"),
+        ("lm://rowner-lmcache.ml:65432", "ml"),
     ],
 )
 def test_service_namespace_of_service_dns(endpoint: str, namespace: str) -> None:
@@ -115,8 +119,6 @@ def test_service_namespace_of_service_dns(endpoint: str, namespace: str) -> None
         "10.0.0.7:6379",
         "[::1]:6379",
         "redis.example.com:6379",  # external FQDN, three labels, no svc label
-        "redis.team-b:6379",  # two labels: a bare hostname, not canonical Service DNS
-        "cache.internal:6379",
         "cache.team-b.svc.example.com:6379",  # external FQDN that merely has a svc label
         "redis.team-b.svc.corp.example:6379",  # custom cluster domain: opt in explicitly
         "redis.example.internal:6379",

@@ -103,7 +103,12 @@ def test_an_invalid_annotation_consents_to_nobody() -> None:
     [
         ("svc.ns.svc:1", ServiceRef("svc", "ns", 1)),
         ("lm://Svc.NS.svc.cluster.local.:2", ServiceRef("svc", "ns", 2)),
-        ("svc.ns:1", None),
+        ("svc.ns:1", ServiceRef("svc", "ns", 1)),
+        ("Svc.NS:1", ServiceRef("svc", "ns", 1)),
+        ("lm://svc.ns:2", ServiceRef("svc", "ns", 2)),
+        ("svc.ns.svc.cluster.local:3", ServiceRef("svc", "ns", 3)),
+        ("svc.ns.:1", None),
+        ("svc.ns.svc.:1", None),
         ("svc:1", None),
         ("10.0.0.1:1", None),
         ("pod.svc.ns.svc:1", None),
@@ -112,6 +117,8 @@ def test_an_invalid_annotation_consents_to_nobody() -> None:
     ],
 )
 def test_service_reference(endpoint: str, ref: ServiceRef | None) -> None:
+    """Rule "Any Service form counts": every name an engine pod resolves to a Service of
+    a named namespace is a reference; a bare name stays in the pod's own namespace."""
     assert service_reference(endpoint) == ref
 
 

@@ -646,8 +646,8 @@ def test_reject_invalid_endpoint_shape_rejects_per_provider(
     ("endpoint", "allow"),
     [
         ("redis:6379", False),  # unqualified: own namespace
-        ("redis.team-a:6379", False),  # two labels: a hostname, not Service DNS
-        ("redis.team-b:6379", False),
+        ("redis.team-a:6379", False),  # two labels: a Service of the own namespace
+        ("redis.team-b:6379", True),  # two labels: a Service of team-b, acknowledged
         ("cache.team-b.svc.example.com:6379", False),  # external FQDN with a svc label
         ("redis.team-a.svc.cluster.local:6379", False),
         ("redis.example.com:6379", False),  # external FQDN
@@ -669,6 +669,7 @@ def test_reject_cross_namespace_endpoint_accepts_same_namespace_external_or_opte
         "redis.team-b.svc:6379",
         "redis.team-b.svc.cluster.local:6379",
         "redis-0.redis.team-b.svc.cluster.local.:6379",
+        "redis.team-b:6379",
     ],
 )
 def test_reject_cross_namespace_endpoint_rejects_other_namespace_service(endpoint: str) -> None:

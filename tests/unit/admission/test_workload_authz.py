@@ -117,8 +117,10 @@ def test_other_updates_need_nothing_new() -> None:
     annotated["metadata"]["annotations"] = {"a": "b"}
     annotated["metadata"]["labels"] = {"c": "d"}
     assert required_access("UPDATE", annotated, HOST_ONLY) == []
-    crossing = with_spec(HOST_ONLY, allowCrossNamespace=True)
-    assert required_access("UPDATE", crossing, HOST_ONLY) == []
+    uncrossing = with_spec(HOST_ONLY, allowCrossNamespace=False)
+    assert (
+        required_access("UPDATE", uncrossing, with_spec(HOST_ONLY, allowCrossNamespace=True)) == []
+    )
     reviewer = FakeAccessReviewer()
     assert authorizing(reviewer)(request(annotated, HOST_ONLY))["response"]["allowed"] is True
     assert reviewer.asked == []
@@ -134,13 +136,15 @@ def test_update_needs_it_only_when_the_workload_template_or_kind_changes() -> No
     for changed in (
         with_spec(MANAGED, template={"serviceAccountName": "powerful"}),
         with_spec(MANAGED, template={"tolerations": [{"operator": "Exists"}]}),
-        with_spec(MANAGED, remoteStorage={"provider": "Mooncake", "ownership": "Managed"}),
     ):
         assert required_access("UPDATE", changed, MANAGED) == [DEPLOYMENTS]
-    # Host-only → managed makes a workload appear.
-    assert required_access("UPDATE", MANAGED, HOST_ONLY) == [DEPLOYMENTS]
-    # Managed → host-only makes it go: nothing to create.
-    assert required_access("UPDATE", HOST_ONLY, MANAGED) == []
+    # Another provider: another workload, and engines that send their data elsewhere.
+    mooncake = with_spec(MANAGED, remoteStorage={"provider": "Mooncake", "ownership": "Managed"})
+    assert required_access("UPDATE", mooncake, MANAGED) == [DEPLOYMENTS, PODS]
+    # Host-only → managed makes a workload appear, and the engines send data to it.
+    assert required_access("UPDATE", MANAGED, HOST_ONLY) == [DEPLOYMENTS, PODS]
+    # Managed → host-only: no workload to create; the engines' data moves (to none).
+    assert required_access("UPDATE", HOST_ONLY, MANAGED) == [PODS]
 
 
 def test_the_denial_points_at_the_field_that_shapes_the_workload() -> None:
@@ -295,3 +299,157 @@ def test_no_plan_for_writes_that_need_no_review() -> None:
     plan = review_plan(request(with_spec(MANAGED, deploymentKind="StatefulSet")))
     assert plan is not None
     assert plan.needed == (DEPLOYMENTS, STATEFULSETS, PODS)
+
+
+# ----------------------------------------------- changes that open a tier or move data
+
+SELECTED: dict[str, Any] = with_spec(MANAGED, engineSelector={"matchLabels": {"app": "vllm"}})
+EXTERNAL: dict[str, Any] = with_spec(
+    SELECTED,
+    remoteStorage={
+        "provider": "LMCacheServer", "ownership": "External", "endpoint": "lm://cache.example.com:65432"
+    },
+)  # fmt: skip
+REDIS: dict[str, Any] = with_spec(
+    SELECTED, runtime="SGLang", remoteStorage={"provider": "Redis", "ownership": "Managed"}
+)
+
+
+def annotated(obj: dict[str, Any], **annotations: str) -> dict[str, Any]:
+    out = copy.deepcopy(obj)
+    out["metadata"]["annotations"] = {**(out["metadata"].get("annotations") or {}), **annotations}
+    return out
+
+
+CONSENT = "inferencecache.io/allowed-consumer-namespaces"
+SKIP = "inferencecache.io/skip-network-policy"
+
+
+def pods_needed_for(after: dict[str, Any], before: dict[str, Any]) -> str | None:
+    """The field a ``create pods`` denial names for this update; None when free."""
+    if PODS not in required_access("UPDATE", after, before):
+        return None
+    return shaping_field(after, before, PODS)
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "field"),
+    [
+        (REDIS, annotated(REDIS, **{CONSENT: "theirs"}), f"metadata.annotations[{CONSENT}]"),
+        (
+            annotated(REDIS, **{CONSENT: "team-b"}),
+            annotated(REDIS, **{CONSENT: "team-b,theirs"}),
+            f"metadata.annotations[{CONSENT}]",
+        ),
+        (SELECTED, annotated(SELECTED, **{SKIP: "true"}), f"metadata.annotations[{SKIP}]"),
+        (
+            annotated(SELECTED, **{SKIP: "false"}),
+            annotated(SELECTED, **{SKIP: "true"}),
+            f"metadata.annotations[{SKIP}]",
+        ),
+        (SELECTED, EXTERNAL, "spec.remoteStorage.ownership"),
+        (
+            with_spec(REDIS, remoteStorage={"provider": "Redis", "ownership": "Managed"}),
+            with_spec(
+                REDIS,
+                remoteStorage={
+                    "provider": "Redis",
+                    "ownership": "External",
+                    "endpoint": "evil.example.com:6379",
+                },
+            ),
+            "spec.remoteStorage.ownership",
+        ),
+        (
+            EXTERNAL,
+            with_spec(
+                EXTERNAL,
+                remoteStorage={
+                    "provider": "LMCacheServer",
+                    "ownership": "External",
+                    "endpoint": "evil.example.com:1",
+                },
+            ),
+            "spec.remoteStorage.endpoint",
+        ),
+        (
+            SELECTED,
+            with_spec(SELECTED, remoteStorage={"provider": "Mooncake", "ownership": "Managed"}),
+            "spec.remoteStorage.provider",
+        ),
+        (SELECTED, with_spec(SELECTED, allowCrossNamespace=True), "spec.allowCrossNamespace"),
+        (EXTERNAL, with_spec(EXTERNAL, allowCrossNamespace=True), "spec.allowCrossNamespace"),
+        # A backend that selects no pod yet is judged on what it would put in one.
+        (
+            MANAGED,
+            with_spec(MANAGED, remoteStorage={"provider": "Mooncake", "ownership": "Managed"}),
+            "spec.remoteStorage.provider",
+        ),
+    ],
+)
+def test_changes_that_open_a_tier_or_move_its_data_need_create_pods(
+    before: dict[str, Any], after: dict[str, Any], field: str
+) -> None:
+    """The one rule (engine_access_change): consent gaining a namespace, skip-network-
+    policy turning on, provider / ownership / endpoint changing, allowCrossNamespace
+    turning on — each needs ``create pods``, and the 403 names it."""
+    assert pods_needed_for(after, before) == field
+    resp = authorizing(FakeAccessReviewer({"deployments"}))(request(after, before))["response"]
+    assert resp["allowed"] is False
+    assert resp["status"]["code"] == 403
+    assert resp["status"]["details"]["causes"][0]["field"] == field
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        (annotated(REDIS, **{CONSENT: "team-b,team-c"}), annotated(REDIS, **{CONSENT: "team-b"})),
+        (annotated(REDIS, **{CONSENT: "team-b"}), REDIS),
+        (annotated(REDIS, **{CONSENT: "team-b"}), annotated(REDIS, **{CONSENT: "team-b, team-b"})),
+        (annotated(SELECTED, **{SKIP: "true"}), annotated(SELECTED, **{SKIP: "false"})),
+        (annotated(SELECTED, **{SKIP: "true"}), SELECTED),
+        (SELECTED, annotated(SELECTED, **{"team": "a"})),
+        (with_spec(SELECTED, allowCrossNamespace=True), SELECTED),
+        (SELECTED, with_spec(SELECTED, replicas=3)),
+        (EXTERNAL, copy.deepcopy(EXTERNAL)),
+    ],
+)
+def test_narrowing_a_tier_or_leaving_the_engines_alone_is_free(
+    before: dict[str, Any], after: dict[str, Any]
+) -> None:
+    """Narrowing consent, isolation back on, allowCrossNamespace off, a label or a scale:
+    nothing more reaches the tier and the engines are wired as before."""
+    labelled = copy.deepcopy(after)
+    labelled["metadata"]["labels"] = {"team": "a"}
+    assert pods_needed_for(labelled, before) is None
+
+
+def test_a_denial_for_a_removed_field_names_that_field() -> None:
+    """A field removed is named as itself, not as spec.engineSelector."""
+    image = with_spec(SELECTED, lmCache={"workerImage": "registry.example/w:1"})
+    assert pods_needed_for(SELECTED, image) == "spec.lmCache.workerImage"
+    overrides = with_spec(
+        SELECTED, integration={"engineOverrides": {"env": [{"name": "A", "value": "b"}]}}
+    )
+    assert pods_needed_for(SELECTED, overrides) == "spec.integration.engineOverrides"
+    assert pods_needed_for(HOST_ONLY, MANAGED) == "spec.remoteStorage.provider"
+
+
+def test_any_change_to_what_the_sample_engine_pod_gets_needs_create_pods() -> None:
+    """One comparison rather than a field list: a field that no list names (the LMCache
+    chunk size, which becomes engine env) still counts, because the sample engine pod
+    is wired differently."""
+    chunk = with_spec(SELECTED, lmCache={"chunkSizeTokens": 512})
+    assert pods_needed_for(chunk, SELECTED) == "spec.lmCache"
+
+
+def test_a_sample_the_wiring_refuses_makes_any_spec_change_count() -> None:
+    """Fail closed: when the sample engine pod cannot be wired (here an External endpoint
+    the wiring refuses), the comparison shows nothing, so any spec change needs
+    ``create pods``; a label edit still does not."""
+    broken = with_spec(
+        SELECTED,
+        remoteStorage={"provider": "Redis", "ownership": "External", "endpoint": "redis://h:1"},
+    )
+    assert pods_needed_for(with_spec(broken, replicas=2), broken) == "spec.replicas"
+    assert pods_needed_for(annotated(broken, note="x"), broken) is None

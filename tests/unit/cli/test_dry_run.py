@@ -53,7 +53,7 @@ def backends_dir(tmp_path: Path) -> Path:
         "cache",
         namespace="team-a",
         remote={"provider": "LMCacheServer", "ownership": "Managed"},
-        status_endpoint="cache-lmcache.team-a.svc:65432",
+        status_endpoint="cache-lmcache-server.team-a.svc:65432",
     )
     write(
         d / "cache.yaml",
@@ -75,7 +75,7 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 def test_load_backends_keeps_cache_backends_only_and_honours_status(backends_dir: Path) -> None:
     (backend,) = load_backends(backends_dir)
     assert backend["metadata"]["name"] == "cache"
-    assert backend["status"]["endpoint"] == "cache-lmcache.team-a.svc:65432"
+    assert backend["status"]["endpoint"] == "cache-lmcache-server.team-a.svc:65432"
 
 
 def test_load_backends_reads_nested_dirs_json_and_lists(tmp_path: Path) -> None:
@@ -182,7 +182,7 @@ def test_admit_deployment_prints_the_wired_pod(
     assert pod["metadata"]["generateName"] == "llm-"
     assert pod["metadata"]["annotations"][c.ANNOTATION_INJECTED_BY] == "team-a/cache"
     env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
-    assert env["LMCACHE_REMOTE_URL"] == "lm://cache-lmcache.team-a.svc:65432"
+    assert env["LMCACHE_REMOTE_URL"] == "lm://cache-lmcache-server.team-a.svc:65432"
     assert [ct["name"] for ct in pod["spec"]["containers"]] == ["vllm", "kvevent-subscriber"]
     assert "outcome=injected reason=injected backend=team-a/cache" in err
 

@@ -423,7 +423,9 @@ def test_pw_selection_backend_without_namespace_is_in_default(hook: Webhook) -> 
 
 
 def test_ar_other_kinds_ignored_lists_unpacked_status_honoured(hook: Webhook) -> None:
-    # [AR] "documents of other kinds ignored, status honoured".
+    # [AR] "documents of other kinds ignored, status honoured": a published status lets
+    # the managed backend wire, to the Service it owns (rule "Managed endpoints come
+    # from what we own"), whatever address the status holds.
     hook.write(
         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cache", "namespace": NS}},
         {
@@ -439,7 +441,8 @@ def test_ar_other_kinds_ignored_lists_unpacked_status_honoured(hook: Webhook) ->
         },
     )
     result, _ = hook.admit(pod())
-    assert result == expect_vllm(pod(), env=vllm_env(remote="lm://s:1"), key=f"{NS}/listed")
+    want = vllm_env(remote=f"lm://listed-lmcache-server.{NS}.svc:65432")
+    assert result == expect_vllm(pod(), env=want, key=f"{NS}/listed")
 
 
 def test_ar_hand_written_yaml_keeps_unquoted_off_a_string(hook: Webhook) -> None:
@@ -645,13 +648,13 @@ def test_mc_engine_host_network_moves_the_pod_with_the_connector(hook: Webhook) 
     hook.write(
         backend(
             remote=managed("Mooncake"),
-            status_endpoint="m.team-a.svc:50051",
+            status_endpoint="cache-mooncake.team-a.svc:50051",
             integration={"engineHostNetwork": True},
         )
     )
     p = pod()
     result, _ = hook.admit(p)
-    want = expect_vllm(p, env=vllm_env(remote="mooncakestore://m.team-a.svc:50051"))
+    want = expect_vllm(p, env=vllm_env(remote="mooncakestore://cache-mooncake.team-a.svc:50051"))
     want["spec"]["hostNetwork"] = True
     want["spec"]["dnsPolicy"] = "ClusterFirstWithHostNet"
     assert result == want

@@ -19,6 +19,8 @@ from shared.pod_wiring import (
     OUTCOME_SKIPPED,
     SKIP_INJECT_TRUTHY,
     WiringResult,
+    parse_backend,
+    resolve_binding,
     wire_pod,
 )
 from tests.builders import (
@@ -121,11 +123,30 @@ def test_fail_open_whitespace_managed_endpoint() -> None:
     assert wire_pod(make_pod(), [backend], CTX).reason == "missing_endpoint"
 
 
-def test_binding_managed_uses_status_endpoint() -> None:
-    backend = make_backend(remote=managed(), status_endpoint=" cache-lmcache.team-a.svc:65432 ")
+@pytest.mark.parametrize(
+    "status_endpoint",
+    ["cache-lmcache-server.team-a.svc:65432", " evil.attacker.example:65432 ", "s:1"],
+)
+def test_binding_managed_uses_the_service_we_own_whatever_status_says(
+    status_endpoint: str,
+) -> None:
+    """Rule "Managed endpoints come from what we own": the engines dial the Service the
+    reconciler renders for the backend; a published status.endpoint only says it is up."""
+    backend = make_backend(remote=managed(), status_endpoint=status_endpoint)
     result = wire_pod(make_pod(), [backend], CTX)
     engine = containers_of(result.pod)["vllm"]
-    assert env_of(engine)["LMCACHE_REMOTE_URL"] == "lm://cache-lmcache.team-a.svc:65432"
+    assert env_of(engine)["LMCACHE_REMOTE_URL"] == "lm://cache-lmcache-server.team-a.svc:65432"
+
+
+def test_binding_managed_redis_uses_the_service_we_own() -> None:
+    """The same for a managed Redis, with its password Secret."""
+    backend = make_backend(
+        runtime="SGLang", remote=managed("Redis"), status_endpoint="evil.example.com:6379"
+    )
+    binding = resolve_binding(parse_backend(backend))
+    assert binding is not None
+    assert binding.endpoint == "cache-redis.team-a.svc:6379"
+    assert binding.password_secret == "cache-redis-auth"
 
 
 def test_binding_external_uses_trimmed_spec_endpoint_never_status() -> None:
@@ -498,7 +519,7 @@ def test_mooncake_engine_host_network_set_with_connector() -> None:
     assert result.pod["spec"]["hostNetwork"] is True
     assert result.pod["spec"]["dnsPolicy"] == "ClusterFirstWithHostNet"
     engine = containers_of(result.pod)["vllm"]
-    assert env_of(engine)["LMCACHE_REMOTE_URL"] == "mooncakestore://mc-master.team-a.svc:50051"
+    assert env_of(engine)["LMCACHE_REMOTE_URL"] == "mooncakestore://cache-mooncake.team-a.svc:50051"
     assert_idempotent(result, [mooncake_backend(True)], CTX)
 
 
@@ -553,7 +574,7 @@ def test_mooncake_extra_config_override_is_merged_and_readmission_is_empty() -> 
     assert _extra_config(result) == {
         "device_name": "mlx5_0",
         "local_hostname": "$(INFERENCECACHE_POD_IP)",
-        "master_server_address": "mc-master.team-a.svc:50051",
+        "master_server_address": "cache-mooncake.team-a.svc:50051",
         "metadata_server": "P2PHANDSHAKE",
         "protocol": "rdma",
     }

@@ -12,6 +12,8 @@ import copy
 import datetime as dt
 from typing import Any
 
+import pytest
+
 from shared import constants as c
 from shared.conditions import find
 from shared.storage_providers.render import (
@@ -303,3 +305,37 @@ def test_a_secret_from_before_the_record_and_the_key_keeps_its_password() -> Non
     assert secret_password(kube.objects[owner]) == password
     assert secret_digest_key(kube.objects[owner]) is not None
     assert redis_digest(kube) != digest
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    [
+        "cache-redis.team-a:6379",
+        "cache-redis.team-a.svc:6379",
+        "cache-redis.team-a.svc.cluster.local:6379",
+        "CACHE-REDIS.team-a.svc.cluster.local.:6379",
+    ],
+)
+def test_any_service_form_is_a_consumer_of_the_tier(endpoint: str) -> None:
+    """Rule "Any Service form counts": a consumer naming the tier's Service in any form an
+    engine pod resolves is judged by consent. Consenting team-b is admitted and given
+    credentials; team-c, with no consent, is refused and says so (never Ready with
+    engines the NetworkPolicy refuses)."""
+    kube = FakeKube()
+    kube.put("cachebackends", stored("team-a", "cache", OWNER_SPEC, **{CONSENT: "team-b"}))
+    spec = copy.deepcopy(CONSUMER_SPEC)
+    spec["remoteStorage"]["endpoint"] = endpoint
+    kube.put("cachebackends", stored("team-b", "reader", spec))
+    kube.put("cachebackends", stored("team-c", "reader", spec))
+    rec = in_process_reconciler(kube, clock=lambda: NOW)
+    rec.reconcile("team-a/cache")
+    rec.reconcile("team-b/reader")
+    rec.reconcile("team-c/reader")
+    assert peers(kube)[1]["namespaceSelector"] == {
+        "matchLabels": {"kubernetes.io/metadata.name": "team-b"}
+    }
+    assert ready(kube, "team-b")["status"] == "True"
+    assert any(kind == "secrets" and ns == "team-b" for kind, ns, _ in kube.objects)
+    cond = ready(kube, "team-c")
+    assert (cond["status"], cond["reason"]) == ("False", c.REASON_CROSS_NAMESPACE_CONSENT_MISSING)
+    assert not any(kind == "secrets" and ns == "team-c" for kind, ns, _ in kube.objects)

@@ -469,7 +469,7 @@ def test_no_password_reference_before_the_endpoint_is_published() -> None:
 
 def test_an_external_redis_is_wired_without_credentials() -> None:
     """External tiers carry no credentials from us."""
-    remote = builders.external(c.PROVIDER_REDIS, "redis.example:6379")
+    remote = builders.external(c.PROVIDER_REDIS, "redis.example.com:6379")
     cb = sglang_backend(remote, namespace="team-b", allowCrossNamespace=True)
     p = builders.pod(SGLANG, namespace="team-b")
     worker = worker_of(wire_pod(p, [cb], InjectContext()))
