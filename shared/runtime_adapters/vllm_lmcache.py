@@ -50,12 +50,22 @@ from shared.runtime_adapters import kernel_check
 from shared.runtime_adapters.base import InjectContext, InjectionRejectedError, RuntimeAdapter
 from shared.runtime_adapters.engine import select_vllm_engine
 from shared.runtime_adapters.engine_parallelism import ProcessCount, vllm_process_count
+from shared.runtime_adapters.kv_config import (
+    KV_TRANSFER_CONFIG,
+    MULTI_CONNECTOR,
+    TransferConfigError,
+    compose_transfer_config,
+    multi_connector_entries,
+    read_kv_config,
+    transfer_config_text,
+)
 from shared.runtime_adapters.overrides import entry_tokens
 from shared.runtime_adapters.podspec import (
     cli_tokens,
+    converge_last_arg,
     env_index,
+    remove_flag_tokens,
     runs_shell_script,
-    upsert_arg,
     upsert_env,
     upsert_env_var,
 )
@@ -64,9 +74,16 @@ from shared.runtime_adapters.sizing import (
     host_memory_bytes,
     per_process_bytes,
 )
+from shared.runtime_adapters.vllm_release import (
+    connector_registered,
+    image_release,
+    release_text,
+)
 
-KV_TRANSFER_CONFIG = "--kv-transfer-config"
 CONNECTOR = "LMCacheConnectorV1"
+# Every LMCache connector vLLM registers (LMCacheConnectorV1, LMCacheMPConnector) starts
+# so: an entry of one is LMCache's, converged to ours rather than run twice.
+LMCACHE_CONNECTOR_PREFIX = "LMCache"
 KV_ROLE = {
     c.ROLE_READ_ONLY: "kv_consumer",
     c.ROLE_WRITE_ONLY: "kv_producer",
@@ -101,9 +118,62 @@ MOONCAKE_DEFAULTS: dict[str, str] = {
 }
 
 
-def kv_transfer_config(role: str) -> str:
-    """The connector JSON, compact and key-ordered so the arg is byte-stable."""
-    return json.dumps({"kv_connector": CONNECTOR, "kv_role": KV_ROLE[role]}, separators=(",", ":"))
+def lmcache_transfer_config(role: str) -> dict[str, Any]:
+    """Our connector config, key-ordered so the arg is byte-stable."""
+    return {"kv_connector": CONNECTOR, "kv_role": KV_ROLE[role]}
+
+
+def is_lmcache_connector(config: dict[str, Any]) -> bool:
+    """Whether a connector config (top-level or a MultiConnector entry) is LMCache's."""
+    name = config.get("kv_connector")
+    return isinstance(name, str) and name.startswith(LMCACHE_CONNECTOR_PREFIX)
+
+
+def unregistered_connectors(
+    config: dict[str, Any], release: tuple[int, int, int] | None
+) -> list[str]:
+    """The connectors of a pod's config (top-level and MultiConnector entries) that the
+    vLLM release does not register and no ``kv_connector_module_path`` loads."""
+    configs = [config]
+    if config.get("kv_connector") == MULTI_CONNECTOR:
+        configs += multi_connector_entries(config)
+    missing: list[str] = []
+    for entry in configs:
+        name = entry.get("kv_connector")
+        if entry.get("kv_connector_module_path") or not isinstance(name, str):
+            continue
+        if connector_registered(name, release) is False:
+            missing.append(name)
+    return missing
+
+
+def composed_transfer_config(template: dict[str, Any], backend: CacheBackend, role: str) -> str:
+    """The one ``--kv-transfer-config`` the engine runs: the pod's own connector config
+    (its last occurrence, as vLLM reads it) composed with ours. Raises
+    InjectionRejectedError (fail open, the pod's arguments untouched) when that config
+    cannot be read or names a connector the pod's vLLM release does not register."""
+    kv = read_kv_config(template, unreserved_override_tokens(backend))
+    if kv.transfer_error:
+        raise InjectionRejectedError(
+            f"{kv.transfer_error}; the pod is left unwired so vLLM reads its config as written"
+        )
+    try:
+        if kv.transfer_config is not None:
+            release = image_release(template)
+            missing = unregistered_connectors(kv.transfer_config, release)
+            if missing:
+                at = f"vLLM {release_text(release)}" if release else "the newest vLLM"
+                raise InjectionRejectedError(
+                    f"{KV_TRANSFER_CONFIG} names {', '.join(missing)}, which {at} does not "
+                    "register (and no kv_connector_module_path loads it); the pod is left "
+                    "unwired"
+                )
+        composed = compose_transfer_config(
+            kv.transfer_config, lmcache_transfer_config(role), is_ours=is_lmcache_connector
+        )
+    except TransferConfigError as exc:
+        raise InjectionRejectedError(f"{exc}; the pod is left unwired") from exc
+    return transfer_config_text(composed)
 
 
 def remote_url(binding: Binding) -> str:
@@ -221,6 +291,15 @@ def override_arg_tokens(backend: CacheBackend) -> list[str]:
     return tokens
 
 
+def unreserved_override_tokens(backend: CacheBackend) -> list[str]:
+    """engineOverrides.args tokens as the engine gets them: the adapter's reserved
+    flags (which the overrides merge skips and validation rejects) left out."""
+    tokens = override_arg_tokens(backend)
+    for flag in VLLMLMCacheAdapter.reserved_args:
+        tokens = remove_flag_tokens(tokens, flag)
+    return tokens
+
+
 def set_processes_annotation(pod: dict[str, Any], processes: ProcessCount) -> None:
     """Record on the pod how many processes the host-memory budget was divided by, or
     why the count could not be read; absent for one read process (the whole budget)."""
@@ -270,7 +349,7 @@ class VLLMLMCacheAdapter(RuntimeAdapter):
     name: ClassVar[str] = "vLLM+LMCache"
     runtime: ClassVar[str] = c.RUNTIME_VLLM
     cache_type: ClassVar[str] = c.TYPE_LMCACHE
-    reserved_args: ClassVar[tuple[str, ...]] = ("--kv-transfer-config",)
+    reserved_args: ClassVar[tuple[str, ...]] = (KV_TRANSFER_CONFIG,)
     reserved_env: ClassVar[tuple[str, ...]] = (
         "VLLM_USE_V1",
         "LMCACHE_REMOTE_URL",
@@ -307,6 +386,7 @@ class VLLMLMCacheAdapter(RuntimeAdapter):
             vllm_use_v1=not fails_on_unknown_vllm_env(template, backend),
             processes=processes.count,
         )
+        transfer = composed_transfer_config(template, backend, role)
         mode = kernel_check.requested_mode(backend.metadata.annotations)
         extra = None
         if binding is not None and binding.protocol == "mooncakestore":
@@ -320,7 +400,7 @@ class VLLMLMCacheAdapter(RuntimeAdapter):
                 f"{KV_TRANSFER_CONFIG} appended to args would not reach vLLM: put the vLLM "
                 "CLI in command/args"
             )
-        upsert_arg(engine, KV_TRANSFER_CONFIG, kv_transfer_config(role))
+        converge_last_arg(engine, KV_TRANSFER_CONFIG, transfer)
         for name, value in env.items():
             upsert_env(engine, name, value)
         if extra is not None:

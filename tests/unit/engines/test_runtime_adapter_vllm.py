@@ -255,7 +255,11 @@ def test_existing_user_args_and_env_preserved() -> None:
 
 def test_existing_kv_transfer_config_eq_form_is_converged_in_place() -> None:
     engine = make_container(
-        args=['--kv-transfer-config={"kv_connector":"Other"}', "--port", "8000"]
+        args=[
+            '--kv-transfer-config={"kv_connector":"LMCacheConnectorV1","kv_role":"kv_consumer"}',
+            "--port",
+            "8000",
+        ]
     )
     out = engine_of(inject(make_pod(engine)))
     assert out["args"][0].startswith("--kv-transfer-config=")
