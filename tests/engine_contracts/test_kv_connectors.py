@@ -1,0 +1,107 @@
+"""What composing with a pod's own KV configuration relies on, read in vLLM's published
+source at every release of the connector table (``REGISTERED_KV_CONNECTORS``, which
+covers the vLLM release of every pinned set):
+
+- the connector registry (``kv_connector/factory.py``) is the table's row;
+- ``MultiConnector`` is registered and reads its sub-connectors from
+  ``kv_connector_extra_config["connectors"]``, building each as
+  ``KVTransferConfig(**entry, engine_id=...)`` (so an entry may not carry ``engine_id``);
+- the top-level ``kv_role`` decides the producer/consumer role where ``_connector_roles``
+  is absent (0.11.0, 0.33.0), the children's roles where it is present (0.34.0);
+- ``VllmConfig._post_init_kv_transfer_config`` overwrites ``kv_connector`` when
+  ``kv_offloading_size`` is set (from 0.11.1), and 0.11.0 has no ``--kv-offloading-size``.
+"""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+
+from shared.engine_versions import NEWEST, SAMPLE_TARGETS
+from shared.runtime_adapters import kv_config
+from shared.runtime_adapters.vllm_release import REGISTERED_KV_CONNECTORS, release_text
+from tests.engine_contracts.releases import vllm_release
+from tests.engine_contracts.source import calls_named, first_string_arg
+
+pytestmark = pytest.mark.engine_contracts
+
+RELEASES = [release_text(r) for r in sorted(REGISTERED_KV_CONNECTORS)]
+MULTI_MODULE = "vllm.distributed.kv_transfer.kv_connector.v1.multi_connector"
+KV_TRANSFER_MODULE = "vllm.config.kv_transfer"
+VLLM_CONFIG_MODULE = "vllm.config.vllm"
+
+
+def row(version: str) -> frozenset[str]:
+    return next(v for k, v in REGISTERED_KV_CONNECTORS.items() if release_text(k) == version)
+
+
+def test_every_pinned_vllm_release_has_a_registry_row() -> None:
+    assert {SAMPLE_TARGETS.vllm, NEWEST.vllm} <= set(RELEASES)
+
+
+@pytest.mark.parametrize("version", RELEASES)
+def test_registry_row_is_the_releases_factory(version: str) -> None:
+    assert vllm_release(version).connectors == row(version)
+
+
+@pytest.mark.parametrize("version", RELEASES)
+def test_multi_connector_is_registered(version: str) -> None:
+    assert kv_config.MULTI_CONNECTOR in vllm_release(version).connectors
+
+
+@pytest.mark.parametrize("version", RELEASES)
+def test_multi_connector_reads_its_list_from_the_connectors_key(version: str) -> None:
+    tree = vllm_release(version).tree.parse(MULTI_MODULE)
+    keys = {first_string_arg(call) for call in calls_named(tree, "get")}
+    assert kv_config.MULTI_CONNECTORS_KEY in keys
+
+
+@pytest.mark.parametrize("version", RELEASES)
+def test_multi_connector_passes_engine_id_beside_each_entry(version: str) -> None:
+    """``KVTransferConfig(**ktc, engine_id=...)``: an entry's own engine_id would be a
+    duplicate keyword, so composing lifts it to the top level."""
+    tree = vllm_release(version).tree.parse(MULTI_MODULE)
+    found = [
+        call
+        for call in calls_named(tree, "KVTransferConfig")
+        if any(k.arg is None for k in call.keywords)
+        and any(k.arg == "engine_id" for k in call.keywords)
+    ]
+    assert found, version
+    assert kv_config.ENTRY_DROPPED_KEYS == ("engine_id",)
+    assert "engine_id" in kv_config.LIFTED_KEYS
+
+
+@pytest.mark.parametrize("version", RELEASES)
+def test_top_level_role_decides_unless_children_roles_are_read(version: str) -> None:
+    tree = vllm_release(version).tree
+    reads_children = tree.method(KV_TRANSFER_MODULE, "KVTransferConfig", "_connector_roles")
+    producer = tree.method(KV_TRANSFER_MODULE, "KVTransferConfig", "is_kv_producer")
+    assert producer is not None
+    text = ast.unparse(producer)
+    if reads_children is None:
+        assert "self.kv_role" in text, version  # the MultiConnector's own role decides
+    else:
+        assert "_connector_roles" in text, version
+    # kv_role must be set beside a connector at every release: composing sets it.
+    post_init = tree.method(KV_TRANSFER_MODULE, "KVTransferConfig", "__post_init__")
+    assert post_init is not None
+    assert "self.kv_role is None" in ast.unparse(post_init)
+    assert "kv_role" in kv_config.LIFTED_KEYS
+
+
+@pytest.mark.parametrize("version", RELEASES)
+def test_engine_offloading_overwrites_the_connector(version: str) -> None:
+    surface = vllm_release(version)
+    if version == "0.11.0":
+        assert "_post_init_kv_transfer_config" not in surface.tree.text
+        assert kv_config.KV_OFFLOADING_SIZE not in surface.flags
+        return
+    method = surface.tree.method(VLLM_CONFIG_MODULE, "VllmConfig", "_post_init_kv_transfer_config")
+    assert method is not None
+    text = ast.unparse(method)
+    assert "kv_offloading_size" in text
+    assert "self.kv_transfer_config.kv_connector = " in text
+    assert kv_config.KV_OFFLOADING_SIZE in surface.flags
+    assert kv_config.KV_OFFLOADING_BACKEND in surface.flags
