@@ -47,12 +47,20 @@ from shared.api.models import CacheBackend
 from shared.bindings import Binding, Protocol
 from shared.jsoncopy import json_copy
 from shared.runtime_adapters import kernel_check
-from shared.runtime_adapters.base import InjectContext, InjectionRejectedError, RuntimeAdapter
+from shared.runtime_adapters.base import (
+    InjectContext,
+    InjectionDeclinedError,
+    InjectionRejectedError,
+    RuntimeAdapter,
+)
 from shared.runtime_adapters.engine import select_vllm_engine
 from shared.runtime_adapters.engine_parallelism import ProcessCount, vllm_process_count
 from shared.runtime_adapters.kv_config import (
+    KV_OFFLOADING_BACKEND,
+    KV_OFFLOADING_SIZE,
     KV_TRANSFER_CONFIG,
     MULTI_CONNECTOR,
+    KVConfig,
     TransferConfigError,
     compose_transfer_config,
     multi_connector_entries,
@@ -147,32 +155,81 @@ def unregistered_connectors(
     return missing
 
 
+# vLLM 0.11.1 added --kv-offloading-size / --kv-offloading-backend and the overwrite.
+ENGINE_OFFLOADING_SINCE: tuple[int, int, int] = (0, 11, 1)
+# What VllmConfig._post_init_kv_transfer_config sets kv_connector to, per backend.
+ENGINE_OFFLOADING_CONNECTOR: dict[str, str] = {
+    "native": "OffloadingConnector",
+    "lmcache": "LMCacheMPConnector (tcp://localhost:5555 unless its extra config says)",
+}
+
+
+def engine_offloading_declined(kv: KVConfig, release: tuple[int, int, int] | None) -> None:
+    """Rule "the engine's own offloading wins": a pod with ``--kv-offloading-size`` is
+    admitted with its flags untouched and not wired, since vLLM would overwrite the
+    connector we inject (``VllmConfig._post_init_kv_transfer_config``). Raises
+    InjectionDeclinedError with the reason, an admission warning naming the flag, and
+    the EngineOffloadingConflict record for the worker."""
+    if not kv.engine_offloading:
+        return
+    backend = kv.offloading_backend or "native"
+    flag = f"{KV_OFFLOADING_SIZE} {kv.offloading_size}"
+    if release is not None and release < ENGINE_OFFLOADING_SINCE:
+        effect = (
+            f"vLLM {release_text(release)} has no {KV_OFFLOADING_SIZE} (added in "
+            f"{release_text(ENGINE_OFFLOADING_SINCE)}, where it overwrites the KV connector), "
+            "so the engine refuses the flag"
+        )
+    else:
+        replacement = ENGINE_OFFLOADING_CONNECTOR.get(backend, f"the {backend!r} backend's")
+        effect = (
+            f"vLLM would overwrite the KV connector (kv_connector) with {replacement}, so "
+            "LMCache would never run"
+        )
+    warning = (
+        f"the pod sets {flag} ({KV_OFFLOADING_BACKEND} {backend}): {effect}. The pod is "
+        f"admitted unwired with its flags untouched ({c.REASON_ENGINE_OFFLOADING_CONFLICT}); "
+        f"remove {KV_OFFLOADING_SIZE} to use the CacheBackend's LMCache tier"
+    )
+    raise InjectionDeclinedError(
+        f"{c.REASON_ENGINE_OFFLOADING_CONFLICT}: the engine's own KV offloading ({flag}) "
+        "wins over the CacheBackend; the pod is not wired",
+        c.WIRING_REASON_ENGINE_OFFLOADING,
+        declined=c.REASON_ENGINE_OFFLOADING_CONFLICT,
+        warnings=(warning,),
+    )
+
+
 def composed_transfer_config(template: dict[str, Any], backend: CacheBackend, role: str) -> str:
     """The one ``--kv-transfer-config`` the engine runs: the pod's own connector config
     (its last occurrence, as vLLM reads it) composed with ours. Raises
-    InjectionRejectedError (fail open, the pod's arguments untouched) when that config
-    cannot be read or names a connector the pod's vLLM release does not register."""
+    InjectionDeclinedError (fail open, the pod's arguments untouched) when the pod's
+    own offloading would overwrite it, or when that config cannot be read or names a
+    connector the pod's vLLM release does not register."""
     kv = read_kv_config(template, unreserved_override_tokens(backend))
+    release = image_release(template)
+    engine_offloading_declined(kv, release)
     if kv.transfer_error:
-        raise InjectionRejectedError(
-            f"{kv.transfer_error}; the pod is left unwired so vLLM reads its config as written"
+        raise InjectionDeclinedError(
+            f"{kv.transfer_error}; the pod is left unwired so vLLM reads its config as written",
+            c.WIRING_REASON_KV_CONFIG_INVALID,
         )
     try:
-        if kv.transfer_config is not None:
-            release = image_release(template)
-            missing = unregistered_connectors(kv.transfer_config, release)
-            if missing:
-                at = f"vLLM {release_text(release)}" if release else "the newest vLLM"
-                raise InjectionRejectedError(
-                    f"{KV_TRANSFER_CONFIG} names {', '.join(missing)}, which {at} does not "
-                    "register (and no kv_connector_module_path loads it); the pod is left "
-                    "unwired"
-                )
+        missing = unregistered_connectors(kv.transfer_config or {}, release)
         composed = compose_transfer_config(
             kv.transfer_config, lmcache_transfer_config(role), is_ours=is_lmcache_connector
         )
     except TransferConfigError as exc:
-        raise InjectionRejectedError(f"{exc}; the pod is left unwired") from exc
+        raise InjectionDeclinedError(
+            f"{exc}; the pod is left unwired", c.WIRING_REASON_KV_CONFIG_INVALID
+        ) from exc
+    if missing:
+        at = f"vLLM {release_text(release)}" if release else "the newest vLLM"
+        raise InjectionDeclinedError(
+            f"{KV_TRANSFER_CONFIG} names {', '.join(missing)}, which {at} does not register "
+            "(and no kv_connector_module_path loads it); the pod is left unwired",
+            c.WIRING_REASON_KV_CONNECTOR_UNREGISTERED,
+        )
     return transfer_config_text(composed)
 
 
@@ -349,7 +406,12 @@ class VLLMLMCacheAdapter(RuntimeAdapter):
     name: ClassVar[str] = "vLLM+LMCache"
     runtime: ClassVar[str] = c.RUNTIME_VLLM
     cache_type: ClassVar[str] = c.TYPE_LMCACHE
-    reserved_args: ClassVar[tuple[str, ...]] = (KV_TRANSFER_CONFIG,)
+    # The offloading flags too: vLLM's own offloading overwrites the connector.
+    reserved_args: ClassVar[tuple[str, ...]] = (
+        KV_TRANSFER_CONFIG,
+        KV_OFFLOADING_SIZE,
+        KV_OFFLOADING_BACKEND,
+    )
     reserved_env: ClassVar[tuple[str, ...]] = (
         "VLLM_USE_V1",
         "LMCACHE_REMOTE_URL",

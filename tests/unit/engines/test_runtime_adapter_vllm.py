@@ -40,7 +40,11 @@ def test_registry_selects_vllm_lmcache_adapter() -> None:
 
 
 def test_declared_reserved_args_env_and_protocols() -> None:
-    assert ADAPTER.reserved_args == ("--kv-transfer-config",)
+    assert ADAPTER.reserved_args == (
+        "--kv-transfer-config",
+        "--kv-offloading-size",
+        "--kv-offloading-backend",
+    )
     assert set(ADAPTER.reserved_env) == {
         "VLLM_USE_V1",
         "LMCACHE_REMOTE_URL",
