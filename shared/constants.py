@@ -211,3 +211,6 @@ EVENT_ENGINE_OFFLOADING_CONFLICT: Final = "EngineOffloadingConflict"
 WIRING_REASON_ENGINE_OFFLOADING: Final = "engine_offloading_conflict"
 WIRING_REASON_KV_CONFIG_INVALID: Final = "kv_transfer_config_invalid"
 WIRING_REASON_KV_CONNECTOR_UNREGISTERED: Final = "kv_connector_unregistered"
+# An SGLang decode server of a prefill/decode pair runs without a radix cache (unless
+# --disaggregation-decode-enable-radix-cache), so neither LMCache nor HiCache runs there.
+WIRING_REASON_DISAGGREGATED_DECODE: Final = "disaggregated_decode_no_radix_cache"

@@ -21,6 +21,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from shared import constants as c
+from shared.runtime_adapters.base import InjectionDeclinedError
 from shared.runtime_adapters.podspec import cli_tokens, find_flag
 
 KV_TRANSFER_CONFIG: Final = "--kv-transfer-config"
@@ -212,3 +214,59 @@ def compose_transfer_config(
         entries = multi_connector_entries(pod_config)
         return _with_entries(pod_config, _converge_entries(entries, ours, is_ours))
     return _wrap(pod_config, ours)
+
+
+# SGLang prefill/decode disaggregation (``server_args.py`` at 0.5.13,
+# ``arg_groups/fields/disagg.py`` and ``arg_groups/pd_disaggregation_hook.py`` at 0.5.23).
+SGLANG_DISAGGREGATION_MODE: Final = "--disaggregation-mode"
+SGLANG_DISAGGREGATION_BACKEND: Final = "--disaggregation-transfer-backend"
+SGLANG_DECODE_RADIX_CACHE: Final = "--disaggregation-decode-enable-radix-cache"
+SGLANG_DECODE: Final = "decode"
+
+
+@dataclass(frozen=True)
+class SGLangDisaggregation:
+    """The prefill/decode role an SGLang engine's command line gives it."""
+
+    mode: str  # "null" (not disaggregated), "prefill" or "decode"
+    transfer_backend: str | None  # as written; SGLang's default is mooncake
+    decode_radix_cache: bool
+
+    @property
+    def decode_without_radix_cache(self) -> bool:
+        """SGLang forces a decode server's radix cache off unless
+        ``--disaggregation-decode-enable-radix-cache``: LMCache's and HiCache's trees
+        then never run (HiCache is refused outright)."""
+        return self.mode == SGLANG_DECODE and not self.decode_radix_cache
+
+
+def read_sglang_disaggregation(tokens: Sequence[str]) -> SGLangDisaggregation:
+    """The last ``--disaggregation-mode`` / ``--disaggregation-transfer-backend`` and
+    whether the decode radix cache is on (a store_true flag at both pinned releases)."""
+    _, mode, _ = _last_value(tokens, SGLANG_DISAGGREGATION_MODE)
+    _, backend, _ = _last_value(tokens, SGLANG_DISAGGREGATION_BACKEND)
+    radix = SGLANG_DECODE_RADIX_CACHE in tokens
+    return SGLangDisaggregation(mode or "null", backend, radix)
+
+
+def sglang_disaggregation_message(role: SGLangDisaggregation, cache: str) -> str | None:
+    """Why ``cache`` (LMCache, HiCache) cannot run beside the pod's disaggregated role,
+    or None where it can (not disaggregated, a prefill server, a decode server with its
+    radix cache enabled)."""
+    if not role.decode_without_radix_cache:
+        return None
+    return (
+        f"the pod is an SGLang decode server ({SGLANG_DISAGGREGATION_MODE} decode, transfer "
+        f"backend {role.transfer_backend or 'mooncake'}) without "
+        f"{SGLANG_DECODE_RADIX_CACHE}: SGLang forces its radix cache off, so {cache} would "
+        "not run; the pod is left unwired with its flags untouched (add "
+        f"{SGLANG_DECODE_RADIX_CACHE} to cache on the decode side)"
+    )
+
+
+def decline_sglang_decode_without_radix_cache(tokens: Sequence[str], cache: str) -> None:
+    """Rule: an SGLang decode server without a radix cache is not wired (fail open,
+    ``disaggregated_decode_no_radix_cache``); any other role keeps its flags and is."""
+    message = sglang_disaggregation_message(read_sglang_disaggregation(tokens), cache)
+    if message is not None:
+        raise InjectionDeclinedError(message, c.WIRING_REASON_DISAGGREGATED_DECODE)

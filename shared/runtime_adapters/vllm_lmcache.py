@@ -67,7 +67,7 @@ from shared.runtime_adapters.kv_config import (
     read_kv_config,
     transfer_config_text,
 )
-from shared.runtime_adapters.overrides import entry_tokens
+from shared.runtime_adapters.overrides import override_arg_tokens
 from shared.runtime_adapters.podspec import (
     cli_tokens,
     converge_last_arg,
@@ -335,17 +335,6 @@ def fails_on_unknown_vllm_env(engine: dict[str, Any], backend: CacheBackend) -> 
         elif token == NO_FAIL_ON_ENVIRON_VALIDATION:
             fails = False
     return fails
-
-
-def override_arg_tokens(backend: CacheBackend) -> list[str]:
-    """spec.integration.engineOverrides.args as argv tokens (appended after the
-    engine's own arguments)."""
-    integration = backend.spec.integration
-    overrides = integration.engine_overrides if integration else None
-    tokens: list[str] = []
-    for entry in (overrides.args if overrides else None) or []:
-        tokens += entry_tokens(entry)
-    return tokens
 
 
 def unreserved_override_tokens(backend: CacheBackend) -> list[str]:

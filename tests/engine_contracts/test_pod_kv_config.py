@@ -10,6 +10,14 @@ covers the vLLM release of every pinned set):
   is absent (0.11.0, 0.33.0), the children's roles where it is present (0.34.0);
 - ``VllmConfig._post_init_kv_transfer_config`` overwrites ``kv_connector`` when
   ``kv_offloading_size`` is set (from 0.11.1), and 0.11.0 has no ``--kv-offloading-size``.
+
+SGLang prefill/decode disaggregation, at both pinned SGLang releases (0.5.13, 0.5.23):
+- ``--disaggregation-mode`` takes ``null`` / ``prefill`` / ``decode`` and
+  ``--disaggregation-transfer-backend`` a value; ``--disaggregation-decode-enable-radix-cache``
+  is a store_true flag (no ``--no-`` form);
+- ``handle_pd_disaggregation`` sets ``disable_radix_cache`` on a decode server unless
+  that flag is given, and HiCache refuses a disabled radix cache; the tree factory then
+  builds no LMCache tree (ChunkCache at 0.5.13, a disabled unified cache at 0.5.23).
 """
 
 from __future__ import annotations
@@ -21,7 +29,7 @@ import pytest
 from shared.engine_versions import NEWEST, SAMPLE_TARGETS
 from shared.runtime_adapters import kv_config
 from shared.runtime_adapters.vllm_release import REGISTERED_KV_CONNECTORS, release_text
-from tests.engine_contracts.releases import vllm_release
+from tests.engine_contracts.releases import SETS, releases, vllm_release
 from tests.engine_contracts.source import calls_named, first_string_arg
 
 pytestmark = pytest.mark.engine_contracts
@@ -105,3 +113,38 @@ def test_engine_offloading_overwrites_the_connector(version: str) -> None:
     assert "self.kv_transfer_config.kv_connector = " in text
     assert kv_config.KV_OFFLOADING_SIZE in surface.flags
     assert kv_config.KV_OFFLOADING_BACKEND in surface.flags
+
+
+PD_HOOK = "sglang.srt.arg_groups.pd_disaggregation_hook"
+REGISTRY = "sglang.srt.mem_cache.registry"
+
+
+@pytest.mark.parametrize("set_name", sorted(SETS))
+def test_the_disaggregation_flags_are_the_releases(set_name: str) -> None:
+    flags = releases(set_name).sglang.flags
+    mode = flags[kv_config.SGLANG_DISAGGREGATION_MODE]
+    assert set(mode.choices or ()) == {"null", "prefill", kv_config.SGLANG_DECODE}
+    assert flags[kv_config.SGLANG_DISAGGREGATION_BACKEND].takes_value
+    radix = flags[kv_config.SGLANG_DECODE_RADIX_CACHE]
+    assert not radix.takes_value
+    assert "--no-" + kv_config.SGLANG_DECODE_RADIX_CACHE[2:] not in flags
+
+
+@pytest.mark.parametrize("set_name", sorted(SETS))
+def test_a_decode_server_runs_without_a_radix_cache_unless_asked(set_name: str) -> None:
+    tree = releases(set_name).sglang.tree
+    hook = ast.unparse(tree.parse(PD_HOOK))
+    assert "disaggregation_decode_enable_radix_cache" in hook
+    assert "disable_radix_cache=True" in hook or "disable_radix_cache = True" in hook
+    # HiCache refuses a disabled radix cache at startup.
+    assert (
+        tree.mentions_string(
+            "The arguments enable-hierarchical-cache and disable-radix-cache are mutually "
+            "exclusive and cannot be used at the same time. Please use only one of them."
+        )
+        or "enable-hierarchical-cache and disable-radix-cache are mutually exclusive" in tree.text
+    )
+    # The tree factory looks at disable_radix_cache before the LMCache tree.
+    registry = tree.parse(REGISTRY)
+    text = ast.unparse(registry)
+    assert text.index("disable_radix_cache") < text.index("enable_lmcache")
