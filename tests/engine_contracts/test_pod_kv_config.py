@@ -23,12 +23,19 @@ SGLang prefill/decode disaggregation, at both pinned SGLang releases (0.5.13, 0.
 from __future__ import annotations
 
 import ast
+import json
 
 import pytest
 
+from shared.api.models import CacheBackend
 from shared.engine_versions import NEWEST, SAMPLE_TARGETS
 from shared.runtime_adapters import kv_config
+from shared.runtime_adapters.base import InjectContext, InjectionRejectedError
+from shared.runtime_adapters.kv_config import read_kv_tokens
+from shared.runtime_adapters.podspec import cli_tokens
+from shared.runtime_adapters.vllm_lmcache import VLLMLMCacheAdapter
 from shared.runtime_adapters.vllm_release import REGISTERED_KV_CONNECTORS, release_text
+from tests.engine_contracts.checks import Option, check_vllm_json_flag
 from tests.engine_contracts.releases import SETS, releases, vllm_release
 from tests.engine_contracts.source import calls_named, first_string_arg
 
@@ -148,3 +155,90 @@ def test_a_decode_server_runs_without_a_radix_cache_unless_asked(set_name: str) 
     registry = tree.parse(REGISTRY)
     text = ast.unparse(registry)
     assert text.index("disable_radix_cache") < text.index("enable_lmcache")
+
+
+# ------------------------------------------------------------------ composed configs
+
+NIXL: dict[str, object] = {
+    "kv_connector": "NixlConnector",
+    "kv_role": "kv_both",
+    "engine_id": "prefill-0",
+}
+POD_CONFIGS: dict[str, dict[str, object]] = {
+    "nixl": NIXL,
+    "mooncake-producer": {
+        "kv_connector": "MooncakeConnector",
+        "kv_role": "kv_producer",
+        "kv_load_failure_policy": "recompute",
+    },
+    "p2p-nccl": {"kv_connector": "P2pNcclConnector", "kv_role": "kv_producer"},
+    "multi": {
+        "kv_connector": "MultiConnector",
+        "kv_role": "kv_both",
+        "kv_connector_extra_config": {
+            "connectors": [
+                {"kv_connector": "NixlConnector", "kv_role": "kv_both"},
+                {
+                    "kv_connector": "OffloadingConnector",
+                    "kv_role": "kv_both",
+                    "kv_connector_extra_config": {"cpu_bytes_to_use": 1 << 30},
+                },
+            ]
+        },
+    },
+}
+
+
+def composed_arg(version: str, pod_config: dict[str, object]) -> str | None:
+    """The --kv-transfer-config the webhook leaves on a host-only vLLM pod of this
+    release whose own config is ``pod_config``; None when it fails open."""
+    container = {
+        "name": "vllm",
+        "image": f"vllm/vllm-openai:v{version}",
+        "command": ["vllm", "serve", "m", "--kv-transfer-config", json.dumps(pod_config)],
+    }
+    try:
+        out = VLLMLMCacheAdapter().inject(
+            {"metadata": {}, "spec": {"containers": [container]}},
+            CacheBackend.model_validate(
+                {"metadata": {"name": "cb", "namespace": "ns"}, "spec": {"runtime": "VLLM"}}
+            ),
+            None,
+            InjectContext(),
+        )
+    except InjectionRejectedError:
+        return None
+    found = read_kv_tokens(cli_tokens(out["spec"]["containers"][0]))
+    assert found.transfer_occurrences == 1
+    return json.dumps(found.transfer_config) if found.transfer_config is not None else None
+
+
+@pytest.mark.parametrize("version", RELEASES)
+@pytest.mark.parametrize("shape", sorted(POD_CONFIGS))
+def test_composed_config_is_what_the_release_accepts(version: str, shape: str) -> None:
+    """Every key of the composed MultiConnector and of each entry is a KVTransferConfig
+    field with an allowed value, every connector is registered, no entry carries
+    engine_id; a connector the release does not register fails open instead."""
+    surface = vllm_release(version)
+    pod_config = POD_CONFIGS[shape]
+    names = [pod_config["kv_connector"]]
+    extra = pod_config.get("kv_connector_extra_config")
+    if isinstance(extra, dict):
+        names += [e["kv_connector"] for e in extra["connectors"]]
+    # kv_load_failure_policy is a field from 0.33 only: a pod of 0.11 would not carry it.
+    fields = surface.json_flags[kv_config.KV_TRANSFER_CONFIG].fields
+    if any(key not in fields for key in pod_config):
+        return  # nothing to prove: vLLM itself refuses that pod
+    arg = composed_arg(version, pod_config)
+    if not all(n in surface.connectors for n in names):
+        assert arg is None, (version, shape)
+        return
+    assert arg is not None, (version, shape)
+    composed = json.loads(arg)
+    problems = check_vllm_json_flag(surface, Option(kv_config.KV_TRANSFER_CONFIG, arg))
+    for entry in composed["kv_connector_extra_config"][kv_config.MULTI_CONNECTORS_KEY]:
+        assert "engine_id" not in entry
+        problems += check_vllm_json_flag(
+            surface, Option(kv_config.KV_TRANSFER_CONFIG, json.dumps(entry))
+        )
+    assert problems == [], (version, shape)
