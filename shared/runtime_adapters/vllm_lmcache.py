@@ -160,8 +160,15 @@ ENGINE_OFFLOADING_SINCE: tuple[int, int, int] = (0, 11, 1)
 # What VllmConfig._post_init_kv_transfer_config sets kv_connector to, per backend.
 ENGINE_OFFLOADING_CONNECTOR: dict[str, str] = {
     "native": "OffloadingConnector",
-    "lmcache": "LMCacheMPConnector (tcp://localhost:5555 unless its extra config says)",
+    "lmcache": "LMCacheMPConnector",
 }
+# The pod's values as quoted in the admission warning, which must stay within the API
+# server's 256 characters whatever the pod says.
+WARNING_VALUE_CHARS = 16
+
+
+def _clip(value: str) -> str:
+    return value if len(value) <= WARNING_VALUE_CHARS else value[: WARNING_VALUE_CHARS - 1] + "…"
 
 
 def engine_offloading_declined(kv: KVConfig, release: tuple[int, int, int] | None) -> None:
@@ -173,27 +180,25 @@ def engine_offloading_declined(kv: KVConfig, release: tuple[int, int, int] | Non
     if not kv.engine_offloading:
         return
     backend = kv.offloading_backend or "native"
-    flag = f"{KV_OFFLOADING_SIZE} {kv.offloading_size}"
+    flag = f"{KV_OFFLOADING_SIZE} {_clip(str(kv.offloading_size))}"
     if release is not None and release < ENGINE_OFFLOADING_SINCE:
         effect = (
-            f"vLLM {release_text(release)} has no {KV_OFFLOADING_SIZE} (added in "
-            f"{release_text(ENGINE_OFFLOADING_SINCE)}, where it overwrites the KV connector), "
-            "so the engine refuses the flag"
+            f"vLLM {release_text(release)} has no such flag and refuses it (from "
+            f"{release_text(ENGINE_OFFLOADING_SINCE)} it overwrites the KV connector)"
         )
     else:
-        replacement = ENGINE_OFFLOADING_CONNECTOR.get(backend, f"the {backend!r} backend's")
-        effect = (
-            f"vLLM would overwrite the KV connector (kv_connector) with {replacement}, so "
-            "LMCache would never run"
-        )
+        replacement = ENGINE_OFFLOADING_CONNECTOR.get(backend, "its offloading connector")
+        if backend == "lmcache":
+            replacement += " at tcp://localhost:5555"
+        effect = f"vLLM overwrites the KV connector with {replacement}: LMCache never runs"
     warning = (
-        f"the pod sets {flag} ({KV_OFFLOADING_BACKEND} {backend}): {effect}. The pod is "
-        f"admitted unwired with its flags untouched ({c.REASON_ENGINE_OFFLOADING_CONFLICT}); "
-        f"remove {KV_OFFLOADING_SIZE} to use the CacheBackend's LMCache tier"
+        f"{flag} (backend {_clip(backend)}): {effect}; admitted unwired, flags untouched "
+        f"({c.REASON_ENGINE_OFFLOADING_CONFLICT}). Drop the flag to use the CacheBackend"
     )
     raise InjectionDeclinedError(
-        f"{c.REASON_ENGINE_OFFLOADING_CONFLICT}: the engine's own KV offloading ({flag}) "
-        "wins over the CacheBackend; the pod is not wired",
+        f"{c.REASON_ENGINE_OFFLOADING_CONFLICT}: the engine's own KV offloading wins: {flag} "
+        f"({KV_OFFLOADING_BACKEND} {_clip(backend)}): {effect}; the pod is admitted unwired "
+        "with its flags untouched",
         c.WIRING_REASON_ENGINE_OFFLOADING,
         declined=c.REASON_ENGINE_OFFLOADING_CONFLICT,
         warnings=(warning,),

@@ -62,8 +62,24 @@ def test_engine_offloading_warning_names_the_flag_and_the_overwrite() -> None:
     result = wire(vllm_pod(["--kv-offloading-size=64"]))
     (warning,) = result.warnings
     assert "--kv-offloading-size 64" in warning
-    assert "overwrite the KV connector" in warning
+    assert "overwrites the KV connector" in warning
     assert "OffloadingConnector" in warning
+    assert len(warning) <= 256  # the API server's bound on one warning
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--kv-offloading-backend", "lmcache", "--kv-offloading-size", "12345678.5"],
+        ["--kv-offloading-backend", "something-else-entirely", "--kv-offloading-size", "1"],
+    ],
+)
+@pytest.mark.parametrize("tag", ["v0.11.0", "v0.34.0"])
+def test_every_engine_offloading_warning_fits_the_api_servers_bound(
+    args: list[str], tag: str
+) -> None:
+    (warning,) = wire(vllm_pod(args, tag)).warnings
+    assert len(warning) <= 256
 
 
 def test_lmcache_offloading_backend_with_a_size_is_declined_naming_lmcache_mp() -> None:
