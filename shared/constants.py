@@ -195,3 +195,22 @@ LABEL_NAMESPACE_NAME: Final = "kubernetes.io/metadata.name"
 REASON_CROSS_NAMESPACE_CONSENT_MISSING: Final = "CrossNamespaceConsentMissing"
 REASON_CROSS_NAMESPACE_CREDENTIALS_MISSING: Final = "CrossNamespaceCredentialsMissing"
 EVENT_CROSS_NAMESPACE_REFUSED: Final = "CrossNamespaceAccessRefused"
+
+# The engine's own KV offloading wins: a vLLM pod with --kv-offloading-size has its
+# connector overwritten by vLLM (VllmConfig._post_init_kv_transfer_config), so the
+# webhook admits it with its flags untouched and does not wire it. The pod records the
+# decision and the backend that declined it; the worker counts such pods in an advisory
+# condition (never gating Ready) with a Warning Event per transition.
+ANNOTATION_INJECT_DECLINED: Final = "inferencecache.io/inject-declined"
+ANNOTATION_INJECT_DECLINED_BY: Final = "inferencecache.io/inject-declined-by"
+COND_ENGINE_OFFLOADING: Final = "EngineOffloading"
+REASON_ENGINE_OFFLOADING_CONFLICT: Final = "EngineOffloadingConflict"
+EVENT_ENGINE_OFFLOADING_CONFLICT: Final = "EngineOffloadingConflict"
+# The Pod webhook's decision reasons (Prometheus label values) for a pod whose own KV
+# configuration keeps it unwired.
+WIRING_REASON_ENGINE_OFFLOADING: Final = "engine_offloading_conflict"
+WIRING_REASON_KV_CONFIG_INVALID: Final = "kv_transfer_config_invalid"
+WIRING_REASON_KV_CONNECTOR_UNREGISTERED: Final = "kv_connector_unregistered"
+# An SGLang decode server of a prefill/decode pair runs without a radix cache (unless
+# --disaggregation-decode-enable-radix-cache), so neither LMCache nor HiCache runs there.
+WIRING_REASON_DISAGGREGATED_DECODE: Final = "disaggregated_decode_no_radix_cache"

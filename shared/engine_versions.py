@@ -40,7 +40,7 @@ class ReleaseSet:
 
 
 SAMPLE_TARGETS: Final = ReleaseSet(vllm="0.11.0", sglang="0.5.13", lmcache="0.4.7")
-NEWEST: Final = ReleaseSet(vllm="0.33.0", sglang="0.5.23", lmcache="0.5.6")
+NEWEST: Final = ReleaseSet(vllm="0.34.0", sglang="0.5.23", lmcache="0.5.6")
 
 # Releases proven NOT to run the wiring. The contract tests check that the checker still
 # rejects them, so a checker that accepts everything cannot pass unnoticed. SGLang 0.5.3:

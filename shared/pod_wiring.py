@@ -41,6 +41,12 @@ Rules, each in its own function named after the spec:
   decision clears them. ``share_lmcache_metrics`` (vLLM + LMCache) sets
   ``PROMETHEUS_MULTIPROC_DIR`` on the engine unless the pod does, so LMCache's series
   reach vLLM's ``/metrics``.
+- ``declined``: a pod an adapter declines (``InjectionDeclinedError``: a vLLM pod whose
+  own ``--kv-offloading-size`` would overwrite the connector, a ``--kv-transfer-config``
+  that cannot be read or names a connector the pod's vLLM does not register) fails open
+  with the adapter's reason and warnings; the engine-offloading decline also records
+  ``inject-declined: EngineOffloadingConflict`` and ``inject-declined-by: <ns>/<name>``
+  on the pod, which every other decision clears.
 - ``finish_injected``: a wiring that would make the Pod fail the API server's basic
   validation (duplicate names or mount paths, undeclared volumes, bad env names) fails
   open instead, since a rejected Pod is the opposite of fail-open.
@@ -65,7 +71,12 @@ from shared.bindings import PROVIDER_PROTOCOL, Binding
 from shared.endpoints import endpoint_shape_error, strip_scheme
 from shared.jsoncopy import json_copy
 from shared.runtime_adapters import kernel_check, registry, subscriber
-from shared.runtime_adapters.base import InjectContext, InjectionRejectedError, RuntimeAdapter
+from shared.runtime_adapters.base import (
+    InjectContext,
+    InjectionDeclinedError,
+    InjectionRejectedError,
+    RuntimeAdapter,
+)
 from shared.runtime_adapters.engine import EngineLocator, candidate_indexes
 from shared.runtime_adapters.host_memory_fit import host_memory_warnings
 from shared.runtime_adapters.metrics_ports import metrics_ports, share_lmcache_metrics
@@ -101,6 +112,11 @@ REASON_ADAPTER_ERROR: Final = "adapter_error"
 REASON_SUBSCRIBER_REJECTED: Final = "subscriber_rejected"
 REASON_EVENTS_ONLY_NO_SUBSCRIBER: Final = "events_only_no_subscriber"
 REASON_INVALID_RESULT: Final = "invalid_result"
+# The pod's own KV configuration keeps it unwired (shared.runtime_adapters.kv_config).
+REASON_ENGINE_OFFLOADING: Final = c.WIRING_REASON_ENGINE_OFFLOADING
+REASON_KV_CONFIG_INVALID: Final = c.WIRING_REASON_KV_CONFIG_INVALID
+REASON_KV_CONNECTOR_UNREGISTERED: Final = c.WIRING_REASON_KV_CONNECTOR_UNREGISTERED
+REASON_DISAGGREGATED_DECODE: Final = c.WIRING_REASON_DISAGGREGATED_DECODE
 WIRING_REASONS: Final = (
     REASON_INJECTED,
     REASON_EVENTS_ONLY,
@@ -117,6 +133,10 @@ WIRING_REASONS: Final = (
     REASON_SUBSCRIBER_REJECTED,
     REASON_EVENTS_ONLY_NO_SUBSCRIBER,
     REASON_INVALID_RESULT,
+    REASON_ENGINE_OFFLOADING,
+    REASON_KV_CONFIG_INVALID,
+    REASON_KV_CONNECTOR_UNREGISTERED,
+    REASON_DISAGGREGATED_DECODE,
 )
 
 SKIP_INJECT_TRUTHY: Final = frozenset({"true", "t", "1", "yes", "on"})
@@ -129,6 +149,9 @@ DECISION_ANNOTATIONS: Final = (
     c.ANNOTATION_INJECTED_BY_UID,
     c.ANNOTATION_INJECT_SKIPPED,
 )
+# The record of a pod an adapter declined (InjectionDeclinedError.declined) and of the
+# backend that declined it: set by that decision only, cleared by every other.
+DECLINED_ANNOTATIONS: Final = (c.ANNOTATION_INJECT_DECLINED, c.ANNOTATION_INJECT_DECLINED_BY)
 
 
 @dataclass(frozen=True)
@@ -138,7 +161,8 @@ class WiringResult:
     reason: str
     message: str
     backend: str | None = None  # <namespace>/<name> of the selected CacheBackend
-    # Admission warnings: a wired container that cannot hold the host memory it pins.
+    # Admission warnings: a wired container that cannot hold the host memory it pins;
+    # why an adapter declined a pod (InjectionDeclinedError) on a fail-open.
     warnings: tuple[str, ...] = ()
 
 
@@ -198,7 +222,7 @@ def strip_decision_annotations(pod: dict[str, Any]) -> None:
     """Drop the webhook's decision annotations (and the injected-by-uid label, the
     engine-metrics label and port annotations) a pod may carry from its template."""
     annotations = _annotations(pod)
-    stale = (*DECISION_ANNOTATIONS, c.ANNOTATION_HOST_MEMORY_PROCESSES)
+    stale = (*DECISION_ANNOTATIONS, *DECLINED_ANNOTATIONS, c.ANNOTATION_HOST_MEMORY_PROCESSES)
     if any(key in annotations for key in stale):
         _set_annotations(pod, {k: v for k, v in annotations.items() if k not in stale})
     _set_label(pod, c.LABEL_INJECTED_BY_UID, None)
@@ -214,6 +238,8 @@ def stamp_injected(pod: dict[str, Any], backend: CacheBackend) -> None:
     # file without metadata.uid) it is empty, so a stale one never vouches for this wiring.
     annotations[c.ANNOTATION_INJECTED_BY_UID] = backend.metadata.uid or ""
     annotations.pop(c.ANNOTATION_INJECT_SKIPPED, None)
+    for key in DECLINED_ANNOTATIONS:
+        annotations.pop(key, None)
     mode = kernel_check.mode_on_pod(pod)
     if mode:
         annotations[c.ANNOTATION_LMCACHE_KERNEL_CHECK_MODE] = mode
@@ -480,11 +506,28 @@ def apply_overrides(
 
 
 def _fail_open(
-    pod: dict[str, Any], reason: str, message: str, backend: str | None = None
+    pod: dict[str, Any],
+    reason: str,
+    message: str,
+    backend: str | None = None,
+    warnings: tuple[str, ...] = (),
 ) -> WiringResult:
     out = json_copy(pod)
     strip_decision_annotations(out)
-    return WiringResult(out, OUTCOME_FAIL_OPEN, reason, message, backend)
+    return WiringResult(out, OUTCOME_FAIL_OPEN, reason, message, backend, warnings)
+
+
+def declined(pod: dict[str, Any], exc: InjectionDeclinedError, key: str) -> WiringResult:
+    """The fail-open of a pod an adapter declined: its reason, its warnings, and, when
+    the adapter names one, the declined record (the CamelCase reason and the backend)
+    on the pod for the worker to count."""
+    result = _fail_open(pod, exc.reason, str(exc), key, exc.warnings)
+    if exc.declined:
+        annotations = _annotations(result.pod)
+        annotations[c.ANNOTATION_INJECT_DECLINED] = exc.declined
+        annotations[c.ANNOTATION_INJECT_DECLINED_BY] = key
+        _set_annotations(result.pod, annotations)
+    return result
 
 
 def _valid_pod_shape(pod: Any) -> str | None:
@@ -638,6 +681,8 @@ def wire_offload(
         out = adapter.inject(pod, backend, binding, ctx)
         share_lmcache_metrics(out, adapter)
         apply_overrides(pod, out, adapter, backend, binding)
+    except InjectionDeclinedError as exc:
+        return declined(pod, exc, key)
     except InjectionRejectedError as exc:
         return _fail_open(pod, REASON_ADAPTER_REJECTED, f"{adapter.name}: {exc}", key)
     except Exception as exc:  # an adapter bug must not block admission

@@ -275,6 +275,14 @@ TABLE: Final[dict[tuple[str, str], Explanation]] = {
         "raise the container's resources.limits.memory or lower the host-memory budget "
         "(docs/api.md, Host memory per pod); " + _READ_MESSAGE,
     ),
+    # EngineOffloading
+    (c.COND_ENGINE_OFFLOADING, c.REASON_ENGINE_OFFLOADING_CONFLICT): Explanation(
+        W,
+        "a selected engine pod sets vLLM's own --kv-offloading-size, which overwrites the KV "
+        "connector: the webhook admitted it unwired, so no cache tier of this backend serves it",
+        "remove --kv-offloading-size from the engine and roll it, or take the pod out of "
+        "spec.engineSelector; " + _READ_MESSAGE,
+    ),
 }
 
 

@@ -161,6 +161,10 @@ CODES: Final[dict[str, tuple[Severity, str]]] = {
         "the pod is wired to a backend other than the one selecting it now",
     ),
     "pod.SkipInject": (Severity.INFO, "the pod opted out with skip-inject"),
+    "pod.EngineOffloadingConflict": (
+        Severity.WARNING,
+        "the pod is unwired: its own --kv-offloading-size overwrites the KV connector",
+    ),
     "pod.PinnedHostMemoryOverLimit": (
         Severity.WARNING,
         "a container of an injected pod pins more host memory than its memory limit",

@@ -114,7 +114,23 @@ def check_pod(pod: Obj, backends: Sequence[Obj], webhook: WebhookState) -> list[
                 selectedBy=backend,
             )
         ]
+    if annotations.get(c.ANNOTATION_INJECT_DECLINED) == c.REASON_ENGINE_OFFLOADING_CONFLICT:
+        return [_engine_offloading(ref, backend, roll)]
     return [_unwired(pod, winner, webhook, roll)]
+
+
+def _engine_offloading(ref: ObjectRef, backend: str, roll: str) -> Finding:
+    """A pod the webhook declined: vLLM's own offloading would overwrite the connector."""
+    return finding(
+        "pod.EngineOffloadingConflict",
+        ref,
+        f"selected by {backend} but unwired: the engine sets vLLM's own --kv-offloading-size, "
+        "which overwrites any KV connector, so the webhook left its flags untouched and did "
+        "not wire it",
+        "remove --kv-offloading-size (and --kv-offloading-backend) from the engine to use the "
+        f"CacheBackend, then roll the workload: {roll}",
+        selectedBy=backend,
+    )
 
 
 def _wired(

@@ -14,7 +14,8 @@ The rules live beside it, one module per section of the spec's status contract:
 saw), ``managed_readiness`` (Ready/Degraded/Progressing of a managed workload),
 ``external_endpoint``, ``kv_event_gate``, ``functional_probe`` (with T2Degraded),
 ``engine_advisories`` (EngineKernelsHealthy, EngineCompatibility, the version
-conditions), ``host_memory`` (EngineHostMemory), ``engine_selector``
+conditions), ``host_memory`` (EngineHostMemory), ``engine_offloading``
+(EngineOffloading), ``engine_selector``
 (matchedEnginePods) and ``per_mode`` (the modes without a gate).
 
 Modes (``backend_mode``) and what each publishes:
@@ -23,10 +24,11 @@ Modes (``backend_mode``) and what each publishes:
 Managed            Ready, Degraded, Progressing (+FunctionalProbeOK, T2Degraded,
                    EngineKernelsHealthy, EngineCompatibility,
                    EngineVersionBelowMinimum, LMCacheVersionSkew [LMCacheServer],
-                   EngineHostMemory)
+                   EngineHostMemory, EngineOffloading)
 HostOnly           Ready, Degraded, Progressing (base reason HostOnlyActive)
                    (+EngineKernelsHealthy, EngineCompatibility,
-                   EngineVersionBelowMinimum, EngineHostMemory: engine-side)
+                   EngineVersionBelowMinimum, EngineHostMemory,
+                   EngineOffloading: engine-side)
 EventsOnly         exactly Ready, Degraded, Progressing (base EventsOnlyActive)
 External           Ready + Progressing only (ExternalEndpoint* reasons)
 HiCache            Progressing only (no Ready by design; see ``hicache_conditions``)
@@ -46,6 +48,7 @@ from reconciler.status.engine_advisories import (
     engine_kernels_healthy_condition,
     engine_version_conditions,
 )
+from reconciler.status.engine_offloading import engine_offloading_condition
 from reconciler.status.engine_selector import engine_churn_requeue, engine_selector_status
 from reconciler.status.external_endpoint import external_endpoint_verdict
 from reconciler.status.functional_probe import (
@@ -208,7 +211,10 @@ def engine_advisory_rules(
     host_memory = engine_host_memory_condition(
         pods, find(prev_conditions, c.COND_ENGINE_HOST_MEMORY)
     )
-    extra = [x for x in (kernels, compatibility, host_memory) if x is not None]
+    offloading = engine_offloading_condition(
+        observed.offloading_declined, find(prev_conditions, c.COND_ENGINE_OFFLOADING)
+    )
+    extra = [x for x in (kernels, compatibility, host_memory, offloading) if x is not None]
     extra.extend(engine_version_conditions(cb, mode, observed, prev_conditions))
     return verdict, extra
 

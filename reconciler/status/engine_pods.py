@@ -19,6 +19,8 @@ these functions turn the raw pod dicts into the small observations
   kvevent-subscriber whose waiting reason is CrashLoopBackOff.
 - host memory: the containers whose memory limit cannot hold the host memory the
   wiring pins (``shared.runtime_adapters.host_memory_fit``).
+- ``offloading_declined_pods``: the selected pods the webhook left unwired because
+  their own ``--kv-offloading-size`` overwrites the connector (EngineOffloading).
 - ``server_pods``: the managed workload's pods, with the restart sum over the
   cache-server's own container names (the workload's pod template), so a crashing
   sidecar injected by another webhook is not counted.
@@ -218,6 +220,22 @@ def observe_injected_pods(
         if over:
             short.append(HostMemoryShortfall(str(_meta(pod).get("name")), tuple(over)))
     return InjectedPodsObservation(tuple(reports), tuple(loops), tuple(short))
+
+
+def offloading_declined_pods(
+    pods: Sequence[dict[str, Any]], namespace: str, name: str
+) -> tuple[str, ...]:
+    """The live selected pods the Pod webhook declined for this backend because their
+    own KV offloading would overwrite the connector, by name."""
+    key = f"{namespace}/{name}"
+    out = [
+        str(_meta(p).get("name"))
+        for p in pods
+        if not _terminating(p)
+        and _annotations(p).get(c.ANNOTATION_INJECT_DECLINED) == c.REASON_ENGINE_OFFLOADING_CONFLICT
+        and _annotations(p).get(c.ANNOTATION_INJECT_DECLINED_BY) == key
+    ]
+    return tuple(sorted(out))
 
 
 # ------------------------------------------------------------------ cache-server pods

@@ -172,6 +172,18 @@ def pinned_host_memory_over_limit_event(
     return None
 
 
+def engine_offloading_conflict_event(old: dict[str, Any], new: dict[str, Any]) -> EventSpec | None:
+    """Warning EngineOffloadingConflict once, when EngineOffloading enters
+    False/EngineOffloadingConflict (a preserved condition is no transition)."""
+    o_status, o_reason, _ = _cond(old, c.COND_ENGINE_OFFLOADING)
+    n_status, n_reason, n_msg = _cond(new, c.COND_ENGINE_OFFLOADING)
+    entered = n_status == "False" and n_reason == c.REASON_ENGINE_OFFLOADING_CONFLICT
+    already = o_status == "False" and o_reason == c.REASON_ENGINE_OFFLOADING_CONFLICT
+    if entered and not already:
+        return EventSpec(WARNING, c.EVENT_ENGINE_OFFLOADING_CONFLICT, n_msg)
+    return None
+
+
 def name_conflict_event(old: dict[str, Any], new: dict[str, Any]) -> EventSpec | None:
     """Warning NameConflict when Ready enters NameConflict, or its message changes
     (a different set of foreign objects); an unchanged conflict stays silent."""
@@ -228,6 +240,7 @@ def transition_events(old: dict[str, Any] | None, new: dict[str, Any]) -> list[E
         lmcache_version_skew_event,
         engine_version_below_minimum_event,
         pinned_host_memory_over_limit_event,
+        engine_offloading_conflict_event,
         cross_namespace_refused_event,
     ):
         event = rule(old, new)

@@ -128,6 +128,9 @@ class Observed:
     # The engine pods this backend injected (None: not listed, e.g. a transient list
     # failure — the engine-side advisory conditions then keep their prior verdict).
     injected_pods: InjectedPodsObservation | None = None
+    # The selected engine pods the webhook declined for their own KV offloading, by
+    # name (None: not listed this time — EngineOffloading keeps its prior verdict).
+    offloading_declined: tuple[str, ...] | None = None
     # observedServerInstance as decided by the cascade step of the shell (None: no
     # decision this time — the prior value stands).
     server_instance: str | None = None

@@ -25,6 +25,7 @@ ALLOWED_TYPES: Final[dict[Mode, frozenset[str]]] = {
             c.COND_ENGINE_VERSION_BELOW_MINIMUM,
             c.COND_LMCACHE_VERSION_SKEW,
             c.COND_ENGINE_HOST_MEMORY,
+            c.COND_ENGINE_OFFLOADING,
         }
     ),
     Mode.HOST_ONLY: frozenset(
@@ -36,6 +37,7 @@ ALLOWED_TYPES: Final[dict[Mode, frozenset[str]]] = {
             c.COND_ENGINE_COMPATIBILITY,
             c.COND_ENGINE_VERSION_BELOW_MINIMUM,
             c.COND_ENGINE_HOST_MEMORY,
+            c.COND_ENGINE_OFFLOADING,
         }
     ),
     Mode.EVENTS_ONLY: frozenset({c.COND_READY, c.COND_DEGRADED, c.COND_PROGRESSING}),
@@ -58,5 +60,6 @@ ADVISORY_TYPES: Final = frozenset(
         c.COND_ENGINE_VERSION_BELOW_MINIMUM,
         c.COND_LMCACHE_VERSION_SKEW,
         c.COND_ENGINE_HOST_MEMORY,
+        c.COND_ENGINE_OFFLOADING,
     }
 )

@@ -31,6 +31,7 @@ from reconciler.status.cascade import (
 from reconciler.status.compute import compute_status, status_equal
 from reconciler.status.engine_pods import (
     observe_injected_pods,
+    offloading_declined_pods,
     server_pods,
     workload_selector,
 )
@@ -417,6 +418,11 @@ class Reconciler:
             injected_pods=(
                 observe_injected_pods(injected, p.key.namespace, p.key.name, p.uid)
                 if injected is not None
+                else None
+            ),
+            offloading_declined=(
+                offloading_declined_pods(engine_pods, p.key.namespace, p.key.name)
+                if engine_pods is not None and p.mode in ENGINE_ADVISORY_MODES
                 else None
             ),
             server_instance=server_instance,

@@ -87,7 +87,13 @@ def without_managed_fields(obj: Obj) -> Obj:
     return {**obj, "metadata": {k_: v for k_, v in meta.items() if k_ != "managedFields"}}
 
 
-ENGINE_POD_ANNOTATIONS: Final = (c.ANNOTATION_INJECTED_BY, c.ANNOTATION_INJECTED_BY_UID)
+# The decline record too: EngineOffloading counts the selected pods that carry it.
+ENGINE_POD_ANNOTATIONS: Final = (
+    c.ANNOTATION_INJECTED_BY,
+    c.ANNOTATION_INJECTED_BY_UID,
+    c.ANNOTATION_INJECT_DECLINED,
+    c.ANNOTATION_INJECT_DECLINED_BY,
+)
 
 
 def engine_pod_metadata(obj: Obj) -> Obj:

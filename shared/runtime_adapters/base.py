@@ -14,6 +14,25 @@ class InjectionRejectedError(Exception):
     """The adapter refuses to wire this pod; the Pod webhook turns it into a fail-open admit."""
 
 
+class InjectionDeclinedError(InjectionRejectedError):
+    """The adapter leaves this pod unwired for a reason of its own (``reason``, a Pod
+    webhook decision reason), with admission ``warnings``; ``declined`` (a CamelCase
+    reason) is recorded on the pod, so the worker can count it, when set."""
+
+    def __init__(
+        self,
+        message: str,
+        reason: str,
+        *,
+        declined: str | None = None,
+        warnings: tuple[str, ...] = (),
+    ) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.declined = declined
+        self.warnings = warnings
+
+
 @dataclass(frozen=True)
 class InjectContext:
     """Webhook settings an adapter may need (not part of the CacheBackend)."""

@@ -35,6 +35,7 @@ from __future__ import annotations
 import posixpath
 import re
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any, Final
 
 from shared.runtime_adapters.podspec import cli_tokens
@@ -286,6 +287,22 @@ def vllm_process_count(
         return ProcessCount(vllm_processes_per_pod(flags, external_lb(args)))
     except UnreadableError as exc:
         return ProcessCount(1, str(exc))
+
+
+def vllm_engines_in_pod(
+    container: dict[str, Any], extra_args: list[str] | None = None
+) -> tuple[Fraction, str | None]:
+    """The vLLM engines (data-parallel ranks) a pod running ``container`` holds: its
+    worker processes over one engine's TP x PP x PCP workers; a fraction for a
+    multi-node launch whose engine spans pods. (1, why) when the count is unreadable."""
+    try:
+        args = [*vllm_engine_args(container), *(extra_args or [])]
+        flags = parallel_flags(args, VLLM_PARALLEL_FLAGS)
+        processes = vllm_processes_per_pod(flags, external_lb(args))
+    except UnreadableError as exc:
+        return Fraction(1), str(exc)
+    world = flags.get(TP, 1) * flags.get(PP, 1) * flags.get(PCP, 1)
+    return Fraction(processes, world), None
 
 
 def sglang_ranks_per_pod(args: list[str], flags: dict[str, int]) -> int:

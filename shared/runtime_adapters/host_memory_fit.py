@@ -9,6 +9,12 @@ the wiring adds host memory to:
   ``int(<value> * 1024**3)`` bytes of pinned memory in every vLLM worker process, times
   the pod's worker processes (``engine_parallelism.vllm_process_count``; one when they
   cannot be read);
+- a vLLM engine whose effective ``--kv-transfer-config`` (the last occurrence, as
+  argparse reads it) runs vLLM's ``OffloadingConnector``, at the top level or inside a
+  ``MultiConnector``: its ``kv_connector_extra_config.cpu_bytes_to_use`` is the CPU
+  tier of one engine (``CPUOffloadingSpec`` divides it over the engine's TP x PP
+  workers), times the pod's in-pod data-parallel engines
+  (``engine_parallelism.vllm_engines_in_pod``), added to what LMCache pins there;
 - the ``lmcache-mp-worker`` sidecar (SGLang + LMCache): its ``--l1-size-gb`` GiB, once
   (one process), judged against the engine container that shares the worker's
   ``/dev/shm`` volume (``lmcache-dshm``, memory-backed, where the L1 lives): that is
@@ -32,7 +38,17 @@ from typing import Any, Final
 
 from shared.quantity import parse_quantity
 from shared.runtime_adapters.engine import SUBSCRIBER_CONTAINER
-from shared.runtime_adapters.engine_parallelism import sglang_rank_count, vllm_process_count
+from shared.runtime_adapters.engine_parallelism import (
+    sglang_rank_count,
+    vllm_engines_in_pod,
+    vllm_process_count,
+)
+from shared.runtime_adapters.kv_config import (
+    MULTI_CONNECTOR,
+    TransferConfigError,
+    multi_connector_entries,
+    read_kv_tokens,
+)
 from shared.runtime_adapters.podspec import cli_tokens, find_flag
 
 LMCACHE_SIZE_ENV: Final = "LMCACHE_MAX_LOCAL_CPU_SIZE"
@@ -41,6 +57,8 @@ L1_SIZE_FLAG: Final = "--l1-size-gb"
 HICACHE_ENABLE: Final = "--enable-hierarchical-cache"
 HICACHE_SIZE: Final = "--hicache-size"
 SHM_PATH: Final = "/dev/shm"
+OFFLOADING_CONNECTOR: Final = "OffloadingConnector"
+CPU_BYTES_KEY: Final = "cpu_bytes_to_use"
 GIB: Final = 1024**3
 GB: Final = 10**9
 
@@ -120,6 +138,52 @@ def vllm_lmcache_pin(container: dict[str, Any]) -> PinnedHostMemory | None:
     return PinnedHostMemory(str(container.get("name")), per_process * processes.count, how)
 
 
+def _offloading_bytes(config: dict[str, Any]) -> int:
+    """``cpu_bytes_to_use`` of every OffloadingConnector a connector config runs (the
+    config itself, or a MultiConnector's entries); 0 for none or an unreadable value."""
+    configs = [config]
+    if config.get("kv_connector") == MULTI_CONNECTOR:
+        try:
+            configs = multi_connector_entries(config)
+        except TransferConfigError:
+            return 0
+    total = 0
+    for entry in configs:
+        extra = entry.get("kv_connector_extra_config")
+        if entry.get("kv_connector") != OFFLOADING_CONNECTOR or not isinstance(extra, dict):
+            continue
+        size = _number(str(extra.get(CPU_BYTES_KEY, "")))
+        total += int(size) if size is not None else 0
+    return total
+
+
+def offloading_connector_pin(container: dict[str, Any]) -> PinnedHostMemory | None:
+    """vLLM's own OffloadingConnector CPU tier of the container's effective
+    ``--kv-transfer-config``: ``cpu_bytes_to_use`` per engine x the pod's in-pod
+    data-parallel engines."""
+    config = read_kv_tokens(cli_tokens(container)).transfer_config
+    per_engine = _offloading_bytes(config) if config is not None else 0
+    if not per_engine:
+        return None
+    engines, _ = vllm_engines_in_pod(container)
+    count = f"{engines}" if engines.denominator == 1 else f"{float(engines):.2f}"
+    how = f"{OFFLOADING_CONNECTOR} {gib_text(per_engine)} x {count} engine" + (
+        "" if engines == 1 else "s"
+    )
+    return PinnedHostMemory(str(container.get("name")), int(per_engine * engines), how)
+
+
+def vllm_container_pin(container: dict[str, Any]) -> PinnedHostMemory | None:
+    """What a vLLM engine container pins: LMCache's pools plus the pod's own
+    OffloadingConnector tier, summed."""
+    pins = [p for p in (vllm_lmcache_pin(container), offloading_connector_pin(container)) if p]
+    if not pins:
+        return None
+    return PinnedHostMemory(
+        pins[0].container, sum(p.pinned_bytes for p in pins), " + ".join(p.how for p in pins)
+    )
+
+
 def mp_worker_pin(container: dict[str, Any]) -> PinnedHostMemory | None:
     """The LMCache MP worker's L1, once."""
     size = _number(_last_value(cli_tokens(container), L1_SIZE_FLAG))
@@ -155,7 +219,7 @@ def pinned_host_memory(pod: dict[str, Any]) -> list[PinnedHostMemory]:
     for container in spec.get("containers") or []:
         if not isinstance(container, dict) or container.get("name") == SUBSCRIBER_CONTAINER:
             continue
-        pin = vllm_lmcache_pin(container) or hicache_pin(container)
+        pin = vllm_container_pin(container) or hicache_pin(container)
         if pin is not None:
             out.append(_with_limit(pin, container))
     for container in spec.get("initContainers") or []:

@@ -17,10 +17,12 @@ recorded in ``transfer_error`` for the adapter to fail open with.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from shared import constants as c
+from shared.runtime_adapters.base import InjectionDeclinedError
 from shared.runtime_adapters.podspec import cli_tokens, find_flag
 
 KV_TRANSFER_CONFIG: Final = "--kv-transfer-config"
@@ -101,3 +103,170 @@ def read_kv_config(container: dict[str, Any], override_tokens: Sequence[str] = (
 def transfer_config_text(config: dict[str, Any]) -> str:
     """A connector config as the compact JSON we write (key order as given)."""
     return json.dumps(config, separators=(",", ":"))
+
+
+# Top-level keys of a MultiConnector config that vLLM reads from the top level only,
+# lifted from the pod's own connector config when it is wrapped:
+# - ``kv_role``: at 0.11.0 and 0.33.0 ``KVTransferConfig.is_kv_producer`` /
+#   ``is_kv_consumer`` read the top-level role (the scheduler defers block frees for a
+#   consumer, finalises partial offloads for a producer; the multimodal config follows
+#   the consumer role); from 0.34.0 they read the children's roles, and the top-level
+#   role must still be set whenever ``kv_connector`` is. The pod's role keeps the
+#   engine's prefill/decode behaviour what it was at every pin.
+# - ``kv_load_failure_policy``: the scheduler reads the top-level value only.
+# - ``engine_id``: MultiConnector builds each child as
+#   ``KVTransferConfig(**entry, engine_id=...)``, so an entry that carries its own
+#   ``engine_id`` fails with a duplicate keyword; the child inherits the top-level one,
+#   which the engine core also suffixes per data-parallel rank.
+LIFTED_KEYS: Final = ("kv_role", "kv_load_failure_policy", "engine_id")
+# Keys of an entry that MultiConnector cannot take from the entry itself.
+ENTRY_DROPPED_KEYS: Final = ("engine_id",)
+
+
+class TransferConfigError(ValueError):
+    """A pod's connector config that cannot be composed with ours (the adapter fails
+    open with the message)."""
+
+
+def multi_connector_entries(config: dict[str, Any]) -> list[dict[str, Any]]:
+    """The connector configs a MultiConnector config lists, in order; raises
+    TransferConfigError when the list is not a list of objects."""
+    extra = config.get("kv_connector_extra_config")
+    if extra is None:
+        extra = {}
+    if not isinstance(extra, dict):
+        raise TransferConfigError(
+            f"{KV_TRANSFER_CONFIG}: {MULTI_CONNECTOR}'s kv_connector_extra_config is not an object"
+        )
+    entries = extra.get(MULTI_CONNECTORS_KEY, [])
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise TransferConfigError(
+            f"{KV_TRANSFER_CONFIG}: {MULTI_CONNECTOR}'s kv_connector_extra_config."
+            f"{MULTI_CONNECTORS_KEY} is not a list of connector objects"
+        )
+    return list(entries)
+
+
+def _with_entries(config: dict[str, Any], entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """``config`` with its MultiConnector list replaced, every other key as it was."""
+    extra = dict(config.get("kv_connector_extra_config") or {})
+    extra[MULTI_CONNECTORS_KEY] = entries
+    return {**config, "kv_connector_extra_config": extra}
+
+
+def _converge_entries(
+    entries: list[dict[str, Any]],
+    ours: dict[str, Any],
+    is_ours: Callable[[dict[str, Any]], bool],
+) -> list[dict[str, Any]]:
+    """Ours in place of the first entry that is ours (appended when none is); later
+    entries of ours dropped, so the list carries exactly one."""
+    out: list[dict[str, Any]] = []
+    placed = False
+    for entry in entries:
+        if not is_ours(entry):
+            out.append(entry)
+        elif not placed:
+            out.append(dict(ours))
+            placed = True
+    if not placed:
+        out.append(dict(ours))
+    return out
+
+
+def _wrap(pod_config: dict[str, Any], ours: dict[str, Any]) -> dict[str, Any]:
+    """A MultiConnector with the pod's connector first, ours after it; the keys vLLM
+    reads from the top level only (``LIFTED_KEYS``) lifted from the pod's config."""
+    top: dict[str, Any] = {"kv_connector": MULTI_CONNECTOR}
+    for key in LIFTED_KEYS:
+        if key in pod_config:
+            top[key] = pod_config[key]
+    top.setdefault("kv_role", ours.get("kv_role"))
+    entry = {k: v for k, v in pod_config.items() if k not in ENTRY_DROPPED_KEYS}
+    top["kv_connector_extra_config"] = {MULTI_CONNECTORS_KEY: [entry, dict(ours)]}
+    return top
+
+
+def compose_transfer_config(
+    pod_config: dict[str, Any] | None,
+    ours: dict[str, Any],
+    *,
+    is_ours: Callable[[dict[str, Any]], bool],
+) -> dict[str, Any]:
+    """The one ``--kv-transfer-config`` that runs the pod's own connector and ours.
+
+    - no config of the pod's, or one naming no ``kv_connector`` (vLLM runs none): ours;
+    - the pod's connector is ours: ours (converge);
+    - a ``MultiConnector``: its list with ours appended, or in place of the entry that
+      is ours (one kept); every other entry and key unchanged;
+    - any other connector: a ``MultiConnector`` listing the pod's config first (every
+      key but ``engine_id``, which MultiConnector only takes from the top level) and
+      ours after it, with the top-level keys of ``LIFTED_KEYS`` from the pod's config.
+
+    MultiConnector loads from the first entry that has the tokens and saves to all, so
+    the pod's connector (a prefill/decode transfer) is asked first. Idempotent:
+    composing a composed config returns it unchanged. Raises TransferConfigError for a
+    MultiConnector whose list is malformed.
+    """
+    if pod_config is None or not pod_config.get("kv_connector") or is_ours(pod_config):
+        return dict(ours)
+    if pod_config.get("kv_connector") == MULTI_CONNECTOR:
+        entries = multi_connector_entries(pod_config)
+        return _with_entries(pod_config, _converge_entries(entries, ours, is_ours))
+    return _wrap(pod_config, ours)
+
+
+# SGLang prefill/decode disaggregation (``server_args.py`` at 0.5.13,
+# ``arg_groups/fields/disagg.py`` and ``arg_groups/pd_disaggregation_hook.py`` at 0.5.23).
+SGLANG_DISAGGREGATION_MODE: Final = "--disaggregation-mode"
+SGLANG_DISAGGREGATION_BACKEND: Final = "--disaggregation-transfer-backend"
+SGLANG_DECODE_RADIX_CACHE: Final = "--disaggregation-decode-enable-radix-cache"
+SGLANG_DECODE: Final = "decode"
+
+
+@dataclass(frozen=True)
+class SGLangDisaggregation:
+    """The prefill/decode role an SGLang engine's command line gives it."""
+
+    mode: str  # "null" (not disaggregated), "prefill" or "decode"
+    transfer_backend: str | None  # as written; SGLang's default is mooncake
+    decode_radix_cache: bool
+
+    @property
+    def decode_without_radix_cache(self) -> bool:
+        """SGLang forces a decode server's radix cache off unless
+        ``--disaggregation-decode-enable-radix-cache``: LMCache's and HiCache's trees
+        then never run (HiCache is refused outright)."""
+        return self.mode == SGLANG_DECODE and not self.decode_radix_cache
+
+
+def read_sglang_disaggregation(tokens: Sequence[str]) -> SGLangDisaggregation:
+    """The last ``--disaggregation-mode`` / ``--disaggregation-transfer-backend`` and
+    whether the decode radix cache is on (a store_true flag at both pinned releases)."""
+    _, mode, _ = _last_value(tokens, SGLANG_DISAGGREGATION_MODE)
+    _, backend, _ = _last_value(tokens, SGLANG_DISAGGREGATION_BACKEND)
+    radix = SGLANG_DECODE_RADIX_CACHE in tokens
+    return SGLangDisaggregation(mode or "null", backend, radix)
+
+
+def sglang_disaggregation_message(role: SGLangDisaggregation, cache: str) -> str | None:
+    """Why ``cache`` (LMCache, HiCache) cannot run beside the pod's disaggregated role,
+    or None where it can (not disaggregated, a prefill server, a decode server with its
+    radix cache enabled)."""
+    if not role.decode_without_radix_cache:
+        return None
+    return (
+        f"the pod is an SGLang decode server ({SGLANG_DISAGGREGATION_MODE} decode, transfer "
+        f"backend {role.transfer_backend or 'mooncake'}) without "
+        f"{SGLANG_DECODE_RADIX_CACHE}: SGLang forces its radix cache off, so {cache} would "
+        "not run; the pod is left unwired with its flags untouched (add "
+        f"{SGLANG_DECODE_RADIX_CACHE} to cache on the decode side)"
+    )
+
+
+def decline_sglang_decode_without_radix_cache(tokens: Sequence[str], cache: str) -> None:
+    """Rule: an SGLang decode server without a radix cache is not wired (fail open,
+    ``disaggregated_decode_no_radix_cache``); any other role keeps its flags and is."""
+    message = sglang_disaggregation_message(read_sglang_disaggregation(tokens), cache)
+    if message is not None:
+        raise InjectionDeclinedError(message, c.WIRING_REASON_DISAGGREGATED_DECODE)

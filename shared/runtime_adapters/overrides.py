@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.api.models import EngineOverrides
+from shared.api.models import CacheBackend, EngineOverrides
 from shared.runtime_adapters.podspec import (
     env_map,
     find_flag,
@@ -59,6 +59,17 @@ def entry_tokens(entry: str) -> list[str]:
     if "=" in head or not rest.strip():
         return [text] if "=" in head else [head]
     return [head, rest.strip()]
+
+
+def override_arg_tokens(backend: CacheBackend) -> list[str]:
+    """spec.integration.engineOverrides.args as argv tokens (appended after the
+    engine's own arguments)."""
+    integration = backend.spec.integration
+    overrides = integration.engine_overrides if integration else None
+    tokens: list[str] = []
+    for entry in (overrides.args if overrides else None) or []:
+        tokens += entry_tokens(entry)
+    return tokens
 
 
 def adapter_owned_args(before: dict[str, Any], after: dict[str, Any]) -> set[str]:

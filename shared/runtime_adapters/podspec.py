@@ -157,6 +157,19 @@ def upsert_arg(container: dict[str, Any], flag: str, value: str) -> None:
     container["args"] = upsert_arg_tokens(args, flag, value)
 
 
+def converge_last_arg(container: dict[str, Any], flag: str, value: str) -> None:
+    """Leave exactly one ``flag``, carrying ``value``, where argparse reads the last one.
+
+    With the flag in ``args`` (which Kubernetes appends after ``command``), the
+    occurrences in ``command`` are dropped and the one in ``args`` converges; with it
+    only in ``command``, it converges there; absent, it is appended to ``args``.
+    """
+    command = list(container.get("command") or [])
+    if find_flag(list(container.get("args") or []), flag) and find_flag(command[1:], flag):
+        container["command"] = [command[0], *remove_flag_tokens(command[1:], flag)]
+    upsert_arg(container, flag, value)
+
+
 def upsert_flag(container: dict[str, Any], flag: str) -> None:
     """Converge a boolean ``flag`` on a container (see ``upsert_arg`` for placement)."""
     args = list(container.get("args") or [])

@@ -37,7 +37,8 @@ from shared.bindings import Binding, Protocol
 from shared.jsoncopy import json_copy
 from shared.runtime_adapters.base import InjectContext, InjectionRejectedError, RuntimeAdapter
 from shared.runtime_adapters.engine import select_sglang_engine
-from shared.runtime_adapters.overrides import entry_groups
+from shared.runtime_adapters.kv_config import decline_sglang_decode_without_radix_cache
+from shared.runtime_adapters.overrides import entry_groups, override_arg_tokens
 from shared.runtime_adapters.podspec import cli_tokens, find_flag, flag_name, runs_shell_script
 
 ENABLE = "--enable-hierarchical-cache"
@@ -195,6 +196,9 @@ class SGLangHiCacheAdapter(RuntimeAdapter):
         index = self.engine_container_index(pod)
         engine_in = pod["spec"]["containers"][index]
         tokens = cli_tokens(engine_in)
+        decline_sglang_decode_without_radix_cache(
+            [*tokens, *override_arg_tokens(backend)], "HiCache"
+        )
         wanted = desired_args(hi)
         # All judged on the original pod: nothing is written unless everything passes.
         reject_lmcache_flags(tokens)

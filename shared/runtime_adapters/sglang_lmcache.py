@@ -46,10 +46,13 @@ from shared.jsoncopy import json_copy
 from shared.runtime_adapters.base import InjectContext, InjectionRejectedError, RuntimeAdapter
 from shared.runtime_adapters.engine import select_sglang_engine
 from shared.runtime_adapters.host_memory_fit import SHM_PATH
+from shared.runtime_adapters.kv_config import decline_sglang_decode_without_radix_cache
+from shared.runtime_adapters.overrides import override_arg_tokens
 from shared.runtime_adapters.podspec import (
     adopt_container,
     adopt_volume,
     all_containers,
+    cli_tokens,
     find_named,
     mount_at,
     normalize_path,
@@ -315,6 +318,9 @@ class SGLangLMCacheAdapter(RuntimeAdapter):
             raise InjectionRejectedError(f"SGLang with LMCache supports only ReadWrite, not {role}")
         index = self.engine_container_index(pod)
         engine_in = pod["spec"]["containers"][index]
+        decline_sglang_decode_without_radix_cache(
+            [*cli_tokens(engine_in), *override_arg_tokens(backend)], "LMCache"
+        )
         if runs_shell_script(engine_in):
             raise InjectionRejectedError(
                 f"container {engine_in.get('name')!r} runs a shell script (sh -c); flags "

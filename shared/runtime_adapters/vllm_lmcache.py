@@ -47,15 +47,33 @@ from shared.api.models import CacheBackend
 from shared.bindings import Binding, Protocol
 from shared.jsoncopy import json_copy
 from shared.runtime_adapters import kernel_check
-from shared.runtime_adapters.base import InjectContext, InjectionRejectedError, RuntimeAdapter
+from shared.runtime_adapters.base import (
+    InjectContext,
+    InjectionDeclinedError,
+    InjectionRejectedError,
+    RuntimeAdapter,
+)
 from shared.runtime_adapters.engine import select_vllm_engine
 from shared.runtime_adapters.engine_parallelism import ProcessCount, vllm_process_count
-from shared.runtime_adapters.overrides import entry_tokens
+from shared.runtime_adapters.kv_config import (
+    KV_OFFLOADING_BACKEND,
+    KV_OFFLOADING_SIZE,
+    KV_TRANSFER_CONFIG,
+    MULTI_CONNECTOR,
+    KVConfig,
+    TransferConfigError,
+    compose_transfer_config,
+    multi_connector_entries,
+    read_kv_config,
+    transfer_config_text,
+)
+from shared.runtime_adapters.overrides import override_arg_tokens
 from shared.runtime_adapters.podspec import (
     cli_tokens,
+    converge_last_arg,
     env_index,
+    remove_flag_tokens,
     runs_shell_script,
-    upsert_arg,
     upsert_env,
     upsert_env_var,
 )
@@ -64,9 +82,16 @@ from shared.runtime_adapters.sizing import (
     host_memory_bytes,
     per_process_bytes,
 )
+from shared.runtime_adapters.vllm_release import (
+    connector_registered,
+    image_release,
+    release_text,
+)
 
-KV_TRANSFER_CONFIG = "--kv-transfer-config"
 CONNECTOR = "LMCacheConnectorV1"
+# Every LMCache connector vLLM registers (LMCacheConnectorV1, LMCacheMPConnector) starts
+# so: an entry of one is LMCache's, converged to ours rather than run twice.
+LMCACHE_CONNECTOR_PREFIX = "LMCache"
 KV_ROLE = {
     c.ROLE_READ_ONLY: "kv_consumer",
     c.ROLE_WRITE_ONLY: "kv_producer",
@@ -101,9 +126,116 @@ MOONCAKE_DEFAULTS: dict[str, str] = {
 }
 
 
-def kv_transfer_config(role: str) -> str:
-    """The connector JSON, compact and key-ordered so the arg is byte-stable."""
-    return json.dumps({"kv_connector": CONNECTOR, "kv_role": KV_ROLE[role]}, separators=(",", ":"))
+def lmcache_transfer_config(role: str) -> dict[str, Any]:
+    """Our connector config, key-ordered so the arg is byte-stable."""
+    return {"kv_connector": CONNECTOR, "kv_role": KV_ROLE[role]}
+
+
+def is_lmcache_connector(config: dict[str, Any]) -> bool:
+    """Whether a connector config (top-level or a MultiConnector entry) is LMCache's."""
+    name = config.get("kv_connector")
+    return isinstance(name, str) and name.startswith(LMCACHE_CONNECTOR_PREFIX)
+
+
+def unregistered_connectors(
+    config: dict[str, Any], release: tuple[int, int, int] | None
+) -> list[str]:
+    """The connectors of a pod's config (top-level and MultiConnector entries) that the
+    vLLM release does not register and no ``kv_connector_module_path`` loads."""
+    configs = [config]
+    if config.get("kv_connector") == MULTI_CONNECTOR:
+        configs += multi_connector_entries(config)
+    missing: list[str] = []
+    for entry in configs:
+        name = entry.get("kv_connector")
+        if entry.get("kv_connector_module_path") or not isinstance(name, str):
+            continue
+        if connector_registered(name, release) is False:
+            missing.append(name)
+    return missing
+
+
+# vLLM 0.11.1 added --kv-offloading-size / --kv-offloading-backend and the overwrite.
+ENGINE_OFFLOADING_SINCE: tuple[int, int, int] = (0, 11, 1)
+# What VllmConfig._post_init_kv_transfer_config sets kv_connector to, per backend.
+ENGINE_OFFLOADING_CONNECTOR: dict[str, str] = {
+    "native": "OffloadingConnector",
+    "lmcache": "LMCacheMPConnector",
+}
+# The pod's values as quoted in the admission warning, which must stay within the API
+# server's 256 characters whatever the pod says.
+WARNING_VALUE_CHARS = 16
+
+
+def _clip(value: str) -> str:
+    return value if len(value) <= WARNING_VALUE_CHARS else value[: WARNING_VALUE_CHARS - 1] + "…"
+
+
+def engine_offloading_declined(kv: KVConfig, release: tuple[int, int, int] | None) -> None:
+    """Rule "the engine's own offloading wins": a pod with ``--kv-offloading-size`` is
+    admitted with its flags untouched and not wired, since vLLM would overwrite the
+    connector we inject (``VllmConfig._post_init_kv_transfer_config``). Raises
+    InjectionDeclinedError with the reason, an admission warning naming the flag, and
+    the EngineOffloadingConflict record for the worker."""
+    if not kv.engine_offloading:
+        return
+    backend = kv.offloading_backend or "native"
+    flag = f"{KV_OFFLOADING_SIZE} {_clip(str(kv.offloading_size))}"
+    if release is not None and release < ENGINE_OFFLOADING_SINCE:
+        effect = (
+            f"vLLM {release_text(release)} has no such flag and refuses it (from "
+            f"{release_text(ENGINE_OFFLOADING_SINCE)} it overwrites the KV connector)"
+        )
+    else:
+        replacement = ENGINE_OFFLOADING_CONNECTOR.get(backend, "its offloading connector")
+        if backend == "lmcache":
+            replacement += " at tcp://localhost:5555"
+        effect = f"vLLM overwrites the KV connector with {replacement}: LMCache never runs"
+    warning = (
+        f"{flag} (backend {_clip(backend)}): {effect}; admitted unwired, flags untouched "
+        f"({c.REASON_ENGINE_OFFLOADING_CONFLICT}). Drop the flag to use the CacheBackend"
+    )
+    raise InjectionDeclinedError(
+        f"{c.REASON_ENGINE_OFFLOADING_CONFLICT}: the engine's own KV offloading wins: {flag} "
+        f"({KV_OFFLOADING_BACKEND} {_clip(backend)}): {effect}; the pod is admitted unwired "
+        "with its flags untouched",
+        c.WIRING_REASON_ENGINE_OFFLOADING,
+        declined=c.REASON_ENGINE_OFFLOADING_CONFLICT,
+        warnings=(warning,),
+    )
+
+
+def composed_transfer_config(template: dict[str, Any], backend: CacheBackend, role: str) -> str:
+    """The one ``--kv-transfer-config`` the engine runs: the pod's own connector config
+    (its last occurrence, as vLLM reads it) composed with ours. Raises
+    InjectionDeclinedError (fail open, the pod's arguments untouched) when the pod's
+    own offloading would overwrite it, or when that config cannot be read or names a
+    connector the pod's vLLM release does not register."""
+    kv = read_kv_config(template, unreserved_override_tokens(backend))
+    release = image_release(template)
+    engine_offloading_declined(kv, release)
+    if kv.transfer_error:
+        raise InjectionDeclinedError(
+            f"{kv.transfer_error}; the pod is left unwired so vLLM reads its config as written",
+            c.WIRING_REASON_KV_CONFIG_INVALID,
+        )
+    try:
+        missing = unregistered_connectors(kv.transfer_config or {}, release)
+        composed = compose_transfer_config(
+            kv.transfer_config, lmcache_transfer_config(role), is_ours=is_lmcache_connector
+        )
+    except TransferConfigError as exc:
+        raise InjectionDeclinedError(
+            f"{exc}; the pod is left unwired", c.WIRING_REASON_KV_CONFIG_INVALID
+        ) from exc
+    if missing:
+        at = f"vLLM {release_text(release)}" if release else "the newest vLLM"
+        raise InjectionDeclinedError(
+            f"{KV_TRANSFER_CONFIG} names {', '.join(missing)}, which {at} does not register "
+            "(and no kv_connector_module_path loads it); the pod is left unwired",
+            c.WIRING_REASON_KV_CONNECTOR_UNREGISTERED,
+        )
+    return transfer_config_text(composed)
 
 
 def remote_url(binding: Binding) -> str:
@@ -210,14 +342,12 @@ def fails_on_unknown_vllm_env(engine: dict[str, Any], backend: CacheBackend) -> 
     return fails
 
 
-def override_arg_tokens(backend: CacheBackend) -> list[str]:
-    """spec.integration.engineOverrides.args as argv tokens (appended after the
-    engine's own arguments)."""
-    integration = backend.spec.integration
-    overrides = integration.engine_overrides if integration else None
-    tokens: list[str] = []
-    for entry in (overrides.args if overrides else None) or []:
-        tokens += entry_tokens(entry)
+def unreserved_override_tokens(backend: CacheBackend) -> list[str]:
+    """engineOverrides.args tokens as the engine gets them: the adapter's reserved
+    flags (which the overrides merge skips and validation rejects) left out."""
+    tokens = override_arg_tokens(backend)
+    for flag in VLLMLMCacheAdapter.reserved_args:
+        tokens = remove_flag_tokens(tokens, flag)
     return tokens
 
 
@@ -270,7 +400,12 @@ class VLLMLMCacheAdapter(RuntimeAdapter):
     name: ClassVar[str] = "vLLM+LMCache"
     runtime: ClassVar[str] = c.RUNTIME_VLLM
     cache_type: ClassVar[str] = c.TYPE_LMCACHE
-    reserved_args: ClassVar[tuple[str, ...]] = ("--kv-transfer-config",)
+    # The offloading flags too: vLLM's own offloading overwrites the connector.
+    reserved_args: ClassVar[tuple[str, ...]] = (
+        KV_TRANSFER_CONFIG,
+        KV_OFFLOADING_SIZE,
+        KV_OFFLOADING_BACKEND,
+    )
     reserved_env: ClassVar[tuple[str, ...]] = (
         "VLLM_USE_V1",
         "LMCACHE_REMOTE_URL",
@@ -307,6 +442,7 @@ class VLLMLMCacheAdapter(RuntimeAdapter):
             vllm_use_v1=not fails_on_unknown_vllm_env(template, backend),
             processes=processes.count,
         )
+        transfer = composed_transfer_config(template, backend, role)
         mode = kernel_check.requested_mode(backend.metadata.annotations)
         extra = None
         if binding is not None and binding.protocol == "mooncakestore":
@@ -320,7 +456,7 @@ class VLLMLMCacheAdapter(RuntimeAdapter):
                 f"{KV_TRANSFER_CONFIG} appended to args would not reach vLLM: put the vLLM "
                 "CLI in command/args"
             )
-        upsert_arg(engine, KV_TRANSFER_CONFIG, kv_transfer_config(role))
+        converge_last_arg(engine, KV_TRANSFER_CONFIG, transfer)
         for name, value in env.items():
             upsert_env(engine, name, value)
         if extra is not None:

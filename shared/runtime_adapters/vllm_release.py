@@ -16,7 +16,7 @@ from typing import Any, Final
 _RELEASE_TAG: Final = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:(?:rc|\.post|-|\+)[0-9A-Za-z.\-+]*)?$")
 
 
-def image_tag(image: str) -> str | None:
+def _image_tag(image: str) -> str | None:
     """The tag of an image reference (``repo:tag`` or ``repo:tag@digest``); None without one."""
     name = image.strip().split("@", 1)[0]
     last = name.rsplit("/", 1)[-1]
@@ -36,8 +36,92 @@ def release_from_tag(tag: str | None) -> tuple[int, int, int] | None:
 
 def image_release(container: dict[str, Any]) -> tuple[int, int, int] | None:
     """The vLLM release the container's image tag names, or None."""
-    return release_from_tag(image_tag(str(container.get("image") or "")))
+    return release_from_tag(_image_tag(str(container.get("image") or "")))
 
 
 def release_text(release: tuple[int, int, int]) -> str:
     return ".".join(str(part) for part in release)
+
+
+# The KV connectors vLLM's factory registers (``KVConnectorFactory.register_connector``
+# in ``vllm/distributed/kv_transfer/kv_connector/factory.py``), per release read. A
+# contract test keeps every row equal to that release's wheel.
+REGISTERED_KV_CONNECTORS: Final[dict[tuple[int, int, int], frozenset[str]]] = {
+    (0, 11, 0): frozenset(
+        {
+            "SharedStorageConnector",
+            "P2pNcclConnector",
+            "LMCacheConnectorV1",
+            "NixlConnector",
+            "MultiConnector",
+            "OffloadingConnector",
+        }
+    ),
+    (0, 33, 0): frozenset(
+        {
+            "ExampleConnector",
+            "ExampleHiddenStatesConnector",
+            "LMCacheConnectorV1",
+            "LMCacheMPConnector",
+            "NixlConnector",
+            "NixlPullConnector",
+            "NixlPushConnector",
+            "MultiConnector",
+            "HiSparseConnector",
+            "MoRIIOConnector",
+            "OffloadingConnector",
+            "DecodeBenchConnector",
+            "MooncakeConnector",
+            "MooncakeStoreConnector",
+            "FlexKVConnectorV1",
+            "SimpleCPUOffloadConnector",
+            "HF3FSKVConnector",
+        }
+    ),
+    (0, 34, 0): frozenset(
+        {
+            "ExampleConnector",
+            "ExampleHiddenStatesConnector",
+            "LMCacheConnectorV1",
+            "LMCacheMPConnector",
+            "NixlConnector",
+            "NixlPullConnector",
+            "NixlPushConnector",
+            "MultiConnector",
+            "HiSparseConnector",
+            "MoRIIOConnector",
+            "OffloadingConnector",
+            "DecodeBenchConnector",
+            "MooncakeConnector",
+            "MooncakeStoreConnector",
+            "UMBPStoreConnector",
+            "FlexKVConnectorV1",
+            "SimpleCPUOffloadConnector",
+            "HF3FSKVConnector",
+        }
+    ),
+}
+
+
+def connector_registered(name: str, release: tuple[int, int, int] | None) -> bool | None:
+    """Whether vLLM ``release`` registers the KV connector ``name``; None when the
+    releases read do not settle it.
+
+    A release read answers for itself. Between two releases read, a connector both
+    register (or neither) is taken as registered (or not); one only the older or only
+    the newer registers is unknown. After the newest read (or an image tag naming no
+    release, which gets the newest semantics) a connector the newest registers is
+    registered, another unknown (it may have been added since); before the oldest,
+    unknown.
+    """
+    read = sorted(REGISTERED_KV_CONNECTORS)
+    if release in REGISTERED_KV_CONNECTORS:
+        return name in REGISTERED_KV_CONNECTORS[release]
+    if release is None or release > read[-1]:
+        return True if name in REGISTERED_KV_CONNECTORS[read[-1]] else None
+    if release < read[0]:
+        return None
+    older = max(r for r in read if r < release)
+    newer = min(r for r in read if r > release)
+    in_older = name in REGISTERED_KV_CONNECTORS[older]
+    return in_older if in_older == (name in REGISTERED_KV_CONNECTORS[newer]) else None

@@ -3,7 +3,8 @@
     python -m tests.engine_contracts.fetch [--print]
 
 For every release of ``SAMPLE_TARGETS``, ``NEWEST`` and ``REJECTED``
-(shared/engine_versions.py):
+(shared/engine_versions.py), and every vLLM release of the KV connector table
+(``REGISTERED_KV_CONNECTORS``, shared/runtime_adapters/vllm_release.py):
 ``pip download --no-deps --only-binary=:all:`` the CPython 3.11 manylinux x86_64 wheel
 (the one the engine images run) into a scratch directory, keep its ``.py`` files and the
 list of its file names (tests/engine_contracts/cache.py), write the stamp last, delete
@@ -25,7 +26,8 @@ import time
 import zipfile
 from pathlib import Path
 
-from shared.engine_versions import NEWEST, PACKAGES, REJECTED, SAMPLE_TARGETS
+from shared.engine_versions import NEWEST, PACKAGES, REJECTED, SAMPLE_TARGETS, VLLM
+from shared.runtime_adapters.vllm_release import REGISTERED_KV_CONNECTORS, release_text
 from tests.engine_contracts.cache import (
     LAYOUT,
     MANIFEST,
@@ -66,11 +68,12 @@ PIP_TARGET = (
 
 
 def releases() -> list[tuple[str, str]]:
-    """(package, version) of both pinned sets and of the rejected releases, each once,
-    in a stable order."""
+    """(package, version) of both pinned sets, of the rejected releases and of the vLLM
+    releases whose KV connector registry the wiring reads, each once, in a stable order."""
     seen: list[tuple[str, str]] = []
     wanted = [(p, s.of(p)) for s in (SAMPLE_TARGETS, NEWEST) for p in PACKAGES]
     wanted += [(p, v) for p, versions in REJECTED.items() for v in versions]
+    wanted += [(VLLM, release_text(r)) for r in sorted(REGISTERED_KV_CONNECTORS)]
     for item in wanted:
         if item not in seen:
             seen.append(item)

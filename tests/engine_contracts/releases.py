@@ -8,7 +8,7 @@ from typing import Final
 from shared.engine_versions import LMCACHE, NEWEST, SAMPLE_TARGETS, SGLANG, VLLM, ReleaseSet
 from tests.engine_contracts.cache import MANIFEST, SOURCES, require_release
 from tests.engine_contracts.checks import Releases
-from tests.engine_contracts.surfaces import read_lmcache, read_sglang, read_vllm
+from tests.engine_contracts.surfaces import VllmSurface, read_lmcache, read_sglang, read_vllm
 
 SETS: Final[dict[str, ReleaseSet]] = {"samples": SAMPLE_TARGETS, "newest": NEWEST}
 
@@ -44,3 +44,9 @@ def read_set(name: str, pinned: ReleaseSet) -> Releases:
             lmcache / SOURCES, pinned.lmcache, (lmcache / MANIFEST).read_text().split()
         ),
     )
+
+
+@cache
+def vllm_release(version: str) -> VllmSurface:
+    """One vLLM release's surface, pinned or not (the KV connector table's releases)."""
+    return read_vllm(require_release(VLLM, version) / SOURCES, version)

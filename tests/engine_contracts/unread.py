@@ -18,7 +18,7 @@ UNREAD_BY_ENGINES: Final[dict[str, tuple[str, ...]]] = {
         "sglang 0.5.13 + lmcache 0.4.7",
         "sglang 0.5.23 + lmcache 0.5.6",
         "vllm 0.11.0 + lmcache 0.4.7",
-        "vllm 0.33.0 + lmcache 0.5.6",
+        "vllm 0.34.0 + lmcache 0.5.6",
     ),
     # The MP worker's marker: the webhook reads it to recognise its own render.
     "INFERENCECACHE_RENDERED_BY": ("lmcache 0.4.7", "lmcache 0.5.6"),
@@ -27,6 +27,6 @@ UNREAD_BY_ENGINES: Final[dict[str, tuple[str, ...]]] = {
         "sglang 0.5.13 + lmcache 0.4.7",
         "sglang 0.5.23 + lmcache 0.5.6",
     ),
-    # Gone from vllm/envs.py in 0.33 (vLLM warns "Unknown vLLM environment variable").
-    "VLLM_USE_V1": ("vllm 0.33.0 + lmcache 0.5.6",),
+    # Gone from vllm/envs.py since 0.33 (vLLM warns "Unknown vLLM environment variable").
+    "VLLM_USE_V1": ("vllm 0.34.0 + lmcache 0.5.6",),
 }

@@ -1025,6 +1025,18 @@ def test_reject_reserved_engine_overrides_rejects_vllm_reserved_set() -> None:
     assert "env PYTHONHASHSEED is reserved by the vLLM+LMCache adapter" in errors[2].detail
 
 
+@pytest.mark.parametrize("arg", ["--kv-offloading-size=64", "--kv-offloading-backend"])
+def test_reject_reserved_engine_overrides_rejects_vllm_offloading_flags(arg: str) -> None:
+    """vLLM's own offloading overwrites the injected connector: engineOverrides.args may
+    not add --kv-offloading-size / --kv-offloading-backend; the error names the flag."""
+    errors = reject_reserved_engine_overrides(
+        context_for(cb(overrides("VLLM", args=[arg, "lmcache"])), NS)
+    )
+    assert [e.field for e in errors] == ["spec.integration.engineOverrides.args[0]"]
+    flag = arg.split("=", 1)[0]
+    assert errors[0].detail.startswith(f"flag {flag} is reserved by the vLLM+LMCache adapter")
+
+
 def test_reject_reserved_engine_overrides_rejects_sglang_reserved_set() -> None:
     """Spec: SGLang+LMCache reserves --enable-lmcache, --lmcache-config-file,
     LMCACHE_USE_EXPERIMENTAL, INFERENCECACHE_FAIL_OPEN (per-adapter reservation)."""

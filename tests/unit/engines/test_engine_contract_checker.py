@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from shared.engine_versions import NEWEST, REJECTED, SAMPLE_TARGETS
+from shared.runtime_adapters.vllm_release import REGISTERED_KV_CONNECTORS, release_text
 from tests.engine_contracts import fetch
 from tests.engine_contracts.cache import (
     OVERRIDE_ENV,
@@ -334,6 +335,8 @@ def test_a_missing_cache_fails_naming_make_engine_sources(
 def test_the_fetcher_covers_both_pinned_sets_and_the_rejected_releases() -> None:
     wanted = {(p, s.of(p)) for s in (SAMPLE_TARGETS, NEWEST) for p in ("vllm", "sglang", "lmcache")}
     wanted |= {(p, v) for p, versions in REJECTED.items() for v in versions}
+    # The vLLM releases whose KV connector registry the composing wiring reads.
+    wanted |= {("vllm", release_text(r)) for r in REGISTERED_KV_CONNECTORS}
     assert set(fetch.releases()) == wanted
     assert len(fetch.releases()) == len(wanted)
 

@@ -40,7 +40,11 @@ def test_registry_selects_vllm_lmcache_adapter() -> None:
 
 
 def test_declared_reserved_args_env_and_protocols() -> None:
-    assert ADAPTER.reserved_args == ("--kv-transfer-config",)
+    assert ADAPTER.reserved_args == (
+        "--kv-transfer-config",
+        "--kv-offloading-size",
+        "--kv-offloading-backend",
+    )
     assert set(ADAPTER.reserved_env) == {
         "VLLM_USE_V1",
         "LMCACHE_REMOTE_URL",
@@ -255,7 +259,11 @@ def test_existing_user_args_and_env_preserved() -> None:
 
 def test_existing_kv_transfer_config_eq_form_is_converged_in_place() -> None:
     engine = make_container(
-        args=['--kv-transfer-config={"kv_connector":"Other"}', "--port", "8000"]
+        args=[
+            '--kv-transfer-config={"kv_connector":"LMCacheConnectorV1","kv_role":"kv_consumer"}',
+            "--port",
+            "8000",
+        ]
     )
     out = engine_of(inject(make_pod(engine)))
     assert out["args"][0].startswith("--kv-transfer-config=")

@@ -748,10 +748,13 @@ def test_pw_existing_colliding_args_and_env_converge(hook: Webhook) -> None:
     hook.write(backend())
     result, _ = hook.admit(pod(engine))
     got = result["spec"]["containers"][0]
+    # The pod's own connector is kept, first, with LMCache after it (MultiConnector).
     assert got["args"] == [
         "--model",
         MODEL,
-        '--kv-transfer-config={"kv_connector":"LMCacheConnectorV1","kv_role":"kv_both"}',
+        '--kv-transfer-config={"kv_connector":"MultiConnector","kv_role":"kv_both",'
+        '"kv_connector_extra_config":{"connectors":[{"kv_connector":"NixlConnector",'
+        '"kv_role":"kv_both"},{"kv_connector":"LMCacheConnectorV1","kv_role":"kv_both"}]}}',
         "--max-model-len",
         "8192",
     ]

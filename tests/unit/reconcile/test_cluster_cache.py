@@ -384,6 +384,16 @@ def test_reduced_objects_keep_what_the_rules_read() -> None:
         c.ANNOTATION_INJECTED_BY_UID: "uid-a",
     }
     assert meta["ownerReferences"] == [{"kind": "ReplicaSet", "name": "rs", "controller": True}]
+    # The decline record EngineOffloading counts is kept too.
+    declined = engine("q", {"app": "x"})
+    declined["metadata"]["annotations"] = {
+        c.ANNOTATION_INJECT_DECLINED: c.REASON_ENGINE_OFFLOADING_CONFLICT,
+        c.ANNOTATION_INJECT_DECLINED_BY: f"{NS}/a",
+    }
+    assert engine_pod_metadata(declined)["metadata"]["annotations"] == {
+        c.ANNOTATION_INJECT_DECLINED: c.REASON_ENGINE_OFFLOADING_CONFLICT,
+        c.ANNOTATION_INJECT_DECLINED_BY: f"{NS}/a",
+    }
     rs = replicaset("d-1", "d", {"app": "x"}, replicas=3)
     rs["metadata"]["annotations"]["deployment.kubernetes.io/max-replicas"] = "4"
     rs["spec"] = {"replicas": 3, "template": {"spec": {"containers": []}}}
