@@ -52,8 +52,8 @@ from reconciler.steps.reconcile import (
     Reconciler,
 )
 from webhook_svc import pod_admission
-from webhook_svc.admission_gate import ByteBudget
 from webhook_svc.admission_review import AdmissionRequest
+from webhook_svc.http.admission_gate import ByteBudget
 from webhook_svc.pod_admission import Backends
 from webhook_svc.workload_authz import ReviewError
 

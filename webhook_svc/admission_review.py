@@ -11,7 +11,7 @@ import jsonpatch
 
 from shared import json_diff
 from shared.jsoncopy import json_copy
-from webhook_svc.codec import encode_json
+from webhook_svc.http.codec import encode_json
 
 
 class BadReviewError(ValueError):

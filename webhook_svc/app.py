@@ -7,13 +7,13 @@ data (webhook_svc/cachebackend_admission.py, webhook_svc/pod_admission.py,
 webhook_svc/workload_authz.py): in place, or for a body over ``INLINE_MAX_BYTES`` on a
 worker thread. It answers 200 with an AdmissionReview, or 400/408/413
 for a body that is not one, or 503 + Retry-After when the in-flight byte budgets stay
-full (webhook_svc/admission_gate.py). No path returns a 500: an unexpected error on
+full (webhook_svc/http/admission_gate.py). No path returns a 500: an unexpected error on
 the Pod route admits the pod unchanged, on the CacheBackend routes it becomes a
 denial carrying the error, and one that escapes even that is a 503 + Retry-After,
 counted in ``inferencecache_webhook_internal_errors_total``.
 
 Connections and the request concurrency limit are the serving layer's
-(webhook_svc/serving.py); draining is webhook_svc/lifecycle.py's.
+(webhook_svc/http/serving.py); draining is webhook_svc/http/lifecycle.py's.
 """
 
 from __future__ import annotations
@@ -31,19 +31,6 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 from shared.pod_wiring import OUTCOME_FAIL_OPEN
 from shared.runtime_adapters.base import InjectContext
-from webhook_svc.admission_gate import (
-    DEFAULT_LIMIT_CONCURRENCY,
-    DEFAULT_MAX_BODY_BYTES,
-    DEFAULT_MAX_INFLIGHT_BYTES,
-    MIN_RESERVATION_BYTES,
-    BodyReader,
-    BodyTimeoutError,
-    BodyTooLargeError,
-    ByteBudget,
-    ClientGoneError,
-    OverloadedError,
-    RequestLimit,
-)
 from webhook_svc.admission_review import (
     AdmissionRequest,
     BadReviewError,
@@ -56,8 +43,22 @@ from webhook_svc.cachebackend_admission import (
     mutate_cachebackend,
     validate_cachebackend,
 )
-from webhook_svc.codec import BadBodyError, decode_body, encode_json
-from webhook_svc.lifecycle import is_draining, lifespan
+from webhook_svc.http.admission_gate import (
+    DEFAULT_LIMIT_CONCURRENCY,
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_INFLIGHT_BYTES,
+    MIN_RESERVATION_BYTES,
+    BodyReader,
+    BodyTimeoutError,
+    BodyTooLargeError,
+    ByteBudget,
+    ClientGoneError,
+    OverloadedError,
+    RequestLimit,
+)
+from webhook_svc.http.codec import BadBodyError, decode_body, encode_json
+from webhook_svc.http.lifecycle import is_draining, lifespan
+from webhook_svc.http.serving import ServingMiddleware
 from webhook_svc.metrics import WebhookMetrics
 from webhook_svc.pod_admission import (
     REASON_INTERNAL_ERROR,
@@ -66,7 +67,6 @@ from webhook_svc.pod_admission import (
     answer_pod,
     classify_pod,
 )
-from webhook_svc.serving import ServingMiddleware
 from webhook_svc.workload_authz import AccessReviewer, authorize, review_plan
 
 log = logging.getLogger("icache.webhook")
@@ -297,7 +297,7 @@ def create_app(
     app.state.on_shutdown = list(on_shutdown)
     app.add_middleware(ServingMiddleware)
     # One body at the limit fits however the budgets are sized: bodies being judged,
-    # and large bodies still arriving (webhook_svc/admission_gate.py).
+    # and large bodies still arriving (webhook_svc/http/admission_gate.py).
     capacity = max(max_inflight_bytes, max_body_bytes + MIN_RESERVATION_BYTES)
     budget = ByteBudget(capacity, limit_concurrency)
     arriving = ByteBudget(capacity, limit_concurrency)

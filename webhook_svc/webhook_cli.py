@@ -1,7 +1,7 @@
 """`icache webhook`: serve the admission webhooks under uvicorn.
 
 TLS comes from --tls-cert-file/--tls-key-file and is reloaded when the files change
-(cert-manager or `icache certs` rotates them): see webhook_svc/tls.py. --insecure serves
+(cert-manager or `icache certs` rotates them): see webhook_svc/http/tls.py. --insecure serves
 plain HTTP for local replay with curl.
 """
 
@@ -19,18 +19,18 @@ from cli_support import arg_types as cli_types
 from kubeio import access as kubeaccess
 from shared import jsonlog
 from shared.runtime_adapters.base import InjectContext
-from webhook_svc.admission_gate import (
-    DEFAULT_LIMIT_CONCURRENCY,
-    DEFAULT_MAX_BODY_BYTES,
-    DEFAULT_MAX_INFLIGHT_BYTES,
-)
 from webhook_svc.backend_source import (
     DEFAULT_LIST_TIMEOUT_SECONDS,
     ApiBackendSource,
     BackendSource,
     FileBackendSource,
 )
-from webhook_svc.serving import (
+from webhook_svc.http.admission_gate import (
+    DEFAULT_LIMIT_CONCURRENCY,
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_INFLIGHT_BYTES,
+)
+from webhook_svc.http.serving import (
     DEFAULT_HEAD_TIMEOUT_SECONDS,
     DEFAULT_KEEP_ALIVE_SECONDS,
 )
@@ -38,7 +38,7 @@ from webhook_svc.serving import (
 if TYPE_CHECKING:
     from kubeio.async_client import ApiServer
     from webhook_svc.workload_authz import AccessReviewer
-from webhook_svc.uvicorn_processes import (
+from webhook_svc.http.uvicorn_processes import (
     available_cpus,
     bind,
     fork_workers,
@@ -329,9 +329,9 @@ def _serve(settings: WebhookSettings) -> int:
     import uvicorn
 
     from webhook_svc.app import create_app
-    from webhook_svc.lifecycle import DrainingServer
-    from webhook_svc.serving import Connections
-    from webhook_svc.tls import ReloadingTLS
+    from webhook_svc.http.lifecycle import DrainingServer
+    from webhook_svc.http.serving import Connections
+    from webhook_svc.http.tls import ReloadingTLS
 
     jsonlog.setup(settings.log_level)
     if not settings.insecure and not (settings.tls_cert_file and settings.tls_key_file):
@@ -378,7 +378,7 @@ def _serve(settings: WebhookSettings) -> int:
         log_config=None,
         access_log=False,
         lifespan="on",
-        # The request limit is the serving layer's (webhook_svc/serving.py): uvicorn's
+        # The request limit is the serving layer's (webhook_svc/http/serving.py): uvicorn's
         # counts idle connections against it.
         limit_concurrency=None,
         timeout_keep_alive=settings.keep_alive_timeout,
