@@ -18,7 +18,6 @@ Connections and the request concurrency limit are the serving layer's
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -34,7 +33,6 @@ from shared.runtime_adapters.base import InjectContext
 from webhook_svc.admission_review import (
     AdmissionRequest,
     BadReviewError,
-    allow,
     parse_review,
 )
 from webhook_svc.backend_source import BackendSource
@@ -57,16 +55,11 @@ from webhook_svc.http.admission_gate import (
     RequestLimit,
 )
 from webhook_svc.http.codec import BadBodyError, decode_body, encode_json
+from webhook_svc.http.executors import Run, in_place, on_a_thread
 from webhook_svc.http.lifecycle import is_draining, lifespan
 from webhook_svc.http.serving import ServingMiddleware
 from webhook_svc.metrics import WebhookMetrics
-from webhook_svc.pod_admission import (
-    REASON_INTERNAL_ERROR,
-    Backends,
-    PodRequest,
-    answer_pod,
-    classify_pod,
-)
+from webhook_svc.pod_admission import REASON_INTERNAL_ERROR, admit_pod, fail_open_answer
 from webhook_svc.workload_authz import AccessReviewer, authorize, review_plan
 
 log = logging.getLogger("icache.webhook")
@@ -88,17 +81,6 @@ UNEXPECTED_BODY: Final = encode_json({"error": "webhook error: retry shortly"})
 # probe timeout (tests/integration/webhook/test_webhook_overload.py). Real AdmissionReviews
 # are a few KiB: on the loop, which costs less than the thread hop.
 INLINE_MAX_BYTES: Final = 64 * 1024
-
-# Runs a pure function of the request: in place, or on a thread for a large body.
-Run = Callable[..., Awaitable[Any]]
-
-
-async def in_place(fn: Callable[..., Any], *args: Any) -> Any:
-    return fn(*args)
-
-
-async def on_a_thread(fn: Callable[..., Any], *args: Any) -> Any:
-    return await asyncio.to_thread(fn, *args)
 
 
 def parse_body(raw: bytes) -> AdmissionRequest:
@@ -193,13 +175,7 @@ def pod_fail_open(
         extra={"uid": req.uid, "outcome": OUTCOME_FAIL_OPEN, "reason": REASON_INTERNAL_ERROR},
     )
     counters.pod_wiring.labels(OUTCOME_FAIL_OPEN, REASON_INTERNAL_ERROR).inc()
-    response = allow(req.uid)
-    # The same decision record as every other Pod answer (see pod_admission.answer_pod).
-    response["response"]["auditAnnotations"] = {
-        "outcome": OUTCOME_FAIL_OPEN,
-        "reason": REASON_INTERNAL_ERROR,
-    }
-    return response
+    return fail_open_answer(req.uid)
 
 
 def cachebackend_outcome(response: dict[str, Any]) -> str:
@@ -233,15 +209,7 @@ def admission_router(
         return response, cachebackend_outcome(response)
 
     async def pod_judge(req: AdmissionRequest, run: Run) -> tuple[dict[str, Any], str]:
-        pod_request: PodRequest = await run(classify_pod, req)
-        namespace = pod_request.namespace_to_list
-        found: Backends = []
-        if namespace is not None:
-            try:
-                found = await backends.list(namespace)
-            except Exception as exc:  # answer_pod admits the pod unwired: list_error
-                found = exc
-        response, outcome, reason = await run(answer_pod, pod_request, found, inject_ctx)
+        response, outcome, reason = await admit_pod(req, backends.list, inject_ctx, run)
         counters.pod_wiring.labels(outcome, reason).inc()
         return response, outcome
 

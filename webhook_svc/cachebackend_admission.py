@@ -19,14 +19,9 @@ from typing import Any, Final
 
 from shared import constants as c
 from shared.defaulting import default_cachebackend
+from shared.json_diff import json_patch
 from shared.validation import FieldError, aggregate_message, validate, warnings
-from webhook_svc.admission_review import (
-    AdmissionRequest,
-    allow,
-    deny,
-    failure_status,
-    json_patch,
-)
+from webhook_svc.admission_review import AdmissionRequest, allow, deny, failure_status
 
 log = logging.getLogger("icache.webhook.cachebackend")
 

@@ -37,6 +37,7 @@ from typing import Any
 import yaml
 
 from cli_support import arg_types as cli_types
+from shared.json_diff import json_patch
 from shared.pod_wiring import (
     DEFAULT_NAMESPACE,
     OUTCOME_FAIL_OPEN,
@@ -45,7 +46,6 @@ from shared.pod_wiring import (
     wire_pod,
 )
 from shared.runtime_adapters.base import InjectContext
-from webhook_svc.admission_review import json_patch
 from webhook_svc.backend_files import BackendFileError, load_backends
 from webhook_svc.offline.manifest_input import Document, InputError, read_inputs
 
