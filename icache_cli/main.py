@@ -11,7 +11,8 @@ The habits every subcommand gets from here, so its module only declares flags:
 * every flag's help shows its default (:class:`DefaultsHelpFormatter`);
 * the flags of a long-running process (``LONG_RUNNING``) can also be set by an
   environment variable, ``ICACHE_`` + the flag in upper case with ``_`` for ``-``
-  (``--lease-seconds`` -> ``ICACHE_LEASE_SECONDS``; exceptions in ``ENV_NAMES``),
+  (``--lease-seconds`` -> ``ICACHE_LEASE_SECONDS``; a flag whose module declares
+  another name sets it as the action's ``declared_env``),
   named in its help; the command line wins over the environment;
 * bad input — an unknown flag, a bad value, a missing or broken file, a bad
   kubeconfig, in a flag or in the environment — is one line on stderr saying what
@@ -154,11 +155,6 @@ def import_module(module_name: str) -> ModuleType:
 # The processes a Deployment runs: each of their flags has an environment variable.
 LONG_RUNNING: Final = frozenset({"webhook", "dispatcher", "worker"})
 ENV_PREFIX: Final = "ICACHE_"
-# (subcommand, flag) -> variable, where the rule would be ambiguous or an older name
-# is already in use (``ICACHE_WORKERS`` would read like the reconcile workers).
-ENV_NAMES: Final[dict[tuple[str, str], str]] = {
-    ("webhook", "--workers"): "ICACHE_WEBHOOK_WORKERS",
-}
 _TRUE: Final = frozenset({"1", "true", "yes", "on"})
 _FALSE: Final = frozenset({"0", "false", "no", "off", ""})
 
@@ -253,20 +249,20 @@ class IcacheParser(argparse.ArgumentParser):
         return value
 
 
-def env_name(command: str, action: argparse.Action) -> str | None:
+def env_name(action: argparse.Action) -> str | None:
     """The environment variable of a long-running process's flag (None: a flag with
     none, such as --help)."""
     longs = [o for o in action.option_strings if o.startswith("--")]
     if not longs or action.dest == "help" or action.default is argparse.SUPPRESS:
         return None
-    flag = longs[0]
-    return ENV_NAMES.get((command, flag)) or ENV_PREFIX + flag[2:].upper().replace("-", "_")
+    declared: str | None = getattr(action, "declared_env", None)
+    return declared or ENV_PREFIX + longs[0][2:].upper().replace("-", "_")
 
 
-def bind_env(parser: argparse.ArgumentParser, command: str) -> None:
+def bind_env(parser: argparse.ArgumentParser) -> None:
     """Give each flag of ``parser`` its environment variable (see the module docstring)."""
     for action in parser._actions:
-        name = env_name(command, action)
+        name = env_name(action)
         if name:
             action.env_var = name  # type: ignore[attr-defined]
 
@@ -322,7 +318,7 @@ def build_parser(
             continue
         loaded.add_arguments(p)
         if name in LONG_RUNNING:
-            bind_env(p, name)
+            bind_env(p)
         if name == wanted:
             module = loaded
     return parser, module, installed
