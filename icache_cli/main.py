@@ -29,35 +29,9 @@ import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from types import ModuleType
-from typing import Any, Final, NoReturn
+from typing import Any, Final, NamedTuple, NoReturn
 
 from cli_support.habits import UsageError as UsageError
-
-# name -> (module, one-line help)
-SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "crd": ("icache_cli.crd", "print the CacheBackend CRD YAML"),
-    "webhook": ("webhook_svc.webhook_cli", "serve the CacheBackend and Pod admission webhooks"),
-    "admit-pod": (
-        "webhook_svc.offline.admit_pod_cli",
-        "offline dry run: wire every Pod and workload of the input as the Pod webhook would",
-    ),
-    "validate": (
-        "webhook_svc.offline.validate_cli",
-        "offline: default and validate every CacheBackend of the input as admission would",
-    ),
-    "dispatcher": (
-        "reconciler.dispatch.dispatcher_cli",
-        "watch CacheBackends and enqueue reconciles",
-    ),
-    "worker": ("reconciler.work.worker_cli", "run a Celery reconcile worker"),
-    "certs": ("icache_install.certs_cli", "generate webhook certificates and patch caBundle"),
-    "manifests": ("icache_install.manifests_cli", "print the install manifests"),
-    "doctor": (
-        "icache_install.doctor.cli",
-        "read-only health check of the install, the CacheBackends and their engine pods",
-    ),
-    "completion": ("icache_cli.completion", "print a shell completion script (bash, zsh, fish)"),
-}
 
 
 # Each subcommand's module is imported by a statement (so import-linter sees the console
@@ -129,27 +103,64 @@ def _webhook_preflight() -> ModuleType:
     return preflight
 
 
-# module name -> its importer (every module SUBCOMMANDS and PREFLIGHT name).
-IMPORTERS: Final[dict[str, Callable[[], ModuleType]]] = {
-    "icache_cli.crd": _crd,
-    "webhook_svc.webhook_cli": _webhook,
-    "webhook_svc.offline.admit_pod_cli": _admit_pod,
-    "webhook_svc.offline.validate_cli": _validate,
-    "reconciler.dispatch.dispatcher_cli": _dispatcher,
-    "reconciler.work.worker_cli": _worker,
-    "icache_install.certs_cli": _certs,
-    "icache_install.manifests_cli": _manifests,
-    "icache_install.doctor.cli": _doctor,
-    "icache_cli.completion": _completion,
-    "webhook_svc.preflight": _webhook_preflight,
+class Subcommand(NamedTuple):
+    """One `icache` subcommand: its module (``add_arguments(parser)``, ``run(args)``),
+    its one-line help, the function importing that module (``load``; without one, a
+    test's stand-in, importlib does) and, for a subcommand that forks, the function
+    importing the module whose ``check(args)`` runs in the parent first."""
+
+    module: str
+    help: str
+    load: Callable[[], ModuleType] | None = None
+    preflight: Callable[[], ModuleType] | None = None
+
+
+# Every subcommand, registered once: name -> Subcommand.
+SUBCOMMANDS: dict[str, Subcommand] = {
+    "crd": Subcommand("icache_cli.crd", "print the CacheBackend CRD YAML", _crd),
+    "webhook": Subcommand(
+        "webhook_svc.webhook_cli",
+        "serve the CacheBackend and Pod admission webhooks",
+        _webhook,
+        preflight=_webhook_preflight,
+    ),
+    "admit-pod": Subcommand(
+        "webhook_svc.offline.admit_pod_cli",
+        "offline dry run: wire every Pod and workload of the input as the Pod webhook would",
+        _admit_pod,
+    ),
+    "validate": Subcommand(
+        "webhook_svc.offline.validate_cli",
+        "offline: default and validate every CacheBackend of the input as admission would",
+        _validate,
+    ),
+    "dispatcher": Subcommand(
+        "reconciler.dispatch.dispatcher_cli",
+        "watch CacheBackends and enqueue reconciles",
+        _dispatcher,
+    ),
+    "worker": Subcommand("reconciler.work.worker_cli", "run a Celery reconcile worker", _worker),
+    "certs": Subcommand(
+        "icache_install.certs_cli", "generate webhook certificates and patch caBundle", _certs
+    ),
+    "manifests": Subcommand(
+        "icache_install.manifests_cli", "print the install manifests", _manifests
+    ),
+    "doctor": Subcommand(
+        "icache_install.doctor.cli",
+        "read-only health check of the install, the CacheBackends and their engine pods",
+        _doctor,
+    ),
+    "completion": Subcommand(
+        "icache_cli.completion", "print a shell completion script (bash, zsh, fish)", _completion
+    ),
 }
 
 
-def import_module(module_name: str) -> ModuleType:
-    """The named subcommand (or preflight) module, through its importer; a name without
-    one (a test's stand-in) through importlib."""
-    importer = IMPORTERS.get(module_name)
-    return importer() if importer is not None else importlib.import_module(module_name)
+def subcommand(name: str) -> Subcommand:
+    """The registered subcommand ``name`` (a plain (module, help) pair a test registers
+    is read as one without loaders)."""
+    return Subcommand(*SUBCOMMANDS[name])
 
 
 # The processes a Deployment runs: each of their flags has an environment variable.
@@ -305,7 +316,8 @@ def build_parser(
     )
     module: ModuleType | None = None
     installed = True
-    for name, (module_name, help_text) in SUBCOMMANDS.items():
+    for name, entry in SUBCOMMANDS.items():
+        module_name, help_text = entry[0], entry[1]
         p = sub.add_parser(name, help=help_text, description=help_text)
         # SUPPRESS: `icache --debug webhook` must not be undone by the subparser's default.
         _add_debug(p, argparse.SUPPRESS)
@@ -429,19 +441,12 @@ def _unreachable(exc: BaseException) -> str | None:
     return f"cannot reach {url}: {reason}"
 
 
-# Checks run in the parent before a subcommand's run(), for subcommands that fork:
-# subcommand -> module with ``check(args)`` (imported through IMPORTERS, as the
-# subcommands are).
-PREFLIGHT: Final[dict[str, str]] = {
-    "webhook": "webhook_svc.preflight",
-}
-
-
 def run_command(module: ModuleType, args: argparse.Namespace) -> int:
     try:
-        preflight = PREFLIGHT.get(args.command)
+        # Checks run in the parent before a subcommand's run(), for subcommands that fork.
+        preflight = subcommand(args.command).preflight if args.command in SUBCOMMANDS else None
         if preflight is not None:
-            import_module(preflight).check(args)
+            preflight().check(args)
         rc: int = module.run(args)
     except KeyboardInterrupt:
         print(f"icache {args.command}: interrupted", file=sys.stderr)
@@ -459,8 +464,9 @@ def run_command(module: ModuleType, args: argparse.Namespace) -> int:
 def _load(name: str, module_name: str, *, quiet: bool = False) -> ModuleType | None:
     """The subcommand's module, or None (with one line on stderr unless ``quiet``)
     when its package is not installed here (``icache certs`` in the webhook image)."""
+    load = subcommand(name).load if name in SUBCOMMANDS else None
     try:
-        return import_module(module_name)
+        return load() if load is not None else importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         package = module_name.partition(".")[0]
         if exc.name not in (package, module_name):
