@@ -45,9 +45,9 @@ from kubeio.async_client import ApiServer
 from reconciler.queue.workqueue import WorkQueue
 from reconciler.status.cascade import CASCADE_WINDOW_SECONDS
 from reconciler.status.observed import ProbeObservation
+from reconciler.steps.engine_cascade import CascadeClaim
 from reconciler.steps.reconcile import (
     PROBE_WINDOW_SECONDS,
-    CascadeClaim,
     ProbeRateLimiter,
     Reconciler,
 )
