@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from shared import constants as c
+from shared.objects import metadata
 
 
 class BackendKey(NamedTuple):
@@ -32,7 +33,7 @@ class BackendKey(NamedTuple):
 
 def object_key(obj: Mapping[str, Any]) -> BackendKey:
     """The key of any namespaced object (missing parts read as "")."""
-    meta = obj.get("metadata") or {}
+    meta = metadata(obj)
     return BackendKey(str(meta.get("namespace") or ""), str(meta.get("name") or ""))
 
 
@@ -40,7 +41,7 @@ def injected_by_key(pod: dict[str, Any]) -> BackendKey | None:
     """The backend a pod's injected-by annotation names, when it is in the pod's own
     namespace (the webhook only wires a pod to a backend of its namespace, so a claim
     naming another one was not written by it)."""
-    meta = pod.get("metadata") or {}
+    meta = metadata(pod)
     injected = str((meta.get("annotations") or {}).get(c.ANNOTATION_INJECTED_BY) or "")
     key = BackendKey.parse(injected)
     return key if key is not None and key.namespace == meta.get("namespace") else None

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from shared.json_diff import verified_patch
+from shared.objects import meta
 from shared.pod_wiring import (
     DEFAULT_NAMESPACE,
     OUTCOME_FAIL_OPEN,
@@ -88,11 +89,7 @@ def _decode_pod(req: AdmissionRequest) -> dict[str, Any] | None:
 def _namespace(req: AdmissionRequest, pod: dict[str, Any]) -> str:
     """The request's namespace, else the pod's own, else "default" (where the API server
     and kubectl put an object that names none)."""
-    return (
-        req.namespace
-        or str((pod.get("metadata") or {}).get("namespace") or "")
-        or DEFAULT_NAMESPACE
-    )
+    return req.namespace or meta(pod).namespace or DEFAULT_NAMESPACE
 
 
 @dataclass(frozen=True)
@@ -145,9 +142,7 @@ def _log(
     backend: str | None,
     started: float,
 ) -> None:
-    metadata = (pod or {}).get("metadata")
-    if not isinstance(metadata, dict):  # the log line must not fail on a hostile object
-        metadata = {}
+    view = meta(pod)  # total: the log line must not fail on a hostile object
     level = logging.WARNING if reason in _ERROR_REASONS else logging.INFO
     log.log(
         level,
@@ -156,9 +151,9 @@ def _log(
         extra={
             "outcome": outcome,
             "reason": reason,
-            "namespace": req.namespace or str(metadata.get("namespace") or ""),
-            "pod_name": req.name or str(metadata.get("name") or ""),
-            "pod_generate_name": str(metadata.get("generateName") or ""),
+            "namespace": req.namespace or view.namespace,
+            "pod_name": req.name or view.name,
+            "pod_generate_name": view.generate_name,
             "backend": backend or "",
             "uid": req.uid,
             "dry_run": req.dry_run,

@@ -35,6 +35,7 @@ from kubeio import client as k
 from reconciler.status.events import NORMAL, core_event
 from shared import constants as c
 from shared.backend_keys import BackendKey
+from shared.objects import metadata
 from shared.pod_wiring import skip_inject_requested
 
 # An Event name is a DNS subdomain (<= 253 characters).
@@ -54,7 +55,7 @@ class PodEventSpec:
 
 
 def _meta(pod: dict[str, Any]) -> dict[str, Any]:
-    return pod.get("metadata") or {}
+    return metadata(pod)
 
 
 def _annotations(pod: dict[str, Any]) -> dict[str, str]:

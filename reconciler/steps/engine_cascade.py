@@ -25,6 +25,7 @@ from reconciler.status.observed import WorkloadObservation
 from reconciler.steps.reads import ClusterReads, controller_name
 from shared.backend_keys import injected_by_backend
 from shared.conditions import format_time
+from shared.objects import meta
 
 if TYPE_CHECKING:
     from reconciler.steps.reconcile import Pass
@@ -167,7 +168,7 @@ class EngineCascade:
     ) -> str | None:
         """The new identifier if fresh reads also call this a replacement, else None."""
         live = self.fresh_reads.backend(p.key.namespace, p.key.name)
-        if live is None or (live.get("metadata") or {}).get("uid") != p.uid:
+        if live is None or (meta(live).uid or None) != p.uid:
             return None
         prior = str((live.get("status") or {}).get("observedServerInstance") or "")
         fresh = self._instance_transition(

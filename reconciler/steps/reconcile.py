@@ -58,6 +58,7 @@ from shared.backend_keys import BackendKey, injected_by_backend, object_key
 from shared.backend_mode import Mode, backend_mode
 from shared.conditions import is_true
 from shared.labels import labels_match, valid_selector
+from shared.objects import meta
 from shared.pod_wiring import injected_by_uid_label
 from shared.storage_providers.render import render_managed_objects, service_endpoint
 from shared.tenancy import ConsumerStanding
@@ -160,7 +161,7 @@ class Reconciler(EngineCascade):
             if cb_obj is None:
                 # Deleted: owned objects go with it (owner references, API-server GC).
                 return ReconcileResult(mode="deleted")
-            if (cb_obj.get("metadata") or {}).get("deletionTimestamp"):
+            if meta(cb_obj).deletion_timestamp:
                 return ReconcileResult(mode="deleting")
             try:
                 return self._reconcile(cb_obj, reads)
@@ -202,7 +203,7 @@ class Reconciler(EngineCascade):
             obj=cb_obj,
             cb=cb,
             key=key,
-            uid=cb_obj["metadata"].get("uid"),
+            uid=meta(cb_obj).uid or None,
             mode=mode,
             reads=reads,
             result=ReconcileResult(mode=str(mode)),
@@ -223,7 +224,7 @@ class Reconciler(EngineCascade):
             *render_managed_objects(p.cb, owned, consumers=consumers),
             *consumer.copies,
         ]
-        wanted = {(o["kind"], o["metadata"]["name"]) for o in desired}
+        wanted = {(o["kind"], meta(o).name) for o in desired}
         existing = self._read_unlisted(p, desired, owned)
         unlisted_ours = {
             key: obj for key, obj in existing.items() if obj is not None and owned_by(obj, p.uid)
@@ -269,9 +270,9 @@ class Reconciler(EngineCascade):
                 "shedding an object the spec no longer renders",
                 extra={"key": str(p.key), "kind": kind, "object": obj_name},
             )
-            self.kube.delete(k.BY_KIND[kind], namespace, obj_name, uid=live["metadata"].get("uid"))
+            self.kube.delete(k.BY_KIND[kind], namespace, obj_name, uid=meta(live).uid or None)
             self.reads.after_write(
-                k.BY_KIND[kind], namespace, obj_name, _resource_version(live), None
+                k.BY_KIND[kind], namespace, obj_name, meta(live).resource_version, None
             )
             self._count_write("delete", kind)
             p.result.writes += 1
@@ -286,17 +287,17 @@ class Reconciler(EngineCascade):
         """Create or update each rendered object that differs from the live one."""
         namespace = p.key.namespace
         for obj in desired:
-            kind, obj_name = obj["kind"], obj["metadata"]["name"]
+            kind, obj_name = obj["kind"], meta(obj).name
             current = owned.get((kind, obj_name)) or existing.get((kind, obj_name))
             if current is None or needs_apply(obj, current) or not spec_exactly_equal(obj, current):
                 # An existing object is updated only as the very object we saw (uid
                 # precondition), so a foreign object recreated under the name
                 # meanwhile is refused, not adopted.
-                live_uid = (current or {}).get("metadata", {}).get("uid")
-                before = _resource_version(current)
+                live_uid = meta(current).uid or None
+                before = meta(current).resource_version
                 current = self.kube.apply(k.BY_KIND[kind], namespace, obj, uid=live_uid)
                 self.reads.after_write(
-                    k.BY_KIND[kind], namespace, obj_name, before, _resource_version(current)
+                    k.BY_KIND[kind], namespace, obj_name, before, meta(current).resource_version
                 )
                 self._count_write("apply", kind)
                 p.result.writes += 1
@@ -310,9 +311,9 @@ class Reconciler(EngineCascade):
         (reconciler.steps.exact_drift) survive server-side apply: replace the spec."""
         if spec_exactly_equal(obj, current):
             return current
-        kind, obj_name = obj["kind"], obj["metadata"]["name"]
-        before = _resource_version(current)
-        ops = spec_replacement(obj, str(current["metadata"].get("uid") or ""))
+        kind, obj_name = obj["kind"], meta(obj).name
+        before = meta(current).resource_version
+        ops = spec_replacement(obj, meta(current).uid)
         try:
             replaced = self.kube.patch(
                 k.BY_KIND[kind], p.key.namespace, obj_name, ops, content_type=k.JSON_PATCH
@@ -323,7 +324,7 @@ class Reconciler(EngineCascade):
                 raise k.ApiError(409, "Conflict", exc.body) from exc
             raise
         self.reads.after_write(
-            k.BY_KIND[kind], p.key.namespace, obj_name, before, _resource_version(replaced)
+            k.BY_KIND[kind], p.key.namespace, obj_name, before, meta(replaced).resource_version
         )
         self._count_write("apply", kind)
         p.result.writes += 1
@@ -337,9 +338,7 @@ class Reconciler(EngineCascade):
         if reads_owned_secrets(rs.provider if rs is not None else None, listed):
             listed = [*p.reads.owned_secrets(p.key.namespace, p.key.name), *listed]
         return {
-            (str(item["kind"]), item["metadata"]["name"]): item
-            for item in listed
-            if owned_by(item, p.uid)
+            (str(item["kind"]), meta(item).name): item for item in listed if owned_by(item, p.uid)
         }
 
     def _read_unlisted(
@@ -349,7 +348,7 @@ class Reconciler(EngineCascade):
         absent). Steady state reads nothing here: every rendered object is owned."""
         out: dict[ObjKey, dict[str, Any] | None] = {}
         for obj in desired:
-            key = (obj["kind"], obj["metadata"]["name"])
+            key = (obj["kind"], meta(obj).name)
             if key not in owned:
                 out[key] = self.kube.get_or_none(k.BY_KIND[key[0]], p.key.namespace, key[1])
         return out
@@ -394,7 +393,7 @@ class Reconciler(EngineCascade):
     ) -> WorkloadObservation:
         """A StatefulSet short of pods, with the API server's latest refusal of one
         (reconciler.steps.workload_refusals); any other workload as observed."""
-        uid = (obj.get("metadata") or {}).get("uid")
+        uid = meta(obj).uid
         if not uid or not needs_failed_create_read(w.kind, w.spec_replicas, w.replicas):
             return w
         metrics.CACHE_LIVE_READS.labels(FAILED_CREATE_EVENTS_READ).inc()
@@ -427,10 +426,10 @@ class Reconciler(EngineCascade):
         namespace, name = p.key
         try:
             pods = p.reads.injected_pods(namespace, p.uid) if injected_by_uid_label(p.uid) else []
-            seen = {str((pod.get("metadata") or {}).get("name")) for pod in pods}
-            for meta in engine_pods:
-                pod_name = str((meta.get("metadata") or {}).get("name"))
-                if pod_name in seen or not injected_by_backend(meta, namespace, name, p.uid):
+            seen = {meta(pod).name for pod in pods}
+            for engine_pod in engine_pods:
+                pod_name = meta(engine_pod).name
+                if pod_name in seen or not injected_by_backend(engine_pod, namespace, name, p.uid):
                     continue
                 # One GET per reconcile for each such pod until its workload rolls
                 # (new pods carry the label): counted, so the cost is visible.
@@ -465,7 +464,11 @@ class Reconciler(EngineCascade):
         namespace, name = p.key
         updated = self.kube.replace_status(k.CACHEBACKENDS, namespace, name, body)
         self.reads.after_write(
-            k.CACHEBACKENDS, namespace, name, _resource_version(p.obj), _resource_version(updated)
+            k.CACHEBACKENDS,
+            namespace,
+            name,
+            meta(p.obj).resource_version,
+            meta(updated).resource_version,
         )
         self._count_write("update", "CacheBackend/status")
         p.result.writes += 1
@@ -561,7 +564,3 @@ def observe_engines(
         matching_deployments=len(deployments),
         matching_deployment_replicas=replicas,
     )
-
-
-def _resource_version(obj: dict[str, Any] | None) -> str:
-    return str(((obj or {}).get("metadata") or {}).get("resourceVersion") or "")

@@ -61,6 +61,7 @@ from reconciler.watch.selector_watches import (
 from reconciler.watch.watch_cache import Reflector, WatchSpec, reduced_metadata, resource_version
 from shared import constants as c
 from shared.labels import labels_match, selector_string_matches
+from shared.objects import metadata
 from shared.storage_providers.render import (
     LABEL_CACHEBACKEND,
     safe_label_value,
@@ -81,7 +82,7 @@ Obj = dict[str, Any]
 
 
 def without_managed_fields(obj: Obj) -> Obj:
-    meta = obj.get("metadata") or {}
+    meta = metadata(obj)
     if "managedFields" not in meta:
         return obj
     return {**obj, "metadata": {k_: v for k_, v in meta.items() if k_ != "managedFields"}}
@@ -104,7 +105,7 @@ def _count_restart(watch: str) -> Callable[[str], None]:
 
 
 def _labels(obj: Obj | None) -> dict[str, str]:
-    return dict(((obj or {}).get("metadata") or {}).get("labels") or {})
+    return dict(metadata(obj).get("labels") or {})
 
 
 # ------------------------------------------------------------------ the cache
@@ -246,7 +247,7 @@ class ClusterCache:
         """Watch the engine pods and ReplicaSets of every cached backend's selector, in
         that backend's namespace."""
         groups = selector_groups(
-            (str((cb.get("metadata") or {}).get("namespace") or ""), engine_selector_labels(cb))
+            (str(metadata(cb).get("namespace") or ""), engine_selector_labels(cb))
             for cb in self.backends.store.all()
         )
         self.engine_pods.want(groups)

@@ -24,6 +24,7 @@ from reconciler.watch.engine_deployments import replicaset_shape, replicaset_tem
 from reconciler.watch.selector_watches import GroupKey, selector_groups
 from shared.backend_keys import BackendKey, injected_by_key, object_key
 from shared.labels import labels_match
+from shared.objects import metadata
 from shared.storage_providers.render import LABEL_CACHEBACKEND, LABEL_MANAGED_BY, MANAGED_BY
 
 # The label selector of every object the reconciler creates for a backend: the watches
@@ -35,7 +36,7 @@ Obj = dict[str, Any]
 
 def owner_key(obj: Obj) -> str | None:
     """``namespace/name`` of the CacheBackend controlling ``obj``, if any."""
-    meta = obj.get("metadata") or {}
+    meta = metadata(obj)
     for ref in meta.get("ownerReferences") or []:
         if ref.get("kind") == "CacheBackend" and ref.get("controller"):
             return str(BackendKey(str(meta.get("namespace")), str(ref.get("name"))))
@@ -49,7 +50,7 @@ def pod_backend_key(pod: Obj) -> str | None:
     injected = injected_by_key(pod)
     if injected is not None:
         return str(injected)
-    meta = pod.get("metadata") or {}
+    meta = metadata(pod)
     labels = meta.get("labels") or {}
     if labels.get(LABEL_MANAGED_BY) == MANAGED_BY and labels.get(LABEL_CACHEBACKEND):
         return str(BackendKey(str(meta.get("namespace")), str(labels[LABEL_CACHEBACKEND])))
@@ -70,7 +71,7 @@ def backends_selecting(
 
 
 def _labels(obj: Obj | None) -> dict[str, str]:
-    return dict(((obj or {}).get("metadata") or {}).get("labels") or {})
+    return dict(metadata(obj).get("labels") or {})
 
 
 def pod_change_keys(

@@ -27,6 +27,7 @@ from shared import constants as c
 from shared.backend_keys import injected_by_key, object_key
 from shared.conditions import format_time, parse_time
 from shared.labels import labels_match, valid_selector
+from shared.objects import metadata
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,7 @@ def owning_backend(pod: dict[str, Any], backends_in_namespace: list[dict[str, An
     claim = injected_by_key(pod)
     if claim is not None:
         return str(claim)
-    labels = (pod.get("metadata") or {}).get("labels")
+    labels = metadata(pod).get("labels")
     for cb in sorted(backends_in_namespace, key=lambda o: str(o["metadata"]["name"])):
         if labels_match(engine_selector_labels(cb), labels):
             return str(object_key(cb))

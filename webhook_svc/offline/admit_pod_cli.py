@@ -38,6 +38,7 @@ import yaml
 
 from cli_support import arg_types as cli_types
 from shared.json_diff import json_patch
+from shared.objects import metadata
 from shared.pod_wiring import (
     DEFAULT_NAMESPACE,
     OUTCOME_FAIL_OPEN,
@@ -227,10 +228,10 @@ def pod_of(manifest: dict[str, Any], namespace: str) -> dict[str, Any]:
         pod = {
             "apiVersion": "v1",
             "kind": "Pod",
-            "metadata": copy.deepcopy(template.get("metadata") or {}),
+            "metadata": copy.deepcopy(metadata(template)),
             "spec": copy.deepcopy(template.get("spec") or {}),
         }
-        name = (manifest.get("metadata") or {}).get("name")
+        name = metadata(manifest).get("name")
         if name and not pod["metadata"].get("name"):
             pod["metadata"]["generateName"] = f"{name}-"
     pod.setdefault("metadata", {})["namespace"] = namespace
@@ -243,13 +244,13 @@ def workload_with(manifest: dict[str, Any], wired: dict[str, Any]) -> dict[str, 
         return wired
     out = copy.deepcopy(manifest)
     template = _template(out)
-    metadata = template.setdefault("metadata", {})
+    template_meta = template.setdefault("metadata", {})
     for key in ("labels", "annotations"):
-        value = (wired.get("metadata") or {}).get(key)
+        value = metadata(wired).get(key)
         if value:
-            metadata[key] = value
+            template_meta[key] = value
         else:
-            metadata.pop(key, None)
+            template_meta.pop(key, None)
     template["spec"] = wired["spec"]
     return out
 
@@ -258,7 +259,7 @@ def _with_namespace(backends: list[dict[str, Any]], namespace: str) -> list[dict
     """Backends whose file names no namespace, placed in ``namespace``."""
     out = []
     for backend in backends:
-        meta = backend.get("metadata") or {}
+        meta = metadata(backend)
         if meta.get("namespace"):
             out.append(backend)
         else:
