@@ -45,7 +45,7 @@ from kubeio.retries import DEFAULT_TIMEOUT_SECONDS, RETRY_POLICY, retry_after_wa
 
 # The resource table is the access layer's (kubeio/resources.py); its names are
 # re-exported for the callers that name resources through this module (``k.PODS``).
-from shared.objects import metadata
+from shared.objects import meta, metadata
 
 log = logging.getLogger(__name__)
 
@@ -316,9 +316,9 @@ class Kube:
         "metadata.uid: field is immutable" when replaced); both surface as a 409
         conflict so the caller re-reads and decides again.
         """
-        name = body["metadata"]["name"]
+        name = meta(body).name
         if uid:
-            body = {**body, "metadata": {**body["metadata"], "uid": uid}}
+            body = {**body, "metadata": {**metadata(body), "uid": uid}}
         try:
             return self.request(
                 "PATCH",

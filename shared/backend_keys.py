@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from shared import constants as c
-from shared.objects import metadata
+from shared.objects import meta, metadata
 
 
 class BackendKey(NamedTuple):
@@ -54,8 +54,7 @@ def injected_by_backend(pod: Mapping[str, Any], namespace: str, name: str, uid: 
     old one wired)."""
     if not uid:
         return False
-    meta = pod.get("metadata")
-    annotations = (meta.get("annotations") if isinstance(meta, Mapping) else None) or {}
+    annotations = meta(pod).annotations
     return (
         annotations.get(c.ANNOTATION_INJECTED_BY) == str(BackendKey(namespace, name))
         and annotations.get(c.ANNOTATION_INJECTED_BY_UID) == uid
@@ -64,8 +63,5 @@ def injected_by_backend(pod: Mapping[str, Any], namespace: str, name: str, uid: 
 
 def injected_by(pod: Mapping[str, Any], backend: Mapping[str, Any]) -> bool:
     """``injected_by_backend`` for a backend given as its wire form."""
-    meta = backend.get("metadata")
-    meta = meta if isinstance(meta, Mapping) else {}
-    return injected_by_backend(
-        pod, str(meta.get("namespace") or ""), str(meta.get("name") or ""), meta.get("uid")
-    )
+    view = meta(backend)
+    return injected_by_backend(pod, view.namespace, view.name, view.uid)

@@ -37,7 +37,7 @@ from typing import Any, Final, Protocol
 from kubeio import client as k
 from shared import constants as c
 from shared.labels import equality_selector, labels_match
-from shared.objects import metadata
+from shared.objects import meta, metadata
 from shared.storage_providers.redis import RedisStorageProvider
 from shared.storage_providers.render import (
     LABEL_CACHEBACKEND,
@@ -143,7 +143,7 @@ def carries_owned_labels(obj: Mapping[str, Any], cb_name: str) -> bool:
 
 def template_labels(deployment: dict[str, Any]) -> dict[str, str]:
     spec = deployment.get("spec") or {}
-    return dict(((spec.get("template") or {}).get("metadata") or {}).get("labels") or {})
+    return dict(meta(spec.get("template")).labels)
 
 
 def controller_name(obj: dict[str, Any], kind: str) -> str | None:

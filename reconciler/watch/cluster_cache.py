@@ -61,7 +61,7 @@ from reconciler.watch.selector_watches import (
 from reconciler.watch.watch_cache import Reflector, WatchSpec, reduced_metadata, resource_version
 from shared import constants as c
 from shared.labels import labels_match, selector_string_matches
-from shared.objects import metadata
+from shared.objects import meta, metadata
 from shared.storage_providers.render import (
     LABEL_CACHEBACKEND,
     safe_label_value,
@@ -102,10 +102,6 @@ def _count_restart(watch: str) -> Callable[[str], None]:
         metrics.CACHE_WATCH_RESTARTS.labels(watch, cause).inc()
 
     return count
-
-
-def _labels(obj: Obj | None) -> dict[str, str]:
-    return dict(metadata(obj).get("labels") or {})
 
 
 # ------------------------------------------------------------------ the cache
@@ -305,7 +301,7 @@ class CachedReads:
             out.extend(
                 obj
                 for obj in reflector.store.in_namespace(namespace)
-                if _labels(obj).get(LABEL_CACHEBACKEND) == label
+                if meta(obj).labels.get(LABEL_CACHEBACKEND) == label
             )
         return out
 
@@ -322,7 +318,9 @@ class CachedReads:
             metrics.CACHE_LIVE_READS.labels("engine-pods").inc()
             return self.live.engine_pods(namespace, labels)
         return [
-            p for p in reflector.store.in_namespace(namespace) if labels_match(labels, _labels(p))
+            p
+            for p in reflector.store.in_namespace(namespace)
+            if labels_match(labels, meta(p).labels)
         ]
 
     def injected_pods(self, namespace: str, uid: str) -> list[Obj]:
@@ -331,7 +329,7 @@ class CachedReads:
         return [
             p
             for p in self.cache.injected_pods.store.in_namespace(namespace)
-            if _labels(p).get(c.LABEL_INJECTED_BY_UID) == uid
+            if meta(p).labels.get(c.LABEL_INJECTED_BY_UID) == uid
         ]
 
     def workload_pods(self, namespace: str, selector: Mapping[str, str]) -> list[Obj]:
@@ -344,7 +342,7 @@ class CachedReads:
         return [
             p
             for p in self.cache.server_pods.store.in_namespace(namespace)
-            if labels_match(selector, _labels(p))
+            if labels_match(selector, meta(p).labels)
         ]
 
     def engine_deployments(self, namespace: str, labels: Mapping[str, str]) -> list[Obj]:

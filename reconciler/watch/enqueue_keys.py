@@ -24,7 +24,7 @@ from reconciler.watch.engine_deployments import replicaset_shape, replicaset_tem
 from reconciler.watch.selector_watches import GroupKey, selector_groups
 from shared.backend_keys import BackendKey, injected_by_key, object_key
 from shared.labels import labels_match
-from shared.objects import metadata
+from shared.objects import meta, metadata
 from shared.storage_providers.render import LABEL_CACHEBACKEND, LABEL_MANAGED_BY, MANAGED_BY
 
 # The label selector of every object the reconciler creates for a backend: the watches
@@ -68,10 +68,6 @@ def backends_selecting(
 ) -> frozenset[str]:
     """The keys, among (key, engine selector) pairs, whose selector ``labels`` satisfy."""
     return frozenset(key for key, selector in selectors if labels_match(selector, labels))
-
-
-def _labels(obj: Obj | None) -> dict[str, str]:
-    return dict(metadata(obj).get("labels") or {})
 
 
 def pod_change_keys(
@@ -174,7 +170,7 @@ class SelectorIndex:
                 now: frozenset[str] = frozenset()
             else:
                 selectors = (self._selectors.get(key.namespace) or {}).items()
-                now = backends_selecting(selectors, _labels(pod))
+                now = backends_selecting(selectors, meta(pod).labels)
             before = self._matched.get(key, frozenset())
             if now:
                 self._matched[key] = now

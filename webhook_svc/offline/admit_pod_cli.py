@@ -38,7 +38,7 @@ import yaml
 
 from cli_support import arg_types as cli_types
 from shared.json_diff import json_patch
-from shared.objects import metadata
+from shared.objects import meta, metadata
 from shared.pod_wiring import (
     DEFAULT_NAMESPACE,
     OUTCOME_FAIL_OPEN,
@@ -232,8 +232,8 @@ def pod_of(manifest: dict[str, Any], namespace: str) -> dict[str, Any]:
             "spec": copy.deepcopy(template.get("spec") or {}),
         }
         name = metadata(manifest).get("name")
-        if name and not pod["metadata"].get("name"):
-            pod["metadata"]["generateName"] = f"{name}-"
+        if name and not meta(pod).name:
+            metadata(pod)["generateName"] = f"{name}-"
     pod.setdefault("metadata", {})["namespace"] = namespace
     return pod
 
