@@ -25,6 +25,8 @@ import urllib3
 from kubernetes import client as k8s_client
 from kubernetes.client import rest
 
+# The resource table is the access layer's (kubeio/resources.py); its names are
+# re-exported for the callers that name resources through this module (``k.PODS``).
 from kubeio.resources import BY_KIND as BY_KIND
 from kubeio.resources import CACHEBACKENDS as CACHEBACKENDS
 from kubeio.resources import DEPLOYMENTS as DEPLOYMENTS
@@ -42,9 +44,6 @@ from kubeio.resources import SUBJECT_ACCESS_REVIEWS as SUBJECT_ACCESS_REVIEWS
 from kubeio.resources import VALIDATING_WEBHOOK_CONFIGURATIONS as VALIDATING_WEBHOOK_CONFIGURATIONS
 from kubeio.resources import Resource as Resource
 from kubeio.retries import DEFAULT_TIMEOUT_SECONDS, RETRY_POLICY, retry_after_wait
-
-# The resource table is the access layer's (kubeio/resources.py); its names are
-# re-exported for the callers that name resources through this module (``k.PODS``).
 from shared.objects import meta, metadata
 
 log = logging.getLogger(__name__)

@@ -33,18 +33,18 @@ class BackendKey(NamedTuple):
 
 def object_key(obj: Mapping[str, Any]) -> BackendKey:
     """The key of any namespaced object (missing parts read as "")."""
-    meta = metadata(obj)
-    return BackendKey(str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+    view = meta(obj)
+    return BackendKey(view.namespace, view.name)
 
 
 def injected_by_key(pod: dict[str, Any]) -> BackendKey | None:
     """The backend a pod's injected-by annotation names, when it is in the pod's own
     namespace (the webhook only wires a pod to a backend of its namespace, so a claim
     naming another one was not written by it)."""
-    meta = metadata(pod)
-    injected = str((meta.get("annotations") or {}).get(c.ANNOTATION_INJECTED_BY) or "")
+    raw_meta = metadata(pod)
+    injected = str((raw_meta.get("annotations") or {}).get(c.ANNOTATION_INJECTED_BY) or "")
     key = BackendKey.parse(injected)
-    return key if key is not None and key.namespace == meta.get("namespace") else None
+    return key if key is not None and key.namespace == raw_meta.get("namespace") else None
 
 
 def injected_by_backend(pod: Mapping[str, Any], namespace: str, name: str, uid: str | None) -> bool:

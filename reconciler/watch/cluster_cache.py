@@ -82,10 +82,10 @@ Obj = dict[str, Any]
 
 
 def without_managed_fields(obj: Obj) -> Obj:
-    meta = metadata(obj)
-    if "managedFields" not in meta:
+    raw_meta = metadata(obj)
+    if "managedFields" not in raw_meta:
         return obj
-    return {**obj, "metadata": {k_: v for k_, v in meta.items() if k_ != "managedFields"}}
+    return {**obj, "metadata": {k_: v for k_, v in raw_meta.items() if k_ != "managedFields"}}
 
 
 ENGINE_POD_ANNOTATIONS: Final = (c.ANNOTATION_INJECTED_BY, c.ANNOTATION_INJECTED_BY_UID)

@@ -36,10 +36,10 @@ Obj = dict[str, Any]
 
 def owner_key(obj: Obj) -> str | None:
     """``namespace/name`` of the CacheBackend controlling ``obj``, if any."""
-    meta = metadata(obj)
-    for ref in meta.get("ownerReferences") or []:
+    raw_meta = metadata(obj)
+    for ref in raw_meta.get("ownerReferences") or []:
         if ref.get("kind") == "CacheBackend" and ref.get("controller"):
-            return str(BackendKey(str(meta.get("namespace")), str(ref.get("name"))))
+            return str(BackendKey(str(raw_meta.get("namespace")), str(ref.get("name"))))
     return None
 
 
@@ -50,10 +50,10 @@ def pod_backend_key(pod: Obj) -> str | None:
     injected = injected_by_key(pod)
     if injected is not None:
         return str(injected)
-    meta = metadata(pod)
-    labels = meta.get("labels") or {}
+    raw_meta = metadata(pod)
+    labels = raw_meta.get("labels") or {}
     if labels.get(LABEL_MANAGED_BY) == MANAGED_BY and labels.get(LABEL_CACHEBACKEND):
-        return str(BackendKey(str(meta.get("namespace")), str(labels[LABEL_CACHEBACKEND])))
+        return str(BackendKey(str(raw_meta.get("namespace")), str(labels[LABEL_CACHEBACKEND])))
     return None
 
 

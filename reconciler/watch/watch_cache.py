@@ -33,7 +33,7 @@ from typing import Any, Final
 from kubeio import client as k
 from reconciler.watch.freshness import reached
 from shared.backend_keys import object_key
-from shared.objects import metadata
+from shared.objects import meta, metadata
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ class WatchSpec:
 
 
 def resource_version(obj: dict[str, Any] | None) -> str:
-    return str(metadata(obj).get("resourceVersion") or "")
+    return meta(obj).resource_version
 
 
 def reduced_metadata(obj: dict[str, Any], annotations: tuple[str, ...]) -> dict[str, Any]:

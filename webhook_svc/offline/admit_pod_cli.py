@@ -259,11 +259,11 @@ def _with_namespace(backends: list[dict[str, Any]], namespace: str) -> list[dict
     """Backends whose file names no namespace, placed in ``namespace``."""
     out = []
     for backend in backends:
-        meta = metadata(backend)
-        if meta.get("namespace"):
+        raw_meta = metadata(backend)
+        if raw_meta.get("namespace"):
             out.append(backend)
         else:
-            out.append({**backend, "metadata": {**meta, "namespace": namespace}})
+            out.append({**backend, "metadata": {**raw_meta, "namespace": namespace}})
     return out
 
 
