@@ -188,7 +188,7 @@ def check_shape(manifest: dict[str, Any]) -> None:
     """The parts admission reads are mappings: the metadata (its labels and
     annotations) and spec of the Pod, or of the workload's pod template and the path to
     it. InputError naming the field otherwise."""
-    _mapping(manifest.get("metadata"), "metadata")
+    _mapping(_lookup(manifest, ("metadata",)), "metadata")
     kind = str(manifest.get("kind"))
     prefix = ""
     if kind != "Pod":
