@@ -11,7 +11,8 @@ The habits every subcommand gets from here, so its module only declares flags:
 * every flag's help shows its default (:class:`DefaultsHelpFormatter`);
 * the flags of a long-running process (``LONG_RUNNING``) can also be set by an
   environment variable, ``ICACHE_`` + the flag in upper case with ``_`` for ``-``
-  (``--lease-seconds`` -> ``ICACHE_LEASE_SECONDS``; exceptions in ``ENV_NAMES``),
+  (``--lease-seconds`` -> ``ICACHE_LEASE_SECONDS``; a flag whose module declares
+  another name sets it as the action's ``declared_env``),
   named in its help; the command line wins over the environment;
 * bad input — an unknown flag, a bad value, a missing or broken file, a bad
   kubeconfig, in a flag or in the environment — is one line on stderr saying what
@@ -28,35 +29,9 @@ import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from types import ModuleType
-from typing import Any, Final, NoReturn
+from typing import Any, Final, NamedTuple, NoReturn
 
 from cli_support.habits import UsageError as UsageError
-
-# name -> (module, one-line help)
-SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "crd": ("icache_cli.crd", "print the CacheBackend CRD YAML"),
-    "webhook": ("webhook_svc.webhook_cli", "serve the CacheBackend and Pod admission webhooks"),
-    "admit-pod": (
-        "webhook_svc.offline.admit_pod_cli",
-        "offline dry run: wire every Pod and workload of the input as the Pod webhook would",
-    ),
-    "validate": (
-        "webhook_svc.offline.validate_cli",
-        "offline: default and validate every CacheBackend of the input as admission would",
-    ),
-    "dispatcher": (
-        "reconciler.dispatch.dispatcher_cli",
-        "watch CacheBackends and enqueue reconciles",
-    ),
-    "worker": ("reconciler.work.worker_cli", "run a Celery reconcile worker"),
-    "certs": ("icache_install.certs_cli", "generate webhook certificates and patch caBundle"),
-    "manifests": ("icache_install.manifests_cli", "print the install manifests"),
-    "doctor": (
-        "icache_install.doctor.cli",
-        "read-only health check of the install, the CacheBackends and their engine pods",
-    ),
-    "completion": ("icache_cli.completion", "print a shell completion script (bash, zsh, fish)"),
-}
 
 
 # Each subcommand's module is imported by a statement (so import-linter sees the console
@@ -128,37 +103,69 @@ def _webhook_preflight() -> ModuleType:
     return preflight
 
 
-# module name -> its importer (every module SUBCOMMANDS and PREFLIGHT name).
-IMPORTERS: Final[dict[str, Callable[[], ModuleType]]] = {
-    "icache_cli.crd": _crd,
-    "webhook_svc.webhook_cli": _webhook,
-    "webhook_svc.offline.admit_pod_cli": _admit_pod,
-    "webhook_svc.offline.validate_cli": _validate,
-    "reconciler.dispatch.dispatcher_cli": _dispatcher,
-    "reconciler.work.worker_cli": _worker,
-    "icache_install.certs_cli": _certs,
-    "icache_install.manifests_cli": _manifests,
-    "icache_install.doctor.cli": _doctor,
-    "icache_cli.completion": _completion,
-    "webhook_svc.preflight": _webhook_preflight,
+class Subcommand(NamedTuple):
+    """One `icache` subcommand: its module (``add_arguments(parser)``, ``run(args)``),
+    its one-line help, the function importing that module (``load``; without one, a
+    test's stand-in, importlib does) and, for a subcommand that forks, the function
+    importing the module whose ``check(args)`` runs in the parent first."""
+
+    module: str
+    help: str
+    load: Callable[[], ModuleType] | None = None
+    preflight: Callable[[], ModuleType] | None = None
+
+
+# Every subcommand, registered once: name -> Subcommand.
+SUBCOMMANDS: dict[str, Subcommand] = {
+    "crd": Subcommand("icache_cli.crd", "print the CacheBackend CRD YAML", _crd),
+    "webhook": Subcommand(
+        "webhook_svc.webhook_cli",
+        "serve the CacheBackend and Pod admission webhooks",
+        _webhook,
+        preflight=_webhook_preflight,
+    ),
+    "admit-pod": Subcommand(
+        "webhook_svc.offline.admit_pod_cli",
+        "offline dry run: wire every Pod and workload of the input as the Pod webhook would",
+        _admit_pod,
+    ),
+    "validate": Subcommand(
+        "webhook_svc.offline.validate_cli",
+        "offline: default and validate every CacheBackend of the input as admission would",
+        _validate,
+    ),
+    "dispatcher": Subcommand(
+        "reconciler.dispatch.dispatcher_cli",
+        "watch CacheBackends and enqueue reconciles",
+        _dispatcher,
+    ),
+    "worker": Subcommand("reconciler.work.worker_cli", "run a Celery reconcile worker", _worker),
+    "certs": Subcommand(
+        "icache_install.certs_cli", "generate webhook certificates and patch caBundle", _certs
+    ),
+    "manifests": Subcommand(
+        "icache_install.manifests_cli", "print the install manifests", _manifests
+    ),
+    "doctor": Subcommand(
+        "icache_install.doctor.cli",
+        "read-only health check of the install, the CacheBackends and their engine pods",
+        _doctor,
+    ),
+    "completion": Subcommand(
+        "icache_cli.completion", "print a shell completion script (bash, zsh, fish)", _completion
+    ),
 }
 
 
-def import_module(module_name: str) -> ModuleType:
-    """The named subcommand (or preflight) module, through its importer; a name without
-    one (a test's stand-in) through importlib."""
-    importer = IMPORTERS.get(module_name)
-    return importer() if importer is not None else importlib.import_module(module_name)
+def subcommand(name: str) -> Subcommand:
+    """The registered subcommand ``name`` (a plain (module, help) pair a test registers
+    is read as one without loaders)."""
+    return Subcommand(*SUBCOMMANDS[name])
 
 
 # The processes a Deployment runs: each of their flags has an environment variable.
 LONG_RUNNING: Final = frozenset({"webhook", "dispatcher", "worker"})
 ENV_PREFIX: Final = "ICACHE_"
-# (subcommand, flag) -> variable, where the rule would be ambiguous or an older name
-# is already in use (``ICACHE_WORKERS`` would read like the reconcile workers).
-ENV_NAMES: Final[dict[tuple[str, str], str]] = {
-    ("webhook", "--workers"): "ICACHE_WEBHOOK_WORKERS",
-}
 _TRUE: Final = frozenset({"1", "true", "yes", "on"})
 _FALSE: Final = frozenset({"0", "false", "no", "off", ""})
 
@@ -253,20 +260,20 @@ class IcacheParser(argparse.ArgumentParser):
         return value
 
 
-def env_name(command: str, action: argparse.Action) -> str | None:
+def env_name(action: argparse.Action) -> str | None:
     """The environment variable of a long-running process's flag (None: a flag with
     none, such as --help)."""
     longs = [o for o in action.option_strings if o.startswith("--")]
     if not longs or action.dest == "help" or action.default is argparse.SUPPRESS:
         return None
-    flag = longs[0]
-    return ENV_NAMES.get((command, flag)) or ENV_PREFIX + flag[2:].upper().replace("-", "_")
+    declared: str | None = getattr(action, "declared_env", None)
+    return declared or ENV_PREFIX + longs[0][2:].upper().replace("-", "_")
 
 
-def bind_env(parser: argparse.ArgumentParser, command: str) -> None:
+def bind_env(parser: argparse.ArgumentParser) -> None:
     """Give each flag of ``parser`` its environment variable (see the module docstring)."""
     for action in parser._actions:
-        name = env_name(command, action)
+        name = env_name(action)
         if name:
             action.env_var = name  # type: ignore[attr-defined]
 
@@ -309,7 +316,8 @@ def build_parser(
     )
     module: ModuleType | None = None
     installed = True
-    for name, (module_name, help_text) in SUBCOMMANDS.items():
+    for name, entry in SUBCOMMANDS.items():
+        module_name, help_text = entry[0], entry[1]
         p = sub.add_parser(name, help=help_text, description=help_text)
         # SUPPRESS: `icache --debug webhook` must not be undone by the subparser's default.
         _add_debug(p, argparse.SUPPRESS)
@@ -322,7 +330,7 @@ def build_parser(
             continue
         loaded.add_arguments(p)
         if name in LONG_RUNNING:
-            bind_env(p, name)
+            bind_env(p)
         if name == wanted:
             module = loaded
     return parser, module, installed
@@ -433,19 +441,12 @@ def _unreachable(exc: BaseException) -> str | None:
     return f"cannot reach {url}: {reason}"
 
 
-# Checks run in the parent before a subcommand's run(), for subcommands that fork:
-# subcommand -> module with ``check(args)`` (imported through IMPORTERS, as the
-# subcommands are).
-PREFLIGHT: Final[dict[str, str]] = {
-    "webhook": "webhook_svc.preflight",
-}
-
-
 def run_command(module: ModuleType, args: argparse.Namespace) -> int:
     try:
-        preflight = PREFLIGHT.get(args.command)
+        # Checks run in the parent before a subcommand's run(), for subcommands that fork.
+        preflight = subcommand(args.command).preflight if args.command in SUBCOMMANDS else None
         if preflight is not None:
-            import_module(preflight).check(args)
+            preflight().check(args)
         rc: int = module.run(args)
     except KeyboardInterrupt:
         print(f"icache {args.command}: interrupted", file=sys.stderr)
@@ -463,8 +464,9 @@ def run_command(module: ModuleType, args: argparse.Namespace) -> int:
 def _load(name: str, module_name: str, *, quiet: bool = False) -> ModuleType | None:
     """The subcommand's module, or None (with one line on stderr unless ``quiet``)
     when its package is not installed here (``icache certs`` in the webhook image)."""
+    load = subcommand(name).load if name in SUBCOMMANDS else None
     try:
-        return import_module(module_name)
+        return load() if load is not None else importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         package = module_name.partition(".")[0]
         if exc.name not in (package, module_name):

@@ -31,6 +31,7 @@ from kubeio import client as kc
 from kubeio.client import KubeClient
 from shared import constants as c
 from shared.constants import INSTALL_NAMESPACE
+from shared.objects import meta, metadata
 
 log = logging.getLogger("icache.certs")
 
@@ -200,8 +201,8 @@ class Cluster:
             self._kube.create(kc.SECRETS, namespace, body)
             return
         # resourceVersion makes a concurrent writer fail with 409 instead of being lost.
-        body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
-        self._kube.replace(kc.SECRETS, namespace, body["metadata"]["name"], body)
+        metadata(body)["resourceVersion"] = meta(current).resource_version
+        self._kube.replace(kc.SECRETS, namespace, meta(body).name, body)
 
     def read_webhook_config(self, kind: str, name: str) -> dict[str, Any] | None:
         return self._kube.get_or_none(kc.BY_KIND[kind], None, name)
@@ -213,8 +214,8 @@ class Cluster:
 def _secret_body(
     name: str, namespace: str, type_: str, data: dict[str, str], current: dict[str, Any] | None
 ) -> dict[str, Any]:
-    meta = (current or {}).get("metadata") or {}
-    labels = {**(meta.get("labels") or {}), **redis_auth.CERTS_MANAGED_BY_LABELS}
+    current_meta = meta(current)
+    labels = {**current_meta.labels, **redis_auth.CERTS_MANAGED_BY_LABELS}
     body: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Secret",
@@ -222,8 +223,8 @@ def _secret_body(
         "type": type_,
         "data": data,
     }
-    if meta.get("annotations"):
-        body["metadata"]["annotations"] = meta["annotations"]
+    if current_meta.annotations:
+        metadata(body)["annotations"] = current_meta.annotations
     return body
 
 

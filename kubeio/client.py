@@ -44,6 +44,7 @@ from kubeio.resources import SUBJECT_ACCESS_REVIEWS as SUBJECT_ACCESS_REVIEWS
 from kubeio.resources import VALIDATING_WEBHOOK_CONFIGURATIONS as VALIDATING_WEBHOOK_CONFIGURATIONS
 from kubeio.resources import Resource as Resource
 from kubeio.retries import DEFAULT_TIMEOUT_SECONDS, RETRY_POLICY, retry_after_wait
+from shared.objects import meta, metadata
 
 log = logging.getLogger(__name__)
 
@@ -290,7 +291,7 @@ class Kube:
                 accept=METADATA_LIST_ACCEPT if metadata_only else JSON_ACCEPT,
             )
             items.extend(page.get("items") or [])
-            cont = (page.get("metadata") or {}).get("continue")
+            cont = metadata(page).get("continue")
             if not cont:
                 page["items"] = items
                 return page
@@ -314,9 +315,9 @@ class Kube:
         "metadata.uid: field is immutable" when replaced); both surface as a 409
         conflict so the caller re-reads and decides again.
         """
-        name = body["metadata"]["name"]
+        name = meta(body).name
         if uid:
-            body = {**body, "metadata": {**body["metadata"], "uid": uid}}
+            body = {**body, "metadata": {**metadata(body), "uid": uid}}
         try:
             return self.request(
                 "PATCH",

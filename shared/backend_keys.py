@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from shared import constants as c
+from shared.objects import meta, metadata
 
 
 class BackendKey(NamedTuple):
@@ -32,18 +33,18 @@ class BackendKey(NamedTuple):
 
 def object_key(obj: Mapping[str, Any]) -> BackendKey:
     """The key of any namespaced object (missing parts read as "")."""
-    meta = obj.get("metadata") or {}
-    return BackendKey(str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+    view = meta(obj)
+    return BackendKey(view.namespace, view.name)
 
 
 def injected_by_key(pod: dict[str, Any]) -> BackendKey | None:
     """The backend a pod's injected-by annotation names, when it is in the pod's own
     namespace (the webhook only wires a pod to a backend of its namespace, so a claim
     naming another one was not written by it)."""
-    meta = pod.get("metadata") or {}
-    injected = str((meta.get("annotations") or {}).get(c.ANNOTATION_INJECTED_BY) or "")
+    raw_meta = metadata(pod)
+    injected = str((raw_meta.get("annotations") or {}).get(c.ANNOTATION_INJECTED_BY) or "")
     key = BackendKey.parse(injected)
-    return key if key is not None and key.namespace == meta.get("namespace") else None
+    return key if key is not None and key.namespace == raw_meta.get("namespace") else None
 
 
 def injected_by_backend(pod: Mapping[str, Any], namespace: str, name: str, uid: str | None) -> bool:
@@ -53,8 +54,7 @@ def injected_by_backend(pod: Mapping[str, Any], namespace: str, name: str, uid: 
     old one wired)."""
     if not uid:
         return False
-    meta = pod.get("metadata")
-    annotations = (meta.get("annotations") if isinstance(meta, Mapping) else None) or {}
+    annotations = meta(pod).annotations
     return (
         annotations.get(c.ANNOTATION_INJECTED_BY) == str(BackendKey(namespace, name))
         and annotations.get(c.ANNOTATION_INJECTED_BY_UID) == uid
@@ -63,8 +63,5 @@ def injected_by_backend(pod: Mapping[str, Any], namespace: str, name: str, uid: 
 
 def injected_by(pod: Mapping[str, Any], backend: Mapping[str, Any]) -> bool:
     """``injected_by_backend`` for a backend given as its wire form."""
-    meta = backend.get("metadata")
-    meta = meta if isinstance(meta, Mapping) else {}
-    return injected_by_backend(
-        pod, str(meta.get("namespace") or ""), str(meta.get("name") or ""), meta.get("uid")
-    )
+    view = meta(backend)
+    return injected_by_backend(pod, view.namespace, view.name, view.uid)

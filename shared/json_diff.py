@@ -1,4 +1,5 @@
-"""A fast RFC 6902 JSON patch between two decoded JSON documents, and its applier.
+"""The RFC 6902 JSON patches the admission webhooks answer with, in one place: a fast
+diff between two decoded JSON documents, its applier, and the checked fallback chain.
 
 The admission webhooks answer with a patch from the object they were sent to the one
 they want. ``jsonpatch.make_patch`` finds moves and minimal list edits, a search that
@@ -11,11 +12,24 @@ really turns ``before`` into ``after`` before sending it.
 
 Values are compared strictly (``True`` is not ``1``, ``1`` is not ``1.0``), as JSON
 does; Python's ``==`` would miss such a change.
+
+The chain (``json_patch``): the fast diff, checked by applying it to a copy; jsonpatch's
+search for a minimal patch if that check ever fails; and for a Pod (``verified_patch``)
+a coarser field-level patch (``field_level_patch``) if even that one fails, since a
+wrong patch would wire the pod to something nobody rendered.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from typing import Any
+
+import jsonpatch
+
+from shared.jsoncopy import json_copy
+
+log = logging.getLogger("icache.webhook.pod")
 
 Patch = list[dict[str, Any]]
 
@@ -119,3 +133,83 @@ def apply(doc: Any, patch: Patch) -> Any:
         else:
             raise TypeError(f"{path}: parent is not a container")
     return doc
+
+
+def patch_reproduces(before: dict[str, Any], patch: Patch, after: Any) -> bool:
+    """Whether ``patch`` applied to a copy of ``before`` gives a document equal to ``after``."""
+    try:
+        try:
+            patched = apply(json_copy(before), patch)
+        except UnsupportedOpError:  # jsonpatch's patches may move and copy
+            patched = jsonpatch.apply_patch(json_copy(before), patch, in_place=True)
+        return same(patched, after)
+    except (
+        jsonpatch.JsonPatchException,
+        jsonpatch.JsonPointerException,
+        LookupError,
+        TypeError,
+        ValueError,
+    ):
+        return False
+
+
+def json_patch(
+    before: dict[str, Any],
+    after: dict[str, Any],
+    fallback: Callable[[dict[str, Any], dict[str, Any]], Patch] | None = None,
+) -> Patch:
+    """An RFC 6902 patch from ``before`` to ``after`` (only what changes), each candidate
+    applied and checked once.
+
+    The fast diff, checked by applying it to a copy; jsonpatch's search for a minimal
+    patch if that check ever fails. With ``fallback``, jsonpatch's patch is checked
+    too, and ``fallback(before, after)`` answers if it fails.
+    """
+    fast = diff(before, after)
+    if patch_reproduces(before, fast, after):
+        return fast
+    ops: Patch = jsonpatch.make_patch(before, after).patch
+    if fallback is None or patch_reproduces(before, ops, after):
+        return ops
+    return fallback(before, after)
+
+
+def _field_ops(prefix: str, before: dict[str, Any], after: dict[str, Any]) -> Patch:
+    """One add/replace/remove per key of ``prefix`` whose value differs."""
+    ops: Patch = []
+    for key in [*before, *(k for k in after if k not in before)]:
+        path = f"{prefix}/{jsonpatch.JsonPointer.from_parts([key]).path.lstrip('/')}"
+        if key not in after:
+            ops.append({"op": "remove", "path": path})
+        elif key not in before:
+            ops.append({"op": "add", "path": path, "value": after[key]})
+        elif before[key] != after[key]:
+            ops.append({"op": "replace", "path": path, "value": after[key]})
+    return ops
+
+
+def field_level_patch(before: dict[str, Any], after: dict[str, Any]) -> Patch:
+    """A coarser but always-correct patch: whole annotations and whole spec fields."""
+    ops: Patch = []
+    for top in ("metadata", "spec"):
+        b, a = before.get(top), after.get(top)
+        if isinstance(b, dict) and isinstance(a, dict):
+            ops += _field_ops(f"/{top}", b, a)
+        elif b != a:
+            ops += _field_ops(
+                "", {top: b} if top in before else {}, {top: a} if top in after else {}
+            )
+    rest_b = {k: v for k, v in before.items() if k not in ("metadata", "spec")}
+    rest_a = {k: v for k, v in after.items() if k not in ("metadata", "spec")}
+    return ops + _field_ops("", rest_b, rest_a)
+
+
+def _field_level_fallback(before: dict[str, Any], after: dict[str, Any]) -> Patch:
+    log.warning("minimal JSON patch did not reproduce the wired pod; using field-level ops")
+    return field_level_patch(before, after)
+
+
+def verified_patch(before: dict[str, Any], after: dict[str, Any]) -> Patch:
+    """The minimal patch, checked by applying it once; the field-level one if that ever
+    fails (a wrong patch would wire the pod to something nobody rendered)."""
+    return json_patch(before, after, fallback=_field_level_fallback)

@@ -21,6 +21,7 @@ from shared import constants as c
 from shared.api import defaults
 from shared.api.models import CacheBackend
 from shared.conditions import find
+from shared.json_diff import json_patch
 from shared.jsoncopy import json_copy
 from shared.pod_wiring import WiringResult, wire_pod
 from shared.runtime_adapters.base import InjectContext
@@ -28,7 +29,6 @@ from shared.runtime_adapters.podcheck import pod_problems
 from shared.validation.context import RuleContext, backend_annotations, judged_form, namespace_of
 from shared.validation.schema import parse_spec
 from tests.harness.kwok import GPU_RESOURCE, RESTARTS_ANNOTATION
-from webhook_svc.admission_review import json_patch
 
 
 def runtime_for(provider: str) -> str:

@@ -10,8 +10,8 @@ existing name is a 409.
 Below them, the read-back of a real :class:`reconciler.queue.workqueue.WorkQueue`'s Redis
 state (``queue_state``, ``queue_failures``, ``clear_queue``): the queue itself has
 no use for them, the tests do; and ``held``, a byte budget of the webhook held for
-a block; and ``mutate_pod``, the Pod route's steps over a scripted CacheBackend
-lister.
+a block; and ``mutate_pod``, the Pod route's one function run over a scripted
+CacheBackend lister.
 
 ``FakeAccessReviewer`` answers the webhook's SubjectAccessReviews.
 
@@ -45,16 +45,16 @@ from kubeio.async_client import ApiServer
 from reconciler.queue.workqueue import WorkQueue
 from reconciler.status.cascade import CASCADE_WINDOW_SECONDS
 from reconciler.status.observed import ProbeObservation
+from reconciler.steps.engine_cascade import CascadeClaim
 from reconciler.steps.reconcile import (
     PROBE_WINDOW_SECONDS,
-    CascadeClaim,
     ProbeRateLimiter,
     Reconciler,
 )
 from webhook_svc import pod_admission
-from webhook_svc.admission_gate import ByteBudget
 from webhook_svc.admission_review import AdmissionRequest
-from webhook_svc.pod_admission import Backends
+from webhook_svc.http.admission_gate import ByteBudget
+from webhook_svc.http.executors import in_place
 from webhook_svc.workload_authz import ReviewError
 
 
@@ -705,19 +705,14 @@ def mutate_pod(
     list_backends: Callable[[str], list[dict[str, Any]]],
     ctx: Any,
 ) -> tuple[dict[str, Any], str, str]:
-    """The Pod route's steps (webhook_svc/app.py), with ``list_backends`` standing in
-    for the live CacheBackend LIST: the request is classified once, the namespace its
-    ``namespace_to_list`` names is listed (an exception the lister raises is what the
-    route passes on), then ``answer_pod`` judges the same classified request."""
-    pod_request = pod_admission.classify_pod(req)
-    namespace = pod_request.namespace_to_list
-    backends: Backends = []
-    if namespace is not None:
-        try:
-            backends = list_backends(namespace)
-        except Exception as exc:
-            backends = exc
-    return pod_admission.answer_pod(pod_request, backends, ctx)
+    """The Pod route's one function (``pod_admission.admit_pod``), run in place, with
+    ``list_backends`` standing in for the live CacheBackend LIST (an exception it
+    raises is what the route's lister would raise)."""
+
+    async def listed(namespace: str) -> list[dict[str, Any]]:
+        return list_backends(namespace)
+
+    return asyncio.run(pod_admission.admit_pod(req, listed, ctx, in_place))
 
 
 # mypy holds the fakes to the Protocol the production code depends on.

@@ -1,17 +1,13 @@
-"""AdmissionReview (admission.k8s.io/v1) in and out: parsing, responses, JSON patches."""
+"""AdmissionReview (admission.k8s.io/v1) in and out: parsing and responses (the JSON
+patches they carry are built by shared/json_diff.py)."""
 
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import jsonpatch
-
-from shared import json_diff
-from shared.jsoncopy import json_copy
-from webhook_svc.codec import encode_json
+from webhook_svc.http.codec import encode_json
 
 
 class BadReviewError(ValueError):
@@ -101,42 +97,3 @@ def deny(uid: str, status: dict[str, Any], warnings: list[str] | None = None) ->
     if warnings:
         response["warnings"] = warnings
     return review(response)
-
-
-def patch_reproduces(before: dict[str, Any], patch: list[dict[str, Any]], after: Any) -> bool:
-    """Whether ``patch`` applied to a copy of ``before`` gives a document equal to ``after``."""
-    try:
-        try:
-            patched = json_diff.apply(json_copy(before), patch)
-        except json_diff.UnsupportedOpError:  # jsonpatch's patches may move and copy
-            patched = jsonpatch.apply_patch(json_copy(before), patch, in_place=True)
-        return json_diff.same(patched, after)
-    except (
-        jsonpatch.JsonPatchException,
-        jsonpatch.JsonPointerException,
-        LookupError,
-        TypeError,
-        ValueError,
-    ):
-        return False
-
-
-def json_patch(
-    before: dict[str, Any],
-    after: dict[str, Any],
-    fallback: Callable[[dict[str, Any], dict[str, Any]], list[dict[str, Any]]] | None = None,
-) -> list[dict[str, Any]]:
-    """An RFC 6902 patch from ``before`` to ``after`` (only what changes), each candidate
-    applied and checked once.
-
-    The fast diff (shared.json_diff), checked by applying it to a copy; jsonpatch's
-    search for a minimal patch if that check ever fails. With ``fallback``, jsonpatch's
-    patch is checked too, and ``fallback(before, after)`` answers if it fails.
-    """
-    fast = json_diff.diff(before, after)
-    if patch_reproduces(before, fast, after):
-        return fast
-    ops: list[dict[str, Any]] = jsonpatch.make_patch(before, after).patch
-    if fallback is None or patch_reproduces(before, ops, after):
-        return ops
-    return fallback(before, after)

@@ -7,18 +7,17 @@ data (webhook_svc/cachebackend_admission.py, webhook_svc/pod_admission.py,
 webhook_svc/workload_authz.py): in place, or for a body over ``INLINE_MAX_BYTES`` on a
 worker thread. It answers 200 with an AdmissionReview, or 400/408/413
 for a body that is not one, or 503 + Retry-After when the in-flight byte budgets stay
-full (webhook_svc/admission_gate.py). No path returns a 500: an unexpected error on
+full (webhook_svc/http/admission_gate.py). No path returns a 500: an unexpected error on
 the Pod route admits the pod unchanged, on the CacheBackend routes it becomes a
 denial carrying the error, and one that escapes even that is a 503 + Retry-After,
 counted in ``inferencecache_webhook_internal_errors_total``.
 
 Connections and the request concurrency limit are the serving layer's
-(webhook_svc/serving.py); draining is webhook_svc/lifecycle.py's.
+(webhook_svc/http/serving.py); draining is webhook_svc/http/lifecycle.py's.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -31,7 +30,18 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 from shared.pod_wiring import OUTCOME_FAIL_OPEN
 from shared.runtime_adapters.base import InjectContext
-from webhook_svc.admission_gate import (
+from webhook_svc.admission_review import (
+    AdmissionRequest,
+    BadReviewError,
+    parse_review,
+)
+from webhook_svc.backend_source import BackendSource
+from webhook_svc.cachebackend_admission import (
+    internal_error_denial,
+    mutate_cachebackend,
+    validate_cachebackend,
+)
+from webhook_svc.http.admission_gate import (
     DEFAULT_LIMIT_CONCURRENCY,
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_INFLIGHT_BYTES,
@@ -44,29 +54,12 @@ from webhook_svc.admission_gate import (
     OverloadedError,
     RequestLimit,
 )
-from webhook_svc.admission_review import (
-    AdmissionRequest,
-    BadReviewError,
-    allow,
-    parse_review,
-)
-from webhook_svc.backend_source import BackendSource
-from webhook_svc.cachebackend_admission import (
-    internal_error_denial,
-    mutate_cachebackend,
-    validate_cachebackend,
-)
-from webhook_svc.codec import BadBodyError, decode_body, encode_json
-from webhook_svc.lifecycle import is_draining, lifespan
+from webhook_svc.http.codec import BadBodyError, decode_body, encode_json
+from webhook_svc.http.executors import Run, in_place, on_a_thread
+from webhook_svc.http.lifecycle import is_draining, lifespan
+from webhook_svc.http.serving import ServingMiddleware
 from webhook_svc.metrics import WebhookMetrics
-from webhook_svc.pod_admission import (
-    REASON_INTERNAL_ERROR,
-    Backends,
-    PodRequest,
-    answer_pod,
-    classify_pod,
-)
-from webhook_svc.serving import ServingMiddleware
+from webhook_svc.pod_admission import REASON_INTERNAL_ERROR, admit_pod, fail_open_answer
 from webhook_svc.workload_authz import AccessReviewer, authorize, review_plan
 
 log = logging.getLogger("icache.webhook")
@@ -88,17 +81,6 @@ UNEXPECTED_BODY: Final = encode_json({"error": "webhook error: retry shortly"})
 # probe timeout (tests/integration/webhook/test_webhook_overload.py). Real AdmissionReviews
 # are a few KiB: on the loop, which costs less than the thread hop.
 INLINE_MAX_BYTES: Final = 64 * 1024
-
-# Runs a pure function of the request: in place, or on a thread for a large body.
-Run = Callable[..., Awaitable[Any]]
-
-
-async def in_place(fn: Callable[..., Any], *args: Any) -> Any:
-    return fn(*args)
-
-
-async def on_a_thread(fn: Callable[..., Any], *args: Any) -> Any:
-    return await asyncio.to_thread(fn, *args)
 
 
 def parse_body(raw: bytes) -> AdmissionRequest:
@@ -193,13 +175,7 @@ def pod_fail_open(
         extra={"uid": req.uid, "outcome": OUTCOME_FAIL_OPEN, "reason": REASON_INTERNAL_ERROR},
     )
     counters.pod_wiring.labels(OUTCOME_FAIL_OPEN, REASON_INTERNAL_ERROR).inc()
-    response = allow(req.uid)
-    # The same decision record as every other Pod answer (see pod_admission.answer_pod).
-    response["response"]["auditAnnotations"] = {
-        "outcome": OUTCOME_FAIL_OPEN,
-        "reason": REASON_INTERNAL_ERROR,
-    }
-    return response
+    return fail_open_answer(req.uid)
 
 
 def cachebackend_outcome(response: dict[str, Any]) -> str:
@@ -233,15 +209,7 @@ def admission_router(
         return response, cachebackend_outcome(response)
 
     async def pod_judge(req: AdmissionRequest, run: Run) -> tuple[dict[str, Any], str]:
-        pod_request: PodRequest = await run(classify_pod, req)
-        namespace = pod_request.namespace_to_list
-        found: Backends = []
-        if namespace is not None:
-            try:
-                found = await backends.list(namespace)
-            except Exception as exc:  # answer_pod admits the pod unwired: list_error
-                found = exc
-        response, outcome, reason = await run(answer_pod, pod_request, found, inject_ctx)
+        response, outcome, reason = await admit_pod(req, backends.list, inject_ctx, run)
         counters.pod_wiring.labels(outcome, reason).inc()
         return response, outcome
 
@@ -297,7 +265,7 @@ def create_app(
     app.state.on_shutdown = list(on_shutdown)
     app.add_middleware(ServingMiddleware)
     # One body at the limit fits however the budgets are sized: bodies being judged,
-    # and large bodies still arriving (webhook_svc/admission_gate.py).
+    # and large bodies still arriving (webhook_svc/http/admission_gate.py).
     capacity = max(max_inflight_bytes, max_body_bytes + MIN_RESERVATION_BYTES)
     budget = ByteBudget(capacity, limit_concurrency)
     arriving = ByteBudget(capacity, limit_concurrency)

@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from shared import constants as c
+from shared.objects import metadata
 
 SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -158,10 +159,9 @@ def load_backends(
         for doc in _documents(path):
             if not _is_cache_backend(doc):
                 continue
-            if not isinstance(doc.get("metadata"), dict):
-                doc["metadata"] = {}
-            metadata = doc["metadata"]
-            if not metadata.get("namespace"):
-                metadata["namespace"] = default_namespace
+            raw_meta = metadata(doc)  # the file's own, or a new one where it has none
+            if not raw_meta.get("namespace"):
+                raw_meta["namespace"] = default_namespace
+            doc["metadata"] = raw_meta
             backends.append(doc)
     return backends

@@ -19,6 +19,7 @@ import orjson
 
 from kubeio.async_client import ApiServer
 from kubeio.resources import CACHEBACKENDS
+from shared.objects import metadata
 
 
 class BackendSource(Protocol):
@@ -66,7 +67,7 @@ class FileBackendSource:
             return
         by_namespace: dict[str, list[dict[str, Any]]] = {}
         for backend in self._loader(self._directory):
-            ns = (backend.get("metadata") or {}).get("namespace") or ""
+            ns = metadata(backend).get("namespace") or ""
             by_namespace.setdefault(ns, []).append(backend)
         self._by_namespace = by_namespace
         self._fingerprint = fingerprint
@@ -77,8 +78,7 @@ class FileBackendSource:
         scoped = list(self._by_namespace.get(namespace, []))
         unscoped = self._by_namespace.get("", [])
         return scoped + [
-            {**b, "metadata": {**(b.get("metadata") or {}), "namespace": namespace}}
-            for b in unscoped
+            {**b, "metadata": {**metadata(b), "namespace": namespace}} for b in unscoped
         ]
 
 

@@ -19,14 +19,10 @@ from typing import Any, Final
 
 from shared import constants as c
 from shared.defaulting import default_cachebackend
+from shared.json_diff import json_patch
+from shared.objects import metadata
 from shared.validation import FieldError, aggregate_message, validate, warnings
-from webhook_svc.admission_review import (
-    AdmissionRequest,
-    allow,
-    deny,
-    failure_status,
-    json_patch,
-)
+from webhook_svc.admission_review import AdmissionRequest, allow, deny, failure_status
 
 log = logging.getLogger("icache.webhook.cachebackend")
 
@@ -76,8 +72,7 @@ def _skips(req: AdmissionRequest) -> bool:
 
 
 def _name(req: AdmissionRequest, obj: Mapping[str, Any]) -> str:
-    meta = obj.get("metadata")
-    name = meta.get("name") if isinstance(meta, Mapping) else None
+    name = metadata(obj).get("name")
     return name if isinstance(name, str) and name else req.name
 
 

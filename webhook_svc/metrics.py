@@ -4,7 +4,7 @@ Each app (``create_app``) owns a :class:`WebhookMetrics` on its own registry, so
 /metrics shows that app's traffic only and two apps in one process (tests) never
 share counters. A registry the app creates itself also carries ``process_*`` and
 ``python_*``; with several worker processes those describe the whole replica
-(webhook_svc/process_metrics.py).
+(webhook_svc/http/process_metrics.py).
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from shared.pod_wiring import (
     REASON_INJECTED,
     REASON_SKIP_INJECT,
 )
+from webhook_svc.http.process_metrics import ReplicaProcessCollector, start_gc_flusher
 from webhook_svc.pod_admission import ADMISSION_REASONS, REASON_NOT_CREATE
-from webhook_svc.process_metrics import ReplicaProcessCollector, start_gc_flusher
 
 # No `<name>_created` series beside every counter and histogram (as the reconciler):
 # Prometheus does not read them from the text format.
@@ -55,7 +55,7 @@ POD_ENDPOINT: Final = "/mutate--v1-pod"
 OUTCOME_ERROR: Final = "error"
 CACHEBACKEND_OUTCOMES: Final = ("allowed", "patched", "denied", OUTCOME_ERROR)
 POD_OUTCOMES: Final = (OUTCOME_INJECTED, OUTCOME_SKIPPED, OUTCOME_FAIL_OPEN, OUTCOME_ERROR)
-# The reasons of a 400/408/413 (webhook_svc/codec.py BadBodyError, webhook_svc/app.py).
+# The reasons of a 400/408/413 (webhook_svc/http/codec.py BadBodyError, webhook_svc/app.py).
 BAD_REQUEST_REASONS: Final = ("malformed", "too_deep", "too_large", "timeout")
 TLS_RELOAD_RESULTS: Final = ("reloaded", "failed")
 _INJECTED_REASONS: Final = frozenset({REASON_INJECTED, REASON_EVENTS_ONLY})
@@ -78,7 +78,7 @@ def pod_decision_labels() -> tuple[tuple[str, str], ...]:
 
 
 def multiprocess() -> bool:
-    """Whether the metrics of several worker processes are shared (webhook_svc.uvicorn_processes)."""
+    """Whether the metrics of several worker processes are shared (webhook_svc.http.uvicorn_processes)."""
     return bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
 
 
@@ -204,7 +204,7 @@ class WebhookMetrics:
 
     def exposition_registry(self) -> CollectorRegistry:
         """What /metrics renders: this app's registry, or with several webhook workers
-        (webhook_svc.uvicorn_processes) the values of every worker, summed."""
+        (webhook_svc.http.uvicorn_processes) the values of every worker, summed."""
         if not multiprocess():
             return self.registry
         registry = CollectorRegistry()

@@ -15,12 +15,12 @@ from __future__ import annotations
 import copy
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-import jsonpatch
-
+from shared.json_diff import verified_patch
+from shared.objects import meta
 from shared.pod_wiring import (
     DEFAULT_NAMESPACE,
     OUTCOME_FAIL_OPEN,
@@ -36,7 +36,8 @@ from shared.pod_wiring import (
     wire_facts,
 )
 from shared.runtime_adapters.base import InjectContext
-from webhook_svc.admission_review import AdmissionRequest, allow, json_patch
+from webhook_svc.admission_review import AdmissionRequest, allow
+from webhook_svc.http.executors import Run
 
 log = logging.getLogger("icache.webhook.pod")
 
@@ -88,11 +89,7 @@ def _decode_pod(req: AdmissionRequest) -> dict[str, Any] | None:
 def _namespace(req: AdmissionRequest, pod: dict[str, Any]) -> str:
     """The request's namespace, else the pod's own, else "default" (where the API server
     and kubectl put an object that names none)."""
-    return (
-        req.namespace
-        or str((pod.get("metadata") or {}).get("namespace") or "")
-        or DEFAULT_NAMESPACE
-    )
+    return req.namespace or meta(pod).namespace or DEFAULT_NAMESPACE
 
 
 @dataclass(frozen=True)
@@ -145,9 +142,7 @@ def _log(
     backend: str | None,
     started: float,
 ) -> None:
-    metadata = (pod or {}).get("metadata")
-    if not isinstance(metadata, dict):  # the log line must not fail on a hostile object
-        metadata = {}
+    view = meta(pod)  # total: the log line must not fail on a hostile object
     level = logging.WARNING if reason in _ERROR_REASONS else logging.INFO
     log.log(
         level,
@@ -156,56 +151,15 @@ def _log(
         extra={
             "outcome": outcome,
             "reason": reason,
-            "namespace": req.namespace or str(metadata.get("namespace") or ""),
-            "pod_name": req.name or str(metadata.get("name") or ""),
-            "pod_generate_name": str(metadata.get("generateName") or ""),
+            "namespace": req.namespace or view.namespace,
+            "pod_name": req.name or view.name,
+            "pod_generate_name": view.generate_name,
             "backend": backend or "",
             "uid": req.uid,
             "dry_run": req.dry_run,
             "duration_ms": round((time.perf_counter() - started) * 1000, 3),
         },
     )
-
-
-def _field_ops(prefix: str, before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:
-    """One add/replace/remove per key of ``prefix`` whose value differs."""
-    ops: list[dict[str, Any]] = []
-    for key in [*before, *(k for k in after if k not in before)]:
-        path = f"{prefix}/{jsonpatch.JsonPointer.from_parts([key]).path.lstrip('/')}"
-        if key not in after:
-            ops.append({"op": "remove", "path": path})
-        elif key not in before:
-            ops.append({"op": "add", "path": path, "value": after[key]})
-        elif before[key] != after[key]:
-            ops.append({"op": "replace", "path": path, "value": after[key]})
-    return ops
-
-
-def field_level_patch(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:
-    """A coarser but always-correct patch: whole annotations and whole spec fields."""
-    ops: list[dict[str, Any]] = []
-    for top in ("metadata", "spec"):
-        b, a = before.get(top), after.get(top)
-        if isinstance(b, dict) and isinstance(a, dict):
-            ops += _field_ops(f"/{top}", b, a)
-        elif b != a:
-            ops += _field_ops(
-                "", {top: b} if top in before else {}, {top: a} if top in after else {}
-            )
-    rest_b = {k: v for k, v in before.items() if k not in ("metadata", "spec")}
-    rest_a = {k: v for k, v in after.items() if k not in ("metadata", "spec")}
-    return ops + _field_ops("", rest_b, rest_a)
-
-
-def _field_level_fallback(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:
-    log.warning("minimal JSON patch did not reproduce the wired pod; using field-level ops")
-    return field_level_patch(before, after)
-
-
-def verified_patch(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:
-    """The minimal patch, checked by applying it once; the field-level one if that ever
-    fails (a wrong patch would wire the pod to something nobody rendered)."""
-    return json_patch(before, after, fallback=_field_level_fallback)
 
 
 def _answer(
@@ -251,8 +205,44 @@ def answer_pod(
     as in our log line and metric, and a client replaying a review reads it directly.
     """
     response, outcome, reason = _decide(request, backends, ctx)
+    return decision_record(response, outcome, reason), outcome, reason
+
+
+def decision_record(response: dict[str, Any], outcome: str, reason: str) -> dict[str, Any]:
+    """``response`` carrying the decision as ``auditAnnotations``: every Pod answer,
+    the fail-open one of the route's last line of defence included, records it."""
     response["response"]["auditAnnotations"] = {"outcome": outcome, "reason": reason}
-    return response, outcome, reason
+    return response
+
+
+def fail_open_answer(uid: str) -> dict[str, Any]:
+    """The Pod answer when the route itself failed: admitted unchanged, recorded."""
+    return decision_record(allow(uid), OUTCOME_FAIL_OPEN, REASON_INTERNAL_ERROR)
+
+
+# Lists one namespace's CacheBackends: the live LIST (webhook_svc/backend_source.py) or
+# the files of embedded mode.
+ListBackends = Callable[[str], Awaitable[Sequence[dict[str, Any]]]]
+
+
+async def admit_pod(
+    req: AdmissionRequest, list_backends: ListBackends, ctx: InjectContext, run: Run
+) -> tuple[dict[str, Any], str, str]:
+    """One Pod admission, the route's steps in one place: classify the request once,
+    list the CacheBackends of the namespace it names (if any; a failure to list is
+    what the answer admits unwired, list_error), then answer the same classified
+    request. ``run`` runs the pure steps (in place, or on a thread for a large body).
+    Returns (AdmissionReview response, outcome, reason); the response always allows."""
+    pod_request: PodRequest = await run(classify_pod, req)
+    namespace = pod_request.namespace_to_list
+    found: Backends = []
+    if namespace is not None:
+        try:
+            found = await list_backends(namespace)
+        except Exception as exc:  # answer_pod admits the pod unwired: list_error
+            found = exc
+    answer: tuple[dict[str, Any], str, str] = await run(answer_pod, pod_request, found, ctx)
+    return answer
 
 
 def _decide(

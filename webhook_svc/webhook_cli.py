@@ -1,7 +1,7 @@
 """`icache webhook`: serve the admission webhooks under uvicorn.
 
 TLS comes from --tls-cert-file/--tls-key-file and is reloaded when the files change
-(cert-manager or `icache certs` rotates them): see webhook_svc/tls.py. --insecure serves
+(cert-manager or `icache certs` rotates them): see webhook_svc/http/tls.py. --insecure serves
 plain HTTP for local replay with curl.
 """
 
@@ -11,26 +11,27 @@ import argparse
 import functools
 import logging
 import shutil
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from cli_support import arg_types as cli_types
 from kubeio import access as kubeaccess
 from shared import jsonlog
 from shared.runtime_adapters.base import InjectContext
-from webhook_svc.admission_gate import (
-    DEFAULT_LIMIT_CONCURRENCY,
-    DEFAULT_MAX_BODY_BYTES,
-    DEFAULT_MAX_INFLIGHT_BYTES,
-)
 from webhook_svc.backend_source import (
     DEFAULT_LIST_TIMEOUT_SECONDS,
     ApiBackendSource,
     BackendSource,
     FileBackendSource,
 )
-from webhook_svc.serving import (
+from webhook_svc.http.admission_gate import (
+    DEFAULT_LIMIT_CONCURRENCY,
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_INFLIGHT_BYTES,
+)
+from webhook_svc.http.serving import (
     DEFAULT_HEAD_TIMEOUT_SECONDS,
     DEFAULT_KEEP_ALIVE_SECONDS,
 )
@@ -38,7 +39,7 @@ from webhook_svc.serving import (
 if TYPE_CHECKING:
     from kubeio.async_client import ApiServer
     from webhook_svc.workload_authz import AccessReviewer
-from webhook_svc.uvicorn_processes import (
+from webhook_svc.http.uvicorn_processes import (
     available_cpus,
     bind,
     fork_workers,
@@ -55,206 +56,229 @@ log = logging.getLogger("icache.webhook")
 DEFAULT_ACCESS_REVIEW_ALLOWED_TTL: Final = 10.0
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--host",
-        default=None,
-        help="address to listen on (default: 0.0.0.0 with TLS, 127.0.0.1 with --insecure; "
-        "'::' for IPv6)",
-    )
-    parser.add_argument("--port", type=cli_types.port, default=8443, help="port to listen on")
-    parser.add_argument(
-        "--insecure", action="store_true", help="serve plain HTTP (local replay, no TLS)"
-    )
-    parser.add_argument(
-        "--tls-cert-file",
-        type=cli_types.pem_certificate_file,
-        metavar="PATH",
-        help="serving certificate (PEM); required unless --insecure",
-    )
-    parser.add_argument(
-        "--tls-key-file",
-        type=cli_types.pem_key_file,
-        metavar="PATH",
-        help="serving key (PEM); required unless --insecure",
-    )
-    parser.add_argument(
-        "--backends-from",
-        type=cli_types.existing_dir,
-        metavar="DIR",
-        help="embedded mode: read CacheBackends from YAML files in this directory "
-        "(default: unset, the live API)",
-    )
-    kubeaccess.add_kubeconfig_argument(parser)
-    parser.add_argument(
-        "--kvevent-subscriber-image",
-        type=cli_types.optional_text,
-        default=None,
-        metavar="IMAGE",
-        help="image of the kvevent-subscriber sidecar (default: unset, no sidecar)",
-    )
-    parser.add_argument(
-        "--server-address",
-        default="inference-cache-server:50051",
-        metavar="HOST:PORT",
-        help="gRPC address of the cache-index server the kvevent-subscriber reports to",
-    )
-    parser.add_argument(
-        "--backend-list-timeout",
-        type=cli_types.positive_float,
-        default=DEFAULT_LIST_TIMEOUT_SECONDS,
-        metavar="SECONDS",
-        help="live mode: seconds the Pod webhook waits for the CacheBackend list before "
-        "admitting the pod unwired (list_error); keep it well inside the webhook's "
-        "timeoutSeconds (5)",
-    )
-    parser.add_argument(
-        "--max-body-bytes",
-        type=cli_types.positive_int,
-        default=DEFAULT_MAX_BODY_BYTES,
-        metavar="BYTES",
-        help="request body size limit (larger: 413)",
-    )
-    parser.add_argument(
-        "--max-inflight-bytes",
-        type=cli_types.positive_int,
-        default=DEFAULT_MAX_INFLIGHT_BYTES,
-        metavar="BYTES",
-        help="body bytes this process reads, decodes and judges at once; the rest wait, "
-        "then get 503 (size it with the memory limit: docs/install.md)",
-    )
-    parser.add_argument(
-        "--limit-concurrency",
-        type=cli_types.positive_int,
-        default=DEFAULT_LIMIT_CONCURRENCY,
-        metavar="N",
-        help="admission requests (body received) this process judges at once; more get "
-        "503 + Retry-After; idle connections and bodies on their way do not count",
-    )
-    parser.add_argument(
-        "--access-review-allowed-ttl",
-        type=cli_types.non_negative_float,
-        default=DEFAULT_ACCESS_REVIEW_ALLOWED_TTL,
-        metavar="SECONDS",
-        help="live mode: seconds an allowed SubjectAccessReview answer is reused for the "
-        "same user and permission, as kube-apiserver's webhook authorizer caches them "
-        "(a revoked permission may still be used for that long); 0 asks the API server "
-        "on every engine- or workload-shaping write",
-    )
-    parser.add_argument(
-        "--access-review-denied-ttl",
-        type=cli_types.non_negative_float,
-        default=0.0,
-        metavar="SECONDS",
-        help="live mode: seconds a denied SubjectAccessReview answer is reused",
-    )
-    parser.add_argument(
-        "--request-head-timeout",
-        type=cli_types.positive_float,
-        default=DEFAULT_HEAD_TIMEOUT_SECONDS,
-        metavar="SECONDS",
-        help="seconds a connection has to deliver a complete request head (TLS handshake "
-        "included; after an idle spell, from its first byte) before it is closed",
-    )
-    parser.add_argument(
-        "--keep-alive-timeout",
-        type=cli_types.positive_int,
-        default=DEFAULT_KEEP_ALIVE_SECONDS,
-        metavar="SECONDS",
-        help="seconds an idle keep-alive connection stays open after an answer",
-    )
-    parser.add_argument(
-        "--tls-reload-interval",
-        type=cli_types.positive_float,
-        default=2.0,
-        metavar="SECONDS",
-        help="seconds between certificate checks (two stat calls: cheap)",
-    )
-    parser.add_argument(
-        "--shutdown-drain-seconds",
-        type=cli_types.non_negative_float,
-        default=5.0,
-        metavar="SECONDS",
-        help="after SIGTERM: /readyz answers 503 while requests are still served this long",
-    )
-    parser.add_argument(
-        "--shutdown-timeout-seconds",
-        type=cli_types.non_negative_int,
-        default=10,
-        metavar="SECONDS",
-        help="after the drain: the longest wait for in-flight requests before exiting",
-    )
-    parser.add_argument(
-        "--log-level",
-        type=cli_types.log_level,
-        default="info",
-        metavar="LEVEL",
-        help=f"log level ({', '.join(cli_types.LOG_LEVELS)})",
-    )
-    parser.add_argument(
-        "--workers",
-        type=cli_types.non_negative_int,
-        default=0,
-        metavar="N",
-        help="worker processes; 0 means the CPUs the container gets, its CPU limit rounded up",
-    )
+@dataclass(frozen=True)
+class WebhookFlag:
+    """How one setting of `icache webhook` is typed on the command line. The flag is
+    ``--`` + the setting's name with ``-`` for ``_``, its default the setting's; its
+    environment variable is the console script's rule (``ICACHE_`` + the flag) unless
+    ``env`` names another. ``add`` stands in for all of it where the flag is shared
+    with other commands (``--kubeconfig``)."""
+
+    help: str = ""
+    # The argument type, by its name in cli_support/arg_types.py: looked up when the
+    # parser is built, as a direct reference in add_argument would be.
+    type: str | None = None
+    metavar: str | None = None
+    action: str | None = None
+    env: str | None = None
+    add: Callable[[argparse.ArgumentParser], object] | None = None
+
+
+def flag(**spec: Any) -> dict[str, WebhookFlag]:
+    """The metadata of a setting declared with its flag (``WebhookFlag``): the one
+    declaration of both."""
+    return {"flag": WebhookFlag(**spec)}
 
 
 @dataclass(frozen=True)
 class WebhookSettings:
-    """Every flag of `icache webhook`, as its logic receives them. Plain values: a
+    """Every flag of `icache webhook`, as its logic receives them, each declared once
+    here: ``add_arguments`` and ``settings_from`` read these fields. Plain values: a
     forked worker inherits them as they are."""
 
-    host: str | None
-    port: int
-    insecure: bool
-    tls_cert_file: Path | None
-    tls_key_file: Path | None
-    backends_from: Path | None
-    kubeconfig: str | None
-    kvevent_subscriber_image: str | None
-    server_address: str
-    backend_list_timeout: float
-    max_body_bytes: int
-    max_inflight_bytes: int
-    limit_concurrency: int
-    access_review_allowed_ttl: float
-    access_review_denied_ttl: float
-    request_head_timeout: float
-    keep_alive_timeout: int
-    tls_reload_interval: float
-    shutdown_drain_seconds: float
-    shutdown_timeout_seconds: float
-    log_level: str
-    workers: int
+    host: str | None = field(
+        default=None,
+        metadata=flag(
+            help="address to listen on (default: 0.0.0.0 with TLS, 127.0.0.1 with --insecure; "
+            "'::' for IPv6)"
+        ),
+    )
+    port: int = field(default=8443, metadata=flag(type="port", help="port to listen on"))
+    insecure: bool = field(
+        default=False,
+        metadata=flag(action="store_true", help="serve plain HTTP (local replay, no TLS)"),
+    )
+    tls_cert_file: Path | None = field(
+        default=None,
+        metadata=flag(
+            type="pem_certificate_file",
+            metavar="PATH",
+            help="serving certificate (PEM); required unless --insecure",
+        ),
+    )
+    tls_key_file: Path | None = field(
+        default=None,
+        metadata=flag(
+            type="pem_key_file",
+            metavar="PATH",
+            help="serving key (PEM); required unless --insecure",
+        ),
+    )
+    backends_from: Path | None = field(
+        default=None,
+        metadata=flag(
+            type="existing_dir",
+            metavar="DIR",
+            help="embedded mode: read CacheBackends from YAML files in this directory "
+            "(default: unset, the live API)",
+        ),
+    )
+    kubeconfig: str | None = field(
+        default=None, metadata=flag(add=kubeaccess.add_kubeconfig_argument)
+    )
+    kvevent_subscriber_image: str | None = field(
+        default=None,
+        metadata=flag(
+            type="optional_text",
+            metavar="IMAGE",
+            help="image of the kvevent-subscriber sidecar (default: unset, no sidecar)",
+        ),
+    )
+    server_address: str = field(
+        default="inference-cache-server:50051",
+        metadata=flag(
+            metavar="HOST:PORT",
+            help="gRPC address of the cache-index server the kvevent-subscriber reports to",
+        ),
+    )
+    backend_list_timeout: float = field(
+        default=DEFAULT_LIST_TIMEOUT_SECONDS,
+        metadata=flag(
+            type="positive_float",
+            metavar="SECONDS",
+            help="live mode: seconds the Pod webhook waits for the CacheBackend list before "
+            "admitting the pod unwired (list_error); keep it well inside the webhook's "
+            "timeoutSeconds (5)",
+        ),
+    )
+    max_body_bytes: int = field(
+        default=DEFAULT_MAX_BODY_BYTES,
+        metadata=flag(
+            type="positive_int",
+            metavar="BYTES",
+            help="request body size limit (larger: 413)",
+        ),
+    )
+    max_inflight_bytes: int = field(
+        default=DEFAULT_MAX_INFLIGHT_BYTES,
+        metadata=flag(
+            type="positive_int",
+            metavar="BYTES",
+            help="body bytes this process reads, decodes and judges at once; the rest wait, "
+            "then get 503 (size it with the memory limit: docs/install.md)",
+        ),
+    )
+    limit_concurrency: int = field(
+        default=DEFAULT_LIMIT_CONCURRENCY,
+        metadata=flag(
+            type="positive_int",
+            metavar="N",
+            help="admission requests (body received) this process judges at once; more get "
+            "503 + Retry-After; idle connections and bodies on their way do not count",
+        ),
+    )
+    access_review_allowed_ttl: float = field(
+        default=DEFAULT_ACCESS_REVIEW_ALLOWED_TTL,
+        metadata=flag(
+            type="non_negative_float",
+            metavar="SECONDS",
+            help="live mode: seconds an allowed SubjectAccessReview answer is reused for the "
+            "same user and permission, as kube-apiserver's webhook authorizer caches them "
+            "(a revoked permission may still be used for that long); 0 asks the API server "
+            "on every engine- or workload-shaping write",
+        ),
+    )
+    access_review_denied_ttl: float = field(
+        default=0.0,
+        metadata=flag(
+            type="non_negative_float",
+            metavar="SECONDS",
+            help="live mode: seconds a denied SubjectAccessReview answer is reused",
+        ),
+    )
+    request_head_timeout: float = field(
+        default=DEFAULT_HEAD_TIMEOUT_SECONDS,
+        metadata=flag(
+            type="positive_float",
+            metavar="SECONDS",
+            help="seconds a connection has to deliver a complete request head (TLS handshake "
+            "included; after an idle spell, from its first byte) before it is closed",
+        ),
+    )
+    keep_alive_timeout: int = field(
+        default=DEFAULT_KEEP_ALIVE_SECONDS,
+        metadata=flag(
+            type="positive_int",
+            metavar="SECONDS",
+            help="seconds an idle keep-alive connection stays open after an answer",
+        ),
+    )
+    tls_reload_interval: float = field(
+        default=2.0,
+        metadata=flag(
+            type="positive_float",
+            metavar="SECONDS",
+            help="seconds between certificate checks (two stat calls: cheap)",
+        ),
+    )
+    shutdown_drain_seconds: float = field(
+        default=5.0,
+        metadata=flag(
+            type="non_negative_float",
+            metavar="SECONDS",
+            help="after SIGTERM: /readyz answers 503 while requests are still served this long",
+        ),
+    )
+    shutdown_timeout_seconds: float = field(
+        default=10,
+        metadata=flag(
+            type="non_negative_int",
+            metavar="SECONDS",
+            help="after the drain: the longest wait for in-flight requests before exiting",
+        ),
+    )
+    log_level: str = field(
+        default="info",
+        metadata=flag(
+            type="log_level",
+            metavar="LEVEL",
+            help=f"log level ({', '.join(cli_types.LOG_LEVELS)})",
+        ),
+    )
+    # ICACHE_WORKERS would read like the reconcile workers.
+    workers: int = field(
+        default=0,
+        metadata=flag(
+            type="non_negative_int",
+            metavar="N",
+            env="ICACHE_WEBHOOK_WORKERS",
+            help="worker processes; 0 means the CPUs the container gets, its CPU limit rounded up",
+        ),
+    )
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """One flag per field of ``WebhookSettings``, in its order."""
+    for setting in fields(WebhookSettings):
+        spec: WebhookFlag = setting.metadata["flag"]
+        if spec.add is not None:
+            spec.add(parser)
+            continue
+        options: dict[str, Any] = {"default": setting.default, "help": spec.help}
+        if spec.type is not None:
+            options["type"] = getattr(cli_types, spec.type)
+        if spec.metavar is not None:
+            options["metavar"] = spec.metavar
+        if spec.action is not None:
+            options["action"] = spec.action
+        action = parser.add_argument("--" + setting.name.replace("_", "-"), **options)
+        if spec.env is not None:
+            action.declared_env = spec.env  # type: ignore[attr-defined]
 
 
 def settings_from(args: argparse.Namespace) -> WebhookSettings:
     """The one place the webhook's flags leave the parsed command line."""
-    return WebhookSettings(
-        host=args.host,
-        port=args.port,
-        insecure=args.insecure,
-        tls_cert_file=args.tls_cert_file,
-        tls_key_file=args.tls_key_file,
-        backends_from=args.backends_from,
-        kubeconfig=args.kubeconfig,
-        kvevent_subscriber_image=args.kvevent_subscriber_image,
-        server_address=args.server_address,
-        backend_list_timeout=args.backend_list_timeout,
-        max_body_bytes=args.max_body_bytes,
-        max_inflight_bytes=args.max_inflight_bytes,
-        limit_concurrency=args.limit_concurrency,
-        access_review_allowed_ttl=args.access_review_allowed_ttl,
-        access_review_denied_ttl=args.access_review_denied_ttl,
-        request_head_timeout=args.request_head_timeout,
-        keep_alive_timeout=args.keep_alive_timeout,
-        tls_reload_interval=args.tls_reload_interval,
-        shutdown_drain_seconds=args.shutdown_drain_seconds,
-        shutdown_timeout_seconds=args.shutdown_timeout_seconds,
-        log_level=args.log_level,
-        workers=args.workers,
-    )
+    return WebhookSettings(**{s.name: getattr(args, s.name) for s in fields(WebhookSettings)})
 
 
 def listen_host(settings: WebhookSettings) -> str:
@@ -329,9 +353,9 @@ def _serve(settings: WebhookSettings) -> int:
     import uvicorn
 
     from webhook_svc.app import create_app
-    from webhook_svc.lifecycle import DrainingServer
-    from webhook_svc.serving import Connections
-    from webhook_svc.tls import ReloadingTLS
+    from webhook_svc.http.lifecycle import DrainingServer
+    from webhook_svc.http.serving import Connections
+    from webhook_svc.http.tls import ReloadingTLS
 
     jsonlog.setup(settings.log_level)
     if not settings.insecure and not (settings.tls_cert_file and settings.tls_key_file):
@@ -378,7 +402,7 @@ def _serve(settings: WebhookSettings) -> int:
         log_config=None,
         access_log=False,
         lifespan="on",
-        # The request limit is the serving layer's (webhook_svc/serving.py): uvicorn's
+        # The request limit is the serving layer's (webhook_svc/http/serving.py): uvicorn's
         # counts idle connections against it.
         limit_concurrency=None,
         timeout_keep_alive=settings.keep_alive_timeout,

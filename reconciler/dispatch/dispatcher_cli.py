@@ -140,10 +140,10 @@ def settings_from(args: argparse.Namespace) -> DispatcherProcessSettings:
 
 
 def run(args: argparse.Namespace) -> int:
-    return _serve(settings_from(args))
+    return _run_dispatcher(settings_from(args))
 
 
-def _serve(settings: DispatcherProcessSettings) -> int:
+def _run_dispatcher(settings: DispatcherProcessSettings) -> int:
     common, election = settings.common, settings.election
     check_election(election.lease_duration, election.renew_deadline, election.retry_period)
     setup_logging(common.log_level)

@@ -35,6 +35,7 @@ from kubeio import client as k
 from reconciler.status.events import NORMAL, core_event
 from shared import constants as c
 from shared.backend_keys import BackendKey
+from shared.objects import meta, metadata
 from shared.pod_wiring import skip_inject_requested
 
 # An Event name is a DNS subdomain (<= 253 characters).
@@ -53,17 +54,9 @@ class PodEventSpec:
     type: str = NORMAL
 
 
-def _meta(pod: dict[str, Any]) -> dict[str, Any]:
-    return pod.get("metadata") or {}
-
-
-def _annotations(pod: dict[str, Any]) -> dict[str, str]:
-    return dict(_meta(pod).get("annotations") or {})
-
-
 def relevant(pod: dict[str, Any]) -> bool:
     """Only pods carrying one of the webhook's decision markers matter."""
-    annotations = _annotations(pod)
+    annotations = meta(pod).annotations
     return c.ANNOTATION_INJECTED_BY in annotations or c.ANNOTATION_INJECT_SKIPPED in annotations
 
 
@@ -81,11 +74,11 @@ class InjectedByClaim:
 def injected_by_claim(pod: dict[str, Any]) -> InjectedByClaim | None:
     """The backend the pod claims to be injected by, when the claim is checkable: both
     annotations present, and the backend in the pod's own namespace."""
-    annotations = _annotations(pod)
+    annotations = meta(pod).annotations
     injected = (annotations.get(c.ANNOTATION_INJECTED_BY) or "").strip()
     uid = (annotations.get(c.ANNOTATION_INJECTED_BY_UID) or "").strip()
     key = BackendKey.parse(injected)
-    if key is None or not uid or key.namespace != _meta(pod).get("namespace"):
+    if key is None or not uid or key.namespace != metadata(pod).get("namespace"):
         return None
     return InjectedByClaim(key.namespace, key.name, uid)
 
@@ -103,7 +96,7 @@ def injected_by_cache_backend_event(
 
 
 def skipped_by_operator_event(pod: dict[str, Any]) -> PodEventSpec | None:
-    annotations = _annotations(pod)
+    annotations = meta(pod).annotations
     if (
         skip_inject_requested(pod)
         and annotations.get(c.ANNOTATION_INJECT_SKIPPED) == c.INJECT_SKIPPED_VALUE
@@ -117,9 +110,9 @@ def skipped_by_operator_event(pod: dict[str, Any]) -> PodEventSpec | None:
 
 def pod_event_name(pod: dict[str, Any], reason: str) -> str:
     """Deterministic per (pod UID, reason): a repeat is the same object, not a new one."""
-    meta = _meta(pod)
-    digest = hashlib.sha256(f"{meta.get('uid')}/{reason}".encode()).hexdigest()[:16]
-    prefix = str(meta.get("name") or "pod")[:_MAX_POD_PREFIX].rstrip(".-")
+    raw_meta = metadata(pod)
+    digest = hashlib.sha256(f"{raw_meta.get('uid')}/{reason}".encode()).hexdigest()[:16]
+    prefix = str(raw_meta.get("name") or "pod")[:_MAX_POD_PREFIX].rstrip(".-")
     return f"{prefix}.{digest}"
 
 
@@ -129,7 +122,7 @@ def pod_event_object(
     return core_event(
         pod,
         ("v1", "Pod"),
-        {"name": pod_event_name(pod, event.reason), "namespace": _meta(pod).get("namespace")},
+        {"name": pod_event_name(pod, event.reason), "namespace": metadata(pod).get("namespace")},
         event.type,
         event.reason,
         event.message,
@@ -164,13 +157,13 @@ class EnginePodEvents:
         self._matches: dict[tuple[str, str], float] = {}  # (backend key, uid) -> expiry
 
     def observe(self, event_type: str, pod: dict[str, Any]) -> None:
-        uid = str(_meta(pod).get("uid") or "")
+        uid = str(metadata(pod).get("uid") or "")
         if not uid:
             return
         if event_type == "DELETED":
             self.forget(uid)
             return
-        if not relevant(pod) or _meta(pod).get("deletionTimestamp"):
+        if not relevant(pod) or metadata(pod).get("deletionTimestamp"):
             return
         try:
             self._observe(uid, pod)
@@ -178,8 +171,8 @@ class EnginePodEvents:
             log.warning(
                 "engine-pod events: recording failed; will retry",
                 extra={
-                    "namespace": _meta(pod).get("namespace"),
-                    "pod": _meta(pod).get("name"),
+                    "namespace": metadata(pod).get("namespace"),
+                    "pod": metadata(pod).get("name"),
                     "error": str(exc),
                 },
             )
@@ -216,7 +209,7 @@ class EnginePodEvents:
         live = self.kube.get_or_none(k.CACHEBACKENDS, claim.namespace, claim.name)
         if live is None:
             return False, None
-        uid = str(_meta(live).get("uid") or "") or None
+        uid = str(metadata(live).get("uid") or "") or None
         if uid is not None:
             with self._lock:
                 self._matches = {m: e for m, e in self._matches.items() if e > now}
@@ -247,7 +240,7 @@ class EnginePodEvents:
                 "CacheBackend; no Event",
                 extra={
                     "namespace": claim.namespace,
-                    "pod": _meta(pod).get("name"),
+                    "pod": metadata(pod).get("name"),
                     "backend": claim.key,
                     "claimed_uid": claim.uid,
                     "live_uid": live_uid if found else None,
@@ -261,7 +254,7 @@ class EnginePodEvents:
     def _record(self, uid: str, pod: dict[str, Any], event: PodEventSpec) -> None:
         body = pod_event_object(pod, event, self.clock(), self.instance)
         try:
-            self.kube.create(k.EVENTS, str(_meta(pod).get("namespace")), body)
+            self.kube.create(k.EVENTS, str(metadata(pod).get("namespace")), body)
         except k.ApiError as exc:
             if not exc.conflict:  # 409: recorded before (another leader, a restart)
                 raise

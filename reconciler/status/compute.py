@@ -85,6 +85,7 @@ from reconciler.status.published_types import (
     ENGINE_ADVISORY_MODES,
     GATED_MODES,
 )
+from reconciler.status.requeue import soonest_requeue as _min_delay
 from shared import constants as c
 from shared.api import effective
 from shared.api.models import CacheBackend
@@ -105,11 +106,6 @@ class StatusResult:
     # Seconds until the backend should be looked at again (None: the steady resync).
     requeue_after: float | None = None
     notes: list[str] = field(default_factory=list)
-
-
-def _min_delay(*values: float | None) -> float | None:
-    present = [v for v in values if v is not None]
-    return min(present) if present else None
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from shared.objects import meta, metadata
 from shared.quantity import parse_quantity
 from shared.storage_providers.render import ANNOTATION_SPEC_HASH
 
@@ -53,14 +54,13 @@ def needs_apply(desired: dict[str, Any], live: dict[str, Any] | None) -> bool:
     """Whether ``desired`` must be (re-)applied: missing, re-rendered, or drifted."""
     if live is None:
         return True
-    live_hash = ((live.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_SPEC_HASH)
-    want_hash = desired["metadata"]["annotations"][ANNOTATION_SPEC_HASH]
+    live_hash = meta(live).annotations.get(ANNOTATION_SPEC_HASH)
+    want_hash = meta(desired).annotations[ANNOTATION_SPEC_HASH]
     if live_hash != want_hash:
         return True
-    meta = desired["metadata"]
-    live_meta = live.get("metadata") or {}
+    desired_meta, live_meta = metadata(desired), metadata(live)
     for key in ("labels", "annotations", "ownerReferences"):
-        if not subset_equal(meta.get(key), live_meta.get(key), key):
+        if not subset_equal(desired_meta.get(key), live_meta.get(key), key):
             return True
     if "data" in desired and not subset_equal(desired["data"], live.get("data"), "data"):
         return True  # a Secret's data is outside the hash (shared.storage_providers.render)

@@ -37,6 +37,7 @@ from typing import Any, Final, Protocol
 from kubeio import client as k
 from shared import constants as c
 from shared.labels import equality_selector, labels_match
+from shared.objects import meta, metadata
 from shared.storage_providers.redis import RedisStorageProvider
 from shared.storage_providers.render import (
     LABEL_CACHEBACKEND,
@@ -144,15 +145,14 @@ def reads_owned_secrets(
     if provider == c.PROVIDER_REDIS or spec_changed or first_read:
         return True
     return any(
-        ((obj.get("metadata") or {}).get("labels") or {}).get(LABEL_NAME)
-        == RedisStorageProvider.component
+        (metadata(obj).get("labels") or {}).get(LABEL_NAME) == RedisStorageProvider.component
         for obj in listed
     )
 
 
 def carries_owned_labels(obj: Mapping[str, Any], cb_name: str) -> bool:
     """The labels owned_selector(cb_name) selects by (ownership by uid is the caller's)."""
-    labels = (obj.get("metadata") or {}).get("labels") or {}
+    labels = metadata(obj).get("labels") or {}
     return labels_match(
         {LABEL_MANAGED_BY: MANAGED_BY, LABEL_CACHEBACKEND: safe_label_value(cb_name)}, labels
     )
@@ -160,12 +160,12 @@ def carries_owned_labels(obj: Mapping[str, Any], cb_name: str) -> bool:
 
 def template_labels(deployment: dict[str, Any]) -> dict[str, str]:
     spec = deployment.get("spec") or {}
-    return dict(((spec.get("template") or {}).get("metadata") or {}).get("labels") or {})
+    return dict(meta(spec.get("template")).labels)
 
 
 def controller_name(obj: dict[str, Any], kind: str) -> str | None:
     """Name of the controller owner reference of ``kind`` on ``obj``."""
-    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+    for ref in metadata(obj).get("ownerReferences") or []:
         if ref.get("kind") == kind and ref.get("controller"):
             return str(ref.get("name"))
     return None

@@ -15,25 +15,16 @@ import logging
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal, Protocol
+from typing import Any, Final
 
 import pydantic
 
 from kubeio import client as k
 from reconciler import metrics
-from reconciler.status.cascade import (
-    InstanceTransition,
-    cascade_targets,
-    deployment_converged,
-    observed_server_instance_transition,
-    restart_trigger_patch,
-)
 from reconciler.status.compute import compute_status, status_equal
 from reconciler.status.engine_pods import (
     observe_injected_pods,
     offloading_declined_pods,
-    server_pods,
-    workload_selector,
 )
 from reconciler.status.events import EventSpec, event_object, transition_events
 from reconciler.status.observed import (
@@ -44,12 +35,13 @@ from reconciler.status.observed import (
 )
 from reconciler.status.ownership import NameConflict, name_conflicts, owned_by
 from reconciler.status.published_types import ENGINE_ADVISORY_MODES
+from reconciler.status.requeue import soonest_requeue
 from reconciler.steps.diff import needs_apply
+from reconciler.steps.engine_cascade import CascadeLimiter, EngineCascade
 from reconciler.steps.exact_drift import spec_exactly_equal, spec_replacement
 from reconciler.steps.reads import (
     ClusterReads,
     LiveReads,
-    controller_name,
     reads_owned_secrets,
     spec_changed,
     template_labels,
@@ -66,8 +58,9 @@ from shared.api import effective
 from shared.api.models import CacheBackend
 from shared.backend_keys import BackendKey, injected_by_backend, object_key
 from shared.backend_mode import Mode, backend_mode
-from shared.conditions import format_time, is_true
+from shared.conditions import is_true
 from shared.labels import labels_match, valid_selector
+from shared.objects import meta
 from shared.pod_wiring import injected_by_uid_label
 from shared.storage_providers.render import render_managed_objects, service_endpoint
 from shared.tenancy import ConsumerStanding
@@ -76,9 +69,6 @@ log = logging.getLogger(__name__)
 
 CONFLICT_RETRIES: Final = 5
 PROBE_WINDOW_SECONDS: Final = 30.0
-# A cache-server replacement the fresh read did not confirm (the cache was ahead of,
-# or behind, the API server): look again this soon.
-CASCADE_RECHECK_SECONDS: Final = 2.0
 # The live-read counter's label for a pod whose annotations name the backend but which
 # has no injected-by-uid label (admitted before the webhook stamped it): read by name.
 UNLABELLED_INJECTED_POD_READ: Final = "unlabelled-injected-pod"
@@ -130,21 +120,8 @@ class Pass:
 # (key) -> seconds until the next probe is allowed (None: allowed now, and claimed).
 ProbeRateLimiter = Callable[[str], float | None]
 
-# "go": claimed, cascade now; "done": the cascade for exactly this identifier already
-# ran (a retried reconcile after the status write lost a race); "wait": another
-# cascade ran for this backend within the window — seconds until it may.
-CascadeClaim = tuple[Literal["go", "done", "wait"], float]
 
-
-class CascadeLimiter(Protocol):
-    """At most one engine cascade per backend per window (shared across workers)."""
-
-    def claim(self, key: str, value: str) -> CascadeClaim: ...
-
-    def release(self, key: str) -> None: ...
-
-
-class Reconciler:
+class Reconciler(EngineCascade):
     def __init__(
         self,
         kube: k.KubeClient,
@@ -189,7 +166,7 @@ class Reconciler:
             if cb_obj is None:
                 # Deleted: owned objects go with it (owner references, API-server GC).
                 return ReconcileResult(mode="deleted")
-            if (cb_obj.get("metadata") or {}).get("deletionTimestamp"):
+            if meta(cb_obj).deletion_timestamp:
                 return ReconcileResult(mode="deleting")
             try:
                 return self._reconcile(cb_obj, reads)
@@ -231,7 +208,7 @@ class Reconciler:
             obj=cb_obj,
             cb=cb,
             key=key,
-            uid=cb_obj["metadata"].get("uid"),
+            uid=meta(cb_obj).uid or None,
             mode=mode,
             reads=reads,
             result=ReconcileResult(mode=str(mode)),
@@ -252,7 +229,7 @@ class Reconciler:
             *render_managed_objects(p.cb, owned, consumers=consumers),
             *consumer.copies,
         ]
-        wanted = {(o["kind"], o["metadata"]["name"]) for o in desired}
+        wanted = {(o["kind"], meta(o).name) for o in desired}
         existing = self._read_unlisted(p, desired, owned)
         unlisted_ours = {
             key: obj for key, obj in existing.items() if obj is not None and owned_by(obj, p.uid)
@@ -300,9 +277,9 @@ class Reconciler:
                 "shedding an object the spec no longer renders",
                 extra={"key": str(p.key), "kind": kind, "object": obj_name},
             )
-            self.kube.delete(k.BY_KIND[kind], namespace, obj_name, uid=live["metadata"].get("uid"))
+            self.kube.delete(k.BY_KIND[kind], namespace, obj_name, uid=meta(live).uid or None)
             self.reads.after_write(
-                k.BY_KIND[kind], namespace, obj_name, _resource_version(live), None
+                k.BY_KIND[kind], namespace, obj_name, meta(live).resource_version, None
             )
             self._count_write("delete", kind)
             p.result.writes += 1
@@ -317,17 +294,17 @@ class Reconciler:
         """Create or update each rendered object that differs from the live one."""
         namespace = p.key.namespace
         for obj in desired:
-            kind, obj_name = obj["kind"], obj["metadata"]["name"]
+            kind, obj_name = obj["kind"], meta(obj).name
             current = owned.get((kind, obj_name)) or existing.get((kind, obj_name))
             if current is None or needs_apply(obj, current) or not spec_exactly_equal(obj, current):
                 # An existing object is updated only as the very object we saw (uid
                 # precondition), so a foreign object recreated under the name
                 # meanwhile is refused, not adopted.
-                live_uid = (current or {}).get("metadata", {}).get("uid")
-                before = _resource_version(current)
+                live_uid = meta(current).uid or None
+                before = meta(current).resource_version
                 current = self.kube.apply(k.BY_KIND[kind], namespace, obj, uid=live_uid)
                 self.reads.after_write(
-                    k.BY_KIND[kind], namespace, obj_name, before, _resource_version(current)
+                    k.BY_KIND[kind], namespace, obj_name, before, meta(current).resource_version
                 )
                 self._count_write("apply", kind)
                 p.result.writes += 1
@@ -341,9 +318,9 @@ class Reconciler:
         (reconciler.steps.exact_drift) survive server-side apply: replace the spec."""
         if spec_exactly_equal(obj, current):
             return current
-        kind, obj_name = obj["kind"], obj["metadata"]["name"]
-        before = _resource_version(current)
-        ops = spec_replacement(obj, str(current["metadata"].get("uid") or ""))
+        kind, obj_name = obj["kind"], meta(obj).name
+        before = meta(current).resource_version
+        ops = spec_replacement(obj, meta(current).uid)
         try:
             replaced = self.kube.patch(
                 k.BY_KIND[kind], p.key.namespace, obj_name, ops, content_type=k.JSON_PATCH
@@ -354,7 +331,7 @@ class Reconciler:
                 raise k.ApiError(409, "Conflict", exc.body) from exc
             raise
         self.reads.after_write(
-            k.BY_KIND[kind], p.key.namespace, obj_name, before, _resource_version(replaced)
+            k.BY_KIND[kind], p.key.namespace, obj_name, before, meta(replaced).resource_version
         )
         self._count_write("apply", kind)
         p.result.writes += 1
@@ -373,9 +350,7 @@ class Reconciler:
         ):
             listed = [*p.reads.owned_secrets(p.key.namespace, p.key.name), *listed]
         return {
-            (str(item["kind"]), item["metadata"]["name"]): item
-            for item in listed
-            if owned_by(item, p.uid)
+            (str(item["kind"]), meta(item).name): item for item in listed if owned_by(item, p.uid)
         }
 
     def _read_unlisted(
@@ -385,7 +360,7 @@ class Reconciler:
         absent). Steady state reads nothing here: every rendered object is owned."""
         out: dict[ObjKey, dict[str, Any] | None] = {}
         for obj in desired:
-            key = (obj["kind"], obj["metadata"]["name"])
+            key = (obj["kind"], meta(obj).name)
             if key not in owned:
                 out[key] = self.kube.get_or_none(k.BY_KIND[key[0]], p.key.namespace, key[1])
         return out
@@ -435,7 +410,7 @@ class Reconciler:
     ) -> WorkloadObservation:
         """A StatefulSet short of pods, with the API server's latest refusal of one
         (reconciler.steps.workload_refusals); any other workload as observed."""
-        uid = (obj.get("metadata") or {}).get("uid")
+        uid = meta(obj).uid
         if not uid or not needs_failed_create_read(w.kind, w.spec_replicas, w.replicas):
             return w
         metrics.CACHE_LIVE_READS.labels(FAILED_CREATE_EVENTS_READ).inc()
@@ -468,10 +443,10 @@ class Reconciler:
         namespace, name = p.key
         try:
             pods = p.reads.injected_pods(namespace, p.uid) if injected_by_uid_label(p.uid) else []
-            seen = {str((pod.get("metadata") or {}).get("name")) for pod in pods}
-            for meta in engine_pods:
-                pod_name = str((meta.get("metadata") or {}).get("name"))
-                if pod_name in seen or not injected_by_backend(meta, namespace, name, p.uid):
+            seen = {meta(pod).name for pod in pods}
+            for engine_pod in engine_pods:
+                pod_name = meta(engine_pod).name
+                if pod_name in seen or not injected_by_backend(engine_pod, namespace, name, p.uid):
                     continue
                 # One GET per reconcile for each such pod until its workload rolls
                 # (new pods carry the label): counted, so the cost is visible.
@@ -497,7 +472,7 @@ class Reconciler:
             if probe is not None:
                 observed = dataclasses.replace(observed, probe=probe)
                 outcome = compute_status(p.cb, p.obj.get("status"), observed, p.now)
-        p.result.requeue_after = _min_delay(outcome.requeue_after, p.cascade_wait)
+        p.result.requeue_after = soonest_requeue(outcome.requeue_after, p.cascade_wait)
         old_status = p.obj.get("status") or {}
         if status_equal(old_status, outcome.status):
             return
@@ -506,7 +481,11 @@ class Reconciler:
         namespace, name = p.key
         updated = self.kube.replace_status(k.CACHEBACKENDS, namespace, name, body)
         self.reads.after_write(
-            k.CACHEBACKENDS, namespace, name, _resource_version(p.obj), _resource_version(updated)
+            k.CACHEBACKENDS,
+            namespace,
+            name,
+            meta(p.obj).resource_version,
+            meta(updated).resource_version,
         )
         self._count_write("update", "CacheBackend/status")
         p.result.writes += 1
@@ -558,145 +537,6 @@ class Reconciler:
             retry_after_seconds=self.probe_window,
         )
 
-    # ------------------------------------------------------------ cascade
-
-    def _server_instance(
-        self,
-        p: Pass,
-        workload_obj: dict[str, Any],
-        workload: WorkloadObservation | None,
-        injected: list[dict[str, Any]] | None,
-    ) -> str | None:
-        """observedServerInstance for this pass (None keeps the prior one), cascading
-        first when the transition is a replacement; sets how soon the cascade should
-        be looked at again."""
-        prior = str((p.obj.get("status") or {}).get("observedServerInstance") or "")
-        transition = self._instance_transition(
-            p.reads, p.key.namespace, prior, workload_obj, workload
-        )
-        if transition is None or not transition.cascade:
-            return transition.value if transition else None
-        if injected is None:
-            p.cascade_wait = CASCADE_RECHECK_SECONDS  # whom to roll is unknown this time
-            return None
-        # Rolling engines is the one write a stale view could make wrongly: decide it
-        # again on the API server's current state (the backend's baseline and the
-        # server pods) and go ahead only if that decision is the same.
-        confirmed = self._confirm_replacement(p, workload_obj, workload)
-        if confirmed != transition.value:
-            log.info(
-                "cache-server replacement not confirmed by a fresh read; looking again",
-                extra={"key": str(p.key), "cached": transition.value, "fresh": confirmed or ""},
-            )
-            p.cascade_wait = CASCADE_RECHECK_SECONDS
-            return None
-        targets = self._cascade_targets(p, injected)
-        if not targets:
-            log.info(
-                "cache server replaced; no engine Deployment to roll",
-                extra={"key": str(p.key), "prior_instance": prior},
-            )
-            return transition.value
-        verdict, wait = self.cascade_limiter.claim(str(p.key), transition.value)
-        if verdict == "done":
-            return transition.value
-        if verdict == "wait":
-            log.info(
-                "cache server replaced; engine cascade rate-limited",
-                extra={"key": str(p.key), "delay_s": round(wait, 1)},
-            )
-            p.cascade_wait = wait
-            return None
-        self._roll_engines(p, targets)
-        log.info(
-            "cache server replaced: rolled engine Deployments",
-            extra={
-                "key": str(p.key),
-                "prior_instance": prior,
-                "instance": transition.value,
-                "deployments": list(targets),
-            },
-        )
-        return transition.value
-
-    def _roll_engines(self, p: Pass, targets: list[str]) -> None:
-        """Restart each target Deployment; the claim is given back if a patch fails."""
-        stamp = format_time(p.now)
-        try:
-            for deployment in targets:
-                try:
-                    self.kube.patch(
-                        k.DEPLOYMENTS,
-                        p.key.namespace,
-                        deployment,
-                        restart_trigger_patch(stamp),
-                        content_type=k.MERGE_PATCH,
-                    )
-                except k.ApiError as exc:
-                    if not exc.not_found:  # deleted meanwhile: nothing to roll
-                        raise
-                self._count_write("patch", "Deployment")
-                p.result.writes += 1
-        except Exception:
-            self.cascade_limiter.release(str(p.key))
-            raise
-
-    @staticmethod
-    def _instance_transition(
-        reads: ClusterReads,
-        namespace: str,
-        prior: str,
-        workload_obj: dict[str, Any],
-        workload: WorkloadObservation | None,
-    ) -> InstanceTransition | None:
-        """The observedServerInstance transition the server pods ``reads`` sees imply
-        (None: the pods could not be read; the prior value stands)."""
-        try:
-            pods = reads.workload_pods(namespace, workload_selector(workload_obj))
-        except k.ApiError as exc:
-            log.warning(
-                "could not list cache-server pods",
-                extra={"namespace": namespace, "error": str(exc)},
-            )
-            return None
-        observation = server_pods(pods, workload_obj)
-        live_ready = sum(1 for pod in observation.pods if pod.ready)
-        return observed_server_instance_transition(
-            prior, observation.pods, deployment_converged(workload, live_ready)
-        )
-
-    def _confirm_replacement(
-        self, p: Pass, workload_obj: dict[str, Any], workload: WorkloadObservation | None
-    ) -> str | None:
-        """The new identifier if fresh reads also call this a replacement, else None."""
-        live = self.fresh_reads.backend(p.key.namespace, p.key.name)
-        if live is None or (live.get("metadata") or {}).get("uid") != p.uid:
-            return None
-        prior = str((live.get("status") or {}).get("observedServerInstance") or "")
-        fresh = self._instance_transition(
-            self.fresh_reads, p.key.namespace, prior, workload_obj, workload
-        )
-        return fresh.value if fresh is not None and fresh.cascade else None
-
-    def _cascade_targets(self, p: Pass, injected: list[dict[str, Any]]) -> list[str]:
-        """The engine Deployments to roll: the owners of the ReplicaSets that own this
-        backend's injected pods, each ReplicaSet read by name."""
-        namespace, name = p.key
-        names = sorted(
-            {
-                owner
-                for pod in injected
-                if injected_by_backend(pod, namespace, name, p.uid)
-                and (owner := controller_name(pod, "ReplicaSet")) is not None
-            }
-        )
-        replicasets = [
-            replicaset
-            for rs_name in names
-            if (replicaset := self.kube.get_or_none(k.REPLICASETS, namespace, rs_name)) is not None
-        ]
-        return cascade_targets(injected, replicasets, namespace, name, p.uid)
-
     @staticmethod
     def _count_write(verb: str, resource: str) -> None:
         metrics.API_WRITES.labels(verb, resource).inc()
@@ -741,12 +581,3 @@ def observe_engines(
         matching_deployments=len(deployments),
         matching_deployment_replicas=replicas,
     )
-
-
-def _resource_version(obj: dict[str, Any] | None) -> str:
-    return str(((obj or {}).get("metadata") or {}).get("resourceVersion") or "")
-
-
-def _min_delay(*values: float | None) -> float | None:
-    present = [v for v in values if v is not None]
-    return min(present) if present else None

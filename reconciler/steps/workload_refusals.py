@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from shared import constants as c
+from shared.objects import metadata
 
 #: The StatefulSet (and ReplicaSet) controller's Event reason for a refused pod create.
 FAILED_CREATE_REASON: Final = "FailedCreate"
@@ -32,7 +33,7 @@ def failed_create_selector(uid: str) -> str:
 def _when(event: Mapping[str, Any]) -> str:
     # RFC 3339 stamps of one writer compare as strings; eventTime (events.k8s.io
     # writers) carries microseconds, lastTimestamp (core writers) seconds.
-    meta = event.get("metadata") or {}
+    meta = metadata(event)
     return str(
         event.get("lastTimestamp")
         or event.get("eventTime")

@@ -61,6 +61,7 @@ from reconciler.watch.selector_watches import (
 from reconciler.watch.watch_cache import Reflector, WatchSpec, reduced_metadata, resource_version
 from shared import constants as c
 from shared.labels import labels_match, selector_string_matches
+from shared.objects import meta, metadata
 from shared.storage_providers.render import (
     LABEL_CACHEBACKEND,
     safe_label_value,
@@ -81,10 +82,10 @@ Obj = dict[str, Any]
 
 
 def without_managed_fields(obj: Obj) -> Obj:
-    meta = obj.get("metadata") or {}
-    if "managedFields" not in meta:
+    raw_meta = metadata(obj)
+    if "managedFields" not in raw_meta:
         return obj
-    return {**obj, "metadata": {k_: v for k_, v in meta.items() if k_ != "managedFields"}}
+    return {**obj, "metadata": {k_: v for k_, v in raw_meta.items() if k_ != "managedFields"}}
 
 
 # The decline record too: EngineOffloading counts the selected pods that carry it.
@@ -107,10 +108,6 @@ def _count_restart(watch: str) -> Callable[[str], None]:
         metrics.CACHE_WATCH_RESTARTS.labels(watch, cause).inc()
 
     return count
-
-
-def _labels(obj: Obj | None) -> dict[str, str]:
-    return dict(((obj or {}).get("metadata") or {}).get("labels") or {})
 
 
 # ------------------------------------------------------------------ the cache
@@ -252,7 +249,7 @@ class ClusterCache:
         """Watch the engine pods and ReplicaSets of every cached backend's selector, in
         that backend's namespace."""
         groups = selector_groups(
-            (str((cb.get("metadata") or {}).get("namespace") or ""), engine_selector_labels(cb))
+            (str(metadata(cb).get("namespace") or ""), engine_selector_labels(cb))
             for cb in self.backends.store.all()
         )
         self.engine_pods.want(groups)
@@ -310,7 +307,7 @@ class CachedReads:
             out.extend(
                 obj
                 for obj in reflector.store.in_namespace(namespace)
-                if _labels(obj).get(LABEL_CACHEBACKEND) == label
+                if meta(obj).labels.get(LABEL_CACHEBACKEND) == label
             )
         return out
 
@@ -327,7 +324,9 @@ class CachedReads:
             metrics.CACHE_LIVE_READS.labels("engine-pods").inc()
             return self.live.engine_pods(namespace, labels)
         return [
-            p for p in reflector.store.in_namespace(namespace) if labels_match(labels, _labels(p))
+            p
+            for p in reflector.store.in_namespace(namespace)
+            if labels_match(labels, meta(p).labels)
         ]
 
     def injected_pods(self, namespace: str, uid: str) -> list[Obj]:
@@ -336,7 +335,7 @@ class CachedReads:
         return [
             p
             for p in self.cache.injected_pods.store.in_namespace(namespace)
-            if _labels(p).get(c.LABEL_INJECTED_BY_UID) == uid
+            if meta(p).labels.get(c.LABEL_INJECTED_BY_UID) == uid
         ]
 
     def workload_pods(self, namespace: str, selector: Mapping[str, str]) -> list[Obj]:
@@ -349,7 +348,7 @@ class CachedReads:
         return [
             p
             for p in self.cache.server_pods.store.in_namespace(namespace)
-            if labels_match(selector, _labels(p))
+            if labels_match(selector, meta(p).labels)
         ]
 
     def engine_deployments(self, namespace: str, labels: Mapping[str, str]) -> list[Obj]:

@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from typing import Any, Final
 
 from reconciler.watch.watch_cache import reduced_metadata
+from shared.objects import meta, metadata
 
 LABEL_POD_TEMPLATE_HASH: Final = "pod-template-hash"
 ANNOTATION_REVISION: Final = "deployment.kubernetes.io/revision"
@@ -44,12 +45,12 @@ def replicaset_metadata(obj: Obj) -> Obj:
 
 def replicaset_template_labels(replicaset: Obj) -> dict[str, str]:
     """The pod-template labels of the Deployment that made ``replicaset``."""
-    labels = (replicaset.get("metadata") or {}).get("labels") or {}
+    labels = meta(replicaset).labels
     return {k: v for k, v in labels.items() if k != LABEL_POD_TEMPLATE_HASH}
 
 
 def _deployment_owner(replicaset: Obj) -> dict[str, Any] | None:
-    for ref in (replicaset.get("metadata") or {}).get("ownerReferences") or []:
+    for ref in meta(replicaset).owner_references:
         if ref.get("kind") == "Deployment" and ref.get("controller"):
             return dict(ref)
     return None
@@ -58,11 +59,11 @@ def _deployment_owner(replicaset: Obj) -> dict[str, Any] | None:
 def replicaset_shape(replicaset: Obj) -> tuple[object, ...]:
     """What the derivation reads of one ReplicaSet: a change of anything else (its
     status, its resourceVersion) changes no Deployment derived from it."""
-    meta = replicaset.get("metadata") or {}
+    view = meta(replicaset)
     owner = _deployment_owner(replicaset) or {}
     return (
-        tuple(sorted((meta.get("labels") or {}).items())),
-        tuple(sorted((meta.get("annotations") or {}).items())),
+        tuple(sorted(view.labels.items())),
+        tuple(sorted(view.annotations.items())),
         owner.get("name"),
         owner.get("uid"),
     )
@@ -79,18 +80,18 @@ def deployments_from_replicasets(replicasets: Iterable[Obj]) -> list[Obj]:
     newest: dict[tuple[str, str], tuple[int, Obj]] = {}
     for rs in replicasets:
         owner = _deployment_owner(rs)
-        meta = rs.get("metadata") or {}
-        revision = _int_or_none((meta.get("annotations") or {}).get(ANNOTATION_REVISION))
+        view = meta(rs)
+        revision = _int_or_none(view.annotations.get(ANNOTATION_REVISION))
         if owner is None or revision is None:
             continue
-        key = (str(meta.get("namespace") or ""), str(owner.get("name")))
+        key = (view.namespace, str(owner.get("name")))
         held = newest.get(key)
         if held is None or revision > held[0]:
             newest[key] = (revision, rs)
     out = []
     for (namespace, name), (_, rs) in sorted(newest.items()):
-        meta = rs.get("metadata") or {}
-        replicas = _int_or_none((meta.get("annotations") or {}).get(ANNOTATION_DESIRED_REPLICAS))
+        raw = metadata(rs)
+        replicas = _int_or_none(meta(rs).annotations.get(ANNOTATION_DESIRED_REPLICAS))
         if replicas is None:
             continue
         owner = _deployment_owner(rs) or {}
@@ -100,7 +101,7 @@ def deployments_from_replicasets(replicasets: Iterable[Obj]) -> list[Obj]:
                     "name": name,
                     "namespace": namespace,
                     "uid": owner.get("uid"),
-                    "resourceVersion": meta.get("resourceVersion"),
+                    "resourceVersion": raw.get("resourceVersion"),
                 },
                 "spec": {
                     "replicas": replicas,

@@ -24,6 +24,7 @@ from reconciler.watch.engine_deployments import replicaset_shape, replicaset_tem
 from reconciler.watch.selector_watches import GroupKey, selector_groups
 from shared.backend_keys import BackendKey, injected_by_key, object_key
 from shared.labels import labels_match
+from shared.objects import meta, metadata
 from shared.storage_providers.render import LABEL_CACHEBACKEND, LABEL_MANAGED_BY, MANAGED_BY
 
 # The label selector of every object the reconciler creates for a backend: the watches
@@ -35,10 +36,10 @@ Obj = dict[str, Any]
 
 def owner_key(obj: Obj) -> str | None:
     """``namespace/name`` of the CacheBackend controlling ``obj``, if any."""
-    meta = obj.get("metadata") or {}
-    for ref in meta.get("ownerReferences") or []:
+    raw_meta = metadata(obj)
+    for ref in raw_meta.get("ownerReferences") or []:
         if ref.get("kind") == "CacheBackend" and ref.get("controller"):
-            return str(BackendKey(str(meta.get("namespace")), str(ref.get("name"))))
+            return str(BackendKey(str(raw_meta.get("namespace")), str(ref.get("name"))))
     return None
 
 
@@ -49,10 +50,10 @@ def pod_backend_key(pod: Obj) -> str | None:
     injected = injected_by_key(pod)
     if injected is not None:
         return str(injected)
-    meta = pod.get("metadata") or {}
-    labels = meta.get("labels") or {}
+    raw_meta = metadata(pod)
+    labels = raw_meta.get("labels") or {}
     if labels.get(LABEL_MANAGED_BY) == MANAGED_BY and labels.get(LABEL_CACHEBACKEND):
-        return str(BackendKey(str(meta.get("namespace")), str(labels[LABEL_CACHEBACKEND])))
+        return str(BackendKey(str(raw_meta.get("namespace")), str(labels[LABEL_CACHEBACKEND])))
     return None
 
 
@@ -67,10 +68,6 @@ def backends_selecting(
 ) -> frozenset[str]:
     """The keys, among (key, engine selector) pairs, whose selector ``labels`` satisfy."""
     return frozenset(key for key, selector in selectors if labels_match(selector, labels))
-
-
-def _labels(obj: Obj | None) -> dict[str, str]:
-    return dict(((obj or {}).get("metadata") or {}).get("labels") or {})
 
 
 def pod_change_keys(
@@ -173,7 +170,7 @@ class SelectorIndex:
                 now: frozenset[str] = frozenset()
             else:
                 selectors = (self._selectors.get(key.namespace) or {}).items()
-                now = backends_selecting(selectors, _labels(pod))
+                now = backends_selecting(selectors, meta(pod).labels)
             before = self._matched.get(key, frozenset())
             if now:
                 self._matched[key] = now

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shared.backend_keys import object_key
+from shared.objects import metadata
 
 
 def _well_formed(rv: str) -> bool:
@@ -73,7 +74,7 @@ class Fence:
 
 def fence_for(resource: str, obj: Mapping[str, Any]) -> Fence | None:
     """The fence of a watched object's change; None when it carries no version."""
-    meta = obj.get("metadata") or {}
+    meta = metadata(obj)
     rv = str(meta.get("resourceVersion") or "")
     if not rv:
         return None

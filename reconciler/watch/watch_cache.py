@@ -33,6 +33,7 @@ from typing import Any, Final
 from kubeio import client as k
 from reconciler.watch.freshness import reached
 from shared.backend_keys import object_key
+from shared.objects import meta, metadata
 
 log = logging.getLogger(__name__)
 
@@ -68,13 +69,13 @@ class WatchSpec:
 
 
 def resource_version(obj: dict[str, Any] | None) -> str:
-    return str(((obj or {}).get("metadata") or {}).get("resourceVersion") or "")
+    return meta(obj).resource_version
 
 
 def reduced_metadata(obj: dict[str, Any], annotations: tuple[str, ...]) -> dict[str, Any]:
     """An object as a metadata-only store keeps it: identity, labels, the named
     annotations and the controller owner reference, nothing else."""
-    meta = obj.get("metadata") or {}
+    meta = metadata(obj)
     kept = meta.get("annotations") or {}
     return {
         "metadata": {
@@ -121,7 +122,7 @@ def list_then_watch(
                     limit=LIST_PAGE_SIZE,
                     metadata_only=spec.metadata_only,
                 )
-                rv = str((listing.get("metadata") or {}).get("resourceVersion") or "")
+                rv = str(metadata(listing).get("resourceVersion") or "")
                 on_list(listing.get("items") or [])
                 if on_progress:
                     on_progress(rv)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import redis
 
-from reconciler.steps.reconcile import CascadeClaim, ProbeRateLimiter
+from reconciler.steps.engine_cascade import CascadeClaim
+from reconciler.steps.reconcile import ProbeRateLimiter
 
 
 def redis_probe_rate_limiter(client: redis.Redis, window: float) -> ProbeRateLimiter:

@@ -27,6 +27,7 @@ from shared import constants as c
 from shared.backend_keys import injected_by_key, object_key
 from shared.conditions import format_time, parse_time
 from shared.labels import labels_match, valid_selector
+from shared.objects import meta, metadata
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +51,8 @@ def owning_backend(pod: dict[str, Any], backends_in_namespace: list[dict[str, An
     claim = injected_by_key(pod)
     if claim is not None:
         return str(claim)
-    labels = (pod.get("metadata") or {}).get("labels")
-    for cb in sorted(backends_in_namespace, key=lambda o: str(o["metadata"]["name"])):
+    labels = metadata(pod).get("labels")
+    for cb in sorted(backends_in_namespace, key=lambda o: meta(o).name):
         if labels_match(engine_selector_labels(cb), labels):
             return str(object_key(cb))
     return None
@@ -77,7 +78,7 @@ def project_index_participation(
     """
     by_ns: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for cb in backends:
-        by_ns[str(cb["metadata"]["namespace"])].append(cb)
+        by_ns[meta(cb).namespace].append(cb)
     agg: dict[str, dict[str, Any]] = {}
     for replica in snapshot.get("replicas") or []:
         ns, pod_name = str(replica.get("tenant") or ""), str(replica.get("replicaId") or "")
@@ -199,13 +200,13 @@ class SnapshotPoller(threading.Thread):
         }
         pods: dict[tuple[str, str], dict[str, Any]] = {}
         for ns in sorted(namespaces):
-            in_ns = [cb for cb in backends if cb["metadata"].get("namespace") == ns]
+            in_ns = [cb for cb in backends if meta(cb).namespace == ns]
             for pod in self._attributable_pods(ns, in_ns):
-                pods[(ns, str(pod["metadata"]["name"]))] = pod
+                pods[(ns, meta(pod).name)] = pod
         writes = 0
         projection = project_index_participation(snapshot, pods, backends)
         for cb in backends:
-            meta = cb["metadata"]
+            cb_meta = meta(cb)
             key = str(object_key(cb))
             want = projection.get(key)
             status = dict(cb.get("status") or {})
@@ -220,7 +221,7 @@ class SnapshotPoller(threading.Thread):
             status["indexParticipation"] = want
             try:
                 self.kube.replace_status(
-                    k.CACHEBACKENDS, meta["namespace"], meta["name"], {**cb, "status": status}
+                    k.CACHEBACKENDS, cb_meta.namespace, cb_meta.name, {**cb, "status": status}
                 )
                 writes += 1
             except k.ApiError as exc:

@@ -118,10 +118,10 @@ def settings_from(args: argparse.Namespace) -> WorkerSettings:
 
 
 def run(args: argparse.Namespace) -> int:
-    return _serve(settings_from(args))
+    return _run_worker(settings_from(args))
 
 
-def _serve(settings: WorkerSettings) -> int:
+def _run_worker(settings: WorkerSettings) -> int:
     common, config = settings.common, settings.runtime
     setup_logging(common.log_level)
     # Reconciles connect lazily (per forked process); check the configuration now so a

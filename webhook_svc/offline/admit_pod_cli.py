@@ -37,6 +37,8 @@ from typing import Any
 import yaml
 
 from cli_support import arg_types as cli_types
+from shared.json_diff import json_patch
+from shared.objects import meta, metadata
 from shared.pod_wiring import (
     DEFAULT_NAMESPACE,
     OUTCOME_FAIL_OPEN,
@@ -45,7 +47,6 @@ from shared.pod_wiring import (
     wire_pod,
 )
 from shared.runtime_adapters.base import InjectContext
-from webhook_svc.admission_review import json_patch
 from webhook_svc.backend_files import BackendFileError, load_backends
 from webhook_svc.offline.manifest_input import Document, InputError, read_inputs
 
@@ -187,7 +188,7 @@ def check_shape(manifest: dict[str, Any]) -> None:
     """The parts admission reads are mappings: the metadata (its labels and
     annotations) and spec of the Pod, or of the workload's pod template and the path to
     it. InputError naming the field otherwise."""
-    _mapping(manifest.get("metadata"), "metadata")
+    _mapping(_lookup(manifest, ("metadata",)), "metadata")
     kind = str(manifest.get("kind"))
     prefix = ""
     if kind != "Pod":
@@ -227,12 +228,12 @@ def pod_of(manifest: dict[str, Any], namespace: str) -> dict[str, Any]:
         pod = {
             "apiVersion": "v1",
             "kind": "Pod",
-            "metadata": copy.deepcopy(template.get("metadata") or {}),
+            "metadata": copy.deepcopy(metadata(template)),
             "spec": copy.deepcopy(template.get("spec") or {}),
         }
-        name = (manifest.get("metadata") or {}).get("name")
-        if name and not pod["metadata"].get("name"):
-            pod["metadata"]["generateName"] = f"{name}-"
+        name = metadata(manifest).get("name")
+        if name and not meta(pod).name:
+            metadata(pod)["generateName"] = f"{name}-"
     pod.setdefault("metadata", {})["namespace"] = namespace
     return pod
 
@@ -243,13 +244,13 @@ def workload_with(manifest: dict[str, Any], wired: dict[str, Any]) -> dict[str, 
         return wired
     out = copy.deepcopy(manifest)
     template = _template(out)
-    metadata = template.setdefault("metadata", {})
+    template_meta = template.setdefault("metadata", {})
     for key in ("labels", "annotations"):
-        value = (wired.get("metadata") or {}).get(key)
+        value = metadata(wired).get(key)
         if value:
-            metadata[key] = value
+            template_meta[key] = value
         else:
-            metadata.pop(key, None)
+            template_meta.pop(key, None)
     template["spec"] = wired["spec"]
     return out
 
@@ -258,11 +259,11 @@ def _with_namespace(backends: list[dict[str, Any]], namespace: str) -> list[dict
     """Backends whose file names no namespace, placed in ``namespace``."""
     out = []
     for backend in backends:
-        meta = backend.get("metadata") or {}
-        if meta.get("namespace"):
+        raw_meta = metadata(backend)
+        if raw_meta.get("namespace"):
             out.append(backend)
         else:
-            out.append({**backend, "metadata": {**meta, "namespace": namespace}})
+            out.append({**backend, "metadata": {**raw_meta, "namespace": namespace}})
     return out
 
 

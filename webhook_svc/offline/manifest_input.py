@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from cli_support.arg_types import STDIN
+from shared.objects import metadata as metadata_of
 from webhook_svc.backend_files import SUFFIXES, BackendFileError, parse_text
 
 
@@ -44,8 +45,7 @@ class Document:
 
     @property
     def metadata(self) -> dict[str, Any]:
-        meta = self.body.get("metadata") if isinstance(self.body, dict) else None
-        return meta if isinstance(meta, dict) else {}
+        return metadata_of(self.body) if isinstance(self.body, dict) else {}
 
     @property
     def name(self) -> str:

@@ -1,4 +1,4 @@
-"""The serving layer holds against idle, slow and stalled connections (webhook_svc/serving.py).
+"""The serving layer holds against idle, slow and stalled connections (webhook_svc/http/serving.py).
 
 Each rule is driven with real sockets against a running `icache webhook` with the
 shipped Deployment's sizing flags (two workers, 1 MiB in-flight body budget, 128

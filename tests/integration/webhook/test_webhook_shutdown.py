@@ -310,7 +310,7 @@ def test_sigterm_under_16_clients_leaves_no_request_unanswered(
     accepted connection is answered, including those on connections accepted during
     the drain and in its last moments; once the listener is closed, new connections
     are refused cleanly, never reset mid-handshake (the kernel's queue is accepted
-    before the listener closes, new SYNs dropped: webhook_svc/lifecycle.py
+    before the listener closes, new SYNs dropped: webhook_svc/http/lifecycle.py
     stop_listening). The counts are printed."""
     port = free_port()
     argv = ["--host", "127.0.0.1", "--port", str(port), "--backends-from", str(SAMPLES_DIR)]

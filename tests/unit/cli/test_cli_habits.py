@@ -66,7 +66,7 @@ def test_every_flag_of_a_long_running_process_names_its_environment_variable(nam
         text = _help_of(parser, action)
         named = re.findall(r"env (ICACHE_[A-Z0-9_]+)\)$", text)
         assert named, f"icache {name} {action.option_strings}: {text!r}"
-        assert named[-1] == cli.env_name(name, action)
+        assert named[-1] == cli.env_name(action)
 
 
 def test_no_parser_accepts_abbreviations() -> None:

@@ -30,7 +30,6 @@ MAX_LINES = 80
 
 # Tables, not logic: each is one parser.add_argument call per flag of one command.
 ARGUMENT_TABLES = {
-    "webhook_svc/webhook_cli.py:add_arguments",  # the flags of `icache webhook`
     "icache_install/certs_cli.py:add_arguments",  # the flags of `icache certs`
     "icache_install/doctor/cli.py:add_arguments",  # the flags of `icache doctor`
 }

@@ -14,8 +14,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from webhook_svc.http.process_metrics import ReplicaProcessCollector, children_of, combine
 from webhook_svc.metrics import WebhookMetrics
-from webhook_svc.process_metrics import ReplicaProcessCollector, children_of, combine
 
 
 def _names(registry: CollectorRegistry) -> set[str]:
@@ -91,7 +91,7 @@ def test_multiprocess_gc_counters_are_summed_over_workers(tmp_path: Path) -> Non
     flush = (
         "import gc, sys\n"
         "from webhook_svc.metrics import WebhookMetrics\n"
-        "from webhook_svc.process_metrics import start_gc_flusher\n"
+        "from webhook_svc.http.process_metrics import start_gc_flusher\n"
         "WebhookMetrics()\n"
         "for _ in range(int(sys.argv[1])): gc.collect()\n"
         "start_gc_flusher().flush()\n"

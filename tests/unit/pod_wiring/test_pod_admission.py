@@ -1,9 +1,9 @@
 """Mutate_pod: AdmissionReview handling of the Pod webhook; always allowed, fail-open.
 
-Driven as the Pod route drives it: the request is classified once (``classify_pod``),
-the namespace its ``namespace_to_list`` names is listed (here through a scripted
-lister, which may raise), then the pure ``answer_pod`` judges the same classified
-request with what the list returned, or with the exception it raised."""
+Driven through the route's one function, ``admit_pod``: the request is classified
+once (``classify_pod``), the namespace its ``namespace_to_list`` names is listed (here
+through a scripted lister, which may raise), then the pure ``answer_pod`` judges the
+same classified request with what the list returned, or with the exception it raised."""
 
 from __future__ import annotations
 
@@ -179,7 +179,7 @@ def test_encode_error_fails_open_without_patch(monkeypatch: pytest.MonkeyPatch) 
     def boom(*_: Any) -> Any:
         raise TypeError("not serialisable")
 
-    monkeypatch.setattr(pod_admission, "json_patch", boom)
+    monkeypatch.setattr(pod_admission, "verified_patch", boom)
     review, outcome, reason = mutate_pod(request(make_pod()), lister(make_backend()), CTX)
     assert_allowed(review)
     assert "patch" not in review["response"]
@@ -303,7 +303,7 @@ def test_field_level_patch_round_trips() -> None:
         "metadata": {"labels": {"x": "y"}},
         "spec": {"containers": [{"name": "c", "args": ["x"]}], "hostNetwork": True},
     }
-    ops = pod_admission.field_level_patch(before, after)
+    ops = json_diff.field_level_patch(before, after)
     assert jsonpatch.apply_patch(before, ops) == after
     assert all(op["path"] not in ("", "/spec", "/metadata") for op in ops)
 

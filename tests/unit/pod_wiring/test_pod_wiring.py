@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from shared import constants as c
+from shared.json_diff import json_patch
 from shared.pod_wiring import (
     OUTCOME_FAIL_OPEN,
     OUTCOME_INJECTED,
@@ -42,7 +43,6 @@ from tests.builders import backend as make_backend
 from tests.builders import container as make_container
 from tests.builders import pod as make_pod
 from tests.samples import sample_backends
-from webhook_svc.admission_review import json_patch
 
 # ------------------------------------------------------------------------ selection
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from tests.fakes import held
-from webhook_svc.admission_gate import (
+from webhook_svc.http.admission_gate import (
     MIN_RESERVATION_BYTES,
     SMALL_BODY_BYTES,
     BodyReader,

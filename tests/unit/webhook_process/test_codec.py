@@ -20,8 +20,8 @@ import pytest
 from shared.jsoncopy import json_copy
 from shared.quantity import parse_quantity
 from tests.builders import review_of
-from webhook_svc import codec
-from webhook_svc.codec import BadBodyError, decode_body, encode_json
+from webhook_svc.http import codec
+from webhook_svc.http.codec import BadBodyError, decode_body, encode_json
 
 REVIEW: dict[str, Any] = review_of(
     {

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from webhook_svc.uvicorn_processes import available_cpus, cgroup_cpu_limit
+from webhook_svc.http.uvicorn_processes import available_cpus, cgroup_cpu_limit
 
 
 def _files(

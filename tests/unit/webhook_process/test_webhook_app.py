@@ -227,7 +227,7 @@ UNEXPECTED = [
     (PATH_MUTATE_POD, ["parse_body"]),
     (PATH_MUTATE_CB, ["parse_body"]),
     (PATH_VALIDATE_CB, ["parse_body"]),
-    (PATH_MUTATE_POD, ["answer_pod", "pod_fail_open"]),
+    (PATH_MUTATE_POD, ["admit_pod", "pod_fail_open"]),
     (PATH_MUTATE_CB, ["mutate_cachebackend", "internal_denial"]),
     (PATH_VALIDATE_CB, ["validate_cachebackend", "internal_denial"]),
 ]

@@ -18,7 +18,7 @@ from tests.samples import SAMPLES_DIR
 from webhook_svc.app import PATH_MUTATE_CB, PATH_MUTATE_POD, PATH_VALIDATE_CB, create_app
 from webhook_svc.backend_files import load_backends
 from webhook_svc.backend_source import FileBackendSource
-from webhook_svc.codec import BadBodyError, decode_body, encode_json
+from webhook_svc.http.codec import BadBodyError, decode_body, encode_json
 
 ROUTES = [PATH_MUTATE_CB, PATH_VALIDATE_CB, PATH_MUTATE_POD]
 

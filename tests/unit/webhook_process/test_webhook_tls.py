@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.harness.controlplane import CertificateAuthority
-from webhook_svc.tls import ReloadingTLS
+from webhook_svc.http.tls import ReloadingTLS
 
 
 def _tls(tmp_path: Path) -> tuple[ReloadingTLS, CertificateAuthority]:

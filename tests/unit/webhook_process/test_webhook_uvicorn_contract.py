@@ -1,4 +1,4 @@
-"""What webhook_svc/serving.py, lifecycle.py and admission_gate.py rely on in uvicorn.
+"""What webhook_svc/http/serving.py, lifecycle.py and admission_gate.py rely on in uvicorn.
 
 serving.py holds uvicorn's httptools protocol (``HttpToolsProtocol``, not a public
 API) and lifecycle.py overrides ``uvicorn.Server`` methods and reads its attributes.
@@ -18,9 +18,9 @@ from starlette.types import Receive, Scope, Send
 from uvicorn.protocols.http import flow_control
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from webhook_svc.admission_gate import SMALL_BODY_BYTES
-from webhook_svc.lifecycle import DrainingServer
-from webhook_svc.serving import CONNECTION_KEY, Connections, GuardedConnection, State
+from webhook_svc.http.admission_gate import SMALL_BODY_BYTES
+from webhook_svc.http.lifecycle import DrainingServer
+from webhook_svc.http.serving import CONNECTION_KEY, Connections, GuardedConnection, State
 
 TESTED_SERIES = "0.54."
 

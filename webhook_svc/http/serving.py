@@ -13,9 +13,9 @@ closes a connection idle after an answer. What it lacks, and this module adds:
   ``limit_concurrency`` counts open connections, so idle keep-alive connections
   crowd out requests, and its refusal is a text/plain 503 without Retry-After. It
   is left unset; the admission routes count the requests they are judging
-  (``RequestLimit``, webhook_svc/admission_gate.py) and answer the JSON 503 +
+  (``RequestLimit``, webhook_svc/http/admission_gate.py) and answer the JSON 503 +
   Retry-After every other overload answer uses.
-- **Connection states for the drain** (webhook_svc/lifecycle.py). uvicorn's shutdown
+- **Connection states for the drain** (webhook_svc/http/lifecycle.py). uvicorn's shutdown
   closes every connection with no request being answered, including one whose
   request is on its way (accepted, handshake done, head not yet parsed); the API
   server counts that as a failed call. :meth:`Connections.settle` lets those deliver
@@ -47,7 +47,7 @@ from typing import Any, ClassVar, Final
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from webhook_svc.lifecycle import lifecycle_of
+from webhook_svc.http.lifecycle import lifecycle_of
 
 log = logging.getLogger("icache.webhook")
 

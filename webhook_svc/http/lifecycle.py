@@ -12,7 +12,7 @@ On the first SIGTERM the server
    filter makes the kernel drop new SYNs while the connections it already queued are
    accepted, then the listener closes: ``stop_listening``); lets connections
    accepted before that deliver the request they are sending (a handshake or a head
-   on its way: webhook_svc/serving.py); lets in-flight requests finish (at most
+   on its way: webhook_svc/http/serving.py); lets in-flight requests finish (at most
    ``timeout_graceful_shutdown``) and exits 0.
 
 A second SIGTERM, or SIGINT (Ctrl+C), skips the rest of the drain.
@@ -39,7 +39,7 @@ import uvicorn
 from starlette.types import Scope
 
 if TYPE_CHECKING:
-    from webhook_svc.serving import Connections
+    from webhook_svc.http.serving import Connections
 
 log = logging.getLogger("icache.webhook")
 
@@ -115,7 +115,7 @@ async def stop_listening(listeners: list[Any]) -> None:
 
 class DrainingServer(uvicorn.Server):
     """uvicorn's server with the SIGTERM drain described in the module docstring.
-    ``connections`` (webhook_svc/serving.py) are the ones its protocol tracks."""
+    ``connections`` (webhook_svc/http/serving.py) are the ones its protocol tracks."""
 
     def __init__(
         self, config: uvicorn.Config, drain_seconds: float, connections: Connections | None = None
