@@ -233,7 +233,7 @@ def _needs_write(current: dict[str, Any] | None, type_: str, data: dict[str, str
         return True
     if current.get("type") != type_:
         raise CertsError(
-            f"Secret {current['metadata']['name']} has type {current.get('type')}, expected "
+            f"Secret {meta(current).name} has type {current.get('type')}, expected "
             f"{type_}; delete it or pass another name"
         )
     return bool(current.get("data") != data)

@@ -11,14 +11,15 @@ from icache_install.doctor.findings import Finding, ObjectRef, finding
 from icache_install.doctor.pod_creation import check_pod_creation
 from shared import constants as c
 from shared.backend_keys import object_key
+from shared.objects import meta, metadata
 from shared.pod_wiring import backend_selects_pod, select_backend
 
 Obj = Mapping[str, Any]
 
 
 def ref_of(cb: Obj) -> ObjectRef:
-    meta = cb.get("metadata") or {}
-    return ObjectRef(c.KIND, str(meta.get("name", "")), str(meta.get("namespace", "")))
+    view = meta(cb)
+    return ObjectRef(c.KIND, view.name, view.namespace)
 
 
 def key_of(obj: Obj) -> str:
@@ -43,8 +44,7 @@ def selector_of(cb: Obj) -> dict[str, str]:
 
 
 def pod_labels(pod: Obj) -> dict[str, str]:
-    labels = (pod.get("metadata") or {}).get("labels") or {}
-    return {str(k): str(v) for k, v in labels.items()}
+    return {str(k): str(v) for k, v in meta(pod).labels.items()}
 
 
 def check_conditions(cb: Obj) -> list[Finding]:
@@ -102,7 +102,7 @@ def check_conditions(cb: Obj) -> list[Finding]:
 
 
 def check_generation(cb: Obj) -> list[Finding]:
-    generation = (cb.get("metadata") or {}).get("generation")
+    generation = metadata(cb).get("generation")
     observed = (cb.get("status") or {}).get("observedGeneration")
     if not isinstance(generation, int) or not isinstance(observed, int) or observed >= generation:
         return []
@@ -187,7 +187,7 @@ def _could_both_match(a: Mapping[str, str], b: Mapping[str, str]) -> bool:
 def check_overlaps(backends: Sequence[Obj], pods: Sequence[Obj]) -> list[Finding]:
     """Backends of one namespace whose selectors claim the same pods. The Pod webhook
     wires a pod to the first match in the API server's list order (by name)."""
-    ordered = sorted(backends, key=lambda b: str((b.get("metadata") or {}).get("name", "")))
+    ordered = sorted(backends, key=lambda b: meta(b).name)
     out: list[Finding] = []
     for i, first in enumerate(ordered):
         for later in ordered[i + 1 :]:
@@ -207,7 +207,7 @@ def check_overlaps(backends: Sequence[Obj], pods: Sequence[Obj]) -> list[Finding
                 else None
             )
             winner = ref_of(chosen).name if chosen else ref_of(first).name
-            names = [(p.get("metadata") or {}).get("name", "") for p in shared[:3]]
+            names = [meta(p).name for p in shared[:3]]
             pods_text = (
                 f"{len(shared)} pod(s) ({', '.join(names)}{', ...' if len(shared) > 3 else ''})"
                 if shared

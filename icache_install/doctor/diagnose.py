@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -14,6 +14,7 @@ from icache_install.doctor.findings import Finding, ObjectRef, finding
 from icache_install.doctor.reader import CRDS, ClusterReader, ReadError
 from kubeio import client as kc
 from shared.api.crd import CRD_NAME
+from shared.objects import meta
 
 T = TypeVar("T")
 Objects = list[dict[str, Any]]
@@ -76,14 +77,14 @@ def diagnose(reader: ClusterReader, scope: Scope) -> Diagnosis:
         functools.partial(reader.list, kc.PODS, scope.namespace, metadata_only=True),
         none,
     )
-    pods_by_ns = _by_namespace(pod_list, _namespace_of)
-    backends_by_ns = _by_namespace(backends, lambda b: cb_checks.ref_of(b).namespace)
+    pods_by_ns = _by_namespace(pod_list)
+    backends_by_ns = _by_namespace(backends)
     _check_backends(reader, backends, pods_by_ns, out)
     for namespace in sorted(backends_by_ns):
         out += cb_checks.check_overlaps(backends_by_ns[namespace], pods_by_ns[namespace])
     checked = pods.engine_pods(pod_list, backends)
     for engine_pod in sorted(checked, key=cb_checks.key_of):
-        out += pods.check_pod(engine_pod, backends_by_ns[_namespace_of(engine_pod)], webhook)
+        out += pods.check_pod(engine_pod, backends_by_ns[meta(engine_pod).namespace], webhook)
     return Diagnosis(out, backends, len(checked), reader.requests)
 
 
@@ -188,17 +189,11 @@ def _webhook_state(
     )
 
 
-def _namespace_of(obj: Mapping[str, Any]) -> str:
-    return str((obj.get("metadata") or {}).get("namespace", ""))
-
-
-def _by_namespace(
-    objs: list[dict[str, Any]], namespace_of: Callable[[dict[str, Any]], str]
-) -> defaultdict[str, list[dict[str, Any]]]:
+def _by_namespace(objs: list[dict[str, Any]]) -> defaultdict[str, list[dict[str, Any]]]:
     """``objs`` grouped by namespace, in their order; an absent namespace reads as empty."""
     grouped: defaultdict[str, list[dict[str, Any]]] = defaultdict(list)
     for obj in objs:
-        grouped[namespace_of(obj)].append(obj)
+        grouped[meta(obj).namespace].append(obj)
     return grouped
 
 

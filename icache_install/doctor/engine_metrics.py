@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from icache_install.doctor.findings import Finding, ObjectRef, finding
+from shared.objects import meta
 
 OFFLOAD_HIT_RATIO: Final = "inferencecache:offload_hit_ratio:rate5m"
 LOOKUPS: Final = "inferencecache:offload_lookup_tokens:rate5m"
@@ -184,8 +185,8 @@ def engine_findings(
 def _backend_keys(backends: list[dict[str, Any]]) -> list[tuple[str, str]]:
     keys = []
     for raw in backends:
-        meta = raw.get("metadata") or {}
-        keys.append((str(meta.get("namespace", "")), str(meta.get("name", ""))))
+        view = meta(raw)
+        keys.append((view.namespace, view.name))
     return keys
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from icache_install.doctor.findings import Finding, ObjectRef, finding
 from shared.backend_keys import injected_by
+from shared.objects import meta
 from shared.runtime_adapters.host_memory_fit import (
     gib_text,
     pinned_host_memory_exceeds_limit,
@@ -31,11 +32,11 @@ def check_host_memory(cb: Obj, pods: Sequence[Obj]) -> list[Finding]:
     """One warning per injected pod of ``cb`` that pins more than a container's
     memory limit; ``pods`` read in full."""
     out = []
-    for pod in sorted(pods, key=lambda p: str((p.get("metadata") or {}).get("name"))):
+    for pod in sorted(pods, key=lambda p: meta(p).name):
         if not injected_by(pod, cb):
             continue
-        meta = pod.get("metadata") or {}
-        ref = ObjectRef("Pod", str(meta.get("name") or ""), str(meta.get("namespace") or ""))
+        view = meta(pod)
+        ref = ObjectRef("Pod", view.name, view.namespace)
         for pin in pinned_host_memory_exceeds_limit(dict(pod)):
             out.append(
                 finding(

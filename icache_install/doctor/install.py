@@ -19,6 +19,7 @@ from icache_install.doctor.findings import Finding, ObjectRef, finding
 from shared import constants as c
 from shared.api.crd import CRD_NAME
 from shared.api.crd import crd as generated_crd
+from shared.objects import meta
 
 EXPIRY_WARNING: Final = dt.timedelta(days=14)
 # The Pod webhook must answer well inside its timeout: the live list alone may take
@@ -395,7 +396,7 @@ def check_certificates(
         config = configs.get(expected.config_kind)
         if config is None:
             continue
-        config_name = (config.get("metadata") or {}).get("name", "")
+        config_name = meta(config).name
         ref = _webhook_ref(expected.config_kind, config_name)
         hook = next(
             (h for h in config.get("webhooks") or [] if h.get("name") == expected.name), None

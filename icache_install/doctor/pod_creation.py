@@ -9,6 +9,7 @@ from typing import Any, Final
 
 from icache_install.doctor.findings import Finding, ObjectRef, finding
 from shared import constants as c
+from shared.objects import meta
 
 POD_CREATION_FAILED_CODE: Final = "backend.PodCreationFailed"
 
@@ -61,8 +62,8 @@ def pod_creation_fix(message: str) -> str:
 def check_pod_creation(cb: Mapping[str, Any]) -> list[Finding]:
     """backend.PodCreationFailed for a backend whose Ready condition says its workload
     cannot create its pods; nothing otherwise."""
-    meta = cb.get("metadata") or {}
-    ns, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
+    view = meta(cb)
+    ns, name = view.namespace, view.name
     ready = next(
         (
             x

@@ -16,6 +16,7 @@ from icache_install.doctor.findings import Finding, ObjectRef, finding
 from icache_install.doctor.install import _time
 from shared import constants as c
 from shared.backend_mode import Mode, backend_mode
+from shared.objects import meta, metadata
 from shared.pod_wiring import (
     BindingError,
     backend_selects_pod,
@@ -37,19 +38,15 @@ class WebhookState:
     known: bool = True  # False: its Deployment could not be read
 
 
-def _meta(obj: Obj) -> Mapping[str, Any]:
-    meta = obj.get("metadata")
-    return meta if isinstance(meta, Mapping) else {}
-
-
 def pod_ref(pod: Obj) -> ObjectRef:
-    return ObjectRef("Pod", str(_meta(pod).get("name", "")), str(_meta(pod).get("namespace", "")))
+    view = meta(pod)
+    return ObjectRef("Pod", view.name, view.namespace)
 
 
 def roll_hint(pod: Obj) -> str:
     """How to re-create the pod so the webhook admits it again."""
-    ns = str(_meta(pod).get("namespace", ""))
-    owners = _meta(pod).get("ownerReferences") or []
+    ns = meta(pod).namespace
+    owners = metadata(pod).get("ownerReferences") or []
     owner = owners[0] if owners else None
     if isinstance(owner, Mapping):
         kind, name = str(owner.get("kind", "")), str(owner.get("name", ""))
@@ -59,7 +56,7 @@ def roll_hint(pod: Obj) -> str:
         if kind in ("StatefulSet", "DaemonSet", "Deployment"):
             return f"kubectl -n {ns} rollout restart {kind.lower()}/{name}"
         return f"delete the pod; its {kind} {name} re-creates it"
-    return f"delete and re-create the pod: kubectl -n {ns} delete pod {_meta(pod).get('name')}"
+    return f"delete and re-create the pod: kubectl -n {ns} delete pod {meta(pod).name}"
 
 
 def _needs_endpoint_now(cb: Obj) -> str | None:
@@ -93,7 +90,7 @@ def _ready_since(cb: Obj) -> dt.datetime | None:
 def check_pod(pod: Obj, backends: Sequence[Obj], webhook: WebhookState) -> list[Finding]:
     """``backends``: the CacheBackends of the pod's namespace."""
     ref = pod_ref(pod)
-    annotations = _meta(pod).get("annotations") or {}
+    annotations = meta(pod).annotations
     injected_by = annotations.get(c.ANNOTATION_INJECTED_BY)
     injected_uid = annotations.get(c.ANNOTATION_INJECTED_BY_UID)
     by_key = {key_of(b): b for b in backends}
@@ -152,7 +149,7 @@ def _wired(
             f"roll the workload to re-wire it to a live backend: {roll}",
             injectedBy=injected_by,
         )
-    live_uid = str(_meta(live).get("uid") or "")
+    live_uid = meta(live).uid
     if not injected_uid:
         return finding(
             "pod.InjectedWithoutUID",
@@ -195,8 +192,8 @@ def _wired(
 def _unwired(pod: Obj, cb: Obj, webhook: WebhookState, roll: str) -> Finding:
     ref = pod_ref(pod)
     backend = key_of(cb)
-    created = _time(_meta(pod).get("creationTimestamp"))
-    cb_created = _time(_meta(cb).get("creationTimestamp"))
+    created = _time(metadata(pod).get("creationTimestamp"))
+    cb_created = _time(metadata(cb).get("creationTimestamp"))
     details: dict[str, Any] = {"selectedBy": backend}
     if created:
         details["podCreated"] = created.isoformat()
@@ -265,8 +262,8 @@ def engine_pods(pods: Sequence[Obj], backends: Sequence[Obj]) -> list[Obj]:
     the webhook's injected-by annotation."""
     out = []
     for pod in pods:
-        annotations = _meta(pod).get("annotations") or {}
-        ns = str(_meta(pod).get("namespace", ""))
+        annotations = meta(pod).annotations
+        ns = meta(pod).namespace
         if annotations.get(c.ANNOTATION_INJECTED_BY) or any(
             ref_of(b).namespace == ns and backend_selects_pod(dict(b), pod_labels(pod))
             for b in backends

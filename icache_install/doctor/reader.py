@@ -20,6 +20,7 @@ from urllib.parse import urlencode
 
 from kubeio import client as kc
 from kubeio.client import Kube, Resource
+from shared.objects import metadata
 
 CRDS: Final = Resource(
     "apiextensions.k8s.io",
@@ -117,7 +118,7 @@ class ClusterReader:
             if page is None:  # the resource is not served (the CRD is missing)
                 return items
             items.extend(page.get("items") or [])
-            cont = (page.get("metadata") or {}).get("continue")
+            cont = metadata(page).get("continue")
             if not cont:
                 return items
 

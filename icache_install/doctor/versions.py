@@ -19,6 +19,7 @@ from shared import constants as c
 from shared.api.models import CacheBackend
 from shared.backend_keys import injected_by
 from shared.engine_versions import LMCACHE
+from shared.objects import meta
 
 Obj = Mapping[str, Any]
 
@@ -42,14 +43,9 @@ class PodVersions:
         )
 
 
-def _meta(obj: Obj) -> Mapping[str, Any]:
-    meta = obj.get("metadata")
-    return meta if isinstance(meta, Mapping) else {}
-
-
 def runs_kernel_check(pod: Obj) -> bool:
     """The webhook records the check's mode on every pod it gave the check."""
-    return bool((_meta(pod).get("annotations") or {}).get(c.ANNOTATION_LMCACHE_KERNEL_CHECK_MODE))
+    return bool(meta(pod).annotations.get(c.ANNOTATION_LMCACHE_KERNEL_CHECK_MODE))
 
 
 def wants_versions(cb: Obj, pods: Sequence[Obj]) -> bool:
@@ -61,9 +57,7 @@ def wants_versions(cb: Obj, pods: Sequence[Obj]) -> bool:
 def pod_versions(pod: Obj) -> PodVersions:
     terminated = cv.kernel_check_termination(pod)
     verdict = cv.parse_kernel_check_verdict(terminated.get("message")) if terminated else None
-    return PodVersions(
-        str(_meta(pod).get("name", "")), terminated is not None, dict(cv.reported_versions(verdict))
-    )
+    return PodVersions(meta(pod).name, terminated is not None, dict(cv.reported_versions(verdict)))
 
 
 def _server_image(cb: Obj) -> str | None:
