@@ -30,6 +30,7 @@ from shared.api.models import CacheBackend
 from shared.backend_keys import BackendKey
 from shared.endpoints import ServiceRef as ServiceRef
 from shared.endpoints import service_reference as service_reference
+from shared.objects import meta
 
 # A namespace name: an RFC 1123 label.
 _NAMESPACE_RE: Final = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -75,11 +76,11 @@ def allowed_consumer_namespaces(cb: CacheBackend) -> frozenset[str]:
 
 def tier_service_ref(service: Mapping[str, Any]) -> tuple[str, str, frozenset[int]]:
     """(name, namespace, ports) of a rendered or live Service."""
-    meta = service.get("metadata") or {}
+    view = meta(service)
     ports = frozenset(
         int(p["port"]) for p in (service.get("spec") or {}).get("ports") or [] if "port" in p
     )
-    return str(meta.get("name") or ""), str(meta.get("namespace") or ""), ports
+    return view.name, view.namespace, ports
 
 
 def points_at_tier(consumer: CacheBackend, provider: str, service: Mapping[str, Any]) -> bool:

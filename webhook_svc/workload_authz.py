@@ -46,6 +46,7 @@ from shared.api.models import CacheBackend
 from shared.defaulting import default_cachebackend
 from shared.engine_versions import SAMPLE_TARGETS
 from shared.jsoncopy import json_copy
+from shared.objects import meta
 from shared.pod_wiring import DEFAULT_NAMESPACE, OUTCOME_FAIL_OPEN, wire_pod
 from shared.runtime_adapters.base import InjectContext
 from shared.runtime_adapters.engine import SGLANG_CONTAINER, VLLM_CONTAINER
@@ -201,7 +202,7 @@ def sample_wiring(obj: Mapping[str, Any] | None, pod: dict[str, Any]) -> bytes |
         return None
     spec["engineSelector"] = {"matchLabels": dict(SAMPLE_LABELS)}
     backend["status"] = {"endpoint": SAMPLE_PUBLISHED}
-    namespace = str((backend.get("metadata") or {}).get("namespace") or DEFAULT_NAMESPACE)
+    namespace = meta(backend).namespace or DEFAULT_NAMESPACE
     try:
         result = wire_pod(json_copy(pod), [backend], SAMPLE_CONTEXT, namespace=namespace)
     except Exception:
@@ -230,14 +231,8 @@ def _wiring_inputs(obj: Mapping[str, Any] | None) -> tuple[Any, ...]:
     """What of a backend the Pod webhook's wiring reads (its status aside, which the
     sample replaces): its identity, annotations and spec. A label edit or a status
     write leaves them alone."""
-    meta = (obj or {}).get("metadata") or {}
-    return (
-        meta.get("name"),
-        meta.get("namespace"),
-        meta.get("uid"),
-        meta.get("annotations") or {},
-        (obj or {}).get("spec"),
-    )
+    view = meta(obj)
+    return (view.name, view.namespace, view.uid, view.annotations, (obj or {}).get("spec"))
 
 
 def consent_widened(obj: Mapping[str, Any] | None, old_obj: Mapping[str, Any] | None) -> bool:
@@ -528,7 +523,7 @@ def review_plan(req: AdmissionRequest) -> ReviewPlan | None:
     needed = required_access(req.operation, obj, old)
     if not needed:
         return None
-    name = str(((obj or {}).get("metadata") or {}).get("name") or req.name)
+    name = meta(obj).name or req.name
     return ReviewPlan(user_info(req), name, obj, old, tuple(needed))
 
 

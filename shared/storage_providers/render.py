@@ -28,6 +28,7 @@ from shared import constants as c
 from shared.api import effective
 from shared.api.models import CacheBackend, dump
 from shared.bindings import Binding
+from shared.objects import meta, metadata
 from shared.quantity import parse_quantity
 from shared.runtime_adapters import registry as runtime_registry
 from shared.storage_providers.base import (
@@ -396,10 +397,6 @@ def secret_digest_key(secret: Mapping[str, Any] | None) -> str | None:
     return _secret_value(secret, AUTH_DIGEST_KEY_KEY)
 
 
-def _secret_annotations(secret: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    return ((secret or {}).get("metadata") or {}).get("annotations") or {}
-
-
 def is_credentials_copy(secret: Mapping[str, Any] | None) -> bool:
     """Rule "No managed tier adopts a copy": a Secret is a consumer's copy when it
     carries the marker (ANNOTATION_COPY_OF), or has the shape copies had before the
@@ -409,7 +406,7 @@ def is_credentials_copy(secret: Mapping[str, Any] | None) -> bool:
     copy, an annotation another writer left on it changes nothing."""
     if secret is None:
         return False
-    annotations = _secret_annotations(secret)
+    annotations = meta(secret).annotations
     if ANNOTATION_SHARED_WITH in annotations:
         return False
     if ANNOTATION_COPY_OF in annotations:
@@ -421,7 +418,7 @@ def is_credentials_copy(secret: Mapping[str, Any] | None) -> bool:
 def shared_with(secret: Mapping[str, Any] | None) -> frozenset[str] | None:
     """The namespaces a tier's password was shared with (ANNOTATION_SHARED_WITH); None
     when the Secret does not say (absent, or from before the record was kept)."""
-    value = _secret_annotations(secret).get(ANNOTATION_SHARED_WITH)
+    value = meta(secret).annotations.get(ANNOTATION_SHARED_WITH)
     if not isinstance(value, str):
         return None
     return frozenset(x.strip() for x in value.split(",") if x.strip())
@@ -475,13 +472,13 @@ def render_auth_secret(
     """The backend's password Secret. ``data`` stays outside the spec hash (added after
     it is stamped): the password is random, the rest of the object is not."""
     name = cb.metadata.name or ""
-    meta = _metadata(cb, provider)
-    meta["name"] = auth_secret_name(name)
-    meta["annotations"] = {ANNOTATION_SHARED_WITH: ",".join(sorted(tier.shared_with))}
+    raw_meta = _metadata(cb, provider)
+    raw_meta["name"] = auth_secret_name(name)
+    raw_meta["annotations"] = {ANNOTATION_SHARED_WITH: ",".join(sorted(tier.shared_with))}
     return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": meta,
+        "metadata": raw_meta,
         "type": "Opaque",
         "data": {
             AUTH_PASSWORD_KEY: _b64(tier.password),
@@ -503,10 +500,10 @@ def render_credentials_copy(
     backend, under the name the Pod webhook wires (copy_secret_name of the consumer),
     marked with the Secret it copies (``source``: ``<namespace>/<name>``). Only the
     password key: the server config file and the digest key are the owner's alone."""
-    meta = _metadata(consumer, provider)
-    meta["name"] = copy_secret_name(consumer.metadata.name or "")
-    meta["annotations"] = {ANNOTATION_COPY_OF: source}
-    copy_ = {"apiVersion": "v1", "kind": "Secret", "metadata": meta, "type": "Opaque"}
+    raw_meta = _metadata(consumer, provider)
+    raw_meta["name"] = copy_secret_name(consumer.metadata.name or "")
+    raw_meta["annotations"] = {ANNOTATION_COPY_OF: source}
+    copy_ = {"apiVersion": "v1", "kind": "Secret", "metadata": raw_meta, "type": "Opaque"}
     stamped = _stamp_hash(copy_)
     stamped["data"] = {AUTH_PASSWORD_KEY: _b64(password)}
     return stamped
@@ -626,7 +623,7 @@ def spec_hash(obj: dict[str, Any]) -> str:
 def _stamp_hash(obj: dict[str, Any]) -> dict[str, Any]:
     # A Secret's data is not hashed: the password is random (render_auth_secret).
     hashed = {k: v for k, v in obj.items() if k != "data"}
-    obj["metadata"].setdefault("annotations", {})[ANNOTATION_SPEC_HASH] = spec_hash(hashed)
+    metadata(obj).setdefault("annotations", {})[ANNOTATION_SPEC_HASH] = spec_hash(hashed)
     return obj
 
 
@@ -687,7 +684,7 @@ def render_managed_objects(
     stamped = [_stamp_hash(o) for o in objects]
     if cb.spec.autoscaling is not None:
         # Outside the hash: the HPA moving it is not a re-render of ours.
-        key = (workload["kind"], workload["metadata"]["name"])
+        key = (workload["kind"], meta(workload).name)
         replicas = hpa_owned_replicas(cb, (live or {}).get(key))
         workload["spec"] = {"replicas": replicas, **workload["spec"]}
     return stamped
@@ -703,8 +700,8 @@ def service_endpoint(service: dict[str, Any]) -> str:
     from engine pods in any namespace, and without the cluster domain so it works
     whatever the cluster's domain is (``svc`` is in every pod's search path).
     """
-    meta = service.get("metadata") or {}
+    view = meta(service)
     ports = (service.get("spec") or {}).get("ports") or []
-    if not ports or not meta.get("name"):
+    if not ports or not view.name:
         return ""
-    return f"{meta['name']}.{meta.get('namespace')}.svc:{ports[0]['port']}"
+    return f"{view.name}.{view.namespace}.svc:{ports[0]['port']}"

@@ -10,6 +10,7 @@ from typing import Any
 
 from shared.api.defaults import with_spec_defaults
 from shared.api.models import CacheBackendSpec
+from shared.objects import metadata
 from shared.validation.resource_entries import ResourceEntry, judged_entries, selected_entries
 from shared.validation.schema import drop_nulls
 from shared.validation.vocabulary import ResourceKind
@@ -53,14 +54,12 @@ def namespace_of(raw: Mapping[str, Any], namespace: str) -> str:
     """The request namespace, else metadata.namespace, else "default" (as kubectl would)."""
     if namespace:
         return namespace
-    meta = raw.get("metadata")
-    ns = meta.get("namespace") if isinstance(meta, Mapping) else None
+    ns = metadata(raw).get("namespace")
     return ns if isinstance(ns, str) and ns else "default"
 
 
 def backend_annotations(raw: Mapping[str, Any]) -> Mapping[str, str]:
-    meta = raw.get("metadata")
-    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+    annotations = metadata(raw).get("annotations")
     if not isinstance(annotations, Mapping):
         return {}
     return {k: v for k, v in annotations.items() if isinstance(k, str) and isinstance(v, str)}
