@@ -28,6 +28,7 @@ from reconciler.status.engine_pods import ServerPod
 from reconciler.status.observed import WorkloadObservation
 from shared import constants as c
 from shared.backend_keys import injected_by_backend
+from shared.objects import meta
 
 CASCADE_WINDOW_SECONDS: Final = 30.0
 
@@ -137,7 +138,7 @@ def observed_server_instance_transition(
 
 
 def _controller_ref(obj: dict[str, Any], kind: str) -> str | None:
-    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+    for ref in meta(obj).owner_references:
         if ref.get("kind") == kind and ref.get("controller"):
             return str(ref.get("name"))
     return None
@@ -153,10 +154,7 @@ def cascade_targets(
     """Engine Deployments (sorted names) owning — through their ReplicaSet — a pod
     wired to this backend incarnation. Pods of bare ReplicaSets, StatefulSets or no
     controller are not rolled: the annotation mechanism is a Deployment's."""
-    rs_owner = {
-        str((rs.get("metadata") or {}).get("name")): _controller_ref(rs, "Deployment")
-        for rs in replicasets
-    }
+    rs_owner = {meta(rs).name: _controller_ref(rs, "Deployment") for rs in replicasets}
     out: set[str] = set()
     for pod in pods:
         if not injected_by_backend(pod, namespace, name, uid):

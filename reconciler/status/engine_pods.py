@@ -42,6 +42,7 @@ from shared.client_versions import (
     parse_kernel_check_verdict as parse_kernel_check_verdict,
 )
 from shared.labels import labels_match
+from shared.objects import meta
 from shared.runtime_adapters import kernel_check
 from shared.runtime_adapters.engine import SUBSCRIBER_CONTAINER
 from shared.runtime_adapters.host_memory_fit import (
@@ -116,16 +117,8 @@ class ServerPodsObservation:
 # ------------------------------------------------------------------ small readers
 
 
-def _meta(obj: dict[str, Any]) -> dict[str, Any]:
-    return obj.get("metadata") or {}
-
-
-def _annotations(obj: dict[str, Any]) -> dict[str, str]:
-    return dict(_meta(obj).get("annotations") or {})
-
-
 def _terminating(pod: dict[str, Any]) -> bool:
-    return bool(_meta(pod).get("deletionTimestamp"))
+    return bool(meta(pod).deletion_timestamp)
 
 
 def _clip(text: str, limit: int = MAX_DETAIL_CHARS) -> str:
@@ -146,9 +139,9 @@ def _status_named(statuses: Iterable[dict[str, Any]] | None, name: str) -> dict[
 def kernel_check_mode_of_pod(pod: dict[str, Any]) -> str:
     """The mode the pod was admitted under: the webhook's record on the pod, else the
     check container's own mode env. Anything but ``strict`` never downgrades Ready."""
-    raw = _annotations(pod).get(c.ANNOTATION_LMCACHE_KERNEL_CHECK_MODE) or kernel_check.mode_on_pod(
-        pod
-    )
+    raw = meta(pod).annotations.get(
+        c.ANNOTATION_LMCACHE_KERNEL_CHECK_MODE
+    ) or kernel_check.mode_on_pod(pod)
     mode = (raw or "").strip().lower()
     return c.KERNEL_CHECK_STRICT if mode == c.KERNEL_CHECK_STRICT else c.KERNEL_CHECK_REPORT_ONLY
 
@@ -158,7 +151,7 @@ def kernel_check_report(pod: dict[str, Any]) -> KernelCheckReport | None:
     spec = pod.get("spec") or {}
     if _status_named(spec.get("initContainers"), kernel_check.CONTAINER_NAME) is None:
         return None
-    name = str(_meta(pod).get("name") or "")
+    name = meta(pod).name
     mode = kernel_check_mode_of_pod(pod)
     terminated = kernel_check_termination(pod)
     if not terminated:
@@ -209,16 +202,16 @@ def observe_injected_pods(
     loops: list[CrashLoop] = []
     short: list[HostMemoryShortfall] = []
     mine = [p for p in pods if injected_by_backend(p, namespace, name, uid) and not _terminating(p)]
-    for pod in sorted(mine, key=lambda p: str(_meta(p).get("name"))):
+    for pod in sorted(mine, key=lambda p: meta(p).name):
         report = kernel_check_report(pod)
         if report is not None:
             reports.append(report)
         looping = crash_looping_engine_containers(pod)
         if looping:
-            loops.append(CrashLoop(str(_meta(pod).get("name")), looping))
+            loops.append(CrashLoop(meta(pod).name, looping))
         over = pinned_host_memory_exceeds_limit(pod)
         if over:
-            short.append(HostMemoryShortfall(str(_meta(pod).get("name")), tuple(over)))
+            short.append(HostMemoryShortfall(meta(pod).name, tuple(over)))
     return InjectedPodsObservation(tuple(reports), tuple(loops), tuple(short))
 
 
@@ -229,11 +222,12 @@ def offloading_declined_pods(
     own KV offloading would overwrite the connector, by name."""
     key = f"{namespace}/{name}"
     out = [
-        str(_meta(p).get("name"))
+        meta(p).name
         for p in pods
         if not _terminating(p)
-        and _annotations(p).get(c.ANNOTATION_INJECT_DECLINED) == c.REASON_ENGINE_OFFLOADING_CONFLICT
-        and _annotations(p).get(c.ANNOTATION_INJECT_DECLINED_BY) == key
+        and meta(p).annotations.get(c.ANNOTATION_INJECT_DECLINED)
+        == c.REASON_ENGINE_OFFLOADING_CONFLICT
+        and meta(p).annotations.get(c.ANNOTATION_INJECT_DECLINED_BY) == key
     ]
     return tuple(sorted(out))
 
@@ -287,12 +281,12 @@ def server_pods(pods: Sequence[dict[str, Any]], workload: dict[str, Any]) -> Ser
     containers = server_container_names(workload)
     out = [
         ServerPod(
-            name=str(_meta(p).get("name")),
-            uid=str(_meta(p).get("uid") or ""),
+            name=meta(p).name,
+            uid=meta(p).uid,
             ready=_pod_ready(p),
             restarts=restart_sum(p, containers),
         )
         for p in pods
-        if labels_match(selector, _meta(p).get("labels")) and _meta(p).get("uid")
+        if labels_match(selector, meta(p).labels) and meta(p).uid
     ]
     return ServerPodsObservation(tuple(sorted(out, key=lambda p: p.name)))

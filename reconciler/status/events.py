@@ -13,6 +13,7 @@ from typing import Any, Final
 
 from shared import constants as c
 from shared.conditions import find, format_time
+from shared.objects import metadata
 
 NORMAL: Final = "Normal"
 WARNING: Final = "Warning"
@@ -254,11 +255,11 @@ def event_object(
 ) -> dict[str, Any]:
     """A core/v1 Event about the CacheBackend (shown by kubectl describe, which filters
     by involvedObject.uid)."""
-    meta = cb_obj.get("metadata") or {}
+    raw_meta = metadata(cb_obj)
     return core_event(
         cb_obj,
         (c.API_VERSION, c.KIND),
-        {"generateName": f"{meta.get('name')}.", "namespace": meta.get("namespace")},
+        {"generateName": f"{raw_meta.get('name')}.", "namespace": raw_meta.get("namespace")},
         event.type,
         event.reason,
         event.message[:1024],
@@ -270,7 +271,7 @@ def event_object(
 def core_event(
     involved: dict[str, Any],
     api_version_kind: tuple[str, str],
-    metadata: dict[str, Any],
+    event_metadata: dict[str, Any],
     type_: str,
     reason: str,
     message: str,
@@ -279,20 +280,20 @@ def core_event(
 ) -> dict[str, Any]:
     """A core/v1 Event about the object ``involved`` (of ``api_version_kind``), first
     and last seen ``now``, reported by this controller's ``instance``."""
-    meta = involved.get("metadata") or {}
+    raw_meta = metadata(involved)
     api_version, kind = api_version_kind
     stamp = format_time(now)
     return {
         "apiVersion": "v1",
         "kind": "Event",
-        "metadata": metadata,
+        "metadata": event_metadata,
         "involvedObject": {
             "apiVersion": api_version,
             "kind": kind,
-            "name": meta.get("name"),
-            "namespace": meta.get("namespace"),
-            "uid": meta.get("uid"),
-            "resourceVersion": meta.get("resourceVersion"),
+            "name": raw_meta.get("name"),
+            "namespace": raw_meta.get("namespace"),
+            "uid": raw_meta.get("uid"),
+            "resourceVersion": raw_meta.get("resourceVersion"),
         },
         "type": type_,
         "reason": reason,

@@ -14,6 +14,7 @@ from reconciler.status.ownership import (
     NameConflict,
 )
 from shared import constants as c
+from shared.objects import metadata
 from shared.tenancy import ConsumerStanding
 
 #: The Deployment controller's Progressing reason once a rollout has completed.
@@ -56,7 +57,6 @@ class WorkloadObservation:
 
     @classmethod
     def from_object(cls, obj: dict[str, Any]) -> WorkloadObservation:
-        meta = obj.get("metadata") or {}
         spec = obj.get("spec") or {}
         st = obj.get("status") or {}
         progressing = next(
@@ -78,7 +78,7 @@ class WorkloadObservation:
             available = max(available, int(st.get("readyReplicas") or 0))
         return cls(
             kind=kind,
-            generation=int(meta.get("generation") or 0),
+            generation=int(metadata(obj).get("generation") or 0),
             observed_generation=int(st.get("observedGeneration") or 0),
             spec_replicas=1 if replicas is None else int(replicas),
             replicas=int(st.get("replicas") or 0),

@@ -14,6 +14,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from shared.objects import meta
+
 # How soon a conflicted backend looks again: nothing watches the foreign object
 # (it carries none of our labels or owner references), so its removal is only
 # noticed by polling.
@@ -32,7 +34,7 @@ class NameConflict:
 
 def controller_of(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """The controller ownerReference of ``obj`` (at most one, by API validation)."""
-    for ref in (obj.get("metadata") or {}).get("ownerReferences") or ():
+    for ref in meta(obj).owner_references:
         if ref.get("controller"):
             return dict(ref)
     return None
@@ -60,7 +62,7 @@ def name_conflicts(
     """
     out: list[NameConflict] = []
     for obj in desired:
-        key = (str(obj["kind"]), str(obj["metadata"]["name"]))
+        key = (str(obj["kind"]), meta(obj).name)
         live = existing.get(key)
         if live is None or owned_by(live, cb_uid):
             continue

@@ -122,7 +122,7 @@ class ClusterReads(Protocol):
 def spec_changed(cb_obj: Mapping[str, Any]) -> bool:
     """The backend's spec changed since the last pass that published its status
     (metadata.generation ahead of status.observedGeneration, or never published)."""
-    generation = (cb_obj.get("metadata") or {}).get("generation")
+    generation = metadata(cb_obj).get("generation")
     observed = (cb_obj.get("status") or {}).get("observedGeneration")
     return generation is None or generation != observed
 

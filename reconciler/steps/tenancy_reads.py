@@ -24,6 +24,7 @@ from kubeio import client as k
 from reconciler.steps.reads import ClusterReads, controller_name
 from shared import constants as c
 from shared.api.models import CacheBackend
+from shared.objects import meta
 from shared.storage_providers.base import StorageProvider
 from shared.storage_providers.render import (
     LABEL_MANAGED_BY,
@@ -97,8 +98,7 @@ def _tier_of(
     if ref is None or ref.namespace == consumer.metadata.namespace:
         return None
     service = kube.get_or_none(k.SERVICES, ref.namespace, ref.name)
-    labels = ((service or {}).get("metadata") or {}).get("labels") or {}
-    if service is None or labels.get(LABEL_MANAGED_BY) != MANAGED_BY:
+    if service is None or meta(service).labels.get(LABEL_MANAGED_BY) != MANAGED_BY:
         return None
     owner_name = controller_name(service, c.KIND)
     owner = _parse(reads.backend(ref.namespace, owner_name)) if owner_name else None
