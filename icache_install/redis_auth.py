@@ -22,11 +22,13 @@ class RedisAuthError(Exception):
 
 
 class SecretStore(Protocol):
-    def read_secret(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+    def read_secret(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The Secret, or None when it does not exist."""
 
     def write_secret(
         self, namespace: str, current: dict[str, Any] | None, body: dict[str, Any]
-    ) -> None: ...
+    ) -> None:
+        """Create the Secret (``current`` None) or replace ``current`` with ``body``."""
 
 
 def password_secret(name: str, namespace: str, password: str) -> dict[str, Any]:

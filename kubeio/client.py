@@ -88,11 +88,11 @@ class KubeClient(Protocol):
     JSON dicts as on the wire; failures are :class:`ApiError`; ``namespace`` is None
     for cluster-scoped resources."""
 
-    def get(self, res: Resource, namespace: str | None, name: str) -> dict[str, Any]: ...
+    def get(self, res: Resource, namespace: str | None, name: str) -> dict[str, Any]:
+        """The object; ApiError 404 when it does not exist."""
 
-    def get_or_none(
-        self, res: Resource, namespace: str | None, name: str
-    ) -> dict[str, Any] | None: ...
+    def get_or_none(self, res: Resource, namespace: str | None, name: str) -> dict[str, Any] | None:
+        """The object, or None when it does not exist."""
 
     def list(
         self,
@@ -104,11 +104,11 @@ class KubeClient(Protocol):
         limit: int | None = None,
         metadata_only: bool = False,
         field_selector: str | None = None,
-    ) -> dict[str, Any]: ...
+    ) -> dict[str, Any]:
+        """A List of the resource: one page when ``limit`` is set, metadata only when asked."""
 
-    def create(
-        self, res: Resource, namespace: str | None, body: dict[str, Any]
-    ) -> dict[str, Any]: ...
+    def create(self, res: Resource, namespace: str | None, body: dict[str, Any]) -> dict[str, Any]:
+        """Create ``body``; the object as created."""
 
     def apply(
         self,
@@ -117,11 +117,13 @@ class KubeClient(Protocol):
         body: dict[str, Any],
         *,
         uid: str | None = None,
-    ) -> dict[str, Any]: ...
+    ) -> dict[str, Any]:
+        """Server-side apply ``body`` with our field manager; ``uid`` is a precondition."""
 
     def replace(
         self, res: Resource, namespace: str | None, name: str, body: dict[str, Any]
-    ) -> dict[str, Any]: ...
+    ) -> dict[str, Any]:
+        """Replace the object with ``body``; its resourceVersion is the precondition."""
 
     def patch(
         self,
@@ -131,15 +133,18 @@ class KubeClient(Protocol):
         body: Any,
         *,
         content_type: str,
-    ) -> dict[str, Any]: ...
+    ) -> dict[str, Any]:
+        """Patch the object with ``body``, sent as ``content_type``."""
 
     def replace_status(
         self, res: Resource, namespace: str | None, name: str, body: dict[str, Any]
-    ) -> dict[str, Any]: ...
+    ) -> dict[str, Any]:
+        """Replace the object's status subresource with ``body``."""
 
     def delete(
         self, res: Resource, namespace: str | None, name: str, *, uid: str | None = None
-    ) -> None: ...
+    ) -> None:
+        """Delete the object; ``uid`` is a precondition when given."""
 
     def watch(
         self,
@@ -150,7 +155,8 @@ class KubeClient(Protocol):
         timeout_seconds: int = 300,
         metadata_only: bool = False,
         namespace: str | None = None,
-    ) -> Iterator[dict[str, Any]]: ...
+    ) -> Iterator[dict[str, Any]]:
+        """The watch events of the resource from ``resource_version``."""
 
 
 # A watch's connect budget; its read budget is the server-side timeout plus a margin.
@@ -450,10 +456,12 @@ class Kube:
 
 class _Answer(Protocol):
     @property
-    def status(self) -> int: ...
+    def status(self) -> int:
+        """The HTTP status code."""
 
     @property
-    def headers(self) -> Any: ...
+    def headers(self) -> Any:
+        """The response headers."""
 
 
 _A = TypeVar("_A", bound=_Answer)

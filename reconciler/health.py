@@ -22,6 +22,8 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
+from shared.stop_signal import StopSignal
+
 log = logging.getLogger(__name__)
 
 DEFAULT_LIVENESS_TIMEOUT = 60.0
@@ -56,7 +58,7 @@ class Heartbeat:
             return dict(self._beats)
 
 
-class Readiness:
+class Readiness(StopSignal):
     """Runs every check each ``interval`` seconds in a thread; ready when the latest
     round passed them all."""
 
@@ -92,9 +94,6 @@ class Readiness:
 
         threading.Thread(target=run, name="icache-readiness", daemon=True).start()
         return self
-
-    def stop(self) -> None:
-        self._stop.set()
 
 
 def liveness_report(beats: Beats, bound: float) -> tuple[bool, dict[str, Any]]:

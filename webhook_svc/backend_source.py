@@ -23,7 +23,8 @@ from shared.objects import metadata
 
 
 class BackendSource(Protocol):
-    async def list(self, namespace: str) -> list[dict[str, Any]]: ...
+    async def list(self, namespace: str) -> list[dict[str, Any]]:
+        """The CacheBackends of ``namespace``, as JSON objects."""
 
 
 # The Pod webhook's timeoutSeconds is 5: the lookup must give up well before the API

@@ -617,7 +617,6 @@ def api_server_said(status: int) -> str:
 class AccessReviewer(Protocol):
     async def review(self, body: dict[str, Any]) -> dict[str, Any]:
         """The review's outcome (``review_outcome``), or ReviewError."""
-        ...
 
 
 class ReviewCache:

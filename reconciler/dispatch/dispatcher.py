@@ -54,6 +54,7 @@ from reconciler.watch.freshness import Fence, fence_for
 from reconciler.watch.selector_watches import SelectorWatches
 from reconciler.watch.watch_cache import WatchSpec, list_then_watch
 from shared.backend_keys import BackendKey, object_key
+from shared.stop_signal import StopSignal
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +99,7 @@ def pump_stalled(last_beat: float, now: float, renew_deadline: float) -> bool:
     return now - last_beat > renew_deadline
 
 
-class Dispatcher:
+class Dispatcher(StopSignal):
     def __init__(
         self,
         kube: k.KubeClient,
@@ -131,9 +132,6 @@ class Dispatcher:
         self.pump_beat = time.monotonic()
 
     # ------------------------------------------------------------ lifecycle
-
-    def stop(self) -> None:
-        self._stop.set()
 
     def liveness_beats(self) -> dict[str, float]:
         """Heartbeats of the loops that must keep turning: the election loop always,

@@ -45,9 +45,11 @@ CascadeClaim = tuple[Literal["go", "done", "wait"], float]
 class CascadeLimiter(Protocol):
     """At most one engine cascade per backend per window (shared across workers)."""
 
-    def claim(self, key: str, value: str) -> CascadeClaim: ...
+    def claim(self, key: str, value: str) -> CascadeClaim:
+        """Claim ``key`` for this cascade, recording ``value``; go, done or wait."""
 
-    def release(self, key: str) -> None: ...
+    def release(self, key: str) -> None:
+        """Give ``key`` back so the next cascade may run at once."""
 
 
 class EngineCascade:

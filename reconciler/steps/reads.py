@@ -75,48 +75,39 @@ class ClusterReads(Protocol):
 
     def backend(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The CacheBackend, or None when it does not exist."""
-        ...
 
     def owned(self, namespace: str, name: str) -> list[dict[str, Any]]:
         """Objects of the listed owned kinds (LISTED_OWNED_RESOURCES) carrying the
         backend's labels (each with its ``kind``); ownership by uid is the caller's
         check. Secrets are not among them: owned_secrets."""
-        ...
 
     def owned_secrets(self, namespace: str, name: str) -> list[dict[str, Any]]:
         """The backend's Secrets, each read by the name it renders (owned_secret_names),
         kept when it carries the backend's labels."""
-        ...
 
     def engine_pods(self, namespace: str, labels: Mapping[str, str]) -> list[dict[str, Any]]:
         """Pods whose labels contain ``labels`` (a valid, non-empty selector): at least
         their metadata (labels, the decision annotations, owner references)."""
-        ...
 
     def injected_pods(self, namespace: str, uid: str) -> list[dict[str, Any]]:
         """Whole pods labelled injected-by-uid=``uid`` (the annotations still decide)."""
-        ...
 
     def workload_pods(self, namespace: str, selector: Mapping[str, str]) -> list[dict[str, Any]]:
         """Whole pods whose labels contain ``selector`` (the managed workload's)."""
-        ...
 
     def engine_deployments(self, namespace: str, labels: Mapping[str, str]) -> list[dict[str, Any]]:
         """Deployments whose pod-template labels contain ``labels``: at least
         metadata.name, spec.replicas and spec.template.metadata.labels."""
-        ...
 
     def backends_in(self, namespace: str) -> list[dict[str, Any]]:
         """Every CacheBackend of ``namespace`` (an owner's candidate consumers, in the
         namespaces it consents to)."""
-        ...
 
     def after_write(
         self, res: k.Resource, namespace: str, name: str, before: str, after: str | None
     ) -> None:
         """A reconcile wrote the object (resourceVersion ``before`` → ``after``; after
         None: deleted). A cache waits, briefly, until it shows the write."""
-        ...
 
 
 def spec_changed(cb_obj: Mapping[str, Any]) -> bool:

@@ -23,7 +23,8 @@ class Prober(Protocol):
 
     def probe(
         self, backend: str, model: str, hash_scheme: str, backend_type: str | None
-    ) -> ProbeObservation: ...
+    ) -> ProbeObservation:
+        """One functional probe of ``backend`` for ``model`` under ``hash_scheme``."""
 
 
 class ServerClient:

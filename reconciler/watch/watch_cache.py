@@ -34,6 +34,7 @@ from kubeio import client as k
 from reconciler.watch.freshness import reached
 from shared.backend_keys import object_key
 from shared.objects import meta, metadata
+from shared.stop_signal import StopSignal
 
 log = logging.getLogger(__name__)
 
@@ -262,7 +263,7 @@ class Store:
             return True
 
 
-class Reflector:
+class Reflector(StopSignal):
     """A :class:`Store` kept in step with one :class:`WatchSpec` by a daemon thread.
 
     ``on_change`` hears every change after the store holds it (never for the first
@@ -306,11 +307,6 @@ class Reflector:
         )
         self._thread.start()
         return self
-
-    def stop(self) -> None:
-        """Stop at the next event or stream end (the thread is a daemon: a stream
-        blocked on a quiet watch does not hold the process)."""
-        self._stop.set()
 
     @property
     def stopped(self) -> bool:

@@ -31,7 +31,8 @@ SGLANG_CONTAINER = "sglang"
 class EngineLocator(Protocol):
     """A runtime adapter that can say which container it wires (for engineOverrides)."""
 
-    def engine_container_index(self, pod: dict[str, Any]) -> int: ...
+    def engine_container_index(self, pod: dict[str, Any]) -> int:
+        """The index in ``spec.containers`` of the engine container the adapter wires."""
 
 
 def candidate_indexes(pod: dict[str, Any]) -> list[int]:
@@ -83,3 +84,19 @@ def select_sglang_engine(pod: dict[str, Any]) -> int:
     raise InjectionRejectedError(
         f"a multi-container SGLang pod must name its engine container {SGLANG_CONTAINER!r}"
     )
+
+
+class VLLMEngine:
+    """Mixed into the adapters that wire a vLLM engine: the container is chosen by
+    ``select_vllm_engine``."""
+
+    def engine_container_index(self, pod: dict[str, Any]) -> int:
+        return select_vllm_engine(pod)
+
+
+class SGLangEngine:
+    """Mixed into the adapters that wire an SGLang engine: the container is chosen by
+    ``select_sglang_engine``."""
+
+    def engine_container_index(self, pod: dict[str, Any]) -> int:
+        return select_sglang_engine(pod)

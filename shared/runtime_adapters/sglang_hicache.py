@@ -36,7 +36,7 @@ from shared.api.models import CacheBackend, HiCache
 from shared.bindings import Binding, Protocol
 from shared.jsoncopy import json_copy
 from shared.runtime_adapters.base import InjectContext, InjectionRejectedError, RuntimeAdapter
-from shared.runtime_adapters.engine import select_sglang_engine
+from shared.runtime_adapters.engine import SGLangEngine
 from shared.runtime_adapters.kv_config import decline_sglang_decode_without_radix_cache
 from shared.runtime_adapters.overrides import entry_groups, override_arg_tokens
 from shared.runtime_adapters.podspec import cli_tokens, find_flag, flag_name, runs_shell_script
@@ -166,16 +166,13 @@ def reject_conflicting_values(
                 )
 
 
-class SGLangHiCacheAdapter(RuntimeAdapter):
+class SGLangHiCacheAdapter(SGLangEngine, RuntimeAdapter):
     name: ClassVar[str] = "SGLang+SGLangHiCache"
     runtime: ClassVar[str] = c.RUNTIME_SGLANG
     cache_type: ClassVar[str] = c.TYPE_SGLANG_HICACHE
     reserved_args: ClassVar[tuple[str, ...]] = ("--enable-hierarchical-cache",)
     reserved_env: ClassVar[tuple[str, ...]] = ()
     accepted_protocols: ClassVar[frozenset[Protocol | None]] = frozenset({None})
-
-    def engine_container_index(self, pod: dict[str, Any]) -> int:
-        return select_sglang_engine(pod)
 
     def wire(
         self,

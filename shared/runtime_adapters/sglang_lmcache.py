@@ -44,7 +44,7 @@ from shared.api.models import CacheBackend
 from shared.bindings import Binding, Protocol
 from shared.jsoncopy import json_copy
 from shared.runtime_adapters.base import InjectContext, InjectionRejectedError, RuntimeAdapter
-from shared.runtime_adapters.engine import select_sglang_engine
+from shared.runtime_adapters.engine import SGLangEngine
 from shared.runtime_adapters.host_memory_fit import SHM_PATH
 from shared.runtime_adapters.kv_config import decline_sglang_decode_without_radix_cache
 from shared.runtime_adapters.overrides import override_arg_tokens
@@ -290,7 +290,7 @@ def render_worker(
     return worker
 
 
-class SGLangLMCacheAdapter(RuntimeAdapter):
+class SGLangLMCacheAdapter(SGLangEngine, RuntimeAdapter):
     name: ClassVar[str] = "SGLang+LMCache"
     runtime: ClassVar[str] = c.RUNTIME_SGLANG
     cache_type: ClassVar[str] = c.TYPE_LMCACHE
@@ -300,9 +300,6 @@ class SGLangLMCacheAdapter(RuntimeAdapter):
         "INFERENCECACHE_FAIL_OPEN",
     )
     accepted_protocols: ClassVar[frozenset[Protocol | None]] = frozenset({None, "resp"})
-
-    def engine_container_index(self, pod: dict[str, Any]) -> int:
-        return select_sglang_engine(pod)
 
     def wire(
         self,

@@ -53,7 +53,7 @@ from shared.runtime_adapters.base import (
     InjectionRejectedError,
     RuntimeAdapter,
 )
-from shared.runtime_adapters.engine import select_vllm_engine
+from shared.runtime_adapters.engine import VLLMEngine
 from shared.runtime_adapters.engine_parallelism import ProcessCount, vllm_process_count
 from shared.runtime_adapters.kv_config import (
     KV_OFFLOADING_BACKEND,
@@ -396,7 +396,7 @@ def lmcache_env(
     return env
 
 
-class VLLMLMCacheAdapter(RuntimeAdapter):
+class VLLMLMCacheAdapter(VLLMEngine, RuntimeAdapter):
     name: ClassVar[str] = "vLLM+LMCache"
     runtime: ClassVar[str] = c.RUNTIME_VLLM
     cache_type: ClassVar[str] = c.TYPE_LMCACHE
@@ -415,9 +415,6 @@ class VLLMLMCacheAdapter(RuntimeAdapter):
     accepted_protocols: ClassVar[frozenset[Protocol | None]] = frozenset(
         {None, "lm", "mooncakestore"}
     )
-
-    def engine_container_index(self, pod: dict[str, Any]) -> int:
-        return select_vllm_engine(pod)
 
     def merged_env(self, binding: Binding | None) -> tuple[str, ...]:
         if binding is not None and binding.protocol == "mooncakestore":

@@ -29,6 +29,8 @@ from typing import Any
 from cryptography import x509
 from prometheus_client import Counter
 
+from shared.stop_signal import StopSignal
+
 log = logging.getLogger("icache.webhook.tls")
 
 Stamp = tuple[tuple[int, int, int], ...]
@@ -51,7 +53,7 @@ def _serving_context(cert: Path, key: Path) -> ssl.SSLContext:
     return context
 
 
-class ReloadingTLS:
+class ReloadingTLS(StopSignal):
     """The serving certificate, re-read every ``interval`` seconds when the files change."""
 
     def __init__(self, cert: Path, key: Path, interval: float) -> None:
@@ -169,9 +171,6 @@ class ReloadingTLS:
                 self.check()
 
         threading.Thread(target=loop, name="tls-reload", daemon=True).start()
-
-    def stop(self) -> None:
-        self._stop.set()
 
     def __call__(
         self, _config: Any, _default: Callable[[], ssl.SSLContext] | None = None
