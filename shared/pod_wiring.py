@@ -65,6 +65,7 @@ from pydantic import ValidationError
 from shared import constants as c
 from shared import labels as shared_labels
 from shared.api import effective
+from shared.api.backend import read_backend_for_wiring
 from shared.api.models import CacheBackend
 from shared.backend_keys import BackendKey
 from shared.bindings import PROVIDER_PROTOCOL, Binding
@@ -311,21 +312,8 @@ def select_backend(
 
 
 def parse_backend(raw: dict[str, Any]) -> CacheBackend:
-    """The typed CacheBackend, judged on what wiring reads: metadata, spec, status.endpoint.
-
-    Other status fields (conditions, index participation, ...) are the controller's and
-    never affect wiring, so a partial or newer status must not make the backend invalid.
-    """
-    status = raw.get("status")
-    trimmed: dict[str, Any] = {
-        key: raw[key] for key in ("apiVersion", "kind", "metadata", "spec") if key in raw
-    }
-    if isinstance(status, dict) and "endpoint" in status:
-        trimmed["status"] = {"endpoint": status["endpoint"]}
-    return CacheBackend.model_validate(trimmed)
-
-
-# ----------------------------------------------------------------------- binding
+    """The typed CacheBackend, judged on what wiring reads (``read_backend_for_wiring``)."""
+    return read_backend_for_wiring(raw).model
 
 
 def managed_password_secret(backend: CacheBackend) -> str | None:

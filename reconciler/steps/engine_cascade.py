@@ -70,7 +70,7 @@ class EngineCascade:
         """observedServerInstance for this pass (None keeps the prior one), cascading
         first when the transition is a replacement; sets how soon the cascade should
         be looked at again."""
-        prior = str((p.obj.get("status") or {}).get("observedServerInstance") or "")
+        prior = str(p.backend.status.get("observedServerInstance") or "")
         transition = self._instance_transition(
             p.reads, p.key.namespace, prior, workload_obj, workload
         )

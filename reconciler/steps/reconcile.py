@@ -55,6 +55,7 @@ from reconciler.steps.workload_refusals import (
 )
 from shared import constants as c
 from shared.api import effective
+from shared.api.backend import Backend, read_backend
 from shared.api.models import CacheBackend
 from shared.backend_keys import BackendKey, injected_by_backend, object_key
 from shared.backend_mode import Mode, backend_mode
@@ -99,10 +100,7 @@ class Pass:
     """One reconcile pass over one backend: the object as read and parsed, where it
     reads from, and what converging and observing found, for the steps after."""
 
-    obj: dict[str, Any]
-    cb: CacheBackend
-    key: BackendKey
-    uid: str | None
+    backend: Backend
     mode: Mode
     reads: ClusterReads
     result: ReconcileResult
@@ -115,6 +113,14 @@ class Pass:
     cascade_wait: float | None = None
     # A cross-namespace consumer's standing with the tier it points at.
     standing: ConsumerStanding = field(default_factory=lambda: ConsumerStanding(True))
+
+    @property
+    def key(self) -> BackendKey:
+        return self.backend.key
+
+    @property
+    def uid(self) -> str | None:
+        return self.backend.uid
 
 
 # (key) -> seconds until the next probe is allowed (None: allowed now, and claimed).
@@ -193,22 +199,18 @@ class Reconciler(EngineCascade):
         return p.result
 
     def _begin(self, cb_obj: dict[str, Any], reads: ClusterReads) -> Pass | None:
-        key = object_key(cb_obj)
         try:
-            cb = CacheBackend.model_validate(cb_obj)
+            backend = read_backend(cb_obj)
         except pydantic.ValidationError as exc:
             # A stored object we cannot read: nothing useful to do until it changes.
             log.error(
                 "unreadable CacheBackend; waiting for it to change",
-                extra={"key": str(key), "error": str(exc)},
+                extra={"key": str(object_key(cb_obj)), "error": str(exc)},
             )
             return None
-        mode = backend_mode(cb)
+        mode = backend_mode(backend.model)
         return Pass(
-            obj=cb_obj,
-            cb=cb,
-            key=key,
-            uid=meta(cb_obj).uid or None,
+            backend=backend,
             mode=mode,
             reads=reads,
             result=ReconcileResult(mode=str(mode)),
@@ -221,12 +223,12 @@ class Reconciler(EngineCascade):
         rendered name is taken by an object not ours, write nothing. Sets the live
         object of each rendered kind and the name conflicts."""
         owned = self._list_owned(p)
-        consumers = consumers_of(p.cb, p.reads)
-        consumer = consumer_side(p.cb, self.kube, p.reads)
+        consumers = consumers_of(p.backend.model, p.reads)
+        consumer = consumer_side(p.backend.model, self.kube, p.reads)
         p.standing = consumer.standing
         # The live objects let an autoscaled workload keep the HPA's replica count.
         desired = [
-            *render_managed_objects(p.cb, owned, consumers=consumers),
+            *render_managed_objects(p.backend.model, owned, consumers=consumers),
             *consumer.copies,
         ]
         wanted = {(o["kind"], meta(o).name) for o in desired}
@@ -238,7 +240,9 @@ class Reconciler(EngineCascade):
             # Ours, but not (yet) in what was listed: render again from it, so what it
             # holds and the render depends on (a password) is kept, not replaced.
             desired = [
-                *render_managed_objects(p.cb, {**owned, **unlisted_ours}, consumers=consumers),
+                *render_managed_objects(
+                    p.backend.model, {**owned, **unlisted_ours}, consumers=consumers
+                ),
                 *consumer.copies,
             ]
         p.conflicts = tuple(name_conflicts(desired, existing, p.uid))
@@ -341,11 +345,11 @@ class Reconciler(EngineCascade):
         """Objects carrying our labels *and* a controller reference to this backend;
         its Secrets (read by name) only when it may hold one (reads_owned_secrets)."""
         listed = p.reads.owned(p.key.namespace, p.key.name)
-        rs = p.cb.spec.remote_storage
+        rs = p.backend.model.spec.remote_storage
         if reads_owned_secrets(
             rs.provider if rs is not None else None,
             listed,
-            spec_changed=spec_changed(p.obj),
+            spec_changed=spec_changed(p.backend.raw),
             first_read=p.uid not in self.secrets_read,
         ):
             listed = [*p.reads.owned_secrets(p.key.namespace, p.key.name), *listed]
@@ -379,7 +383,7 @@ class Reconciler(EngineCascade):
         if workload is not None and workload_obj is not None:
             workload = self._statefulset_refusal(p, workload_obj, workload)
         p.now = self.clock()
-        engine_pods, engines = observe_engines(p.reads, p.cb)
+        engine_pods, engines = observe_engines(p.reads, p.backend.model)
         injected: list[dict[str, Any]] | None = None
         if p.mode in ENGINE_ADVISORY_MODES:
             injected = self._injected_pods(p, engine_pods)
@@ -466,17 +470,17 @@ class Reconciler(EngineCascade):
     def _publish(self, p: Pass, observed: Observed) -> None:
         """The status this pass decides (probing first when the gates upstream of the
         probe say Ready), written only if it changed, with an Event per transition."""
-        outcome = compute_status(p.cb, p.obj.get("status"), observed, p.now)
+        outcome = compute_status(p.backend.model, p.backend.status, observed, p.now)
         if self.server is not None and outcome.mode == Mode.MANAGED:
             probe = self._probe(p, outcome.status)
             if probe is not None:
                 observed = dataclasses.replace(observed, probe=probe)
-                outcome = compute_status(p.cb, p.obj.get("status"), observed, p.now)
+                outcome = compute_status(p.backend.model, p.backend.status, observed, p.now)
         p.result.requeue_after = soonest_requeue(outcome.requeue_after, p.cascade_wait)
-        old_status = p.obj.get("status") or {}
+        old_status = p.backend.status
         if status_equal(old_status, outcome.status):
             return
-        body = dict(p.obj)
+        body = dict(p.backend.raw)
         body["status"] = outcome.status
         namespace, name = p.key
         updated = self.kube.replace_status(k.CACHEBACKENDS, namespace, name, body)
@@ -484,7 +488,7 @@ class Reconciler(EngineCascade):
             k.CACHEBACKENDS,
             namespace,
             name,
-            meta(p.obj).resource_version,
+            meta(p.backend.raw).resource_version,
             meta(updated).resource_version,
         )
         self._count_write("update", "CacheBackend/status")
@@ -512,7 +516,7 @@ class Reconciler(EngineCascade):
         backend is noise and cannot diagnose anything).
         """
         assert self.server is not None
-        cb = p.cb
+        cb = p.backend.model
         annotations = cb.metadata.annotations or {}
         if (annotations.get(c.ANNOTATION_SKIP_FUNCTIONAL_PROBE) or "").strip().lower() == "true":
             return ProbeObservation("bypassed")
