@@ -122,29 +122,28 @@ def injected_engine_crash_looping_event(
 ) -> EventSpec | None:
     """Warning InjectedEngineCrashLooping once, when EngineCompatibility enters
     False/InjectedEngineCrashLooping (a preserved condition is no transition)."""
-    o_status, o_reason, _ = _cond(old, c.COND_ENGINE_COMPATIBILITY)
-    n_status, n_reason, n_msg = _cond(new, c.COND_ENGINE_COMPATIBILITY)
-    entered = n_status == "False" and n_reason == c.REASON_INJECTED_ENGINE_CRASH_LOOPING
-    already = o_status == "False" and o_reason == c.REASON_INJECTED_ENGINE_CRASH_LOOPING
-    if entered and not already:
-        return EventSpec(WARNING, c.EVENT_INJECTED_ENGINE_CRASH_LOOPING, n_msg)
-    return None
+    msg = _entered(
+        old, new, c.COND_ENGINE_COMPATIBILITY, c.REASON_INJECTED_ENGINE_CRASH_LOOPING, "False"
+    )
+    return None if msg is None else EventSpec(WARNING, c.EVENT_INJECTED_ENGINE_CRASH_LOOPING, msg)
 
 
-def _entered_true(old: dict[str, Any], new: dict[str, Any], type_: str, reason: str) -> str | None:
-    """The new message when condition ``type_`` enters True/``reason`` (a preserved or
-    unchanged condition is no transition); None otherwise."""
+def _entered(
+    old: dict[str, Any], new: dict[str, Any], type_: str, reason: str, status: str = "True"
+) -> str | None:
+    """The new message when condition ``type_`` enters ``status``/``reason`` (a
+    preserved or unchanged condition is no transition); None otherwise."""
     o_status, o_reason, _ = _cond(old, type_)
     n_status, n_reason, n_msg = _cond(new, type_)
-    entered = n_status == "True" and n_reason == reason
-    already = o_status == "True" and o_reason == reason
+    entered = n_status == status and n_reason == reason
+    already = o_status == status and o_reason == reason
     return n_msg if entered and not already else None
 
 
 def lmcache_version_skew_event(old: dict[str, Any], new: dict[str, Any]) -> EventSpec | None:
     """Warning LMCacheVersionSkew once, when LMCacheVersionSkew enters
     True/ClientServerVersionSkew; not again while it stays, whichever pods it names."""
-    msg = _entered_true(old, new, c.COND_LMCACHE_VERSION_SKEW, c.REASON_CLIENT_SERVER_VERSION_SKEW)
+    msg = _entered(old, new, c.COND_LMCACHE_VERSION_SKEW, c.REASON_CLIENT_SERVER_VERSION_SKEW)
     return None if msg is None else EventSpec(WARNING, c.EVENT_LMCACHE_VERSION_SKEW, msg)
 
 
@@ -153,9 +152,7 @@ def engine_version_below_minimum_event(
 ) -> EventSpec | None:
     """Warning EngineVersionBelowMinimum once, when EngineVersionBelowMinimum enters
     True/ReleaseBelowMinimum."""
-    msg = _entered_true(
-        old, new, c.COND_ENGINE_VERSION_BELOW_MINIMUM, c.REASON_RELEASE_BELOW_MINIMUM
-    )
+    msg = _entered(old, new, c.COND_ENGINE_VERSION_BELOW_MINIMUM, c.REASON_RELEASE_BELOW_MINIMUM)
     return None if msg is None else EventSpec(WARNING, c.EVENT_ENGINE_VERSION_BELOW_MINIMUM, msg)
 
 
@@ -164,25 +161,17 @@ def pinned_host_memory_over_limit_event(
 ) -> EventSpec | None:
     """Warning PinnedHostMemoryOverLimit once, when EngineHostMemory enters
     False/PinnedHostMemoryOverLimit (a preserved condition is no transition)."""
-    o_status, o_reason, _ = _cond(old, c.COND_ENGINE_HOST_MEMORY)
-    n_status, n_reason, n_msg = _cond(new, c.COND_ENGINE_HOST_MEMORY)
-    entered = n_status == "False" and n_reason == c.REASON_PINNED_HOST_MEMORY_OVER_LIMIT
-    already = o_status == "False" and o_reason == c.REASON_PINNED_HOST_MEMORY_OVER_LIMIT
-    if entered and not already:
-        return EventSpec(WARNING, c.EVENT_PINNED_HOST_MEMORY_OVER_LIMIT, n_msg)
-    return None
+    msg = _entered(
+        old, new, c.COND_ENGINE_HOST_MEMORY, c.REASON_PINNED_HOST_MEMORY_OVER_LIMIT, "False"
+    )
+    return None if msg is None else EventSpec(WARNING, c.EVENT_PINNED_HOST_MEMORY_OVER_LIMIT, msg)
 
 
 def engine_offloading_conflict_event(old: dict[str, Any], new: dict[str, Any]) -> EventSpec | None:
     """Warning EngineOffloadingConflict once, when EngineOffloading enters
     False/EngineOffloadingConflict (a preserved condition is no transition)."""
-    o_status, o_reason, _ = _cond(old, c.COND_ENGINE_OFFLOADING)
-    n_status, n_reason, n_msg = _cond(new, c.COND_ENGINE_OFFLOADING)
-    entered = n_status == "False" and n_reason == c.REASON_ENGINE_OFFLOADING_CONFLICT
-    already = o_status == "False" and o_reason == c.REASON_ENGINE_OFFLOADING_CONFLICT
-    if entered and not already:
-        return EventSpec(WARNING, c.EVENT_ENGINE_OFFLOADING_CONFLICT, n_msg)
-    return None
+    msg = _entered(old, new, c.COND_ENGINE_OFFLOADING, c.REASON_ENGINE_OFFLOADING_CONFLICT, "False")
+    return None if msg is None else EventSpec(WARNING, c.EVENT_ENGINE_OFFLOADING_CONFLICT, msg)
 
 
 def name_conflict_event(old: dict[str, Any], new: dict[str, Any]) -> EventSpec | None:

@@ -46,6 +46,28 @@ def release_text(release: tuple[int, int, int]) -> str:
 # The KV connectors vLLM's factory registers (``KVConnectorFactory.register_connector``
 # in ``vllm/distributed/kv_transfer/kv_connector/factory.py``), per release read. A
 # contract test keeps every row equal to that release's wheel.
+_REGISTERED_0_33_0: Final = frozenset(
+    {
+        "ExampleConnector",
+        "ExampleHiddenStatesConnector",
+        "LMCacheConnectorV1",
+        "LMCacheMPConnector",
+        "NixlConnector",
+        "NixlPullConnector",
+        "NixlPushConnector",
+        "MultiConnector",
+        "HiSparseConnector",
+        "MoRIIOConnector",
+        "OffloadingConnector",
+        "DecodeBenchConnector",
+        "MooncakeConnector",
+        "MooncakeStoreConnector",
+        "FlexKVConnectorV1",
+        "SimpleCPUOffloadConnector",
+        "HF3FSKVConnector",
+    }
+)
+
 REGISTERED_KV_CONNECTORS: Final[dict[tuple[int, int, int], frozenset[str]]] = {
     (0, 11, 0): frozenset(
         {
@@ -57,49 +79,9 @@ REGISTERED_KV_CONNECTORS: Final[dict[tuple[int, int, int], frozenset[str]]] = {
             "OffloadingConnector",
         }
     ),
-    (0, 33, 0): frozenset(
-        {
-            "ExampleConnector",
-            "ExampleHiddenStatesConnector",
-            "LMCacheConnectorV1",
-            "LMCacheMPConnector",
-            "NixlConnector",
-            "NixlPullConnector",
-            "NixlPushConnector",
-            "MultiConnector",
-            "HiSparseConnector",
-            "MoRIIOConnector",
-            "OffloadingConnector",
-            "DecodeBenchConnector",
-            "MooncakeConnector",
-            "MooncakeStoreConnector",
-            "FlexKVConnectorV1",
-            "SimpleCPUOffloadConnector",
-            "HF3FSKVConnector",
-        }
-    ),
-    (0, 34, 0): frozenset(
-        {
-            "ExampleConnector",
-            "ExampleHiddenStatesConnector",
-            "LMCacheConnectorV1",
-            "LMCacheMPConnector",
-            "NixlConnector",
-            "NixlPullConnector",
-            "NixlPushConnector",
-            "MultiConnector",
-            "HiSparseConnector",
-            "MoRIIOConnector",
-            "OffloadingConnector",
-            "DecodeBenchConnector",
-            "MooncakeConnector",
-            "MooncakeStoreConnector",
-            "UMBPStoreConnector",
-            "FlexKVConnectorV1",
-            "SimpleCPUOffloadConnector",
-            "HF3FSKVConnector",
-        }
-    ),
+    (0, 33, 0): _REGISTERED_0_33_0,
+    # 0.34.0 adds the UMBP store connector.
+    (0, 34, 0): _REGISTERED_0_33_0 | {"UMBPStoreConnector"},
 }
 
 
