@@ -16,8 +16,6 @@ is unchanged.
 from __future__ import annotations
 
 import json
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -27,9 +25,9 @@ from shared import constants as c
 from shared.runtime_adapters.kv_config import read_kv_tokens
 from shared.runtime_adapters.podspec import cli_tokens
 from tests.builders import NO_GATE
+from tests.e2e import cascade
 from tests.e2e.conftest import Cluster, Stack, condition, poll
 from tests.e2e.workloads import pods_of, reconciled_since, wait_rolled_out
-from tests.webhook_process import TEST_NAMESPACE_LABEL, WebhookProcess, registered, run_webhook
 
 pytestmark = pytest.mark.real_controllers
 
@@ -43,18 +41,8 @@ SPEC = {
 ANNOTATIONS = {**NO_GATE, "inferencecache.io/lmcache-kernel-check": "off"}
 NIXL = {"kv_connector": "NixlConnector", "kv_role": "kv_producer"}
 
-
-@pytest.fixture
-def wired(cluster: Cluster) -> Iterator[str]:
-    """A namespace where the real webhook wires engine pods at admission."""
-    suffix = f"kvconf-{uuid.uuid4().hex[:6]}"
-    api = cluster.cp.api_client()
-    hook: WebhookProcess
-    try:
-        with run_webhook(cluster.cp.kubeconfig_path) as hook, registered(api, hook, suffix):
-            yield cluster.namespace(labels={TEST_NAMESPACE_LABEL: suffix})
-    finally:
-        api.close()
+# The real webhook wiring the namespace the test requests as ``wired``.
+wired = cascade.wired
 
 
 def deployment(name: str, args: list[str]) -> dict[str, Any]:
