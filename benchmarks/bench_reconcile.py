@@ -35,6 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from kubeio import client as k  # noqa: E402
+from tests.e2e.conftest import converged_with_endpoint  # noqa: E402
 from tests.harness.controlplane import ControlPlane  # noqa: E402
 from tests.harness.redis_server import RedisServer  # noqa: E402
 
@@ -69,13 +70,6 @@ def stop(procs: list[subprocess.Popen[bytes]]) -> None:
             p.wait(timeout=20)
         except subprocess.TimeoutExpired:
             os.killpg(p.pid, signal.SIGKILL)
-
-
-def converged(obj: dict[str, Any]) -> bool:
-    st = obj.get("status") or {}
-    return st.get("observedGeneration") == obj["metadata"]["generation"] and bool(
-        st.get("endpoint")
-    )
 
 
 def run_case(
@@ -140,7 +134,7 @@ def run_case(
         created = time.monotonic() - t0
         while True:
             items = kube.list(k.CACHEBACKENDS, ns).get("items") or []
-            done = sum(1 for o in items if converged(o))
+            done = sum(1 for o in items if converged_with_endpoint(o))
             if done == n:
                 break
             if time.monotonic() - t0 > 1800:

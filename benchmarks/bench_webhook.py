@@ -337,27 +337,25 @@ def rss_mib(pid: int) -> float:
     return 0.0
 
 
-class RssSampler:
-    """Peak RSS per process of a tree while the load runs (sampled every 50 ms)."""
+@contextlib.contextmanager
+def peak_rss(root: int) -> Iterator[dict[int, float]]:
+    """Peak RSS (MiB) per process of ``root``'s tree while the block runs, sampled every
+    50 ms: pid -> MiB, filled in as the block runs."""
+    peak: dict[int, float] = {}
+    done = threading.Event()
 
-    def __init__(self, root: int) -> None:
-        self.root = root
-        self.peak: dict[int, float] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+    def sample() -> None:
+        while not done.wait(0.05):
+            for pid in process_tree(root):
+                peak[pid] = max(peak.get(pid, 0.0), rss_mib(pid))
 
-    def _run(self) -> None:
-        while not self._stop.wait(0.05):
-            for pid in process_tree(self.root):
-                self.peak[pid] = max(self.peak.get(pid, 0.0), rss_mib(pid))
-
-    def __enter__(self) -> RssSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    try:
+        yield peak
+    finally:
+        done.set()
+        thread.join()
 
 
 @contextlib.contextmanager
@@ -517,7 +515,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{stored} CacheBackends in namespace {NS!r}, CPUs {len(os.sched_getaffinity(0))}"
             )
             rows: list[tuple[str, Figures | None, Figures]] = []
-            with RssSampler(root) as sampler:
+            with peak_rss(root) as peak:
                 for label, path, example in endpoints:
                     body = payload(example)
                     floor_fig = None
@@ -552,10 +550,10 @@ def main(argv: list[str] | None = None) -> int:
                     rows.append((label, floor_fig, ours))
             print_table(rows)
             print("\nRSS per webhook process (MiB): idle -> peak under load")
-            for pid in sorted(set(idle) | set(sampler.peak)):
+            for pid in sorted(set(idle) | set(peak)):
                 role = "supervisor" if pid == root and len(idle) > 1 else "worker"
                 print(
-                    f"  pid {pid:7d} {role:10s} {idle.get(pid, 0):7.1f} -> {sampler.peak.get(pid, 0):7.1f}"
+                    f"  pid {pid:7d} {role:10s} {idle.get(pid, 0):7.1f} -> {peak.get(pid, 0):7.1f}"
                 )
     finally:
         cp.stop()

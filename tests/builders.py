@@ -12,19 +12,22 @@ import copy
 import datetime as dt
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from icache_install.doctor.findings import Finding
 from reconciler.watch.engine_deployments import ANNOTATION_DESIRED_REPLICAS, ANNOTATION_REVISION
 from shared import constants as c
 from shared.api import defaults
 from shared.api.models import CacheBackend
+from shared.bindings import Binding
 from shared.conditions import find
 from shared.json_diff import json_patch
 from shared.jsoncopy import json_copy
 from shared.pod_wiring import WiringResult, wire_pod
-from shared.runtime_adapters.base import InjectContext
+from shared.runtime_adapters.base import InjectContext, RuntimeAdapter
 from shared.runtime_adapters.podcheck import pod_problems
 from shared.validation.context import RuleContext, backend_annotations, judged_form, namespace_of
 from shared.validation.schema import parse_spec
@@ -339,6 +342,14 @@ def pod(
         "metadata": metadata,
         "spec": {"containers": list(containers) or [container()], **spec},
     }
+
+
+SGLANG_IMAGE = "lmsysorg/sglang:v0.5.13-cu129"
+
+
+def sglang_container(name: str = "sglang", **extra: Any) -> dict[str, Any]:
+    """An SGLang engine container (:data:`SGLANG_IMAGE`); ``extra``: more fields."""
+    return container(name, image=SGLANG_IMAGE, **extra)
 
 
 def vllm_container(**extra: Any) -> dict[str, Any]:
@@ -666,6 +677,21 @@ def env_of(container: dict[str, Any]) -> dict[str, Any]:
     return {e["name"]: e.get("value", e.get("valueFrom")) for e in container.get("env") or []}
 
 
+@dataclass(frozen=True)
+class Injector:
+    """One runtime adapter's ``inject``, as its unit tests call it: ``inject(pod)`` wires
+    the module's default backend, ``inject(pod, cb, binding)`` their own."""
+
+    adapter: RuntimeAdapter
+    default_backend: Callable[[], CacheBackend]
+    ctx: InjectContext = field(default_factory=InjectContext)
+
+    def __call__(
+        self, pod: dict[str, Any], cb: CacheBackend | None = None, binding: Binding | None = None
+    ) -> dict[str, Any]:
+        return self.adapter.inject(pod, cb or self.default_backend(), binding, self.ctx)
+
+
 def annotations_of(pod: dict[str, Any]) -> dict[str, str]:
     return dict(pod["metadata"].get("annotations") or {})
 
@@ -782,3 +808,24 @@ def replicaset(
             ],
         }
     }
+
+
+# ------------------------------------------------ a tier's rendered objects, read back
+
+
+def by_kind(objs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Rendered objects keyed by kind (one object per kind, as a tier renders them)."""
+    return {o["kind"]: o for o in objs}
+
+
+def network_policies(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The NetworkPolicies among rendered objects."""
+    return [o for o in objs if o["kind"] == "NetworkPolicy"]
+
+
+# --------------------------------------------------------------------------- doctor
+
+
+def findings_with_code(found: list[Finding], code: str) -> list[Finding]:
+    """The doctor's findings of one ``code``, in the order it reported them."""
+    return [f for f in found if f.code == code]

@@ -33,6 +33,7 @@ _SERVICE_FIXTURES = frozenset(
         "controller_plane",
         "kube_api_client",
         "redis_server",
+        "own_redis",
         "kustomize_bin",
         "promtool_bin",
         "helm_bin",
@@ -233,3 +234,11 @@ def redis_server() -> Iterator[RedisServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def own_redis() -> Iterator[RedisServer]:
+    """A Redis-compatible server of the test's own: freezing or killing the session's
+    would stall other tests' clients."""
+    with RedisServer() as server:
+        yield server

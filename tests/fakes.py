@@ -34,7 +34,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import parse_qs, urlparse
 
 from kubernetes import client
@@ -478,6 +478,19 @@ class FakeAccessReviewer:
 Script = Callable[[int], tuple[int, dict[str, str], bytes]]
 
 
+class QuietHandler(BaseHTTPRequestHandler):
+    """A request handler that does not log each request to stderr (the test output
+    stays the test's)."""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Ignored: requests are not logged."""
+
+
+def raise_unexpected(*_args: Any, **_kwargs: Any) -> NoReturn:
+    """A stand-in for any callable that fails in a way nobody planned for."""
+    raise RuntimeError("unexpected")
+
+
 class ScriptedHttpServer:
     """A threaded HTTP/1.1 server answering each request as ``script`` says; it counts
     the requests."""
@@ -488,7 +501,7 @@ class ScriptedHttpServer:
         self._lock = threading.Lock()
         outer = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             protocol_version = "HTTP/1.1"
 
             def _answer(self) -> None:
@@ -506,9 +519,6 @@ class ScriptedHttpServer:
                 self.wfile.write(body)
 
             do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _answer  # noqa: N815
-
-            def log_message(self, *_: object) -> None:
-                pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.port = self.server.server_address[1]
@@ -775,7 +785,7 @@ def in_process_reconciler(kube: k.KubeClient, **options: Any) -> Reconciler:
 # --------------------------------------------------------------- Prometheus query API
 
 
-class _PrometheusHandler(BaseHTTPRequestHandler):
+class _PrometheusHandler(QuietHandler):
     server: FakePrometheus
 
     def do_GET(self) -> None:
@@ -793,9 +803,6 @@ class _PrometheusHandler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(payload)))
         self.end_headers()
         self.wfile.write(payload)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        del format, args
 
 
 class FakePrometheus(ThreadingHTTPServer):

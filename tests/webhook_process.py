@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import os
+import socket
 import ssl
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cryptography import x509
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
@@ -252,3 +254,16 @@ def labelled_namespace(api: client.ApiClient, name: str, suffix: str) -> str:
         )
     )
     return name
+
+
+def served_serial(port: int, ca_pem: bytes) -> int:
+    """The serial number of the certificate a TLS server on 127.0.0.1:``port`` serves
+    now (a fresh handshake, verified against ``ca_pem``)."""
+    ctx = ssl.create_default_context(cadata=ca_pem.decode())
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=3) as sock,
+        ctx.wrap_socket(sock, server_hostname="127.0.0.1") as tls,
+    ):
+        der = tls.getpeercert(binary_form=True)
+    assert der is not None
+    return x509.load_der_x509_certificate(der).serial_number

@@ -22,6 +22,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
@@ -241,6 +242,23 @@ def condition(obj: dict[str, Any], type_: str) -> tuple[str, str] | None:
         if cond.get("type") == type_:
             return cond.get("status"), cond.get("reason")
     return None
+
+
+def converged(obj: dict[str, Any]) -> bool:
+    """The controller has written status for the backend's current generation."""
+    st = obj.get("status") or {}
+    return st.get("observedGeneration") == obj["metadata"]["generation"]
+
+
+def converged_with_endpoint(obj: dict[str, Any]) -> bool:
+    """Converged, and the status publishes the endpoint (a managed tier is serving)."""
+    return converged(obj) and bool((obj.get("status") or {}).get("endpoint"))
+
+
+def scrape_metrics(port: int) -> str:
+    """The Prometheus exposition a process serves on 127.0.0.1:``port``/metrics."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        return str(resp.read().decode())
 
 
 def matched(obj: dict[str, Any]) -> Any:

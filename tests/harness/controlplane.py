@@ -49,10 +49,11 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 import yaml
 from cryptography import x509
@@ -97,6 +98,25 @@ class ControlPlaneError(RuntimeError):
 # --------------------------------------------------------------------------- #
 # Small process and polling helpers (also used by redis_server.py)
 # --------------------------------------------------------------------------- #
+
+
+class StartStopContext(ABC):
+    """A harness process used as a context manager: ``with Harness() as h`` starts it
+    and stops it when the block ends, whether the block raised or not."""
+
+    @abstractmethod
+    def start(self) -> Self:
+        """Start the process(es) and return once they serve."""
+
+    @abstractmethod
+    def stop(self) -> None:
+        """Stop what ``start`` started; safe to call repeatedly."""
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
 
 
 def child_pids(pid: int) -> list[int]:
@@ -561,7 +581,7 @@ def audit_log_end(path: Path) -> int:
 # --------------------------------------------------------------------------- #
 
 
-class ControlPlane:
+class ControlPlane(StartStopContext):
     """etcd + kube-apiserver on loopback with generated certificates.
 
     >>> cp = ControlPlane()
@@ -678,7 +698,7 @@ class ControlPlane:
 
     # -- lifecycle --------------------------------------------------------- #
 
-    def start(self) -> ControlPlane:
+    def start(self) -> Self:
         """Start etcd and kube-apiserver and wait until the API server is ready.
 
         On failure everything started so far is stopped and the error carries
@@ -761,12 +781,6 @@ class ControlPlane:
             proc.wait(timeout=10)
         terminate_process_group(proc)
 
-    def __enter__(self) -> ControlPlane:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
-
     # -- clients ----------------------------------------------------------- #
 
     def configuration(self, keypair: KeyPair | None = None) -> Any:
@@ -805,8 +819,12 @@ class ControlPlane:
 
         return client.ApiClient(self.configuration(self.client_keypair(user, groups)))
 
-    def write_kubeconfig(self, path: Path, keypair: KeyPair | None = None) -> Path:
-        """Write a self-contained kubeconfig (certificates inlined) to ``path``."""
+    def write_kubeconfig(
+        self, path: Path, keypair: KeyPair | None = None, *, server: str | None = None
+    ) -> Path:
+        """Write a self-contained kubeconfig (certificates inlined) to ``path``;
+        ``server``: the URL to reach the API server at instead of its own (a proxy in
+        front of it, on loopback where its certificate is valid)."""
         keypair = keypair or self.pki.admin
         user = keypair.cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value
         config = {
@@ -816,8 +834,8 @@ class ControlPlane:
                 {
                     "name": "icache-test",
                     "cluster": {
-                        "server": self.server_url,
-                        "certificate-authority-data": _b64(self.ca_pem),
+                        "server": server or self.server_url,
+                        "certificate-authority-data": b64_text(self.ca_pem),
                     },
                 }
             ],
@@ -825,8 +843,8 @@ class ControlPlane:
                 {
                     "name": str(user),
                     "user": {
-                        "client-certificate-data": _b64(keypair.cert_pem),
-                        "client-key-data": _b64(keypair.key_pem),
+                        "client-certificate-data": b64_text(keypair.cert_pem),
+                        "client-key-data": b64_text(keypair.key_pem),
                     },
                 }
             ],
@@ -1110,7 +1128,7 @@ class ControlPlane:
             controller.signal_stop()
         self._kill_processes()
         if controller is not None:
-            controller.join()  # its watch ends with the API server
+            controller.finish()  # its watch ends with the API server
         if self._work_dir is not None and self._remove_work_dir:
             shutil.rmtree(self._work_dir, ignore_errors=True)
         self._work_dir = None if self._remove_work_dir else self._work_dir
@@ -1120,12 +1138,14 @@ def _safe_stem(text: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)[:80]
 
 
-def _b64(data: bytes) -> str:
+def b64_text(data: bytes) -> str:
+    """``data`` base64-encoded, as text: how a kubeconfig inlines a certificate and a
+    Secret's ``data`` holds a value."""
     return base64.b64encode(data).decode()
 
 
-class _DefaultServiceAccountController:
-    """Creates the ``default`` ServiceAccount in every namespace, as
+class _DefaultServiceAccountController(threading.Thread):
+    """A thread that creates the ``default`` ServiceAccount in every namespace, as
     kube-controller-manager's serviceaccount controller would.
 
     The ServiceAccount admission plugin retries its lookup of ``default`` for a
@@ -1141,12 +1161,7 @@ class _DefaultServiceAccountController:
         self._core = client.CoreV1Api(self._api)
         self._stopping = threading.Event()
         self._response: Any = None  # the open watch, so stop can interrupt it
-        self._thread = threading.Thread(
-            target=self._run, name="icache-default-serviceaccounts", daemon=True
-        )
-
-    def start(self) -> None:
-        self._thread.start()
+        super().__init__(name="icache-default-serviceaccounts", daemon=True)
 
     def signal_stop(self) -> None:
         self._stopping.set()
@@ -1157,8 +1172,9 @@ class _DefaultServiceAccountController:
             with contextlib.suppress(Exception):
                 response.shutdown()
 
-    def join(self) -> None:
-        self._thread.join(timeout=10)
+    def finish(self) -> None:
+        """Wait for the thread (after ``signal_stop``) and close its client."""
+        self.join(timeout=10)
         self._api.close()
 
     def _ensure(self, namespace: str) -> None:
@@ -1205,7 +1221,7 @@ class _DefaultServiceAccountController:
                 self._response = None
                 response.release_conn()
 
-    def _run(self) -> None:
+    def run(self) -> None:
         while not self._stopping.is_set():
             try:
                 for kind, ns in self._events():

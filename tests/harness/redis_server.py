@@ -40,9 +40,11 @@ import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Self
 from urllib.parse import quote
 
 from tests.harness.controlplane import (
+    StartStopContext,
     free_port,
     make_owned_temp_dir,
     spawn_in_own_group,
@@ -113,7 +115,7 @@ def ping(host: str, port: int, timeout: float = 1.0, password: str | None = None
         return sock.recv(64).startswith(b"+PONG")
 
 
-class RedisServer:
+class RedisServer(StartStopContext):
     def __init__(
         self,
         *,
@@ -167,7 +169,7 @@ class RedisServer:
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
-    def start(self) -> RedisServer:
+    def start(self) -> Self:
         """Start redis-server and wait until it answers PING."""
         with self._lock:
             if self._proc is not None:
@@ -238,12 +240,6 @@ class RedisServer:
             yield self
         finally:
             self.thaw()
-
-    def __enter__(self) -> RedisServer:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
 
     # -- internals ---------------------------------------------------------- #
 

@@ -69,3 +69,8 @@ class Applier:
         path = resource.path(meta.get("namespace"), meta["name"]).rsplit("/", 1)[0]
         query = {"fieldValidation": "Strict", "dryRun": "All" if dry_run else None}
         return self.kube.request("POST", path, query=query, body=doc)
+
+
+def kind_and_name(doc: dict[str, Any]) -> str:
+    """``Kind/name`` of a manifest, as kubectl names an object."""
+    return f"{doc['kind']}/{doc['metadata']['name']}"

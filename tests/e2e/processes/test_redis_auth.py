@@ -6,12 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import redis
 
-from tests.e2e.conftest import Cluster, Stack
+from tests.e2e.conftest import Cluster, Stack, converged_with_endpoint
 from tests.harness.redis_server import RedisServer
 
 PASSWORD = "e2e-redis-password"
@@ -56,14 +55,10 @@ def test_dispatcher_and_worker_reconcile_through_a_password_protected_redis(
         {"runtime": "VLLM", "remoteStorage": {"provider": "LMCacheServer", "ownership": "Managed"}},
     )
 
-    def converged(obj: dict[str, Any]) -> bool:
-        st = obj.get("status") or {}
-        return st.get("observedGeneration") == obj["metadata"]["generation"] and bool(
-            st.get("endpoint")
-        )
-
     try:
-        cluster.wait_cb(ns, "auth", converged, "converged through the authenticated Redis", 90)
+        cluster.wait_cb(
+            ns, "auth", converged_with_endpoint, "converged through the authenticated Redis", 90
+        )
     except AssertionError:
         print(auth_stack.logs())
         raise

@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from kubeio import client as k
-from tests.e2e.conftest import Cluster, Stack, concurrent_runs, poll
+from tests.e2e.conftest import Cluster, Stack, concurrent_runs, converged, poll
 
 NO_GATE = {"inferencecache.io/require-kv-events": "false"}
 
@@ -40,11 +40,6 @@ SHAPES: dict[str, dict[str, Any]] = {
     },
     "events": {"runtime": "VLLM", "integration": {"mode": "EventsOnly"}},
 }
-
-
-def converged(obj: dict[str, Any]) -> bool:
-    st = obj.get("status") or {}
-    return st.get("observedGeneration") == obj["metadata"]["generation"]
 
 
 def test_frozen_redis_hands_the_lease_to_the_standby_and_everything_converges_after(

@@ -14,6 +14,8 @@ from tests.e2e.conftest import (
     Cluster,
     Stack,
     condition,
+    converged,
+    converged_with_endpoint,
     create_pod,
     injected,
     poll,
@@ -33,11 +35,6 @@ from tests.fakes import queue_state
 from tests.harness import kwok
 
 NO_GATE = {"inferencecache.io/require-kv-events": "false"}
-
-
-def converged(obj: dict[str, Any]) -> bool:
-    st = obj.get("status") or {}
-    return st.get("observedGeneration") == obj["metadata"]["generation"]
 
 
 def names(cluster: Cluster, res: k.Resource, ns: str) -> set[str]:
@@ -505,7 +502,7 @@ def test_worker_killed_mid_reconcile_and_redis_restart_still_converge(
         cluster.wait_cb(
             ns,
             name,
-            lambda o: converged(o) and bool((o.get("status") or {}).get("endpoint")),
+            converged_with_endpoint,
             "converged after SIGKILL",
             timeout=60,
         )

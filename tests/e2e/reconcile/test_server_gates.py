@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +15,7 @@ import pytest
 from kubeio import client as k
 from tests.e2e.conftest import Cluster, Stack, condition, poll
 from tests.e2e.workloads import hold_pool, open_pool, wait_rolled_out
+from tests.fakes import QuietHandler
 
 
 class StubServer:
@@ -25,7 +26,7 @@ class StubServer:
         self.lock = threading.Lock()
         stub = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def _send(self, body: dict[str, Any]) -> None:
                 data = json.dumps(body).encode()
                 self.send_response(200)
@@ -34,20 +35,17 @@ class StubServer:
                 self.end_headers()
                 self.wfile.write(data)
 
-            def do_POST(self) -> None:
+            def do_POST(self) -> None:  # noqa: N802 - http.server names
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
                 with stub.lock:
                     stub.probes.append((body, self.headers.get("Authorization")))
                     response = dict(stub.probe_response, backend=body.get("backend"))
                 self._send(response)
 
-            def do_GET(self) -> None:
+            def do_GET(self) -> None:  # noqa: N802 - http.server names
                 with stub.lock:
                     response = stub.snapshot_response
                 self._send(response)
-
-            def log_message(self, *args: Any) -> None:
-                pass
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"

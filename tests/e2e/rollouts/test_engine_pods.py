@@ -11,8 +11,6 @@ with webhook-wired engine Deployments.
 from __future__ import annotations
 
 import json
-import socket
-import urllib.request
 
 import pytest
 
@@ -27,9 +25,11 @@ from tests.e2e.conftest import (
     create_pod,
     injected,
     poll,
+    scrape_metrics,
     set_pod_status,
 )
 from tests.e2e.workloads import wait_rolled_out
+from tests.harness.controlplane import free_port
 
 
 def pod_event_reasons(cluster: Cluster, ns: str, pod: str) -> list[str]:
@@ -39,17 +39,6 @@ def pod_event_reasons(cluster: Cluster, ns: str, pod: str) -> list[str]:
         if (e.get("involvedObject") or {}).get("kind") == "Pod"
         and (e.get("involvedObject") or {}).get("name") == pod
     ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def scrape(port: int) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
-        return str(resp.read().decode())
 
 
 @pytest.mark.real_controllers
@@ -180,7 +169,7 @@ def test_engine_pods_drive_advisories_events_and_the_t2_gauge(
     )  # fmt: skip
     cluster.wait_condition(ns, "cb", "T2Degraded", "True", "T2ZeroHitRate")
     sample = f'inferencecache_backend_t2_hit_rate{{backend="{ns}/cb"}} 0.0'
-    poll(lambda: sample in scrape(port), timeout=10, what="the t2 hit-rate gauge")
+    poll(lambda: sample in scrape_metrics(port), timeout=10, what="the t2 hit-rate gauge")
 
     # Offload → EventsOnly clears all four advisories.
     cluster.patch_cb(

@@ -16,7 +16,6 @@ before verdicts carried versions).
 from __future__ import annotations
 
 import json
-import urllib.request
 from typing import Any
 
 import pytest
@@ -33,6 +32,7 @@ from tests.e2e.conftest import (
     create_pod,
     injected,
     poll,
+    scrape_metrics,
     set_pod_status,
 )
 from tests.e2e.workloads import wait_rolled_out
@@ -42,14 +42,9 @@ SKEW = "LMCacheVersionSkew"
 BELOW = "EngineVersionBelowMinimum"
 
 
-def scrape(port: int) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
-        return str(resp.read().decode())
-
-
 def gauge(port: int, backend: str) -> float | None:
     prefix = f'inferencecache_backend_lmcache_version_skew{{backend="{backend}"}} '
-    for line in scrape(port).splitlines():
+    for line in scrape_metrics(port).splitlines():
         if line.startswith(prefix):
             return float(line[len(prefix) :])
     return None

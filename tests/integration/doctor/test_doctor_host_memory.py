@@ -14,11 +14,11 @@ from typing import Any
 from kubernetes import client
 
 from icache_install.doctor.diagnose import Scope, diagnose
-from icache_install.doctor.findings import Finding
 from icache_install.doctor.host_memory import PINNED_HOST_MEMORY_CODE
 from icache_install.doctor.reader import ClusterReader
 from kubeio.client import Kube
 from shared import constants as c
+from tests.builders import findings_with_code
 from tests.kube_helpers import create_namespace
 
 GROUP, VERSION, PLURAL = "inferencecache.io", "v1alpha1", "cachebackends"
@@ -73,10 +73,6 @@ def create_engine(
     )
 
 
-def only(found: list[Finding], code: str) -> list[Finding]:
-    return [f for f in found if f.code == code]
-
-
 def test_doctor_names_the_pod_whose_limit_cannot_hold_the_pinned_host_memory(
     kube_api_client: client.ApiClient, cachebackend_crd: dict[str, Any]
 ) -> None:
@@ -86,7 +82,7 @@ def test_doctor_names_the_pod_whose_limit_cannot_hold_the_pinned_host_memory(
     create_engine(kube_api_client, ns, cb, "e-fits", "64Gi")
 
     found = diagnose(ClusterReader(Kube(kube_api_client)), Scope(ns)).findings
-    [short] = only(found, PINNED_HOST_MEMORY_CODE)
+    [short] = findings_with_code(found, PINNED_HOST_MEMORY_CODE)
     assert short.object.name == "e-short"
     assert short.severity == "warning"
     assert "container vllm pins 32 GiB" in short.message

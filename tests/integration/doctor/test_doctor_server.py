@@ -12,7 +12,6 @@ and counts the writes the API server received from it: none.
 
 from __future__ import annotations
 
-import base64
 import datetime as dt
 import json
 import subprocess
@@ -35,7 +34,7 @@ from kubeio.client import Kube
 from shared import constants as c
 from tests.builders import new_cb, pod
 from tests.fakes import FakePrometheus, prometheus_vector
-from tests.harness.controlplane import ControlPlane, wait_until
+from tests.harness.controlplane import ControlPlane, b64_text, wait_until
 from tests.kube_helpers import create_namespace
 from tests.webhook_process import ICACHE
 
@@ -53,10 +52,6 @@ def _iso(t: dt.datetime) -> str:
 
 def _micro(t: dt.datetime) -> str:
     return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _b64(data: bytes) -> str:
-    return base64.b64encode(data).decode()
 
 
 class Install:
@@ -93,7 +88,7 @@ class Install:
         now = _now() - dt.timedelta(days=ca_age_days)
         self.ca = certs.new_ca(now, days=ca_days)
         self.serving = certs.issue_serving(self.ca, list(hosts), now, days=ca_days)
-        self.ca_bundle = _b64(self.ca.cert_pem)
+        self.ca_bundle = b64_text(self.ca.cert_pem)
 
     # -- parts --------------------------------------------------------------------
 
@@ -174,8 +169,8 @@ class Install:
         core = f"/api/v1/namespaces/{self.ns}"
         if "tls" not in skip:
             data = overrides.get("tls_data") or {
-                "tls.crt": _b64(self.serving.cert_pem),
-                "tls.key": _b64(self.serving.key_pem),
+                "tls.crt": b64_text(self.serving.cert_pem),
+                "tls.key": b64_text(self.serving.key_pem),
             }
             self.kube.request(
                 "POST",
@@ -589,8 +584,8 @@ def test_a_webhook_missing_from_its_configuration(
     ("bundle", "code"),
     [
         (None, "install.CABundleMissing"),
-        (_b64(b"not a certificate"), "install.CABundleInvalid"),
-        (_b64(certs.new_ca(_now()).cert_pem), "install.CABundleMismatch"),
+        (b64_text(b"not a certificate"), "install.CABundleInvalid"),
+        (b64_text(certs.new_ca(_now()).cert_pem), "install.CABundleMismatch"),
     ],
 )
 def test_a_ca_bundle_that_does_not_serve(
@@ -650,7 +645,7 @@ def test_a_serving_certificate_for_another_host(
 def test_a_tls_secret_without_a_certificate(
     kube_api_client: client.ApiClient, make_install: Any, app_ns: str
 ) -> None:
-    install = make_install(tls_data={"tls.crt": _b64(b"junk"), "tls.key": _b64(b"junk")})
+    install = make_install(tls_data={"tls.crt": b64_text(b"junk"), "tls.key": b64_text(b"junk")})
     found = run_doctor(kube_api_client, install, app_ns)
     one(found, "install.ServingCertInvalid")
 
@@ -1141,7 +1136,7 @@ def test_a_read_that_fails_is_a_finding(crd_plane: ControlPlane) -> None:
             "conversionReviewVersions": ["v1"],
             "clientConfig": {
                 "url": "https://127.0.0.1:1/convert",
-                "caBundle": _b64(certs.new_ca(_now()).cert_pem),
+                "caBundle": b64_text(certs.new_ca(_now()).cert_pem),
             },
         },
     }

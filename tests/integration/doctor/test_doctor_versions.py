@@ -20,6 +20,7 @@ from icache_install.doctor.findings import Finding
 from icache_install.doctor.reader import ClusterReader
 from kubeio.client import Kube
 from shared import constants as c
+from tests.builders import findings_with_code
 from tests.kube_helpers import create_namespace
 
 GROUP, VERSION, PLURAL = "inferencecache.io", "v1alpha1", "cachebackends"
@@ -95,10 +96,6 @@ def run_doctor(api: client.ApiClient, ns: str) -> list[Finding]:
     return diagnose(ClusterReader(Kube(api)), Scope(ns)).findings
 
 
-def only(found: list[Finding], code: str) -> list[Finding]:
-    return [f for f in found if f.code == code]
-
-
 def test_doctor_lists_client_and_server_versions_and_names_the_skew(
     kube_api_client: client.ApiClient, cachebackend_crd: dict[str, Any]
 ) -> None:
@@ -110,14 +107,14 @@ def test_doctor_lists_client_and_server_versions_and_names_the_skew(
     create_engine(kube_api_client, ns, cb, "e-old", ok(None))
 
     found = run_doctor(kube_api_client, ns)
-    [listing] = only(found, "backend.EngineVersions")
+    [listing] = findings_with_code(found, "backend.EngineVersions")
     assert listing.object.name == "cb"
     assert listing.message == (
         "engine pods: e-match: lmcache 0.4.7, vllm 0.11.0; e-none: vllm 0.11.0, torch 2.8.0; "
         "e-old: not reported; e-skew: lmcache 0.5.6, vllm 0.33.0; "
         "LMCache server lmcache/standalone:v0.4.7: lmcache 0.4.7"
     )
-    [skew] = only(found, "backend.ClientServerSkew")
+    [skew] = findings_with_code(found, "backend.ClientServerSkew")
     assert skew.severity == "warning"
     assert skew.details["skewed"] == {"e-skew": "0.5.6"}
 
@@ -125,7 +122,7 @@ def test_doctor_lists_client_and_server_versions_and_names_the_skew(
     custom: Any = client.CustomObjectsApi(kube_api_client)
     patch = {"spec": {"remoteStorage": {"lmCacheServer": {"image": "lmcache/standalone:v0.5.6"}}}}
     custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "cb", patch)
-    [skew] = only(run_doctor(kube_api_client, ns), "backend.ClientServerSkew")
+    [skew] = findings_with_code(run_doctor(kube_api_client, ns), "backend.ClientServerSkew")
     assert skew.details["skewed"] == {"e-match": "0.4.7"}
 
     # Pinned by digest: listed as unknown, never compared.
@@ -133,6 +130,6 @@ def test_doctor_lists_client_and_server_versions_and_names_the_skew(
     patch = {"spec": {"remoteStorage": {"lmCacheServer": {"image": digest}}}}
     custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "cb", patch)
     found = run_doctor(kube_api_client, ns)
-    assert only(found, "backend.ClientServerSkew") == []
-    [listing] = only(found, "backend.EngineVersions")
+    assert findings_with_code(found, "backend.ClientServerSkew") == []
+    [listing] = findings_with_code(found, "backend.EngineVersions")
     assert f"LMCache server {digest}: version unknown" in listing.message

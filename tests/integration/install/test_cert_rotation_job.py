@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client
 
 from icache_install.manifests_cli import render_manifests
 from kubeio.client import ApiError, Kube
@@ -63,11 +62,6 @@ EVENTS_ONLY = {
     "integration": {"mode": "EventsOnly"},
     "engineSelector": {"matchLabels": {"app": "rotation"}},
 }
-
-
-@pytest.fixture
-def kube(kube_api_client: client.ApiClient) -> Kube:
-    return Kube(kube_api_client)
 
 
 @dataclass

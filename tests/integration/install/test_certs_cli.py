@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client
 
 from icache_install.manifests_cli import render_manifests
 from kubeio.client import ApiError, Kube
@@ -57,11 +56,6 @@ class WebhookConfigs:
             kind: kube.request("GET", f"{CONFIG_PATHS[kind]}/{name}")
             for kind, name in self.names().items()
         }
-
-
-@pytest.fixture
-def kube(kube_api_client: client.ApiClient) -> Kube:
-    return Kube(kube_api_client)
 
 
 @pytest.fixture

@@ -15,12 +15,8 @@ from tests.samples import sample_backends, sample_documents
 GROUP, VERSION, PLURAL = "inferencecache.io", "v1alpha1", "cachebackends"
 
 
-def _custom(api: client.ApiClient) -> client.CustomObjectsApi:
-    return client.CustomObjectsApi(api)
-
-
 def _create(api: client.ApiClient, ns: str, body: dict[str, Any]) -> dict[str, Any]:
-    created: Any = _custom(api).create_namespaced_custom_object(
+    created: Any = client.CustomObjectsApi(api).create_namespaced_custom_object(
         GROUP, VERSION, ns, PLURAL, body, field_validation="Strict"
     )
     return created
@@ -77,7 +73,7 @@ def test_schema_defaults_appear_on_read_back(
     body["spec"]["integration"] = {}
     body["spec"]["observation"] = {"modelID": "m"}
     _create(kube_api_client, namespace, body)
-    got: Any = _custom(kube_api_client).get_namespaced_custom_object(
+    got: Any = client.CustomObjectsApi(kube_api_client).get_namespaced_custom_object(
         GROUP, VERSION, namespace, PLURAL, "cb"
     )
     spec = got["spec"]
@@ -169,7 +165,7 @@ def test_status_subresource_and_printer_columns(
 ) -> None:
     """Status is written only through the status subresource; the Table response carries
     the spec's printer columns (Ready, Endpoint, Matched, Prefixes, LastEvent)."""
-    custom = _custom(kube_api_client)
+    custom = client.CustomObjectsApi(kube_api_client)
     created = _create(kube_api_client, namespace, _minimal())
     # A status in the main resource is ignored...
     created["status"] = {"endpoint": "ignored:1"}

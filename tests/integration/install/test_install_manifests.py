@@ -14,21 +14,16 @@ import copy
 from typing import Any
 
 import pytest
-from kubernetes import client
 
 from icache_install.manifests_cli import render_manifests
 from kubeio.client import ApiError
 from tests.harness.controlplane import wait_until
-from tests.integration.manifest_apply import Applier
+from tests.integration.manifest_apply import Applier, kind_and_name
 from tests.samples import ROOT
 
 MANIFESTS = ROOT / "manifests"
 NAMESPACE = "inference-cache-system"
 CERT_MANAGER_KINDS = {"Issuer", "Certificate"}
-
-
-def _id(doc: dict[str, Any]) -> str:
-    return f"{doc['kind']}/{doc['metadata']['name']}"
 
 
 DEFAULT = render_manifests()
@@ -37,11 +32,6 @@ CERT_MANAGER = [
     for d in render_manifests("cert-manager")
     if d["kind"] not in CERT_MANAGER_KINDS and d not in DEFAULT
 ]
-
-
-@pytest.fixture(scope="module")
-def applier(kube_api_client: client.ApiClient) -> Applier:
-    return Applier(kube_api_client)
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +60,7 @@ def test_variants_render_something() -> None:
     ]
 
 
-@pytest.mark.parametrize("doc", DEFAULT + CERT_MANAGER, ids=_id)
+@pytest.mark.parametrize("doc", DEFAULT + CERT_MANAGER, ids=kind_and_name)
 def test_every_manifest_applies_with_a_server_side_dry_run(
     applier: Applier, install_namespace: str, doc: dict[str, Any]
 ) -> None:
@@ -95,7 +85,9 @@ def _pod_from(deployment: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-@pytest.mark.parametrize("deployment", [d for d in DEFAULT if d["kind"] == "Deployment"], ids=_id)
+@pytest.mark.parametrize(
+    "deployment", [d for d in DEFAULT if d["kind"] == "Deployment"], ids=kind_and_name
+)
 def test_every_pod_is_admitted_under_pod_security_restricted(
     applier: Applier, install_namespace: str, deployment: dict[str, Any]
 ) -> None:
@@ -112,7 +104,7 @@ def test_pod_security_restricted_is_enforced_in_the_install_namespace(
     applier: Applier, install_namespace: str
 ) -> None:
     """The control for the test above: a root, privileged-escalation pod is refused."""
-    (webhook,) = [d for d in DEFAULT if _id(d) == "Deployment/inference-cache-webhook"]
+    (webhook,) = [d for d in DEFAULT if kind_and_name(d) == "Deployment/inference-cache-webhook"]
     pod = _pod_from(webhook)
     del pod["spec"]["securityContext"]
     del pod["spec"]["containers"][0]["securityContext"]
@@ -147,7 +139,9 @@ def test_the_dry_run_catches_a_broken_manifest(
 ) -> None:
     """The control for the dry runs above: they do validate."""
     (webhook,) = [
-        copy.deepcopy(d) for d in DEFAULT if _id(d) == "Deployment/inference-cache-webhook"
+        copy.deepcopy(d)
+        for d in DEFAULT
+        if kind_and_name(d) == "Deployment/inference-cache-webhook"
     ]
     mutation(webhook)
     with pytest.raises(ApiError) as refused:

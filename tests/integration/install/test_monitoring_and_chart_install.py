@@ -21,13 +21,12 @@ from typing import Any
 
 import pytest
 import yaml
-from kubernetes import client
 
 from icache_install.manifests_cli import render_manifests
 from kubeio.client import ApiError, Kube
 from tests.harness.controlplane import ControlPlane, wait_until
 from tests.helm_chart import VALUE_SETS, template
-from tests.integration.manifest_apply import Applier
+from tests.integration.manifest_apply import Applier, kind_and_name
 from tests.samples import ROOT
 
 NAMESPACE = "inference-cache-system"
@@ -37,11 +36,6 @@ OPERATOR_CRDS = (
     "monitoring.coreos.com_podmonitors.yaml",
 )
 NOT_SERVED = {"Issuer", "Certificate"}
-
-
-@pytest.fixture(scope="module")
-def applier(kube_api_client: client.ApiClient) -> Applier:
-    return Applier(kube_api_client)
 
 
 @pytest.fixture(scope="module")
@@ -81,15 +75,11 @@ def install_namespace(applier: Applier, cachebackend_crd: dict[str, Any]) -> str
     return NAMESPACE
 
 
-def _id(doc: dict[str, Any]) -> str:
-    return f"{doc['kind']}/{doc['metadata']['name']}"
-
-
 MONITORING = [d for d in render_manifests("monitoring") if d not in render_manifests()]
 
 
 def test_the_monitoring_variant_adds_the_bundle() -> None:
-    assert sorted(_id(d) for d in MONITORING) == [
+    assert sorted(kind_and_name(d) for d in MONITORING) == [
         "ConfigMap/inference-cache-dashboard",
         "PodMonitor/inference-cache-engines",
         "PrometheusRule/inference-cache",
@@ -99,7 +89,7 @@ def test_the_monitoring_variant_adds_the_bundle() -> None:
     ]
 
 
-@pytest.mark.parametrize("doc", MONITORING, ids=_id)
+@pytest.mark.parametrize("doc", MONITORING, ids=kind_and_name)
 def test_the_monitoring_bundle_passes_the_operators_schemas(
     applier: Applier, operator_crds: None, install_namespace: str, doc: dict[str, Any]
 ) -> None:
@@ -112,7 +102,9 @@ def test_the_operator_schema_check_can_fail(
 ) -> None:
     """The control: a misspelt ServiceMonitor field is refused."""
     (monitor,) = [
-        copy.deepcopy(d) for d in MONITORING if _id(d) == "ServiceMonitor/inference-cache-webhook"
+        copy.deepcopy(d)
+        for d in MONITORING
+        if kind_and_name(d) == "ServiceMonitor/inference-cache-webhook"
     ]
     monitor["spec"]["endpoints"][0]["tlsConfig"]["insecureSkipVerfy"] = True
     with pytest.raises(ApiError) as refused:
@@ -131,7 +123,7 @@ def _pod_specs(docs: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any], di
             template_ = spec["jobTemplate"]["spec"]["template"]
         else:
             continue
-        out.append((_id(doc), template_.get("metadata") or {}, template_["spec"]))
+        out.append((kind_and_name(doc), template_.get("metadata") or {}, template_["spec"]))
     return out
 
 

@@ -282,11 +282,6 @@ DENIED: dict[str, list[Request]] = {
 
 
 @pytest.fixture(scope="module")
-def kube(kube_api_client: client.ApiClient) -> Kube:
-    return Kube(kube_api_client)
-
-
-@pytest.fixture(scope="module")
 def rbac_installed(
     kube_api_client: client.ApiClient, cachebackend_crd: dict[str, Any], kube: Kube
 ) -> None:

@@ -54,11 +54,6 @@ def whoami(kube: Kube) -> str:
 
 
 @pytest.fixture
-def admin(kube_api_client: client.ApiClient) -> Kube:
-    return Kube(kube_api_client)
-
-
-@pytest.fixture
 def only_kubeconfig_env(
     control_plane: ControlPlane, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Path:
@@ -95,7 +90,7 @@ def test_home_kubeconfig_connects(
 
 def test_in_cluster_connects_as_the_service_account_ahead_of_kubeconfig(
     control_plane: ControlPlane,
-    admin: Kube,
+    kube: Kube,
     namespace: str,
     only_kubeconfig_env: Path,
     tmp_path: Path,
@@ -103,8 +98,8 @@ def test_in_cluster_connects_as_the_service_account_ahead_of_kubeconfig(
 ) -> None:
     """A pod's mount: token and ca.crt, KUBERNETES_SERVICE_HOST/PORT. KUBECONFIG is
     set too (to the admin): the ServiceAccount must win."""
-    admin.create(SERVICE_ACCOUNTS, namespace, {"metadata": {"name": "probe"}})
-    token = admin.request(
+    kube.create(SERVICE_ACCOUNTS, namespace, {"metadata": {"name": "probe"}})
+    token = kube.request(
         "POST",
         SERVICE_ACCOUNTS.item(namespace, "probe") + "/token",
         body={
@@ -170,7 +165,7 @@ def test_the_dispatcher_connects_through_kubeconfig_env(
 
 
 def test_icache_certs_connects_through_kubeconfig_env(
-    only_kubeconfig_env: Path, admin: Kube, namespace: str
+    only_kubeconfig_env: Path, kube: Kube, namespace: str
 ) -> None:
     result = subprocess.run(
         [
@@ -186,7 +181,7 @@ def test_icache_certs_connects_through_kubeconfig_env(
         timeout=120,
     )
     assert result.returncode == 0, result.stderr
-    secret = admin.get(SECRETS, namespace, "inference-cache-webhook-tls")
+    secret = kube.get(SECRETS, namespace, "inference-cache-webhook-tls")
     assert secret["type"] == "kubernetes.io/tls"
 
 

@@ -70,10 +70,6 @@ def admission_ns(
         yield ns
 
 
-def _custom(api: client.ApiClient) -> client.CustomObjectsApi:
-    return client.CustomObjectsApi(api)
-
-
 def _causes(exc: ApiException) -> list[dict[str, Any]]:
     assert exc.body is not None
     causes: list[dict[str, Any]] = json.loads(exc.body)["details"]["causes"]
@@ -92,7 +88,7 @@ def test_aggregated_field_scoped_errors_reach_the_client(
         integration={"engineOverrides": {"env": [{"name": "PYTHONHASHSEED", "value": "1"}]}},
     )
     with pytest.raises(ApiException) as info:
-        _custom(kube_api_client).create_namespaced_custom_object(
+        client.CustomObjectsApi(kube_api_client).create_namespaced_custom_object(
             GROUP, VERSION, admission_ns, PLURAL, body
         )
     assert info.value.status == 422
@@ -115,10 +111,10 @@ def test_defaults_are_stored(kube_api_client: client.ApiClient, admission_ns: st
         remoteStorage={"provider": "LMCacheServer", "ownership": "Managed"},
         autoscaling={"maxReplicas": 5},
     )
-    _custom(kube_api_client).create_namespaced_custom_object(
+    client.CustomObjectsApi(kube_api_client).create_namespaced_custom_object(
         GROUP, VERSION, admission_ns, PLURAL, body
     )
-    got: Any = _custom(kube_api_client).get_namespaced_custom_object(
+    got: Any = client.CustomObjectsApi(kube_api_client).get_namespaced_custom_object(
         GROUP, VERSION, admission_ns, PLURAL, "defaults"
     )
     spec = got["spec"]
@@ -130,7 +126,7 @@ def test_defaults_are_stored(kube_api_client: client.ApiClient, admission_ns: st
 
     # First apply only: a later replicas edit does not move the floor.
     got["spec"]["replicas"] = 4
-    updated: Any = _custom(kube_api_client).replace_namespaced_custom_object(
+    updated: Any = client.CustomObjectsApi(kube_api_client).replace_namespaced_custom_object(
         GROUP, VERSION, admission_ns, PLURAL, "defaults", got
     )
     assert updated["spec"]["autoscaling"]["minReplicas"] == 3
@@ -142,9 +138,9 @@ def test_mooncake_without_engine_host_network_is_admitted_with_a_warning(
     """Spec "Mooncake provider configuration": admission warns on every Mooncake apply
     until integration.engineHostNetwork is set."""
     body = new_cb("moon", remoteStorage={"provider": "Mooncake", "ownership": "Managed"})
-    _, _, headers = _custom(kube_api_client).create_namespaced_custom_object_with_http_info(
-        GROUP, VERSION, admission_ns, PLURAL, body
-    )
+    _, _, headers = client.CustomObjectsApi(
+        kube_api_client
+    ).create_namespaced_custom_object_with_http_info(GROUP, VERSION, admission_ns, PLURAL, body)
     warning = (headers or {}).get("Warning", "")
     assert "engineHostNetwork" in warning
 
@@ -156,7 +152,7 @@ def test_update_rejects_only_violations_it_introduces(
 ) -> None:
     """Spec "Validating": ValidateUpdate filters errors the old object already had, so an
     unrelated edit passes; changing a bad value to another bad value is a fresh violation."""
-    custom = _custom(kube_api_client)
+    custom = client.CustomObjectsApi(kube_api_client)
     core = client.CoreV1Api(kube_api_client)
     # Store an invalid object while no webhook covers the namespace (as if stored before
     # the webhook was installed), then bring the namespace under the webhook.
@@ -197,7 +193,7 @@ def test_update_rejects_only_violations_it_introduces(
 def test_update_that_breaks_a_valid_object_is_rejected(
     kube_api_client: client.ApiClient, admission_ns: str
 ) -> None:
-    custom = _custom(kube_api_client)
+    custom = client.CustomObjectsApi(kube_api_client)
     custom.create_namespaced_custom_object(
         GROUP, VERSION, admission_ns, PLURAL, new_cb("valid", replicas=1)
     )
@@ -262,7 +258,7 @@ def test_delete_succeeds_while_the_installed_webhook_is_down(
     makes the delete fail."""
     suffix = f"down-{uuid.uuid4().hex[:6]}"
     ns = labelled_namespace(kube_api_client, suffix, suffix)
-    custom = _custom(kube_api_client)
+    custom = client.CustomObjectsApi(kube_api_client)
     custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, new_cb("doomed"))
     with _installed_webhooks_pointing_nowhere(kube_api_client, suffix):
 
@@ -296,7 +292,7 @@ def test_issue_11_rules_through_the_real_api_server(
     """Via kube-apiserver -> webhook: firstEventTimeout "0" is admitted, "-1s"
     (grammatical for the CRD pattern) is denied by the webhook on its field, and a
     managed Redis with replicas 2 or autoscaling is denied on those fields."""
-    custom = _custom(kube_api_client)
+    custom = client.CustomObjectsApi(kube_api_client)
     ok = new_cb("timeout-zero", observation={"firstEventTimeout": "0"})
     custom.create_namespaced_custom_object(GROUP, VERSION, admission_ns, PLURAL, ok)
     redis = {"provider": "Redis", "ownership": "Managed"}

@@ -17,7 +17,6 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import yaml
 from kubernetes import client
 
 from shared import constants as c
@@ -29,14 +28,6 @@ from tests.webhook_process import WebhookProcess, labelled_namespace, registered
 SUFFIX = "slow-api"
 WEBHOOK_TIMEOUT_SECONDS = 5  # the Pod webhook's timeoutSeconds in the configurations
 GROUP, VERSION, PLURAL = "inferencecache.io", "v1alpha1", "cachebackends"
-
-
-def _kubeconfig_via(control_plane: ControlPlane, port: int, path: Path) -> Path:
-    control_plane.write_kubeconfig(path)
-    config = yaml.safe_load(path.read_text())
-    config["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{port}"
-    path.write_text(yaml.safe_dump(config))
-    return path
 
 
 def _list_error_count(hook: WebhookProcess) -> float:
@@ -58,7 +49,9 @@ def test_slow_apiserver_pod_is_admitted_unwired_inside_the_webhook_timeout(
     upstream = ("127.0.0.1", int(control_plane.server_url.rsplit(":", 1)[1]))
     core: Any = client.CoreV1Api(kube_api_client)
     with delay_proxy(upstream) as proxy:
-        kubeconfig = _kubeconfig_via(control_plane, proxy.port, tmp_path / "kubeconfig")
+        kubeconfig = control_plane.write_kubeconfig(
+            tmp_path / "kubeconfig", server=f"https://127.0.0.1:{proxy.port}"
+        )
         hook: WebhookProcess
         with run_webhook(kubeconfig) as hook, registered(kube_api_client, hook, SUFFIX):
             ns = labelled_namespace(kube_api_client, f"slow-{uuid.uuid4().hex[:6]}", SUFFIX)

@@ -37,7 +37,6 @@ from typing import Any
 
 import httpx
 import pytest
-import yaml
 
 from tests.delay_proxy import delay_proxy
 from tests.harness.controlplane import (
@@ -478,14 +477,6 @@ def test_the_byte_budget_answers_json_503_with_retry_after(tmp_path: Path, tls: 
 # ------------------------------------------------------------------ request limit
 
 
-def _kubeconfig_via(control_plane: ControlPlane, port: int, path: Path) -> Path:
-    control_plane.write_kubeconfig(path)
-    config = yaml.safe_load(path.read_text())
-    config["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{port}"
-    path.write_text(yaml.safe_dump(config))
-    return path
-
-
 @pytest.mark.integration
 def test_the_request_limit_answers_json_503_with_retry_after(
     control_plane: ControlPlane, cachebackend_crd: Any, tmp_path: Path, tls: bool
@@ -496,7 +487,9 @@ def test_the_request_limit_answers_json_503_with_retry_after(
     answered 1.5 s late)."""
     upstream = ("127.0.0.1", int(control_plane.server_url.rsplit(":", 1)[1]))
     with delay_proxy(upstream) as proxy:
-        kubeconfig = _kubeconfig_via(control_plane, proxy.port, tmp_path / "kubeconfig")
+        kubeconfig = control_plane.write_kubeconfig(
+            tmp_path / "kubeconfig", server=f"https://127.0.0.1:{proxy.port}"
+        )
         with webhook(
             tmp_path, tls, "--workers=1", "--limit-concurrency=2", kubeconfig=kubeconfig
         ) as hook:

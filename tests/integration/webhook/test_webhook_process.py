@@ -10,8 +10,6 @@ from __future__ import annotations
 import base64
 import json
 import shutil
-import socket
-import ssl
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,12 +18,11 @@ from typing import Any
 
 import httpx
 import pytest
-from cryptography import x509
 
 from tests.builders import admission_review, pod
 from tests.harness.controlplane import free_port, tail, terminate_process_group, wait_until
 from tests.samples import ROOT, SAMPLES_DIR
-from tests.webhook_process import run_webhook
+from tests.webhook_process import run_webhook, served_serial
 
 ICACHE = str(Path(sys.executable).parent / "icache")
 EXAMPLES = ROOT / "examples" / "admission"
@@ -107,28 +104,17 @@ def test_pod_replay_uses_embedded_backends_and_subscriber(insecure_webhook: str)
     assert "default/vllm-host-only" in added
 
 
-def _served_serial(port: int, ca_pem: bytes) -> int:
-    ctx = ssl.create_default_context(cadata=ca_pem.decode())
-    with (
-        socket.create_connection(("127.0.0.1", port), timeout=3) as sock,
-        ctx.wrap_socket(sock, server_hostname="127.0.0.1") as tls,
-    ):
-        der = tls.getpeercert(binary_form=True)
-    assert der is not None
-    return x509.load_der_x509_certificate(der).serial_number
-
-
 def test_tls_certificate_is_reloaded_without_restart() -> None:
     """TLS reloaded when the files change (cert-manager rotation)."""
     with run_webhook(extra_args=["--backends-from", str(SAMPLES_DIR)]) as hook:
         port = int(hook.url.rsplit(":", 1)[1])
-        first = _served_serial(port, hook.ca_pem)
+        first = served_serial(port, hook.ca_pem)
         cert, key = hook.ca.issue_serving(["127.0.0.1"]).write(hook.cert_path.parent, "rotated")
         # Rename over the served files, as kubelet's atomic Secret volume update does.
         key.replace(hook.key_path)
         cert.replace(hook.cert_path)
         second = wait_until(
-            lambda: (s := _served_serial(port, hook.ca_pem)) != first and s,
+            lambda: (s := served_serial(port, hook.ca_pem)) != first and s,
             timeout=20,
             description="rotated certificate served",
         )

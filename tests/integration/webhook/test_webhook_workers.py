@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
-import ssl
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -18,7 +16,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-from cryptography import x509
 
 from tests.harness.controlplane import (
     child_pids,
@@ -28,7 +25,7 @@ from tests.harness.controlplane import (
     wait_until,
 )
 from tests.samples import ROOT, SAMPLES_DIR
-from tests.webhook_process import run_webhook, spawn_webhook
+from tests.webhook_process import run_webhook, served_serial, spawn_webhook
 
 ICACHE = str(Path(sys.executable).parent / "icache")
 REVIEW = (ROOT / "examples" / "admission" / "create-vllm-host-only.json").read_bytes()
@@ -117,32 +114,21 @@ def test_a_dead_worker_takes_the_replica_down(
     assert "webhook worker exited" in log_path.read_text()
 
 
-def _served_serial(port: int, ca_pem: bytes) -> int:
-    ctx = ssl.create_default_context(cadata=ca_pem.decode())
-    with (
-        socket.create_connection(("127.0.0.1", port), timeout=3) as sock,
-        ctx.wrap_socket(sock, server_hostname="127.0.0.1") as tls,
-    ):
-        der = tls.getpeercert(binary_form=True)
-    assert der is not None
-    return x509.load_der_x509_certificate(der).serial_number
-
-
 def test_every_worker_reloads_the_tls_certificate() -> None:
     with run_webhook(extra_args=["--backends-from", str(SAMPLES_DIR), "--workers", "2"]) as hook:
         assert hook.proc is not None
         assert len(child_pids(hook.proc.pid)) == 2
         port = int(hook.url.rsplit(":", 1)[1])
-        first = _served_serial(port, hook.ca_pem)
+        first = served_serial(port, hook.ca_pem)
         cert, key = hook.ca.issue_serving(["127.0.0.1"]).write(hook.cert_path.parent, "rotated")
         key.replace(hook.key_path)
         cert.replace(hook.cert_path)
 
         # Many new handshakes land on both workers: all must serve the new chain.
         def all_rotated() -> bool:
-            return all(_served_serial(port, hook.ca_pem) != first for _ in range(20))
+            return all(served_serial(port, hook.ca_pem) != first for _ in range(20))
 
         wait_until(all_rotated, timeout=20, description="rotated certificate on every worker")
-        serials = {_served_serial(port, hook.ca_pem) for _ in range(40)}
+        serials = {served_serial(port, hook.ca_pem) for _ in range(40)}
         assert first not in serials, sorted(map(str, serials))
         assert len(serials) == 1, sorted(map(str, serials))

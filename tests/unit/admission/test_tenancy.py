@@ -29,7 +29,7 @@ from shared.tenancy import (
     consumer_standing,
     service_reference,
 )
-from tests.builders import isolated_backend
+from tests.builders import isolated_backend, network_policies
 from tests.network_policy import PodRef, ingress_allowed
 
 OWNER_NS = "team-a"
@@ -65,10 +65,6 @@ def owner(provider: str = c.PROVIDER_LMCACHE_SERVER, **annotations: str) -> Cach
 
 def service_of(objs: list[dict[str, Any]]) -> dict[str, Any]:
     return next(o for o in objs if o["kind"] == "Service")
-
-
-def policies(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [o for o in objs if o["kind"] == "NetworkPolicy"]
 
 
 def ns_pod(ns: str, labels: dict[str, str]) -> PodRef:
@@ -151,7 +147,7 @@ def test_the_policy_admits_the_consumers_engines_and_nobody_else() -> None:
         [consumer("team-b", LM_ENDPOINT, selector={"app": "b-engine"})],
     )
     objs = render_managed_objects(own, consumers=admitted)
-    pols = policies(objs)
+    pols = network_policies(objs)
     workload = next(o for o in objs if o["kind"] == "Deployment")
     target = ns_pod(OWNER_NS, workload["spec"]["template"]["metadata"]["labels"])
     port = LMCACHE_SERVER_PORT

@@ -9,26 +9,18 @@ import pytest
 
 from shared.api.models import CacheBackend
 from shared.bindings import Binding
-from shared.runtime_adapters.base import InjectContext, InjectionRejectedError
+from shared.runtime_adapters.base import InjectionRejectedError
 from shared.runtime_adapters.registry import select_adapter
 from shared.runtime_adapters.sglang_hicache import SGLangHiCacheAdapter
-from tests.builders import assert_valid_pod, containers_of
+from tests.builders import Injector, assert_valid_pod, containers_of
 from tests.builders import backend as make_backend
 from tests.builders import container as make_container
 from tests.builders import hicache_backend as backend
 from tests.builders import pod as make_pod
+from tests.builders import sglang_container as engine
 
 ADAPTER = SGLangHiCacheAdapter()
-CTX = InjectContext()
-IMAGE = "lmsysorg/sglang:v0.5.13-cu129"
-
-
-def engine(name: str = "sglang", **kw: Any) -> dict[str, Any]:
-    return make_container(name, image=IMAGE, **kw)
-
-
-def inject(pod: dict[str, Any], cb: CacheBackend | None = None) -> dict[str, Any]:
-    return ADAPTER.inject(pod, cb or backend(), None, CTX)
+inject = Injector(ADAPTER, backend)
 
 
 def args_of(pod: dict[str, Any], name: str = "sglang") -> list[str]:

@@ -13,13 +13,14 @@ from typing import Any
 import pytest
 import yaml
 
-from shared.api.models import CacheBackend
 from shared.bindings import Binding
 from shared.runtime_adapters import sglang_lmcache as mp
-from shared.runtime_adapters.base import InjectContext, InjectionRejectedError
+from shared.runtime_adapters.base import InjectionRejectedError
 from shared.runtime_adapters.registry import select_adapter
 from shared.runtime_adapters.sglang_lmcache import SGLangLMCacheAdapter
 from tests.builders import (
+    SGLANG_IMAGE,
+    Injector,
     assert_valid_pod,
     containers_of,
     env_of,
@@ -28,25 +29,17 @@ from tests.builders import (
 )
 from tests.builders import container as make_container
 from tests.builders import pod as make_pod
+from tests.builders import sglang_container as sglang
 
 ADAPTER = SGLangLMCacheAdapter()
-CTX = InjectContext()
 REDIS = Binding("resp", "cache-redis.team-a.svc:6379")
-IMAGE = "lmsysorg/sglang:v0.5.13-cu129"
 
 
 # The builders' backend, on the SGLang runtime.
 backend = functools.partial(parsed_backend, runtime="SGLang")
 
 
-def sglang(name: str = "sglang", **kw: Any) -> dict[str, Any]:
-    return make_container(name, image=IMAGE, **kw)
-
-
-def inject(
-    pod: dict[str, Any], cb: CacheBackend | None = None, binding: Binding | None = None
-) -> dict[str, Any]:
-    return ADAPTER.inject(pod, cb or backend(), binding, CTX)
+inject = Injector(ADAPTER, backend)
 
 
 def worker_of(pod: dict[str, Any]) -> dict[str, Any]:
@@ -150,7 +143,7 @@ def test_shell_script_engine_is_rejected() -> None:
 def test_worker_is_a_native_sidecar_from_the_engine_image() -> None:
     worker = worker_of(inject(make_pod(sglang(imagePullPolicy="IfNotPresent"))))
     assert worker["restartPolicy"] == "Always"
-    assert worker["image"] == IMAGE
+    assert worker["image"] == SGLANG_IMAGE
     assert worker["imagePullPolicy"] == "IfNotPresent"
     assert worker["command"] == ["python3", "-c", mp.WORKER_BOOTSTRAP]
 

@@ -8,27 +8,28 @@ from typing import Any
 
 import pytest
 
-from shared.api.models import CacheBackend
 from shared.bindings import Binding
-from shared.runtime_adapters.base import InjectContext, InjectionRejectedError
+from shared.runtime_adapters.base import InjectionRejectedError
 from shared.runtime_adapters.registry import select_adapter
 from shared.runtime_adapters.sizing import gib_decimal_string
 from shared.runtime_adapters.vllm_lmcache import VLLMLMCacheAdapter
-from tests.builders import assert_valid_pod, containers_of, env_of, init_containers_of
+from tests.builders import (
+    Injector,
+    assert_valid_pod,
+    containers_of,
+    env_of,
+    init_containers_of,
+)
 from tests.builders import container as make_container
 from tests.builders import parsed_backend as backend
 from tests.builders import pod as make_pod
 
 ADAPTER = VLLMLMCacheAdapter()
-CTX = InjectContext()
 LM = Binding("lm", "cache.team-a.svc:65432")
 MOONCAKE = Binding("mooncakestore", "mc.team-a.svc:50051")
 
 
-def inject(
-    pod: dict[str, Any], cb: CacheBackend | None = None, binding: Binding | None = None
-) -> dict[str, Any]:
-    return ADAPTER.inject(pod, cb or backend(), binding, CTX)
+inject = Injector(ADAPTER, backend)
 
 
 def engine_of(pod: dict[str, Any], name: str = "vllm") -> dict[str, Any]:

@@ -112,9 +112,8 @@ def healthcheck_command(name: str) -> list[str]:
     return exec_form(command.strip())
 
 
-@pytest.fixture(params=sorted(DOCKERFILES))
-def image(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
+# Each image's tests run once per Dockerfile; ``final`` reads the parametrized ``image``.
+each_image = pytest.mark.parametrize("image", sorted(DOCKERFILES))
 
 
 @pytest.fixture
@@ -137,6 +136,7 @@ def global_args(path: Path) -> dict[str, str]:
     return args
 
 
+@each_image
 def test_multi_stage_on_one_exactly_pinned_base(image: str) -> None:
     """The base is a build ARG (``make images-test`` swaps in a local stand-in);
     its default is the official image, exactly pinned, so a plain `docker build`
@@ -152,6 +152,7 @@ def test_multi_stage_on_one_exactly_pinned_base(image: str) -> None:
     assert digest or (tag and re.fullmatch(r"\d+\.\d+\.\d+-slim-[a-z]+", tag)), base
 
 
+@each_image
 def test_builder_installs_the_project_with_constraints(image: str) -> None:
     builder = stages(parse(DOCKERFILES[image]))[0]
     copies = [i.args for i in builder if i.keyword == "COPY"]
@@ -173,6 +174,7 @@ def test_install_tooling_ships_in_the_worker_image_only() -> None:
     assert "manifests" not in copied["webhook"]
 
 
+@each_image
 def test_runtime_stage_copies_the_venv_and_has_no_build_tools(
     image: str, final: list[Instruction]
 ) -> None:
@@ -187,6 +189,7 @@ def test_runtime_stage_copies_the_venv_and_has_no_build_tools(
     assert "PATH=/opt/venv/bin:$PATH" in env
 
 
+@each_image
 def test_runs_as_a_numeric_non_root_user_the_manifests_agree_with(
     image: str, final: list[Instruction]
 ) -> None:
@@ -205,6 +208,7 @@ def test_runs_as_a_numeric_non_root_user_the_manifests_agree_with(
             assert pod["securityContext"]["runAsUser"] == int(uid)
 
 
+@each_image
 def test_entrypoint_is_icache_and_the_default_command_parses(
     image: str, final: list[Instruction], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -219,6 +223,7 @@ def test_entrypoint_is_icache_and_the_default_command_parses(
     parser.parse_args(rest)
 
 
+@each_image
 def test_has_a_healthcheck(image: str, final: list[Instruction]) -> None:
     checks = [i.args for i in final if i.keyword == "HEALTHCHECK"]
     assert len(checks) == 1
@@ -228,6 +233,7 @@ def test_has_a_healthcheck(image: str, final: list[Instruction]) -> None:
     assert healthcheck_command(image)[0] == "python"
 
 
+@each_image
 def test_no_secrets_in_the_image_definition(image: str) -> None:
     for instruction in parse(DOCKERFILES[image]):
         if instruction.keyword in ("ENV", "ARG", "LABEL"):
@@ -250,6 +256,7 @@ def _dockerignore_allows(path: str, patterns: list[str]) -> bool:
     return allowed
 
 
+@each_image
 def test_build_context_holds_every_copy_source_and_nothing_private(image: str) -> None:
     patterns = [
         line.strip()
@@ -408,6 +415,7 @@ def test_every_dependency_is_pinned_in_constraints(wheel: zipfile.ZipFile) -> No
         assert name in pinned, requirement
 
 
+@each_image
 def test_compose_and_dockerfiles_agree_on_the_image(image: str) -> None:
     compose = yaml.safe_load((ROOT / "docker-compose.yaml").read_text())
     for service in compose["services"].values():

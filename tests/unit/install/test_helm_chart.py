@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.builders import env_of
 from tests.helm_chart import CHART, KUBE_VERSION, NAMESPACE, VALUE_SETS, Doc, helm, template
 
 REPO = Path(__file__).resolve().parents[3]
@@ -206,10 +207,6 @@ def _pods(docs: list[Doc]) -> dict[Key, Doc]:
     return out
 
 
-def _env(container: Doc) -> dict[str, Any]:
-    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container.get("env") or []}
-
-
 def test_every_value_lands_where_it_should(helm_bin: Path, tmp_path: Path) -> None:
     values = VALUE_SETS["production"]
     docs = template(helm_bin, values, tmp_path)
@@ -295,7 +292,7 @@ def test_external_redis_replaces_the_bundled_one(helm_bin: Path, tmp_path: Path)
     )
     for name in ("inference-cache-dispatcher", "inference-cache-worker"):
         (container,) = _pods(docs)[("Deployment", name)]["containers"]
-        assert _env(container)["ICACHE_REDIS_PASSWORD"] == {
+        assert env_of(container)["ICACHE_REDIS_PASSWORD"] == {
             "secretKeyRef": {"name": "my-redis", "key": "secret"}
         }
     # The install hooks make no Redis password for a Redis the chart does not run.
@@ -310,7 +307,7 @@ def test_external_redis_replaces_the_bundled_one(helm_bin: Path, tmp_path: Path)
     )
     for name in ("inference-cache-dispatcher", "inference-cache-worker"):
         (container,) = _pods(no_password)[("Deployment", name)]["containers"]
-        assert "ICACHE_REDIS_PASSWORD" not in _env(container)
+        assert "ICACHE_REDIS_PASSWORD" not in env_of(container)
 
 
 @pytest.mark.parametrize(

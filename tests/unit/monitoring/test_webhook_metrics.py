@@ -22,6 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import webhook_svc.app as webhook_app
 from shared.runtime_adapters.base import InjectContext
+from tests.fakes import raise_unexpected
 from tests.samples import SAMPLES_DIR
 from webhook_svc.app import PATH_MUTATE_CB, PATH_MUTATE_POD, PATH_VALIDATE_CB, create_app
 from webhook_svc.backend_files import load_backends
@@ -150,10 +151,7 @@ def test_an_unexpected_error_answers_503_and_is_counted(
     Retry-After, and inferencecache_webhook_internal_errors_total{endpoint} counts it
     (the "webhook 503" alert reads it beside overloaded_total)."""
 
-    def broken(raw: bytes) -> object:
-        raise RuntimeError("unexpected")
-
-    monkeypatch.setattr(webhook_app, "parse_body", broken)
+    monkeypatch.setattr(webhook_app, "parse_body", raise_unexpected)
     client = _client()
     response = client.post(path, content=b"{}", headers={"Content-Type": "application/json"})
     assert response.status_code == 503

@@ -124,6 +124,11 @@ class WeirdError(Exception):
     pass
 
 
+def refused(namespace: str) -> list[dict[str, Any]]:
+    """A backend lister whose API server refuses the connection."""
+    raise ConnectionError("refused")
+
+
 @pytest.mark.parametrize("error", [RuntimeError("apiserver down"), TimeoutError(), WeirdError("x")])
 def test_list_error_fails_open_and_strips_stale_annotations(error: Exception) -> None:
     def broken(namespace: str) -> list[dict[str, Any]]:
@@ -139,10 +144,7 @@ def test_list_error_fails_open_and_strips_stale_annotations(error: Exception) ->
 
 
 def test_list_error_without_stale_annotations_has_no_patch() -> None:
-    def broken(namespace: str) -> list[dict[str, Any]]:
-        raise ConnectionError("refused")
-
-    review, _, reason = mutate_pod(request(make_pod()), broken, CTX)
+    review, _, reason = mutate_pod(request(make_pod()), refused, CTX)
     assert reason == "list_error"
     assert "patch" not in review["response"]
 
@@ -213,7 +215,7 @@ def test_error_reasons_log_at_warning(caplog: pytest.LogCaptureFixture) -> None:
         raise RuntimeError("down")
 
     caplog.set_level(logging.INFO, logger="icache.webhook.pod")
-    mutate_pod(request(make_pod()), broken, CTX)
+    mutate_pod(request(make_pod()), refused, CTX)
     (record,) = [r for r in caplog.records if r.name == "icache.webhook.pod"]
     assert record.levelno == logging.WARNING
     assert record.__dict__["reason"] == "list_error"
@@ -232,11 +234,8 @@ def test_skip_inject_is_decided_before_listing_backends() -> None:
     # Spec: a truthy skip-inject "returns Allowed, skips engine wiring ... and stamps
     # inferencecache.io/inject-skipped" — it needs no backend, so a list error does not
     # turn the explicit opt-out into an unmarked fail-open.
-    def broken(namespace: str) -> list[dict[str, Any]]:
-        raise ConnectionError("refused")
-
     pod = make_pod(annotations={c.ANNOTATION_SKIP_INJECT: "true"})
-    review, outcome, reason = mutate_pod(request(pod), broken, CTX)
+    review, outcome, reason = mutate_pod(request(pod), refused, CTX)
     assert (outcome, reason) == ("skipped", "skip_inject_annotation")
     patched = jsonpatch.apply_patch(pod, patch_of(review))
     assert patched["metadata"]["annotations"][c.ANNOTATION_INJECT_SKIPPED] == c.INJECT_SKIPPED_VALUE

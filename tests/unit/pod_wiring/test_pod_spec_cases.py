@@ -36,9 +36,11 @@ from shared.runtime_adapters.base import InjectContext
 from tests import builders
 from tests.builders import (
     MODEL,
+    SGLANG_IMAGE,
     UID,
     VLLM_IMAGE,
     backend,
+    env_of,
     external,
     managed,
 )
@@ -51,7 +53,6 @@ from webhook_svc.backend_source import FileBackendSource
 IMG = "ghcr.io/example/kvevent-subscriber:v1"
 SERVER = InjectContext().server_address
 NS = "team-a"
-SGLANG_IMAGE = "lmsysorg/sglang:v0.5.13-cu129"
 INJECTED_BY = c.ANNOTATION_INJECTED_BY
 INJECTED_BY_UID = c.ANNOTATION_INJECTED_BY_UID
 UID_LABEL = c.LABEL_INJECTED_BY_UID
@@ -1532,10 +1533,6 @@ def engine_of(result: dict[str, Any]) -> dict[str, Any]:
     return engine
 
 
-def env_dict(container: dict[str, Any]) -> dict[str, Any]:
-    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container.get("env") or []}
-
-
 def test_ov_env_override_of_adapter_owned_name_wins_in_place(hook: Webhook) -> None:
     # [OV] env: "An override of an adapter-owned name wins".
     hook.write(overrides_backend(env=[{"name": "LMCACHE_CHUNK_SIZE", "value": "1024"}]))
@@ -1701,7 +1698,7 @@ def test_ov_sglang_overrides_touch_only_the_engine_container(hook: Webhook) -> N
     result, _ = hook.admit(p)
     engine = engine_of(result)
     assert engine["args"][-1] == "--page-size=64"
-    assert env_dict(engine) == {
+    assert env_of(engine) == {
         "LMCACHE_USE_EXPERIMENTAL": "True",
         "INFERENCECACHE_FAIL_OPEN": "true",
         "SGLANG_X": "1",

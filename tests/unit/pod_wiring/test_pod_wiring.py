@@ -491,12 +491,6 @@ def test_offload_without_subscriber_image_still_wires_connector() -> None:
     assert "kvevent-subscriber" not in containers_of(result.pod)
 
 
-def test_offload_without_model_id_has_no_subscriber() -> None:
-    result = wire_pod(make_pod(), [make_backend(model_id=None)], CTX)
-    assert result.outcome == OUTCOME_INJECTED
-    assert "kvevent-subscriber" not in containers_of(result.pod)
-
-
 def test_subscriber_name_on_an_init_container_fails_open() -> None:
     pod = make_pod(initContainers=[make_container("kvevent-subscriber", image="busybox")])
     result = wire_pod(pod, [make_backend()], CTX)

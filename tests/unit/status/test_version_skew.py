@@ -29,7 +29,7 @@ from shared import engine_versions as ev
 from shared.api.models import CacheBackend
 from shared.client_versions import client_skewed, major_minor, server_version_of_image
 from shared.conditions import find
-from tests.builders import NO_GATE, backend, external, managed
+from tests.builders import NO_GATE, backend, condition_of, external, managed
 
 T0 = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
 SERVER = "lmcache/standalone:v0.4.7"
@@ -234,11 +234,6 @@ def status_of(
     return compute_status(CacheBackend.model_validate(o), o.get("status"), observed, T0).status
 
 
-def cond(status: dict[str, Any], type_: str) -> tuple[str, str] | None:
-    found = find(status.get("conditions"), type_)
-    return (found["status"], found["reason"]) if found else None
-
-
 def managed_backend(image: str | None = None) -> dict[str, Any]:
     remote = managed(lmCacheServer={"image": image}) if image else managed()
     o = backend(remote=remote, annotations=NO_GATE)
@@ -253,28 +248,30 @@ ALIGNED = pods(report("a", lmcache="0.4.7", vllm="0.11.0"))
 def test_managed_lmcache_server_publishes_skew_and_ready_is_unchanged() -> None:
     aligned = status_of(managed_backend(), ALIGNED)
     skewed = status_of(managed_backend(), SKEWED)
-    assert cond(aligned, "LMCacheVersionSkew") == ("False", "VersionsAligned")
-    assert cond(skewed, "LMCacheVersionSkew") == ("True", "ClientServerVersionSkew")
-    assert cond(skewed, "Ready") == cond(aligned, "Ready") == ("True", "BackendReady")
-    assert cond(skewed, "Degraded") == cond(aligned, "Degraded")
+    assert condition_of(aligned, "LMCacheVersionSkew") == ("False", "VersionsAligned")
+    assert condition_of(skewed, "LMCacheVersionSkew") == ("True", "ClientServerVersionSkew")
+    assert (
+        condition_of(skewed, "Ready") == condition_of(aligned, "Ready") == ("True", "BackendReady")
+    )
+    assert condition_of(skewed, "Degraded") == condition_of(aligned, "Degraded")
 
 
 def test_server_version_comes_from_the_overridden_image() -> None:
     st = status_of(managed_backend("lmcache/standalone:v0.5.6"), SKEWED)
-    assert cond(st, "LMCacheVersionSkew") == ("False", "VersionsAligned")
+    assert condition_of(st, "LMCacheVersionSkew") == ("False", "VersionsAligned")
 
 
 def test_below_minimum_is_published_beside_and_never_gates_ready() -> None:
     st = status_of(managed_backend(), pods(report("a", lmcache="0.4.7", vllm="0.10.0")))
-    assert cond(st, "EngineVersionBelowMinimum") == ("True", "ReleaseBelowMinimum")
-    assert cond(st, "Ready") == ("True", "BackendReady")
+    assert condition_of(st, "EngineVersionBelowMinimum") == ("True", "ReleaseBelowMinimum")
+    assert condition_of(st, "Ready") == ("True", "BackendReady")
 
 
 def test_host_only_has_no_server_to_skew_but_checks_the_minimum() -> None:
     o = backend(annotations=NO_GATE)
     st = status_of(o, SKEWED, managed_workload=False)
-    assert cond(st, "LMCacheVersionSkew") is None
-    assert cond(st, "EngineVersionBelowMinimum") == ("False", "ReleasesAtMinimum")
+    assert condition_of(st, "LMCacheVersionSkew") is None
+    assert condition_of(st, "EngineVersionBelowMinimum") == ("False", "ReleasesAtMinimum")
 
 
 @pytest.mark.parametrize(
@@ -289,17 +286,17 @@ def test_events_only_and_external_never_publish_them(o: dict[str, Any]) -> None:
     """The spec's Offload-managed-only rule: and a flip into those modes clears them."""
     before = managed_backend()
     before["status"] = status_of(before, SKEWED)
-    assert cond(before["status"], "LMCacheVersionSkew") is not None
+    assert condition_of(before["status"], "LMCacheVersionSkew") is not None
     o["status"] = before["status"]
     st = status_of(o, SKEWED, managed_workload=False)
-    assert cond(st, "LMCacheVersionSkew") is None
-    assert cond(st, "EngineVersionBelowMinimum") is None
+    assert condition_of(st, "LMCacheVersionSkew") is None
+    assert condition_of(st, "EngineVersionBelowMinimum") is None
 
 
 def test_managed_provider_other_than_lmcache_server_has_no_skew_condition() -> None:
     o = backend(remote=managed(c.PROVIDER_MOONCAKE), annotations=NO_GATE)
     st = status_of(o, SKEWED)
-    assert cond(st, "LMCacheVersionSkew") is None
+    assert condition_of(st, "LMCacheVersionSkew") is None
 
 
 def test_transient_pod_list_failure_keeps_both_conditions_and_emits_nothing() -> None:

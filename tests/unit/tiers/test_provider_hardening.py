@@ -12,14 +12,11 @@ import pytest
 
 from shared import constants as c
 from shared.storage_providers.render import render_managed_objects
+from tests.builders import by_kind
 from tests.builders import managed_spec as managed
 from tests.builders import rendered_backend as backend
 
 RESTRICTED_PROVIDERS = (c.PROVIDER_REDIS, c.PROVIDER_LMCACHE_SERVER)
-
-
-def by_kind(objs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    return {o["kind"]: o for o in objs}
 
 
 def pod_spec(spec: dict[str, Any]) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from reconciler.steps.server_client import ServerClient
+from tests.fakes import QuietHandler
 
 
 class _Answer:
@@ -21,17 +22,14 @@ class _Answer:
 
 
 def _handler(answer: type[_Answer]) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
+    class Handler(QuietHandler):
+        def do_POST(self) -> None:  # noqa: N802 - http.server names
             self.rfile.read(int(self.headers.get("Content-Length") or 0))
             self.send_response(answer.status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(answer.body)))
             self.end_headers()
             self.wfile.write(answer.body)
-
-        def log_message(self, *_args: object) -> None:
-            pass
 
     return Handler
 

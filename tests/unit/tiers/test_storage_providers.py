@@ -15,16 +15,13 @@ from shared.storage_providers.render import (
     resource_name,
     service_endpoint,
 )
+from tests.builders import by_kind
 from tests.builders import managed_spec as managed
 from tests.builders import rendered_backend as backend
 
 
 def PASSWORD() -> str:  # noqa: N802 - stands for a constant password source
     return "0" * 64
-
-
-def by_kind(objs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    return {o["kind"]: o for o in objs}
 
 
 def container(objs: list[dict[str, Any]], kind: str = "Deployment") -> dict[str, Any]:

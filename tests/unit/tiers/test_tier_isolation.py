@@ -44,7 +44,7 @@ from shared.storage_providers.render import (
     tier_password,
 )
 from tests import builders
-from tests.builders import ENGINE_LABELS
+from tests.builders import ENGINE_LABELS, by_kind, network_policies
 from tests.builders import isolated_backend as backend
 from tests.network_policy import PodRef, ingress_allowed, label_selector_matches
 
@@ -54,14 +54,6 @@ PASSWORD = "5" * 64
 
 def fixed_password() -> str:
     return PASSWORD
-
-
-def by_kind(objs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    return {o["kind"]: o for o in objs}
-
-
-def policies(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [o for o in objs if o["kind"] == "NetworkPolicy"]
 
 
 def provider_pod(objs: list[dict[str, Any]]) -> PodRef:
@@ -285,7 +277,7 @@ def test_only_redis_gets_a_password() -> None:
 )
 def test_the_policy_admits_only_the_engines_on_the_data_port(provider: str, port: int) -> None:
     objs = render_managed_objects(backend(provider))
-    pols = policies(objs)
+    pols = network_policies(objs)
     assert len(pols) == 1
     target = provider_pod(objs)
     assert ingress_allowed(pols, target, ENGINE, port)
@@ -297,7 +289,7 @@ def test_the_policy_admits_only_the_engines_on_the_data_port(provider: str, port
 
 def test_the_policy_selects_exactly_the_provider_pods() -> None:
     objs = render_managed_objects(backend(c.PROVIDER_REDIS))
-    (policy,) = policies(objs)
+    (policy,) = network_policies(objs)
     workload = by_kind(objs)["Deployment"]
     assert policy["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
     assert (
@@ -327,7 +319,7 @@ def test_allow_cross_namespace_on_the_owner_admits_no_other_namespace() -> None:
     consumer's acknowledgement; on the owner it opens nothing, and no peer ever has an
     empty namespaceSelector."""
     objs = render_managed_objects(backend(c.PROVIDER_LMCACHE_SERVER, allowCrossNamespace=True))
-    pols, target = policies(objs), provider_pod(objs)
+    pols, target = network_policies(objs), provider_pod(objs)
     assert ingress_allowed(pols, target, ENGINE, LMCACHE_SERVER_PORT)
     assert not ingress_allowed(pols, target, ENGINE_OTHER_NS, LMCACHE_SERVER_PORT)
     assert not ingress_allowed(pols, target, FOREIGN_SAME_NS, LMCACHE_SERVER_PORT)
@@ -339,14 +331,14 @@ def test_an_empty_engine_selector_admits_nobody() -> None:
     """The Pod webhook never matches an empty selector; a peer with an empty podSelector
     would admit every pod of the namespace instead."""
     objs = render_managed_objects(backend(c.PROVIDER_REDIS, selector={}))
-    pols, target = policies(objs), provider_pod(objs)
+    pols, target = network_policies(objs), provider_pod(objs)
     assert pols[0]["spec"]["ingress"] == []
     for source in (ENGINE, FOREIGN_SAME_NS, ENGINE_OTHER_NS):
         assert not ingress_allowed(pols, target, source, REDIS_PORT)
 
 
 def test_mooncake_gets_no_policy_its_master_is_on_the_host_network() -> None:
-    assert policies(render_managed_objects(backend(c.PROVIDER_MOONCAKE))) == []
+    assert network_policies(render_managed_objects(backend(c.PROVIDER_MOONCAKE))) == []
 
 
 @pytest.mark.parametrize(
@@ -358,12 +350,12 @@ def test_the_opt_out_annotation_drops_the_policy_and_only_the_policy(
     objs = render_managed_objects(
         backend(c.PROVIDER_REDIS, annotations={c.ANNOTATION_SKIP_NETWORK_POLICY: value})
     )
-    assert (policies(objs) == []) is skipped
+    assert (network_policies(objs) == []) is skipped
     assert "Secret" in by_kind(objs), "the password stays: the opt-out is about the network"
 
 
 def test_the_policy_is_converged_on_drift() -> None:
-    (policy,) = policies(render_managed_objects(backend(c.PROVIDER_REDIS)))
+    (policy,) = network_policies(render_managed_objects(backend(c.PROVIDER_REDIS)))
     live = json.loads(json.dumps(policy))
     assert not needs_apply(policy, live)
     live["spec"]["ingress"][0]["from"] = [{"podSelector": {}}]  # someone opened it up

@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from shared.runtime_adapters.base import InjectContext
 from tests.builders import admission_review, pod
+from tests.fakes import raise_unexpected
 from tests.samples import SAMPLES_DIR
 from webhook_svc.app import PATH_MUTATE_CB, PATH_MUTATE_POD, PATH_VALIDATE_CB, create_app
 from webhook_svc.backend_files import load_backends
@@ -217,10 +218,6 @@ def test_metrics_count_admissions_by_endpoint_and_outcome(app_client: TestClient
     assert sample(app_client, count, {"endpoint": PATH_VALIDATE_CB}) == 1.0
 
 
-def _raise(*_args: Any) -> Any:
-    raise RuntimeError("unexpected")
-
-
 # (what raises) for each route: an error before judging, and a judge and its own
 # safe answer both failing.
 UNEXPECTED = [
@@ -243,7 +240,7 @@ def test_an_unexpected_exception_in_a_route_is_a_503_with_retry_after_never_a_50
     import webhook_svc.app as webhook_app
 
     for name in broken:
-        monkeypatch.setattr(webhook_app, name, _raise)
+        monkeypatch.setattr(webhook_app, name, raise_unexpected)
     client = TestClient(create_app(FileBackendSource(SAMPLES_DIR, load_backends), InjectContext()))
     obj = pod(labels={"app": "vllm-llama"}, namespace="default")
     review = _review(obj, kind="Pod") if path == PATH_MUTATE_POD else _review({"spec": {}})

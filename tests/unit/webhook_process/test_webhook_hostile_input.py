@@ -14,6 +14,7 @@ from fastapi.testclient import TestClient
 
 from shared.runtime_adapters.base import InjectContext
 from tests.builders import admission_review as _review
+from tests.fakes import raise_unexpected
 from tests.samples import SAMPLES_DIR
 from webhook_svc.app import PATH_MUTATE_CB, PATH_MUTATE_POD, PATH_VALIDATE_CB, create_app
 from webhook_svc.backend_files import load_backends
@@ -128,11 +129,8 @@ def test_pod_route_fails_open_when_anything_raises(monkeypatch: pytest.MonkeyPat
     """The last line of defence: an exception anywhere in the Pod route admits."""
     import webhook_svc.pod_admission as pod_admission
 
-    def boom(*_args: Any, **_kwargs: Any) -> None:
-        raise RuntimeError("unexpected")
-
-    monkeypatch.setattr(pod_admission, "pod_facts", boom)
-    monkeypatch.setattr(pod_admission, "wire_facts", boom)
+    monkeypatch.setattr(pod_admission, "pod_facts", raise_unexpected)
+    monkeypatch.setattr(pod_admission, "wire_facts", raise_unexpected)
     client = TestClient(
         create_app(FileBackendSource(SAMPLES_DIR, load_backends), InjectContext()),
         raise_server_exceptions=False,

@@ -131,10 +131,10 @@ class _Transport(asyncio.Transport):
         return {"peername": ("127.0.0.1", 5000), "sockname": ("127.0.0.1", 8443)}.get(name, default)
 
     def pause_reading(self) -> None:
-        pass
+        """Ignored: the fake has no socket to stop reading from."""
 
     def resume_reading(self) -> None:
-        pass
+        """Ignored: the fake has no socket to resume reading from."""
 
 
 seen: list[Scope] = []

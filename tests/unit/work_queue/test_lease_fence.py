@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 from kubernetes.client import ApiClient, Configuration
@@ -19,12 +19,6 @@ from tests.harness.redis_server import RedisServer
 pytestmark = pytest.mark.services
 
 LEASE = 1.2
-
-
-@pytest.fixture
-def own_redis() -> Iterator[RedisServer]:
-    with RedisServer() as server:
-        yield server
 
 
 def fence_holds() -> bool:

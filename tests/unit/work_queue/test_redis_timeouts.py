@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import kombu
@@ -21,13 +21,6 @@ from reconciler.queue.workqueue import QueueSettings, WorkQueue
 from tests.harness.redis_server import RedisServer
 
 pytestmark = pytest.mark.services
-
-
-@pytest.fixture
-def own_redis() -> Iterator[RedisServer]:
-    """A server of its own: freezing the session's would stall other tests' clients."""
-    with RedisServer() as server:
-        yield server
 
 
 def call_in_thread(fn: Callable[[], object], limit: float) -> tuple[bool, BaseException | None]:
