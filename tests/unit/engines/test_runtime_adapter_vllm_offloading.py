@@ -254,3 +254,14 @@ def test_memory_warning_exactly_when_the_limit_cannot_hold_the_shm(
     if warned:
         assert "OffloadingConnector" in result.warnings[0]
         assert len(result.warnings[0]) <= 256
+
+
+def test_stale_decision_annotation_is_cleared_by_every_other_decision() -> None:
+    """inferencecache.io/vllm-offloading is this type's record: a fail-open and a wiring
+    by another type's backend both drop a stale one the pod template carries."""
+    stale = {c.ANNOTATION_VLLM_OFFLOADING: '{"engines":9}'}
+    refused = wire(vllm_pod([], "v0.11.0", annotations=stale))
+    assert c.ANNOTATION_VLLM_OFFLOADING not in annotations_of(refused.pod)
+    lmcache = wire_pod(vllm_pod([], annotations=stale), [make_backend("cache")], CTX)
+    assert lmcache.outcome == OUTCOME_INJECTED
+    assert c.ANNOTATION_VLLM_OFFLOADING not in annotations_of(lmcache.pod)
