@@ -64,6 +64,21 @@ MINIMUM: Final[dict[WiringKey, dict[str, str]]] = {
     (c.RUNTIME_SGLANG, c.TYPE_LMCACHE, c.PROVIDER_REDIS): {SGLANG: "0.5.13", LMCACHE: "0.4.7"},
     # 0.5.13: the first SGLang whose argparse accepts every hiCache enum value the CRD allows.
     (c.RUNTIME_SGLANG, c.TYPE_SGLANG_HICACHE, None): {SGLANG: "0.5.13"},
+    # 0.33.0: the first vLLM whose OffloadingConnector keeps its CPU tier in the
+    # /dev/shm region (cpu/shared_offload_region.py) sized by cpu_bytes_to_use.
+    (c.RUNTIME_VLLM, c.TYPE_VLLM_OFFLOADING, None): {VLLM: "0.33.0"},
+}
+
+
+# Releases the contract tests also read, beyond the two pinned sets: vLLM 0.33.0, the
+# first whose OffloadingConnector keeps its CPU tier in the /dev/shm region (the
+# VLLMOffloading minimum; tests/engine_contracts/cases.py wires it there).
+ALSO_PROVEN: Final[dict[str, tuple[str, ...]]] = {VLLM: ("0.33.0",)}
+
+# Wirings whose samples name a newer release than SAMPLE_TARGETS, because the wiring
+# needs it: vLLM's own offloading is refused below 0.33.0, so its sample names NEWEST.
+SAMPLE_TARGET_OVERRIDES: Final[dict[WiringKey, dict[str, str]]] = {
+    (c.RUNTIME_VLLM, c.TYPE_VLLM_OFFLOADING, None): {VLLM: NEWEST.vllm},
 }
 
 

@@ -86,6 +86,18 @@ def claim_match_labels(spec: CacheBackendSpec) -> dict[str, str]:
     return dict(sel.match_labels) if sel and sel.match_labels else {}
 
 
+def eviction_policy(spec: CacheBackendSpec) -> str:
+    """spec.vllmOffloading.evictionPolicy; LRU when unset (the CRD default)."""
+    vo = spec.vllm_offloading
+    return (vo.eviction_policy if vo else None) or c.EVICTION_POLICY_LRU
+
+
+def vllm_offloading_capacity(spec: CacheBackendSpec) -> str | int | None:
+    """spec.vllmOffloading.cpu.capacity as written; None when unset (validation requires it)."""
+    vo = spec.vllm_offloading
+    return vo.cpu.capacity if vo and vo.cpu else None
+
+
 def target_cpu_utilization_percent(spec: CacheBackendSpec) -> int:
     a = spec.autoscaling
     if a and a.target_cpu_utilization_percent:

@@ -49,12 +49,13 @@ Time = Annotated[str, WithJsonSchema({"type": "string", "format": "date-time"})]
 DURATION_PATTERN = GO_DURATION_PATTERN
 
 Runtime = Literal["VLLM", "SGLang"]
-CacheType = Literal["LMCache", "SGLangHiCache"]
+CacheType = Literal["LMCache", "SGLangHiCache", "VLLMOffloading"]
 Provider = Literal["Redis", "LMCacheServer", "Mooncake"]
 Ownership = Literal["Managed", "External"]
 IntegrationMode = Literal["Offload", "EventsOnly"]
 IntegrationRole = Literal["ReadOnly", "WriteOnly", "ReadWrite"]
 DeploymentKind = Literal["Deployment", "StatefulSet"]
+EvictionPolicy = Literal["LRU", "ARC"]
 HiCacheWritePolicy = Literal["write_back", "write_through", "write_through_selective"]
 HiCacheIOBackend = Literal["direct", "kernel", "kernel_ascend"]
 HiCacheMemoryLayout = Literal[
@@ -392,6 +393,33 @@ class HiCache(APIModel):
     )
 
 
+class VLLMOffloadingCPU(APIModel):
+    capacity: Quantity | None = Field(
+        None,
+        description=(
+            "Host memory (CPU RAM) the CPU tier may hold in one engine pod, whatever its "
+            "parallelism, a positive quantity such as 64Gi. Required. Divided evenly over the "
+            "pod's data-parallel engines (OffloadingConnector cpu_bytes_to_use per engine); "
+            "the regions live in a memory-backed /dev/shm emptyDir the webhook mounts, which "
+            "counts against the engine container's memory limit."
+        ),
+    )
+
+
+class VLLMOffloading(APIModel):
+    cpu: VLLMOffloadingCPU | None = Field(
+        None, description="The CPU tier of vLLM's built-in KV offloading."
+    )
+    eviction_policy: EvictionPolicy | None = Field(
+        None,
+        description=(
+            "Eviction policy of the CPU tier: LRU or ARC, vLLM's built-in policies "
+            "(OffloadingConnector eviction_policy lru / arc). Defaults to LRU."
+        ),
+        json_schema_extra=crd_default("LRU"),
+    )
+
+
 class ImagePullSecret(APIModel):
     name: str | None = Field(None, description="Name of a Secret in the CacheBackend namespace.")
 
@@ -435,8 +463,8 @@ class CacheBackendSpec(APIModel):
     type: CacheType | None = Field(
         None,
         description=(
-            "Engine-side cache implementation: LMCache or SGLangHiCache. Remote technology is "
-            "chosen by remoteStorage.provider, lifecycle by remoteStorage.ownership."
+            "Engine-side cache implementation: LMCache, SGLangHiCache or VLLMOffloading. Remote "
+            "technology is chosen by remoteStorage.provider, lifecycle by remoteStorage.ownership."
         ),
         json_schema_extra=crd_default("LMCache"),
     )
@@ -487,6 +515,14 @@ class CacheBackendSpec(APIModel):
     hi_cache: HiCache | None = Field(
         None,
         description="Typed SGLang native HiCache configuration. Required for type SGLangHiCache.",
+    )
+    vllm_offloading: VLLMOffloading | None = Field(
+        None,
+        alias="vllmOffloading",
+        description=(
+            "vLLM's built-in CPU KV offloading (OffloadingConnector): cpu.capacity per engine "
+            "pod and evictionPolicy. Required for type VLLMOffloading (runtime VLLM only)."
+        ),
     )
     template: TemplateOverrides | None = Field(
         None,

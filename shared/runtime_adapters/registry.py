@@ -6,11 +6,13 @@ from shared.runtime_adapters.base import RuntimeAdapter
 from shared.runtime_adapters.sglang_hicache import SGLangHiCacheAdapter
 from shared.runtime_adapters.sglang_lmcache import SGLangLMCacheAdapter
 from shared.runtime_adapters.vllm_lmcache import VLLMLMCacheAdapter
+from shared.runtime_adapters.vllm_offloading import VLLMOffloadingAdapter
 
 REGISTRY: tuple[RuntimeAdapter, ...] = (
     VLLMLMCacheAdapter(),
     SGLangLMCacheAdapter(),
     SGLangHiCacheAdapter(),
+    VLLMOffloadingAdapter(),
 )
 
 

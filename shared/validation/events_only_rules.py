@@ -22,6 +22,8 @@ def reject_events_only_with_non_lmcache_type(ctx: RuleContext) -> list[FieldErro
     cache_type = effective.cache_type(spec)
     if not is_events_only(spec) or cache_type == c.TYPE_LMCACHE:
         return []
+    if cache_type == c.TYPE_VLLM_OFFLOADING:
+        return []  # reported by reject_events_only_vllm_offloading
     # Scoped to spec.type, the field the rule names ("requires spec.type=LMCache").
     return [
         invalid(

@@ -113,6 +113,8 @@ def reject_unsupported_runtime_cache_pair(ctx: RuleContext) -> list[FieldError]:
     cache_type = effective.cache_type(spec)
     if registry.select_adapter(spec.runtime, cache_type) is not None:
         return []
+    if cache_type == c.TYPE_VLLM_OFFLOADING:
+        return []  # reported by reject_vllm_offloading_without_vllm_runtime
     pairs = ", ".join(registry.supported_pairs())
     # Scoped to spec.type: the runtime is a valid enum value, the engine-cache type is
     # what has no adapter for it.

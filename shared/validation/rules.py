@@ -9,7 +9,7 @@ admission constraints it states.
 The rule functions live in modules named for the spec's groups of rules
 (``object_rules``, ``hierarchy_rules``, ``endpoint_rules``, ``resource_rules``,
 ``replica_rules``, ``override_rules``, ``events_only_rules``, ``provider_rules``,
-``sglang_rules``, ``lmcache_rules``, ``observation_rules``); this module holds the one
+``sglang_rules``, ``lmcache_rules``, ``vllm_offloading_rules``, ``observation_rules``); this module holds the one
 ordered registry of them. ``RULES`` is the ordered, pluggable list; :func:`validate` runs the schema check and
 every rule and returns all violations, deduplicated, in a stable order. Each rule
 declares which spec fields it reads so that a field the schema check rejected (and
@@ -23,6 +23,9 @@ Precedence, to give each mistake one error rather than several on the same field
   (reject_autoscaling_without_managed_workload). The rules
   about the block's own fields (minReplicas with replicas 0, minReplicas <=
   maxReplicas) state their own conditions and judge it regardless.
+* Type VLLMOffloading off its own ground is rejected once: a runtime other than VLLM
+  by reject_vllm_offloading_without_vllm_runtime (not the pair rule), mode EventsOnly
+  by reject_events_only_vllm_offloading (not the events-only type rule).
 * Contents of a block that is itself rejected (lmCache on a non-LMCache type, hiCache
   on a non-HiCache type) are not judged further.
 """
@@ -104,6 +107,13 @@ from shared.validation.sglang_rules import (
     reject_missing_hicache_block,
     reject_unsupported_hicache_role,
     reject_unsupported_sglang_role,
+)
+from shared.validation.vllm_offloading_rules import (
+    reject_events_only_vllm_offloading,
+    reject_missing_vllm_offloading_capacity,
+    reject_non_positive_vllm_offloading_capacity,
+    reject_vllm_offloading_block_with_other_type,
+    reject_vllm_offloading_without_vllm_runtime,
 )
 
 # ===================================================================== registry
@@ -217,6 +227,12 @@ RULES: list[Rule] = [
     Rule(reject_invalid_hicache_ratio, ("type", "hiCache.ratio")),
     # LMCache.
     Rule(reject_non_positive_host_memory_capacity, ("type", "lmCache.hostMemory.capacity")),
+    # vLLM's built-in CPU offloading.
+    Rule(reject_vllm_offloading_without_vllm_runtime, _PAIR),
+    Rule(reject_events_only_vllm_offloading, ("type", _MODE)),
+    Rule(reject_vllm_offloading_block_with_other_type, ("type",)),
+    Rule(reject_missing_vllm_offloading_capacity, ("type", "vllmOffloading.cpu.capacity")),
+    Rule(reject_non_positive_vllm_offloading_capacity, ("type", "vllmOffloading.cpu.capacity")),
     # Observation.
     Rule(reject_negative_first_event_timeout, ("observation.firstEventTimeout",)),
     Rule(reject_out_of_range_first_event_timeout, ("observation.firstEventTimeout",)),

@@ -229,7 +229,7 @@ def test_validate_schema_errors_are_field_errors() -> None:
         {
             "reason": "FieldValueNotSupported",
             "message": 'Unsupported value: "Mooncake": supported values: "LMCache", '
-            '"SGLangHiCache"',
+            '"SGLangHiCache", "VLLMOffloading"',
             "field": "spec.type",
         },
     ]

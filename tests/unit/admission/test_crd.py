@@ -57,7 +57,7 @@ def test_enums_exclude_removed_type_spellings() -> None:
     """Spec "Cache type validation": type is a closed enum; Mooncake and External are not types."""
     props = _spec_schema()["properties"]
     assert props["runtime"]["enum"] == ["VLLM", "SGLang"]
-    assert props["type"]["enum"] == ["LMCache", "SGLangHiCache"]
+    assert props["type"]["enum"] == ["LMCache", "SGLangHiCache", "VLLMOffloading"]
     rs = props["remoteStorage"]["properties"]
     assert rs["provider"]["enum"] == ["Redis", "LMCacheServer", "Mooncake"]
     assert rs["ownership"]["enum"] == ["Managed", "External"]

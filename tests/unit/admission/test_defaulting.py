@@ -188,3 +188,17 @@ def test_judged_form_is_pruned_then_schema_defaulted_and_leaves_obj_alone(
     expected = with_schema_defaults({**sparse, "spec": drop_nulls(sparse["spec"])})
     assert judged_form(sparse) == expected, name
     assert sparse == before
+
+
+def test_vllm_offloading_eviction_policy_defaults_to_lru() -> None:
+    """Issue 41 defaulting: spec.vllmOffloading.evictionPolicy is LRU when omitted (a CRD
+    default, so the API server stamps it wherever the block is present); a set value stays."""
+    spec = {
+        "runtime": "VLLM",
+        "type": "VLLMOffloading",
+        "vllmOffloading": {"cpu": {"capacity": "64Gi"}},
+    }
+    out = with_schema_defaults(cb(spec))
+    assert out["spec"]["vllmOffloading"] == {"cpu": {"capacity": "64Gi"}, "evictionPolicy": "LRU"}
+    arc = {**spec, "vllmOffloading": {"cpu": {"capacity": "64Gi"}, "evictionPolicy": "ARC"}}
+    assert with_schema_defaults(cb(arc))["spec"]["vllmOffloading"]["evictionPolicy"] == "ARC"

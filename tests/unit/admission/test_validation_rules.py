@@ -88,6 +88,13 @@ from shared.validation.sglang_rules import (
     reject_unsupported_hicache_role,
     reject_unsupported_sglang_role,
 )
+from shared.validation.vllm_offloading_rules import (
+    reject_events_only_vllm_offloading,
+    reject_missing_vllm_offloading_capacity,
+    reject_non_positive_vllm_offloading_capacity,
+    reject_vllm_offloading_block_with_other_type,
+    reject_vllm_offloading_without_vllm_runtime,
+)
 from shared.validation.vocabulary import PROVIDER_BLOCKS
 from tests.builders import cb, context_for, external, managed
 from tests.samples import sample_backends
@@ -204,7 +211,8 @@ def test_schema_rejects_removed_cache_types_as_unsupported_values() -> None:
     """Spec "Cache type validation": type Mooncake / External are not types."""
     for bad in ("Mooncake", "External"):
         assert errors_of({**VLLM, "type": bad}) == [
-            f'spec.type: Unsupported value: "{bad}": supported values: "LMCache", "SGLangHiCache"'
+            f'spec.type: Unsupported value: "{bad}": supported values: "LMCache", "SGLangHiCache", '
+            '"VLLMOffloading"'
         ]
 
 
@@ -316,7 +324,7 @@ def test_schema_pruned_fields_do_not_trigger_dependent_rules() -> None:
     errors = errors_of({**SGLANG, "type": "SGLangHicache", "hiCache": {"ratio": "2"}})
     assert errors == [
         'spec.type: Unsupported value: "SGLangHicache": supported values: "LMCache", '
-        '"SGLangHiCache"'
+        '"SGLangHiCache", "VLLMOffloading"'
     ]
 
 
@@ -1664,4 +1672,99 @@ def test_schema_error_in_a_provider_block_does_not_hide_endpoint_errors() -> Non
     assert [e.split(":")[0] for e in errors] == [
         "spec.remoteStorage.lmCacheServer.resources.limits[nvidia.com/gpu]",
         "spec.remoteStorage.endpoint",
+    ]
+
+
+# ------------------------------------------------------ vLLM built-in offloading
+
+OFFLOADING = {
+    "runtime": "VLLM",
+    "type": "VLLMOffloading",
+    "engineSelector": {"matchLabels": {"app": "vllm"}},
+    "vllmOffloading": {"cpu": {"capacity": "64Gi"}, "evictionPolicy": "LRU"},
+}
+
+
+def test_vllm_offloading_backend_is_valid_whole() -> None:
+    """The issue's CacheBackend passes every rule, and ARC is a policy too."""
+    assert errors_of(OFFLOADING) == []
+    arc = {**OFFLOADING, "vllmOffloading": {"cpu": {"capacity": "64Gi"}, "evictionPolicy": "ARC"}}
+    assert errors_of(arc) == []
+
+
+def test_reject_vllm_offloading_without_vllm_runtime_accepts_vllm() -> None:
+    assert run(reject_vllm_offloading_without_vllm_runtime, OFFLOADING) == []
+
+
+def test_reject_vllm_offloading_without_vllm_runtime_rejects_sglang() -> None:
+    """runtime must be VLLM; reported once, at spec.runtime (not by the pair rule)."""
+    errors = errors_of({**OFFLOADING, "runtime": "SGLang"})
+    assert len(errors) == 1
+    assert errors[0].startswith('spec.runtime: Invalid value: "SGLang": type VLLMOffloading')
+
+
+def test_reject_events_only_vllm_offloading_accepts_offload() -> None:
+    assert run(reject_events_only_vllm_offloading, OFFLOADING) == []
+    offload = {**OFFLOADING, "integration": {"mode": "Offload"}}
+    assert run(reject_events_only_vllm_offloading, offload) == []
+
+
+def test_reject_events_only_vllm_offloading_rejects_events_only() -> None:
+    """EventsOnly cannot carry a connector; reported once, at spec.integration.mode."""
+    errors = errors_of({**OFFLOADING, "integration": {"mode": "EventsOnly"}})
+    assert len(errors) == 1
+    assert errors[0].startswith('spec.integration.mode: Invalid value: "EventsOnly"')
+
+
+def test_reject_vllm_offloading_block_with_other_type_accepts_its_type() -> None:
+    assert run(reject_vllm_offloading_block_with_other_type, OFFLOADING) == []
+
+
+def test_reject_vllm_offloading_block_with_other_type_rejects_lmcache() -> None:
+    spec = {**VLLM, "vllmOffloading": {"cpu": {"capacity": "1Gi"}}}
+    errors = run(reject_vllm_offloading_block_with_other_type, spec)
+    assert len(errors) == 1
+    assert errors[0].startswith("spec.vllmOffloading: Forbidden")
+
+
+def test_reject_missing_vllm_offloading_capacity_accepts_capacity() -> None:
+    assert run(reject_missing_vllm_offloading_capacity, OFFLOADING) == []
+
+
+def test_reject_missing_vllm_offloading_capacity_rejects_absent_capacity() -> None:
+    spec = {k: v for k, v in OFFLOADING.items() if k != "vllmOffloading"}
+    errors = run(reject_missing_vllm_offloading_capacity, spec)
+    assert len(errors) == 1
+    assert errors[0].startswith("spec.vllmOffloading.cpu.capacity: Required value")
+
+
+def test_reject_non_positive_vllm_offloading_capacity_accepts_positive() -> None:
+    assert run(reject_non_positive_vllm_offloading_capacity, OFFLOADING) == []
+
+
+@pytest.mark.parametrize("capacity", ["0", 0, "0Gi", "-1Gi"])
+def test_reject_non_positive_vllm_offloading_capacity_rejects_zero_and_negative(
+    capacity: Any,
+) -> None:
+    spec = {**OFFLOADING, "vllmOffloading": {"cpu": {"capacity": capacity}}}
+    errors = errors_of(spec)
+    assert len(errors) == 1
+    assert errors[0].startswith("spec.vllmOffloading.cpu.capacity: Invalid value")
+
+
+def test_vllm_offloading_refuses_remote_storage_lmcache_hicache_and_unknown_policy() -> None:
+    """The rules that already cover the type judge it: one error each, field-scoped."""
+    remote = {**OFFLOADING, "remoteStorage": external("Redis", "redis:6379")}
+    assert [e.split(":")[0] for e in errors_of(remote)] == ["spec.remoteStorage"]
+    lm = {**OFFLOADING, "lmCache": {"chunkSizeTokens": 256}}
+    assert [e.split(":")[0] for e in errors_of(lm)] == ["spec.lmCache"]
+    hi = {**OFFLOADING, "hiCache": {"ratio": "2.0"}}
+    assert [e.split(":")[0] for e in errors_of(hi)] == ["spec.hiCache"]
+    policy = {
+        **OFFLOADING,
+        "vllmOffloading": {"cpu": {"capacity": "1Gi"}, "evictionPolicy": "FIFO"},
+    }
+    assert errors_of(policy) == [
+        'spec.vllmOffloading.evictionPolicy: Unsupported value: "FIFO": supported values: '
+        '"LRU", "ARC"'
     ]

@@ -38,7 +38,20 @@ def test_minimum_falls_back_to_the_pairs_row_for_a_provider_without_one() -> Non
     assert ev.minimum_for("Unknown", c.TYPE_LMCACHE, None) == {}
 
 
+def sample_target(key: ev.WiringKey, package: str) -> str:
+    """The release of ``package`` the samples of wiring ``key`` name."""
+    return ev.SAMPLE_TARGET_OVERRIDES.get(key, {}).get(package) or ev.SAMPLE_TARGETS.of(package)
+
+
 def test_every_minimum_is_no_newer_than_the_sample_targets() -> None:
-    for row in ev.MINIMUM.values():
+    """Each wiring's samples name a release at or above its minimum (the wiring's own
+    sample target where it has one, SAMPLE_TARGETS otherwise)."""
+    for key, row in ev.MINIMUM.items():
         for package, minimum in row.items():
-            assert ev.older_than(ev.SAMPLE_TARGETS.of(package), minimum) is False
+            assert ev.older_than(sample_target(key, package), minimum) is False
+
+
+def test_vllm_offloading_samples_name_the_newest_vllm() -> None:
+    key = (c.RUNTIME_VLLM, c.TYPE_VLLM_OFFLOADING, None)
+    assert sample_target(key, ev.VLLM) == ev.NEWEST.vllm
+    assert sample_target((c.RUNTIME_VLLM, c.TYPE_LMCACHE, None), ev.VLLM) == "0.11.0"
