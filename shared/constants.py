@@ -108,6 +108,9 @@ REASON_ROLLOUT_IN_PROGRESS: Final = "RolloutInProgress"
 REASON_SCALED_TO_ZERO: Final = "ScaledToZero"
 REASON_REPLICAS_UNAVAILABLE: Final = "ReplicasUnavailable"
 REASON_HOST_ONLY_ACTIVE: Final = "HostOnlyActive"
+# Type VLLMOffloading (host-only): Ready follows whether selected engine pods are wired.
+REASON_ENGINE_PODS_WIRED: Final = "EnginePodsWired"
+REASON_NO_ENGINE_PODS_WIRED: Final = "NoEnginePodsWired"
 REASON_EVENTS_ONLY_ACTIVE: Final = "EventsOnlyActive"
 REASON_EXTERNAL_ENDPOINT_ACCEPTED: Final = "ExternalEndpointAccepted"
 REASON_EXTERNAL_ENDPOINT_MISSING: Final = "ExternalEndpointMissing"
@@ -218,3 +221,12 @@ WIRING_REASON_KV_CONNECTOR_UNREGISTERED: Final = "kv_connector_unregistered"
 # An SGLang decode server of a prefill/decode pair runs without a radix cache (unless
 # --disaggregation-decode-enable-radix-cache), so neither LMCache nor HiCache runs there.
 WIRING_REASON_DISAGGREGATED_DECODE: Final = "disaggregated_decode_no_radix_cache"
+# Type VLLMOffloading: an image tag naming a vLLM release without the /dev/shm CPU tier
+# the wiring renders for (below 0.33.0); a /dev/shm the pod mounts that cannot hold the
+# regions (too small, not memory-backed, read-only); engines per pod that cannot be read.
+WIRING_REASON_ENGINE_RELEASE: Final = "engine_release_unsupported"
+WIRING_REASON_DEV_SHM: Final = "dev_shm_unfit"
+WIRING_REASON_PARALLELISM_UNREADABLE: Final = "engine_parallelism_unreadable"
+# The wiring decision of a VLLMOffloading pod: per-engine bytes x engines, the policy,
+# the /dev/shm, and the vLLM release read from the image tag (or a note that none was).
+ANNOTATION_VLLM_OFFLOADING: Final = "inferencecache.io/vllm-offloading"

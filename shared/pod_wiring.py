@@ -117,6 +117,10 @@ REASON_ENGINE_OFFLOADING: Final = c.WIRING_REASON_ENGINE_OFFLOADING
 REASON_KV_CONFIG_INVALID: Final = c.WIRING_REASON_KV_CONFIG_INVALID
 REASON_KV_CONNECTOR_UNREGISTERED: Final = c.WIRING_REASON_KV_CONNECTOR_UNREGISTERED
 REASON_DISAGGREGATED_DECODE: Final = c.WIRING_REASON_DISAGGREGATED_DECODE
+# Type VLLMOffloading's refusals (shared.runtime_adapters.vllm_offloading).
+REASON_ENGINE_RELEASE: Final = c.WIRING_REASON_ENGINE_RELEASE
+REASON_DEV_SHM: Final = c.WIRING_REASON_DEV_SHM
+REASON_PARALLELISM_UNREADABLE: Final = c.WIRING_REASON_PARALLELISM_UNREADABLE
 WIRING_REASONS: Final = (
     REASON_INJECTED,
     REASON_EVENTS_ONLY,
@@ -137,6 +141,9 @@ WIRING_REASONS: Final = (
     REASON_KV_CONFIG_INVALID,
     REASON_KV_CONNECTOR_UNREGISTERED,
     REASON_DISAGGREGATED_DECODE,
+    REASON_ENGINE_RELEASE,
+    REASON_DEV_SHM,
+    REASON_PARALLELISM_UNREADABLE,
 )
 
 SKIP_INJECT_TRUTHY: Final = frozenset({"true", "t", "1", "yes", "on"})
@@ -222,7 +229,12 @@ def strip_decision_annotations(pod: dict[str, Any]) -> None:
     """Drop the webhook's decision annotations (and the injected-by-uid label, the
     engine-metrics label and port annotations) a pod may carry from its template."""
     annotations = _annotations(pod)
-    stale = (*DECISION_ANNOTATIONS, *DECLINED_ANNOTATIONS, c.ANNOTATION_HOST_MEMORY_PROCESSES)
+    stale = (
+        *DECISION_ANNOTATIONS,
+        *DECLINED_ANNOTATIONS,
+        c.ANNOTATION_HOST_MEMORY_PROCESSES,
+        c.ANNOTATION_VLLM_OFFLOADING,
+    )
     if any(key in annotations for key in stale):
         _set_annotations(pod, {k: v for k, v in annotations.items() if k not in stale})
     _set_label(pod, c.LABEL_INJECTED_BY_UID, None)
@@ -248,6 +260,9 @@ def stamp_injected(pod: dict[str, Any], backend: CacheBackend) -> None:
     if not divides_host_memory(backend):
         # Only the vLLM adapter divides the budget (and converges this annotation).
         annotations.pop(c.ANNOTATION_HOST_MEMORY_PROCESSES, None)
+    if effective.cache_type(backend.spec) != c.TYPE_VLLM_OFFLOADING:
+        # Only the VLLMOffloading adapter records (and converges) its decision.
+        annotations.pop(c.ANNOTATION_VLLM_OFFLOADING, None)
     _set_annotations(pod, annotations)
     _set_label(pod, c.LABEL_INJECTED_BY_UID, injected_by_uid_label(backend.metadata.uid))
 

@@ -58,6 +58,19 @@ TABLE: Final[dict[tuple[str, str], Explanation]] = {
     (c.COND_READY, c.REASON_HOST_ONLY_ACTIVE): Explanation(
         OK, "host-only: engine pods use node-local LMCache host memory, no remote tier", ""
     ),
+    (c.COND_READY, c.REASON_ENGINE_PODS_WIRED): Explanation(
+        OK,
+        "vLLM offloading: selected engine pods are wired with vLLM's OffloadingConnector "
+        "and its /dev/shm, no provider workload",
+        "",
+    ),
+    (c.COND_READY, c.REASON_NO_ENGINE_PODS_WIRED): Explanation(
+        W,
+        "vLLM offloading: no selected engine pod is wired with the OffloadingConnector yet",
+        "create or roll the engine workload; a pod left unwired says why (icache admit-pod "
+        "-f <workload> --backends-from <dir> shows the decision): vLLM below 0.33.0, the "
+        "pod's own --kv-offloading-size or OffloadingConnector, or a /dev/shm too small",
+    ),
     (c.COND_READY, c.REASON_EVENTS_ONLY_ACTIVE): Explanation(
         OK, "events-only: engines are wired for cache-aware routing, no offload", ""
     ),
@@ -174,6 +187,9 @@ TABLE: Final[dict[tuple[str, str], Explanation]] = {
     ),
     (c.COND_PROGRESSING, c.REASON_CROSS_NAMESPACE_CREDENTIALS_MISSING): Explanation(
         OK, "External ownership: no rollout to drive (see Ready)", ""
+    ),
+    (c.COND_PROGRESSING, c.REASON_NO_ENGINE_PODS_WIRED): Explanation(
+        OK, "vLLM offloading: waiting for selected engine pods to be wired (see Ready)", ""
     ),
     (c.COND_PROGRESSING, c.REASON_UNSUPPORTED_RUNTIME_PAIR): Explanation(
         OK, "nothing to drive for an unsupported pair (see Ready)", ""

@@ -25,7 +25,9 @@ Managed            Ready, Degraded, Progressing (+FunctionalProbeOK, T2Degraded,
                    EngineKernelsHealthy, EngineCompatibility,
                    EngineVersionBelowMinimum, LMCacheVersionSkew [LMCacheServer],
                    EngineHostMemory, EngineOffloading)
-HostOnly           Ready, Degraded, Progressing (base reason HostOnlyActive)
+HostOnly           Ready, Degraded, Progressing (base reason HostOnlyActive; type
+                   VLLMOffloading: EnginePodsWired / NoEnginePodsWired, whether the
+                   webhook wired any selected engine pod)
                    (+EngineKernelsHealthy, EngineCompatibility,
                    EngineVersionBelowMinimum, EngineHostMemory,
                    EngineOffloading: engine-side)
@@ -78,6 +80,7 @@ from reconciler.status.per_mode import (
     hicache_conditions,
     unsupported_conditions,
     verdict_triplet,
+    vllm_offloading_verdict,
 )
 from reconciler.status.published_types import (
     ADVISORY_TYPES,
@@ -153,6 +156,8 @@ def base_verdict(cb: CacheBackend, mode: Mode, observed: Observed) -> BaseVerdic
                 "Events-only: routing tier wired, no server provisioned.",
             )
         )
+    if mode == Mode.HOST_ONLY and effective.cache_type(cb.spec) == c.TYPE_VLLM_OFFLOADING:
+        return BaseVerdict(vllm_offloading_verdict(observed.injected_pods))
     if mode == Mode.HOST_ONLY:
         return BaseVerdict(
             Verdict(

@@ -99,6 +99,8 @@ class InjectedPodsObservation:
     kernel_checks: tuple[KernelCheckReport, ...] = ()
     crash_loops: tuple[CrashLoop, ...] = ()
     host_memory: tuple[HostMemoryShortfall, ...] = ()
+    # The live pods this backend wired, by name.
+    wired: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -212,7 +214,8 @@ def observe_injected_pods(
         over = pinned_host_memory_exceeds_limit(pod)
         if over:
             short.append(HostMemoryShortfall(meta(pod).name, tuple(over)))
-    return InjectedPodsObservation(tuple(reports), tuple(loops), tuple(short))
+    wired = tuple(sorted(meta(p).name for p in mine))
+    return InjectedPodsObservation(tuple(reports), tuple(loops), tuple(short), wired)
 
 
 def offloading_declined_pods(

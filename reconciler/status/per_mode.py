@@ -4,6 +4,7 @@ External's pair, HiCache's Progressing only, and an unsupported pair.
 
 from __future__ import annotations
 
+from reconciler.status.engine_pods import InjectedPodsObservation
 from reconciler.status.managed_readiness import Verdict
 from shared import constants as c
 from shared.api import effective
@@ -51,6 +52,35 @@ def verdict_triplet(v: Verdict, *, degraded_reason: str | None = None) -> list[D
             c.COND_PROGRESSING, FALSE, c.REASON_SYNCED, "Live state matches the desired state."
         )
     return [ready, degraded, progressing]
+
+
+def vllm_offloading_verdict(injected: InjectedPodsObservation | None) -> Verdict:
+    """Type VLLMOffloading (host-only): no provider workload, no endpoint, so Ready is
+    whether the webhook wired any selected engine pod (the CPU tier lives in them).
+    Pods not listed this time: not Ready, waiting (Progressing)."""
+    if injected is None:
+        return Verdict(
+            False,
+            c.REASON_NO_ENGINE_PODS_WIRED,
+            "vLLM offloading: the engine pods could not be listed this time.",
+            progressing=True,
+        )
+    if not injected.wired:
+        return Verdict(
+            False,
+            c.REASON_NO_ENGINE_PODS_WIRED,
+            "vLLM offloading: no selected engine pod is wired with the OffloadingConnector "
+            "yet (create or roll the engine workload; a pod left unwired says why in its "
+            "admission warning).",
+            progressing=True,
+        )
+    names = ", ".join(injected.wired[:5]) + (", ..." if len(injected.wired) > 5 else "")
+    return Verdict(
+        True,
+        c.REASON_ENGINE_PODS_WIRED,
+        f"vLLM offloading: {len(injected.wired)} engine pod(s) wired with the "
+        f"OffloadingConnector ({names}); no provider workload, no endpoint.",
+    )
 
 
 def external_conditions(v: Verdict) -> list[DesiredCondition]:

@@ -14,7 +14,12 @@ the wiring adds host memory to:
   ``MultiConnector``: its ``kv_connector_extra_config.cpu_bytes_to_use`` is the CPU
   tier of one engine (``CPUOffloadingSpec`` divides it over the engine's TP x PP
   workers), times the pod's in-pod data-parallel engines
-  (``engine_parallelism.vllm_engines_in_pod``), added to what LMCache pins there;
+  (``engine_parallelism.vllm_engines_in_pod``), added to what LMCache pins there. From
+  vLLM 0.33 that tier is a file in ``/dev/shm`` (``shared_offload_region.py``), so when
+  the container mounts a memory-backed emptyDir with a ``sizeLimit`` at ``/dev/shm``
+  (type VLLMOffloading renders one: the regions plus headroom for NCCL) the figure is
+  the larger of the regions and that ``sizeLimit``: the regions live inside it, so they
+  are not counted twice, and what else lands there counts up to the limit;
 - the ``lmcache-mp-worker`` sidecar (SGLang + LMCache): its ``--l1-size-gb`` GiB, once
   (one process), judged against the engine container that shares the worker's
   ``/dev/shm`` volume (``lmcache-dshm``, memory-backed, where the L1 lives): that is
@@ -157,10 +162,37 @@ def _offloading_bytes(config: dict[str, Any]) -> int:
     return total
 
 
-def offloading_connector_pin(container: dict[str, Any]) -> PinnedHostMemory | None:
+def memory_backed_shm(volume: dict[str, Any]) -> tuple[bool, int | None]:
+    """Whether a pod volume is a memory-backed emptyDir, and its ``sizeLimit`` in bytes
+    (None: no limit, or one that does not parse)."""
+    empty_dir = volume.get("emptyDir")
+    if not isinstance(empty_dir, dict) or empty_dir.get("medium") != "Memory":
+        return False, None
+    limit = empty_dir.get("sizeLimit")
+    if limit is None:
+        return True, None
+    try:
+        return True, int(parse_quantity(limit))
+    except (ValueError, ArithmeticError):
+        return True, None
+
+
+def _shm_limit(container: dict[str, Any], volumes: list[Any]) -> int | None:
+    """The ``sizeLimit`` of the memory-backed emptyDir the container mounts at /dev/shm."""
+    name = _shm_volume(container)
+    for volume in volumes:
+        if isinstance(volume, dict) and name is not None and volume.get("name") == name:
+            return memory_backed_shm(volume)[1]
+    return None
+
+
+def offloading_connector_pin(
+    container: dict[str, Any], volumes: list[Any] | None = None
+) -> PinnedHostMemory | None:
     """vLLM's own OffloadingConnector CPU tier of the container's effective
     ``--kv-transfer-config``: ``cpu_bytes_to_use`` per engine x the pod's in-pod
-    data-parallel engines."""
+    data-parallel engines, or the memory-backed /dev/shm ``sizeLimit`` holding them
+    when that is larger (``volumes``: the pod's)."""
     config = read_kv_tokens(cli_tokens(container)).transfer_config
     per_engine = _offloading_bytes(config) if config is not None else 0
     if not per_engine:
@@ -170,13 +202,21 @@ def offloading_connector_pin(container: dict[str, Any]) -> PinnedHostMemory | No
     how = f"{OFFLOADING_CONNECTOR} {gib_text(per_engine)} x {count} engine" + (
         "" if engines == 1 else "s"
     )
-    return PinnedHostMemory(str(container.get("name")), int(per_engine * engines), how)
+    regions = int(per_engine * engines)
+    shm = _shm_limit(container, volumes or [])
+    if shm is not None and shm > regions:
+        how += f" in {SHM_PATH} (emptyDir sizeLimit {gib_text(shm)})"
+        return PinnedHostMemory(str(container.get("name")), shm, how)
+    return PinnedHostMemory(str(container.get("name")), regions, how)
 
 
-def vllm_container_pin(container: dict[str, Any]) -> PinnedHostMemory | None:
+def vllm_container_pin(
+    container: dict[str, Any], volumes: list[Any] | None = None
+) -> PinnedHostMemory | None:
     """What a vLLM engine container pins: LMCache's pools plus the pod's own
-    OffloadingConnector tier, summed."""
-    pins = [p for p in (vllm_lmcache_pin(container), offloading_connector_pin(container)) if p]
+    OffloadingConnector tier (and the /dev/shm holding it), summed."""
+    offloading = offloading_connector_pin(container, volumes)
+    pins = [p for p in (vllm_lmcache_pin(container), offloading) if p]
     if not pins:
         return None
     return PinnedHostMemory(
@@ -219,7 +259,7 @@ def pinned_host_memory(pod: dict[str, Any]) -> list[PinnedHostMemory]:
     for container in spec.get("containers") or []:
         if not isinstance(container, dict) or container.get("name") == SUBSCRIBER_CONTAINER:
             continue
-        pin = vllm_container_pin(container) or hicache_pin(container)
+        pin = vllm_container_pin(container, spec.get("volumes") or []) or hicache_pin(container)
         if pin is not None:
             out.append(_with_limit(pin, container))
     for container in spec.get("initContainers") or []:

@@ -22,12 +22,18 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from shared import constants as c
+from shared.api.models import CacheBackend
 from shared.runtime_adapters.base import InjectionDeclinedError
-from shared.runtime_adapters.podspec import cli_tokens, find_flag
+from shared.runtime_adapters.overrides import override_arg_tokens
+from shared.runtime_adapters.podspec import cli_tokens, find_flag, remove_flag_tokens
+from shared.runtime_adapters.vllm_release import connector_registered, release_text
 
 KV_TRANSFER_CONFIG: Final = "--kv-transfer-config"
 KV_OFFLOADING_SIZE: Final = "--kv-offloading-size"
 KV_OFFLOADING_BACKEND: Final = "--kv-offloading-backend"
+# The flags every vLLM adapter reserves: the connector, and vLLM's own offloading,
+# which overwrites the connector.
+VLLM_KV_FLAGS: Final = (KV_TRANSFER_CONFIG, KV_OFFLOADING_SIZE, KV_OFFLOADING_BACKEND)
 # MultiConnector's list of sub-connector configs (multi_connector.py).
 MULTI_CONNECTOR: Final = "MultiConnector"
 MULTI_CONNECTORS_KEY: Final = "connectors"
@@ -214,6 +220,119 @@ def compose_transfer_config(
         entries = multi_connector_entries(pod_config)
         return _with_entries(pod_config, _converge_entries(entries, ours, is_ours))
     return _wrap(pod_config, ours)
+
+
+def unregistered_connectors(
+    config: dict[str, Any], release: tuple[int, int, int] | None
+) -> list[str]:
+    """The connectors of a pod's config (top-level and MultiConnector entries) that the
+    vLLM release does not register and no ``kv_connector_module_path`` loads."""
+    configs = [config]
+    if config.get("kv_connector") == MULTI_CONNECTOR:
+        configs += multi_connector_entries(config)
+    missing: list[str] = []
+    for entry in configs:
+        name = entry.get("kv_connector")
+        if entry.get("kv_connector_module_path") or not isinstance(name, str):
+            continue
+        if connector_registered(name, release) is False:
+            missing.append(name)
+    return missing
+
+
+# vLLM 0.11.1 added --kv-offloading-size / --kv-offloading-backend and the overwrite.
+ENGINE_OFFLOADING_SINCE: Final[tuple[int, int, int]] = (0, 11, 1)
+# What VllmConfig._post_init_kv_transfer_config sets kv_connector to, per backend.
+ENGINE_OFFLOADING_CONNECTOR: Final[dict[str, str]] = {
+    "native": "OffloadingConnector",
+    "lmcache": "LMCacheMPConnector",
+}
+# The pod's values as quoted in the admission warning, which must stay within the API
+# server's 256 characters whatever the pod says.
+WARNING_VALUE_CHARS: Final = 16
+
+
+def _clip(value: str) -> str:
+    return value if len(value) <= WARNING_VALUE_CHARS else value[: WARNING_VALUE_CHARS - 1] + "…"
+
+
+def engine_offloading_declined(
+    kv: KVConfig, release: tuple[int, int, int] | None, cache: str
+) -> None:
+    """Rule "the engine's own offloading wins": a pod with ``--kv-offloading-size`` is
+    admitted with its flags untouched and not wired, since vLLM would overwrite the
+    connector we inject (``VllmConfig._post_init_kv_transfer_config``); ``cache`` names
+    what we would have wired (it "never runs"). Raises
+    InjectionDeclinedError with the reason, an admission warning naming the flag, and
+    the EngineOffloadingConflict record for the worker."""
+    if not kv.engine_offloading:
+        return
+    backend = kv.offloading_backend or "native"
+    flag = f"{KV_OFFLOADING_SIZE} {_clip(str(kv.offloading_size))}"
+    if release is not None and release < ENGINE_OFFLOADING_SINCE:
+        effect = (
+            f"vLLM {release_text(release)} has no such flag and refuses it (from "
+            f"{release_text(ENGINE_OFFLOADING_SINCE)} it overwrites the KV connector)"
+        )
+    else:
+        replacement = ENGINE_OFFLOADING_CONNECTOR.get(backend, "its offloading connector")
+        if backend == "lmcache":
+            replacement += " at tcp://localhost:5555"
+        effect = f"vLLM overwrites the KV connector with {replacement}: {cache} never runs"
+    warning = (
+        f"{flag} (backend {_clip(backend)}): {effect}; admitted unwired, flags untouched "
+        f"({c.REASON_ENGINE_OFFLOADING_CONFLICT}). Drop the flag to use the CacheBackend"
+    )
+    raise InjectionDeclinedError(
+        f"{c.REASON_ENGINE_OFFLOADING_CONFLICT}: the engine's own KV offloading wins: {flag} "
+        f"({KV_OFFLOADING_BACKEND} {_clip(backend)}): {effect}; the pod is admitted unwired "
+        "with its flags untouched",
+        c.WIRING_REASON_ENGINE_OFFLOADING,
+        declined=c.REASON_ENGINE_OFFLOADING_CONFLICT,
+        warnings=(warning,),
+    )
+
+
+def kv_override_tokens(backend: CacheBackend) -> list[str]:
+    """engineOverrides.args tokens as the engine gets them: the KV flags every vLLM
+    adapter reserves (which the overrides merge skips and validation rejects) left out."""
+    tokens = override_arg_tokens(backend)
+    for flag in VLLM_KV_FLAGS:
+        tokens = remove_flag_tokens(tokens, flag)
+    return tokens
+
+
+def composed_pod_transfer_config(
+    kv: KVConfig,
+    release: tuple[int, int, int] | None,
+    ours: dict[str, Any],
+    *,
+    is_ours: Callable[[dict[str, Any]], bool],
+) -> str:
+    """The one ``--kv-transfer-config`` the engine runs: the pod's own connector config
+    ``kv`` composed with ``ours`` (``compose_transfer_config``). Raises
+    InjectionDeclinedError (fail open, the pod's arguments untouched) when the pod's
+    config cannot be read or names a connector its vLLM release does not register."""
+    if kv.transfer_error:
+        raise InjectionDeclinedError(
+            f"{kv.transfer_error}; the pod is left unwired so vLLM reads its config as written",
+            c.WIRING_REASON_KV_CONFIG_INVALID,
+        )
+    try:
+        missing = unregistered_connectors(kv.transfer_config or {}, release)
+        composed = compose_transfer_config(kv.transfer_config, ours, is_ours=is_ours)
+    except TransferConfigError as exc:
+        raise InjectionDeclinedError(
+            f"{exc}; the pod is left unwired", c.WIRING_REASON_KV_CONFIG_INVALID
+        ) from exc
+    if missing:
+        at = f"vLLM {release_text(release)}" if release else "the newest vLLM"
+        raise InjectionDeclinedError(
+            f"{KV_TRANSFER_CONFIG} names {', '.join(missing)}, which {at} does not register "
+            "(and no kv_connector_module_path loads it); the pod is left unwired",
+            c.WIRING_REASON_KV_CONNECTOR_UNREGISTERED,
+        )
+    return transfer_config_text(composed)
 
 
 # SGLang prefill/decode disaggregation (``server_args.py`` at 0.5.13,

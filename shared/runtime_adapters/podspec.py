@@ -387,3 +387,19 @@ def upsert_mount_by_name(container: dict[str, Any], mount: dict[str, Any]) -> No
         return
     mounts.append(mount)
     container["volumeMounts"] = mounts
+
+
+def set_pod_annotation(pod: dict[str, Any], key: str, value: str | None) -> None:
+    """Set (or, for None, remove) one annotation of ``pod`` in place; an emptied
+    annotations map is dropped so re-admission converges on an equal pod."""
+    metadata = pod.setdefault("metadata", {})
+    annotations = metadata.get("annotations")
+    annotations = dict(annotations) if isinstance(annotations, dict) else {}
+    if value is None:
+        annotations.pop(key, None)
+    else:
+        annotations[key] = value
+    if annotations:
+        metadata["annotations"] = annotations
+    else:
+        metadata.pop("annotations", None)

@@ -49,31 +49,26 @@ from shared.jsoncopy import json_copy
 from shared.runtime_adapters import kernel_check
 from shared.runtime_adapters.base import (
     InjectContext,
-    InjectionDeclinedError,
     InjectionRejectedError,
     RuntimeAdapter,
 )
 from shared.runtime_adapters.engine import select_vllm_engine
 from shared.runtime_adapters.engine_parallelism import ProcessCount, vllm_process_count
 from shared.runtime_adapters.kv_config import (
-    KV_OFFLOADING_BACKEND,
-    KV_OFFLOADING_SIZE,
     KV_TRANSFER_CONFIG,
-    MULTI_CONNECTOR,
-    KVConfig,
-    TransferConfigError,
-    compose_transfer_config,
-    multi_connector_entries,
+    VLLM_KV_FLAGS,
+    composed_pod_transfer_config,
+    engine_offloading_declined,
+    kv_override_tokens,
     read_kv_config,
-    transfer_config_text,
 )
 from shared.runtime_adapters.overrides import override_arg_tokens
 from shared.runtime_adapters.podspec import (
     cli_tokens,
     converge_last_arg,
     env_index,
-    remove_flag_tokens,
     runs_shell_script,
+    set_pod_annotation,
     upsert_env,
     upsert_env_var,
 )
@@ -82,11 +77,7 @@ from shared.runtime_adapters.sizing import (
     host_memory_bytes,
     per_process_bytes,
 )
-from shared.runtime_adapters.vllm_release import (
-    connector_registered,
-    image_release,
-    release_text,
-)
+from shared.runtime_adapters.vllm_release import image_release
 
 CONNECTOR = "LMCacheConnectorV1"
 # Every LMCache connector vLLM registers (LMCacheConnectorV1, LMCacheMPConnector) starts
@@ -137,105 +128,18 @@ def is_lmcache_connector(config: dict[str, Any]) -> bool:
     return isinstance(name, str) and name.startswith(LMCACHE_CONNECTOR_PREFIX)
 
 
-def unregistered_connectors(
-    config: dict[str, Any], release: tuple[int, int, int] | None
-) -> list[str]:
-    """The connectors of a pod's config (top-level and MultiConnector entries) that the
-    vLLM release does not register and no ``kv_connector_module_path`` loads."""
-    configs = [config]
-    if config.get("kv_connector") == MULTI_CONNECTOR:
-        configs += multi_connector_entries(config)
-    missing: list[str] = []
-    for entry in configs:
-        name = entry.get("kv_connector")
-        if entry.get("kv_connector_module_path") or not isinstance(name, str):
-            continue
-        if connector_registered(name, release) is False:
-            missing.append(name)
-    return missing
-
-
-# vLLM 0.11.1 added --kv-offloading-size / --kv-offloading-backend and the overwrite.
-ENGINE_OFFLOADING_SINCE: tuple[int, int, int] = (0, 11, 1)
-# What VllmConfig._post_init_kv_transfer_config sets kv_connector to, per backend.
-ENGINE_OFFLOADING_CONNECTOR: dict[str, str] = {
-    "native": "OffloadingConnector",
-    "lmcache": "LMCacheMPConnector",
-}
-# The pod's values as quoted in the admission warning, which must stay within the API
-# server's 256 characters whatever the pod says.
-WARNING_VALUE_CHARS = 16
-
-
-def _clip(value: str) -> str:
-    return value if len(value) <= WARNING_VALUE_CHARS else value[: WARNING_VALUE_CHARS - 1] + "…"
-
-
-def engine_offloading_declined(kv: KVConfig, release: tuple[int, int, int] | None) -> None:
-    """Rule "the engine's own offloading wins": a pod with ``--kv-offloading-size`` is
-    admitted with its flags untouched and not wired, since vLLM would overwrite the
-    connector we inject (``VllmConfig._post_init_kv_transfer_config``). Raises
-    InjectionDeclinedError with the reason, an admission warning naming the flag, and
-    the EngineOffloadingConflict record for the worker."""
-    if not kv.engine_offloading:
-        return
-    backend = kv.offloading_backend or "native"
-    flag = f"{KV_OFFLOADING_SIZE} {_clip(str(kv.offloading_size))}"
-    if release is not None and release < ENGINE_OFFLOADING_SINCE:
-        effect = (
-            f"vLLM {release_text(release)} has no such flag and refuses it (from "
-            f"{release_text(ENGINE_OFFLOADING_SINCE)} it overwrites the KV connector)"
-        )
-    else:
-        replacement = ENGINE_OFFLOADING_CONNECTOR.get(backend, "its offloading connector")
-        if backend == "lmcache":
-            replacement += " at tcp://localhost:5555"
-        effect = f"vLLM overwrites the KV connector with {replacement}: LMCache never runs"
-    warning = (
-        f"{flag} (backend {_clip(backend)}): {effect}; admitted unwired, flags untouched "
-        f"({c.REASON_ENGINE_OFFLOADING_CONFLICT}). Drop the flag to use the CacheBackend"
-    )
-    raise InjectionDeclinedError(
-        f"{c.REASON_ENGINE_OFFLOADING_CONFLICT}: the engine's own KV offloading wins: {flag} "
-        f"({KV_OFFLOADING_BACKEND} {_clip(backend)}): {effect}; the pod is admitted unwired "
-        "with its flags untouched",
-        c.WIRING_REASON_ENGINE_OFFLOADING,
-        declined=c.REASON_ENGINE_OFFLOADING_CONFLICT,
-        warnings=(warning,),
-    )
-
-
 def composed_transfer_config(template: dict[str, Any], backend: CacheBackend, role: str) -> str:
     """The one ``--kv-transfer-config`` the engine runs: the pod's own connector config
     (its last occurrence, as vLLM reads it) composed with ours. Raises
     InjectionDeclinedError (fail open, the pod's arguments untouched) when the pod's
     own offloading would overwrite it, or when that config cannot be read or names a
     connector the pod's vLLM release does not register."""
-    kv = read_kv_config(template, unreserved_override_tokens(backend))
+    kv = read_kv_config(template, kv_override_tokens(backend))
     release = image_release(template)
-    engine_offloading_declined(kv, release)
-    if kv.transfer_error:
-        raise InjectionDeclinedError(
-            f"{kv.transfer_error}; the pod is left unwired so vLLM reads its config as written",
-            c.WIRING_REASON_KV_CONFIG_INVALID,
-        )
-    try:
-        missing = unregistered_connectors(kv.transfer_config or {}, release)
-        composed = compose_transfer_config(
-            kv.transfer_config, lmcache_transfer_config(role), is_ours=is_lmcache_connector
-        )
-    except TransferConfigError as exc:
-        raise InjectionDeclinedError(
-            f"{exc}; the pod is left unwired", c.WIRING_REASON_KV_CONFIG_INVALID
-        ) from exc
-    if missing:
-        at = f"vLLM {release_text(release)}" if release else "the newest vLLM"
-        raise InjectionDeclinedError(
-            f"{KV_TRANSFER_CONFIG} names {', '.join(missing)}, which {at} does not register "
-            "(and no kv_connector_module_path loads it); the pod is left unwired",
-            c.WIRING_REASON_KV_CONNECTOR_UNREGISTERED,
-        )
-    return transfer_config_text(composed)
+    engine_offloading_declined(kv, release, "LMCache")
+    return composed_pod_transfer_config(
+        kv, release, lmcache_transfer_config(role), is_ours=is_lmcache_connector
+    )
 
 
 def remote_url(binding: Binding) -> str:
@@ -342,29 +246,13 @@ def fails_on_unknown_vllm_env(engine: dict[str, Any], backend: CacheBackend) -> 
     return fails
 
 
-def unreserved_override_tokens(backend: CacheBackend) -> list[str]:
-    """engineOverrides.args tokens as the engine gets them: the adapter's reserved
-    flags (which the overrides merge skips and validation rejects) left out."""
-    tokens = override_arg_tokens(backend)
-    for flag in VLLMLMCacheAdapter.reserved_args:
-        tokens = remove_flag_tokens(tokens, flag)
-    return tokens
-
-
 def set_processes_annotation(pod: dict[str, Any], processes: ProcessCount) -> None:
     """Record on the pod how many processes the host-memory budget was divided by, or
     why the count could not be read; absent for one read process (the whole budget)."""
-    metadata = pod.setdefault("metadata", {})
-    annotations = metadata.get("annotations")
-    annotations = dict(annotations) if isinstance(annotations, dict) else {}
-    if processes.count == 1 and processes.readable:
-        annotations.pop(c.ANNOTATION_HOST_MEMORY_PROCESSES, None)
-    else:
-        annotations[c.ANNOTATION_HOST_MEMORY_PROCESSES] = processes.describe()
-    if annotations:
-        metadata["annotations"] = annotations
-    else:
-        metadata.pop("annotations", None)
+    one = processes.count == 1 and processes.readable
+    set_pod_annotation(
+        pod, c.ANNOTATION_HOST_MEMORY_PROCESSES, None if one else processes.describe()
+    )
 
 
 def lmcache_env(
@@ -401,11 +289,7 @@ class VLLMLMCacheAdapter(RuntimeAdapter):
     runtime: ClassVar[str] = c.RUNTIME_VLLM
     cache_type: ClassVar[str] = c.TYPE_LMCACHE
     # The offloading flags too: vLLM's own offloading overwrites the connector.
-    reserved_args: ClassVar[tuple[str, ...]] = (
-        KV_TRANSFER_CONFIG,
-        KV_OFFLOADING_SIZE,
-        KV_OFFLOADING_BACKEND,
-    )
+    reserved_args: ClassVar[tuple[str, ...]] = VLLM_KV_FLAGS
     reserved_env: ClassVar[tuple[str, ...]] = (
         "VLLM_USE_V1",
         "LMCACHE_REMOTE_URL",
