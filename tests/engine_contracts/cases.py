@@ -229,3 +229,54 @@ def example_pods() -> list[tuple[str, dict[str, Any]]]:
 def example_case(name: str, pod: dict[str, Any]) -> Case | None:
     backends = [with_status(doc) for _, doc in sample_backends()]
     return admitted(name, pod, backends)
+
+
+# ------------------------------------------------------------------ VLLMOffloading
+
+VLLM_OFFLOADING_BACKEND: dict[str, Any] = {
+    "apiVersion": "inferencecache.io/v1alpha1",
+    "kind": c.KIND,
+    "metadata": {"name": "native-offload", "namespace": NAMESPACE},
+    "spec": {
+        "runtime": c.RUNTIME_VLLM,
+        "type": c.TYPE_VLLM_OFFLOADING,
+        "engineSelector": {"matchLabels": {"app": "vllm-offload"}},
+        "vllmOffloading": {"cpu": {"capacity": "64Gi"}, "evictionPolicy": "ARC"},
+    },
+}
+# The shapes the issue names: plain, TP, DP, TP x DP, and a P/D pod with NIXL.
+VLLM_OFFLOADING_SHAPES: dict[str, list[str]] = {
+    "plain": [],
+    "-tp 4": ["-tp", "4"],
+    "-dp 2": ["-dp", "2"],
+    "-tp 2 -dp 2": ["-tp", "2", "-dp", "2"],
+    "nixl": ["--kv-transfer-config", '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'],
+}
+
+
+def vllm_offloading_workload(version: str, args: list[str]) -> dict[str, Any]:
+    labels = {"app": "vllm-offload"}
+    container = {
+        "name": "vllm",
+        "image": f"vllm/vllm-openai:v{version}",
+        "command": ["vllm", "serve"],
+        "args": [MODEL, *args],
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "offload-engine", "namespace": NAMESPACE},
+        "spec": {
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": {"containers": [container]}},
+        },
+    }
+
+
+def vllm_offloading_case(version: str, shape: str, policy: str = "ARC") -> Case | None:
+    """The VLLMOffloading backend (eviction ``policy``) wiring one engine shape on vLLM
+    ``version``; None when the webhook refuses it."""
+    backend = copy.deepcopy(VLLM_OFFLOADING_BACKEND)
+    backend["spec"]["vllmOffloading"]["evictionPolicy"] = policy
+    workload = vllm_offloading_workload(version, VLLM_OFFLOADING_SHAPES[shape])
+    return admitted(f"VLLMOffloading {shape} {policy} @ {version}", workload, [backend])

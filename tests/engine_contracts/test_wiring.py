@@ -7,20 +7,26 @@ for the report (test_unread.py), not failed.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
 
+from shared.engine_versions import NEWEST, VLLM, ReleaseSet
+from shared.runtime_adapters.vllm_offloading import EVICTION_POLICY_VALUE
+from tests.engine_contracts.cache import SOURCES, require_release
 from tests.engine_contracts.cases import (
     OWN_IMAGES,
+    VLLM_OFFLOADING_SHAPES,
     cases_of,
     crd_enums,
     example_case,
     example_pods,
     sample_backends,
+    vllm_offloading_case,
 )
 from tests.engine_contracts.checks import check_engine_command, check_pod
-from tests.engine_contracts.releases import SETS, releases
+from tests.engine_contracts.releases import SETS, read_set, releases, vllm_release
 
 pytestmark = pytest.mark.engine_contracts
 
@@ -85,10 +91,17 @@ def _value_at(backend: dict[str, Any], path: tuple[str, ...]) -> Any:
 
 def test_every_crd_enum_value_is_wired_by_some_case() -> None:
     """The CRD's enum lists (manifests/crd/) are all exercised: each value appears in at
-    least one sample variant the webhook wires (so the checks above saw it)."""
+    least one sample variant the webhook wires (so the checks above saw it), or, for
+    type VLLMOffloading (refused below vLLM 0.33.0, so not at the sample set), in the
+    VLLMOffloading cases at the newest set (test_vllm_offloading_wiring_*)."""
     seen: set[tuple[tuple[str, ...], str]] = set()
-    for sample, _ in sample_backends():
-        for case in cases_of(sample, SETS["samples"]):
+    offloading = [
+        case
+        for policy in EVICTION_POLICY_VALUE
+        if (case := vllm_offloading_case(NEWEST.vllm, "plain", policy)) is not None
+    ]
+    for cases in [*(cases_of(s, SETS["samples"]) for s, _ in sample_backends()), offloading]:
+        for case in cases:
             for path in crd_enums():
                 value = _value_at(case.backend, path)
                 if value is not None:
@@ -100,3 +113,54 @@ def test_every_crd_enum_value_is_wired_by_some_case() -> None:
         if (path, value) not in seen
     ]
     assert not missing, f"CRD enum values no wired sample variant carries: {missing}"
+
+
+# ------------------------------------------------------------------ VLLMOffloading
+
+OFFLOADING_RELEASES = ("0.33.0", "0.34.0")
+
+
+def offloading_releases(version: str) -> Any:
+    """The sample set with vLLM moved to ``version`` (VLLMOffloading needs 0.33.0+)."""
+    pinned = SETS["samples"]
+    return read_set(f"vllm {version}", ReleaseSet(version, pinned.sglang, pinned.lmcache))
+
+
+@pytest.mark.parametrize("policy", sorted(EVICTION_POLICY_VALUE))
+@pytest.mark.parametrize("shape", sorted(VLLM_OFFLOADING_SHAPES))
+@pytest.mark.parametrize("version", OFFLOADING_RELEASES)
+def test_vllm_offloading_wiring_is_accepted_by_the_engine(
+    version: str, shape: str, policy: str
+) -> None:
+    """Every flag and --kv-transfer-config key we render is vLLM's at 0.33.0 and 0.34.0:
+    the connector (and MultiConnector) registered, the keys KVTransferConfig fields."""
+    case = vllm_offloading_case(version, shape, policy)
+    assert case is not None, f"VLLMOffloading {shape} is not wired at vLLM {version}"
+    report = check_pod(
+        offloading_releases(version), case.runtime, case.original, case.wired, None, OWN_IMAGES
+    )
+    assert not report.failures, "\n".join(report.failures)
+
+
+@pytest.mark.parametrize("version", OFFLOADING_RELEASES)
+def test_vllm_offloading_extra_config_keys_are_read_by_the_engine(version: str) -> None:
+    """cpu_bytes_to_use and eviction_policy are the keys CPUOffloadingSpec reads, the
+    policies we render (lru, arc) are CachePolicyFactory's, and the tier is the
+    /dev/shm region file the emptyDir holds."""
+    root = require_release(VLLM, version) / SOURCES / "vllm" / "v1" / "kv_offload" / "cpu"
+    spec = (root / "spec.py").read_text()
+    assert 'self.extra_config.get("cpu_bytes_to_use")' in spec
+    assert 'self.extra_config.get("eviction_policy", "lru")' in spec
+    factory = (root / "policies" / "factory.py").read_text()
+    for policy in EVICTION_POLICY_VALUE.values():
+        assert re.search(rf'register_cache_policy\(\s*"{policy}"', factory), policy
+    region = (root / "shared_offload_region.py").read_text()
+    assert 'f"/dev/shm/vllm_offload_{engine_id}.mmap"' in region
+
+
+def test_vllm_offloading_is_refused_at_0_11_0_which_lacks_the_flags() -> None:
+    """0.11.0 has no --kv-offloading-size and its CPU spec reads num_cpu_blocks: our
+    adapter refuses the release."""
+    surface = vllm_release("0.11.0")
+    assert "--kv-offloading-size" not in surface.flags
+    assert all(vllm_offloading_case("0.11.0", shape) is None for shape in VLLM_OFFLOADING_SHAPES)
