@@ -29,8 +29,9 @@ from typing import Final
 
 import pytest
 
+from shared import constants as c
 from shared.engine_versions import SAMPLE_TARGETS
-from shared.runtime_adapters import kv_config
+from shared.runtime_adapters import host_memory_fit, kv_config, vllm_offloading
 from tests.engine_contracts.releases import vllm_release
 from tests.engine_contracts.source import SourceTree, calls_named, first_string_arg
 
@@ -38,15 +39,16 @@ pytestmark = pytest.mark.engine_contracts
 
 # The releases VLLMOffloading wires (its minimum, and the newest pin).
 WIRED: Final = ("0.33.0", "0.34.0")
-# What the wiring writes into --kv-transfer-config, and what vLLM reads there.
-OFFLOADING_CONNECTOR: Final = "OffloadingConnector"
-CPU_BYTES_TO_USE: Final = "cpu_bytes_to_use"
-EVICTION_POLICY: Final = "eviction_policy"
-# vLLM's built-in cache policies (CachePolicyFactory), as the API's LRU / ARC render.
-VLLM_EVICTION_POLICIES: Final = frozenset({"lru", "arc"})
+# What the wiring writes into --kv-transfer-config (the product's own constants), and
+# what vLLM must read there.
+OFFLOADING_CONNECTOR: Final = host_memory_fit.OFFLOADING_CONNECTOR
+CPU_BYTES_TO_USE: Final = host_memory_fit.CPU_BYTES_KEY
+EVICTION_POLICY: Final = vllm_offloading.EVICTION_POLICY_KEY
+# vLLM's built-in cache policies (CachePolicyFactory): what the API's LRU / ARC render to.
+VLLM_EVICTION_POLICIES: Final = frozenset(vllm_offloading.EVICTION_POLICY_VALUE.values())
 DEFAULT_EVICTION_POLICY: Final = "lru"
 DEFAULT_SPEC: Final = "CPUOffloadingSpec"
-SHM_REGION_PREFIX: Final = "/dev/shm/vllm_offload_"
+SHM_REGION_PREFIX: Final = f"{host_memory_fit.SHM_PATH}/vllm_offload_"
 
 CACHE_MODULE: Final = "vllm.config.cache"
 VLLM_CONFIG_MODULE: Final = "vllm.config.vllm"
@@ -168,6 +170,8 @@ def test_the_built_in_policies_are_lru_and_arc(version: str) -> None:
     module = tree(version).parse(POLICIES_MODULE)
     registered = {first_string_arg(c) for c in calls_named(module, "register_cache_policy")}
     assert registered - {None} == VLLM_EVICTION_POLICIES, registered
+    # The API's default (LRU) is vLLM's own default.
+    assert vllm_offloading.EVICTION_POLICY_VALUE[c.EVICTION_POLICY_LRU] == DEFAULT_EVICTION_POLICY
     lookup = method_text(version, POLICIES_MODULE, "CachePolicyFactory", "get_cache_policy_cls")
     assert "if name in cls._registry" in lookup
     assert ".lower()" not in lookup
