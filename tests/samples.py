@@ -7,6 +7,9 @@ from typing import Any
 
 import yaml
 
+from shared import constants as c
+from shared import engine_versions as ev
+
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES_DIR = ROOT / "manifests" / "samples"
 CRD_PATH = ROOT / "manifests" / "crd" / "inferencecache.io_cachebackends.yaml"
@@ -24,6 +27,36 @@ def sample_documents() -> list[tuple[str, dict[str, Any]]]:
 
 def sample_backends() -> list[tuple[str, dict[str, Any]]]:
     return [(n, d) for n, d in sample_documents() if d.get("kind") == "CacheBackend"]
+
+
+def wiring_keys(path: Path) -> set[ev.WiringKey]:
+    """(runtime, type, provider) of every CacheBackend in a YAML file (none elsewhere)."""
+    if path.suffix not in (".yaml", ".yml"):
+        return set()
+    keys: set[ev.WiringKey] = set()
+    for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")):
+        if isinstance(doc, dict) and doc.get("kind") == "CacheBackend":
+            spec = doc.get("spec") or {}
+            provider = (spec.get("remoteStorage") or {}).get("provider")
+            keys.add((str(spec.get("runtime")), str(spec.get("type") or c.TYPE_LMCACHE), provider))
+    return keys
+
+
+def sample_target_release(path: Path, package: str) -> str:
+    """The release of ``package`` a file's engine images must name: its CacheBackends'
+    own sample target where their wiring needs a newer release
+    (``SAMPLE_TARGET_OVERRIDES``: vLLM's own offloading is refused below 0.33.0), else
+    ``SAMPLE_TARGETS``."""
+    wanted = {
+        (
+            ev.SAMPLE_TARGET_OVERRIDES.get(key)
+            or ev.SAMPLE_TARGET_OVERRIDES.get((key[0], key[1], None))
+            or {}
+        ).get(package)
+        for key in wiring_keys(path)
+    }
+    only = wanted.pop() if len(wanted) == 1 else None
+    return only or ev.SAMPLE_TARGETS.of(package)
 
 
 # ------------------------------------------------ the replay files of examples/admission

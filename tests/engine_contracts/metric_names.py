@@ -14,6 +14,14 @@ Two ways the engines define metrics, and how each reaches a Prometheus scrape:
   annotation, is dropped; UCUM ``s``/``ms``/``By`` become ``seconds``/``milliseconds``/
   ``bytes``), and ``_total`` to a counter.
 
+vLLM's KV offloading (``vllm:kv_offload_*``, vLLM 0.33 on) names its series by class
+constants (``CPUOffloadingMetrics.STORES_SKIPPED = "vllm:kv_offload_stores_skipped"``)
+and declares each in a dict, constant -> ``OffloadingCounterMetadata(...)`` /
+``OffloadingGaugeMetadata`` / ``OffloadingHistogramMetadata``, which
+``OffloadPromMetrics._create_metric`` turns into the prometheus_client metric of that
+kind (vllm/distributed/kv_transfer/kv_connector/v1/offloading/metrics.py). The reader
+resolves such a key through the string constants of the package's classes and modules.
+
 The metric kind is read from the call's function name, so a wrapper counts when its
 name says counter, gauge or histogram.
 """
@@ -30,6 +38,8 @@ from tests.engine_contracts.source import SourceTree
 PREFIXES: Final = ("vllm:", "lmcache:", "sglang:")
 OTEL_PREFIX: Final = "lmcache_mp."
 ENGINE_NAME: Final = re.compile(r"^(vllm:|lmcache:|sglang:|lmcache_mp_)")
+# vLLM's offloading metric declarations: OffloadingCounterMetadata and its siblings.
+METADATA_SUFFIX: Final = "Metadata"
 _UCUM: Final = {"s": "seconds", "ms": "milliseconds", "By": "bytes", "1": ""}
 
 
@@ -104,25 +114,86 @@ def _series_of_call(call: ast.Call) -> set[str]:
 
 def exported_series(tree: SourceTree, packages: tuple[str, ...]) -> frozenset[str]:
     """Every engine series the modules under ``packages`` of ``tree`` define."""
+    modules = [
+        module
+        for package in packages
+        for path in sorted((tree.root / package).rglob("*.py"))
+        if (module := _parsed(path)) is not None
+    ]
+    constants = _string_constants(modules)
     found: set[str] = set()
-    for package in packages:
-        for path in sorted((tree.root / package).rglob("*.py")):
-            found |= _series_in(path)
+    for module in modules:
+        for node in ast.walk(module):
+            if isinstance(node, ast.Call):
+                found |= _series_of_call(node)
+        found |= _declared_series(module, constants)
     return frozenset(found)
 
 
-def _series_in(path: Path) -> set[str]:
+def _parsed(path: Path) -> ast.Module | None:
+    """The module, when it may name an engine series (a name, or a metadata declaration)."""
     text = path.read_text(encoding="utf-8", errors="replace")
-    if not any(p in text for p in (*PREFIXES, OTEL_PREFIX)):
-        return set()
+    if not any(p in text for p in (*PREFIXES, OTEL_PREFIX, METADATA_SUFFIX + "(")):
+        return None
     try:
-        module = ast.parse(text, str(path))
+        return ast.parse(text, str(path))
     except SyntaxError:
-        return set()
-    found: set[str] = set()
+        return None
+
+
+def _string_constants(modules: list[ast.Module]) -> dict[str, str]:
+    """``NAME`` and ``Class.NAME`` -> the engine series name assigned to it, over all
+    ``modules``; a key assigned two different names is left out (not resolvable)."""
+    seen: dict[str, set[str]] = {}
+
+    def record(key: str, value: ast.AST) -> None:
+        name = _string(value)
+        if name is not None and name.startswith(PREFIXES):
+            seen.setdefault(key, set()).add(name)
+
+    for module in modules:
+        for node in module.body:
+            if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
+                record(node.targets[0].id, node.value)
+            if isinstance(node, ast.ClassDef):
+                for item in node.body:
+                    if isinstance(item, ast.Assign) and isinstance(item.targets[0], ast.Name):
+                        record(f"{node.name}.{item.targets[0].id}", item.value)
+    return {key: next(iter(names)) for key, names in seen.items() if len(names) == 1}
+
+
+def _constant_key(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        return f"{node.value.id}.{node.attr}"
+    return None
+
+
+def _declared_kind(value: ast.AST) -> str | None:
+    """The kind a ``Offloading<Kind>Metadata(...)`` declaration makes, else None."""
+    if not isinstance(value, ast.Call):
+        return None
+    func = _func_name(value)
+    return _kind(func) if func.endswith(METADATA_SUFFIX) else None
+
+
+def _declared_series(module: ast.Module, constants: dict[str, str]) -> set[str]:
+    """The series declared as ``{NAME: Offloading<Kind>Metadata(...)}`` or
+    ``definitions[NAME] = Offloading<Kind>Metadata(...)`` in ``module``."""
+    pairs: list[tuple[ast.AST, ast.AST]] = []
     for node in ast.walk(module):
-        if isinstance(node, ast.Call):
-            found |= _series_of_call(node)
+        if isinstance(node, ast.Dict):
+            pairs += [(k, v) for k, v in zip(node.keys, node.values, strict=True) if k]
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Subscript):
+            pairs.append((node.targets[0].slice, node.value))
+    found: set[str] = set()
+    for key, value in pairs:
+        kind = _declared_kind(value)
+        ref = _constant_key(key)
+        name = _string(key) or (constants.get(ref) if ref else None)
+        if kind and name and name.startswith(PREFIXES):
+            found |= prometheus_client_series(name, kind)
     return found
 
 

@@ -4,7 +4,9 @@ every engine series a rule or the dashboard names is exported by at least one pi
 release, each per-CacheBackend recording rule yields a value at each pin set
 (``SAMPLE_TARGETS``, ``NEWEST``), the hit ratio reads the offload tier's counters and
 never the GPU prefix cache, and the scrape ports the webhook records are the releases'
-defaults. A renamed metric fails here, not on a dashboard."""
+defaults. The rules of vLLM's own CPU offloading (type VLLMOffloading) read names that
+vLLM 0.33.0 and 0.34.0, the releases that type wires, both export, and only there
+must they yield a value. A renamed metric fails here, not on a dashboard."""
 
 from __future__ import annotations
 
@@ -36,6 +38,16 @@ HIT_RULES = (
     "inferencecache:offload_hit_tokens:rate5m",
 )
 GPU_PREFIX_CACHE = re.compile(r"^(vllm:(gpu_)?prefix_cache_|sglang:cache_hit_rate)")
+# vLLM's own CPU offloading (VLLMOffloading): the releases its wiring is proved against
+# (tests/engine_contracts/offloading/test_native_offload_source.py), and the figures issue 41 asks
+# the rules to carry, by the engine series each reads.
+NATIVE_OFFLOAD_RELEASES = ("0.33.0", "0.34.0")
+NATIVE_OFFLOAD_RULES = {
+    "inferencecache:offload_allocation_failures:rate5m": "vllm:kv_offload_allocation_failure_total",
+    "inferencecache:offload_stores_skipped:rate5m": "vllm:kv_offload_stores_skipped_total",
+    "inferencecache:offload_cpu_cache_usage": "vllm:kv_offload_cpu_cache_usage_perc",
+}
+NATIVE_OFFLOAD_ALERT = "InferenceCacheOffloadAllocationFailures"
 
 
 @cache
@@ -111,7 +123,9 @@ def test_every_engine_series_read_is_exported_by_a_pinned_release() -> None:
 def test_each_recording_rule_yields_a_value_at_each_pin_set(pin_set: str) -> None:
     """At least one of the names each rule falls back over is exported at the set."""
     exported = set_exports(PIN_SETS[pin_set])
-    records = [r for r in _engine_rules() if "record" in r]
+    records = [
+        r for r in _engine_rules() if "record" in r and r["record"] not in NATIVE_OFFLOAD_RULES
+    ]
     assert {r["record"] for r in records} >= {*HIT_RULES, "inferencecache:offload_hit_ratio:rate5m"}
     for rule in records:
         inputs = _inputs(rule["expr"])
@@ -127,6 +141,56 @@ def test_the_hit_ratio_is_computable_for_each_runtime_at_each_pin_set(
     for record in HIT_RULES:
         inputs = _inputs(_recorded()[record])
         assert inputs & exported, f"{record}: nothing a {runtime} backend exports at {pin_set}"
+
+
+@pytest.mark.parametrize("version", NATIVE_OFFLOAD_RELEASES)
+def test_the_native_offload_rules_read_what_each_wired_vllm_release_exports(version: str) -> None:
+    """Each VLLMOffloading figure reads exactly its vLLM series, exported by the release
+    (declared as Offloading*Metadata in the connector's and the CPU spec's metrics);
+    the hit figures of such a backend (no LMCache) fall back to vLLM's connector
+    counters, which the release exports too."""
+    exported = exports(VLLM, version)
+    recorded = _recorded()
+    for record, series in NATIVE_OFFLOAD_RULES.items():
+        assert record in recorded, record
+        assert _inputs(recorded[record]) == {series}, record
+        assert series in exported, f"{record}: vLLM {version} exports no {series}"
+    for record in HIT_RULES:
+        assert _inputs(recorded[record]) & exported, f"{record}: nothing at vLLM {version}"
+
+
+def test_every_vllm_offload_series_read_is_in_both_wired_releases() -> None:
+    """Every ``vllm:kv_offload_*`` and ``vllm:external_prefix_cache_*`` name a rule or a
+    panel reads is exported by vLLM 0.33.0 and by 0.34.0; the alert on allocation
+    failures reads the failure counter."""
+    read = {
+        name
+        for expr in [*(r["expr"] for r in _rules()), *_dashboard_exprs()]
+        for name in _inputs(expr)
+        if name.startswith(("vllm:kv_offload_", "vllm:external_prefix_cache_"))
+    }
+    assert read >= set(NATIVE_OFFLOAD_RULES.values())
+    for version in NATIVE_OFFLOAD_RELEASES:
+        missing = read - exports(VLLM, version)
+        assert not missing, f"vLLM {version} does not export {sorted(missing)}"
+    (alert,) = [r for r in _rules() if r.get("alert") == NATIVE_OFFLOAD_ALERT]
+    assert _inputs(alert["expr"]) == {"vllm:kv_offload_allocation_failure_total"}
+
+
+def test_the_vllm_offload_names_are_read_through_their_declarations() -> None:
+    """The control: the names come from the Offloading*Metadata declarations (a counter
+    gets _total, a gauge not), a near miss is not found, and vLLM 0.11.0 has none."""
+    newest = exports(VLLM, NEWEST.vllm)
+    assert "vllm:kv_offload_allocation_failure_total" in newest
+    assert "vllm:kv_offload_cpu_cache_usage_perc" in newest
+    for near_miss in (
+        "vllm:kv_offload_allocation_failure",
+        "vllm:kv_offload_allocation_failures_total",
+        "vllm:kv_offload_cpu_cache_usage_perc_total",
+        "vllm:kv_offload_stores_skipped",
+    ):
+        assert near_miss not in newest, near_miss
+    assert not {n for n in exports(VLLM, "0.11.0") if n.startswith("vllm:kv_offload_")}
 
 
 def test_the_hit_figures_read_the_offload_tier_never_the_gpu_prefix_cache() -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from shared import engine_versions as ev
+from tests.samples import sample_target_release
 
 ROOT = Path(__file__).resolve().parents[3]
 IMAGE_PATTERNS = {
@@ -33,9 +34,10 @@ ANY_PROVIDER = "(any)"
 NONE = "—"
 
 
-def image_tags(package: str) -> list[tuple[str, str]]:
+def image_tags(package: str) -> list[tuple[str, str, str]]:
+    """(file, tag, the release the file must name) of every ``package`` image."""
     return [
-        (str(path.relative_to(ROOT)), match["tag"])
+        (str(path.relative_to(ROOT)), match["tag"], sample_target_release(path, package))
         for path in PINNED_FILES
         for match in IMAGE_PATTERNS[package].finditer(path.read_text())
     ]
@@ -43,11 +45,18 @@ def image_tags(package: str) -> list[tuple[str, str]]:
 
 @pytest.mark.parametrize("package", [ev.SGLANG, ev.VLLM])
 def test_samples_examples_and_benchmarks_name_the_sample_target_release(package: str) -> None:
+    """SAMPLE_TARGETS, or a wiring's own sample target (SAMPLE_TARGET_OVERRIDES) in a
+    sample of that wiring: vLLM's own offloading names NEWEST."""
     tags = image_tags(package)
     assert tags, f"no {package} image found: the pattern no longer matches the files"
-    want = ev.version_tuple(ev.SAMPLE_TARGETS.of(package))
-    wrong = [(where, tag) for where, tag in tags if ev.version_tuple(tag) != want]
-    assert not wrong, f"{package} images not at {ev.SAMPLE_TARGETS.of(package)}: {wrong}"
+    wrong = [
+        (where, tag, want)
+        for where, tag, want in tags
+        if ev.version_tuple(tag) != ev.version_tuple(want)
+    ]
+    assert not wrong, f"{package} images not at their sample target: {wrong}"
+    if package == ev.VLLM:
+        assert {want for _, _, want in tags} == {ev.SAMPLE_TARGETS.vllm, ev.NEWEST.vllm}
 
 
 def engine_versions_table() -> dict[ev.WiringKey, dict[str, str]]:

@@ -38,6 +38,9 @@ REQUIRED_PANELS = {
     "Offload hit ratio",
     "Tokens served from the tier",
     "Remote tier errors",
+    # vLLM's own CPU offloading (VLLMOffloading)
+    "vLLM CPU offload: refused and skipped stores",
+    "vLLM CPU offload: tier pinned by transfers",
 }
 # Grafana's built-in variables, as Prometheus would see them once Grafana fills them.
 GRAFANA_VARIABLES = {

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from shared import constants as c
+from shared.engine_versions import VLLM
 from shared.json_diff import json_patch
 from shared.pod_wiring import (
     OUTCOME_FAIL_OPEN,
@@ -42,7 +43,7 @@ from tests.builders import (
 from tests.builders import backend as make_backend
 from tests.builders import container as make_container
 from tests.builders import pod as make_pod
-from tests.samples import sample_backends
+from tests.samples import SAMPLES_DIR, sample_backends, sample_target_release
 
 # ------------------------------------------------------------------------ selection
 
@@ -727,8 +728,13 @@ def test_every_shipped_sample_wires_or_fails_open_cleanly(name: str, doc: dict[s
     if not labels:
         pytest.skip("sample claims no pods")
     runtime = backend["spec"]["runtime"]
+    # The vLLM release the sample's own Deployment names (vLLM's own offloading needs
+    # 0.33.0 or later; tests.samples.sample_target_release).
+    vllm = sample_target_release(SAMPLES_DIR / name, VLLM)
     container = (
-        make_container("sglang", "lmsysorg/sglang") if runtime == "SGLang" else make_container()
+        make_container("sglang", "lmsysorg/sglang")
+        if runtime == "SGLang"
+        else make_container(image=f"vllm/vllm-openai:v{vllm}")
     )
     pod = make_pod(container, labels=labels)
     result = wire_pod(pod, [backend], CTX)
