@@ -57,7 +57,7 @@ from shared.runtime_adapters.base import (
     InjectionRejectedError,
     RuntimeAdapter,
 )
-from shared.runtime_adapters.engine import select_vllm_engine
+from shared.runtime_adapters.engine import VLLMEngine
 from shared.runtime_adapters.engine_parallelism import vllm_engines_in_pod, vllm_process_count
 from shared.runtime_adapters.host_memory_fit import (
     CPU_BYTES_KEY,
@@ -256,7 +256,7 @@ def release_note(release: tuple[int, int, int] | None) -> str:
     return f"image tag names no vLLM release: newest semantics (vLLM {release_text(NEWEST_READ)})"
 
 
-class VLLMOffloadingAdapter(RuntimeAdapter):
+class VLLMOffloadingAdapter(VLLMEngine, RuntimeAdapter):
     name: ClassVar[str] = "vLLM+Offloading"
     runtime: ClassVar[str] = c.RUNTIME_VLLM
     cache_type: ClassVar[str] = c.TYPE_VLLM_OFFLOADING
@@ -264,9 +264,6 @@ class VLLMOffloadingAdapter(RuntimeAdapter):
     reserved_args: ClassVar[tuple[str, ...]] = VLLM_KV_FLAGS
     # The CPU tier lives in the engine pod: only the host-only binding.
     accepted_protocols: ClassVar[frozenset[Protocol | None]] = frozenset({None})
-
-    def engine_container_index(self, pod: dict[str, Any]) -> int:
-        return select_vllm_engine(pod)
 
     def wire(
         self,

@@ -28,6 +28,7 @@ from kubeio import client as k
 from shared import constants as c
 from tests.builders import NO_GATE
 from tests.e2e.conftest import Cluster, Stack, condition, poll
+from tests.e2e.rollouts.test_host_memory import events as over_limit_events
 from tests.e2e.workloads import pods_of, reconciled_since, wait_rolled_out
 from tests.webhook_process import TEST_NAMESPACE_LABEL, WebhookProcess, registered, run_webhook
 
@@ -80,14 +81,6 @@ def tp2_dp2_deployment() -> dict[str, Any]:
             "template": {"metadata": {"labels": LABELS}, "spec": {"containers": [container]}},
         },
     }
-
-
-def over_limit_events(cluster: Cluster, ns: str) -> list[dict[str, Any]]:
-    return [
-        e
-        for e in cluster.events(ns, "cb")
-        if e.get("reason") == c.EVENT_PINNED_HOST_MEMORY_OVER_LIMIT
-    ]
 
 
 def dry_run(cluster: Cluster, ns: str) -> tuple[dict[str, Any], list[str]]:
