@@ -174,9 +174,15 @@ class Cluster:
             timeout,
         )
 
-    def events(self, ns: str, name: str) -> list[dict[str, Any]]:
+    def events(self, ns: str, name: str, reason: str | None = None) -> list[dict[str, Any]]:
+        """The Events about object ``name``; with ``reason``, only those."""
         items = self.kube.list(k.EVENTS, ns).get("items") or []
-        return [e for e in items if (e.get("involvedObject") or {}).get("name") == name]
+        return [
+            e
+            for e in items
+            if (e.get("involvedObject") or {}).get("name") == name
+            and (reason is None or e.get("reason") == reason)
+        ]
 
 
 # ---- engine and cache-server pods (wired by annotations, as the Pod webhook leaves them)

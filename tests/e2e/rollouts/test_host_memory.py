@@ -29,6 +29,9 @@ from tests.webhook_process import TEST_NAMESPACE_LABEL, WebhookProcess, register
 
 pytestmark = pytest.mark.real_controllers
 
+# The Warning Event of an engine pod whose limit cannot hold what it pins.
+OVER_LIMIT = c.EVENT_PINNED_HOST_MEMORY_OVER_LIMIT
+
 ENGINE = "vllm"
 LABELS = {"app": "vllm-tp4"}
 SPEC = {
@@ -78,14 +81,6 @@ def tp4_deployment(memory_limit: str) -> dict[str, Any]:
             "template": {"metadata": {"labels": LABELS}, "spec": {"containers": [container]}},
         },
     }
-
-
-def events(cluster: Cluster, ns: str) -> list[dict[str, Any]]:
-    return [
-        e
-        for e in cluster.events(ns, "cb")
-        if e.get("reason") == c.EVENT_PINNED_HOST_MEMORY_OVER_LIMIT
-    ]
 
 
 def dry_run(cluster: Cluster, ns: str, memory_limit: str) -> tuple[dict[str, Any], list[str]]:
@@ -149,8 +144,12 @@ def test_tp4_pod_over_its_limit_is_flagged_once_and_a_fitting_one_is_not(
     assert "pins 32 GiB" in message
     assert "16Gi" in message
     assert condition(obj, c.COND_READY) == ("True", c.REASON_HOST_ONLY_ACTIVE)
-    poll(lambda: len(events(cluster, short_ns)) == 1, timeout=60, what="the Warning Event")
-    (event,) = events(cluster, short_ns)
+    poll(
+        lambda: len(cluster.events(short_ns, "cb", OVER_LIMIT)) == 1,
+        timeout=60,
+        what="the Warning Event",
+    )
+    (event,) = cluster.events(short_ns, "cb", OVER_LIMIT)
     assert event["type"] == "Warning"
     assert pod["metadata"]["name"] in event["message"]
     # Later reconciles keep the condition and record no second Event.
@@ -158,12 +157,12 @@ def test_tp4_pod_over_its_limit_is_flagged_once_and_a_fitting_one_is_not(
     assert condition(obj, c.COND_ENGINE_HOST_MEMORY) == (
         "False", c.REASON_PINNED_HOST_MEMORY_OVER_LIMIT,
     )  # fmt: skip
-    assert len(events(cluster, short_ns)) == 1
-    assert sum(int(e.get("count") or 1) for e in events(cluster, short_ns)) == 1
+    assert len(cluster.events(short_ns, "cb", OVER_LIMIT)) == 1
+    assert sum(int(e.get("count") or 1) for e in cluster.events(short_ns, "cb", OVER_LIMIT)) == 1
 
     wired_engine(cluster, fitting_ns, "64Gi")
     assert not [w for w in dry_run(cluster, fitting_ns, "64Gi")[1] if "pins" in w]
     obj = reconciled_since(stack, cluster, fitting_ns, "cb")
     assert condition(obj, c.COND_ENGINE_HOST_MEMORY) is None
     assert condition(obj, c.COND_READY) == ("True", c.REASON_HOST_ONLY_ACTIVE)
-    assert events(cluster, fitting_ns) == []
+    assert cluster.events(fitting_ns, "cb", OVER_LIMIT) == []

@@ -28,11 +28,13 @@ from kubeio import client as k
 from shared import constants as c
 from tests.builders import NO_GATE
 from tests.e2e.conftest import Cluster, Stack, condition, poll
-from tests.e2e.rollouts.test_host_memory import events as over_limit_events
 from tests.e2e.workloads import pods_of, reconciled_since, wait_rolled_out
 from tests.webhook_process import TEST_NAMESPACE_LABEL, WebhookProcess, registered, run_webhook
 
 pytestmark = pytest.mark.real_controllers
+
+# The Warning Event of an engine pod whose limit cannot hold what it pins.
+OVER_LIMIT = c.EVENT_PINNED_HOST_MEMORY_OVER_LIMIT
 
 ENGINE = "vllm"
 LABELS = {"app": "vllm-offload-tp2-dp2"}
@@ -166,8 +168,12 @@ def test_tp2_dp2_pod_gets_its_offloading_its_dev_shm_and_one_over_limit_event(
     assert pod["metadata"]["name"] in message
     assert MEMORY_LIMIT in message
     obj = cluster.wait_condition(ns, "cb", c.COND_READY, "True", c.REASON_ENGINE_PODS_WIRED)
-    poll(lambda: len(over_limit_events(cluster, ns)) == 1, timeout=60, what="the Warning Event")
-    (event,) = over_limit_events(cluster, ns)
+    poll(
+        lambda: len(cluster.events(ns, "cb", OVER_LIMIT)) == 1,
+        timeout=60,
+        what="the Warning Event",
+    )
+    (event,) = cluster.events(ns, "cb", OVER_LIMIT)
     assert event["type"] == "Warning"
     assert pod["metadata"]["name"] in event["message"]
     # Later reconciles keep the condition and record no second Event.
@@ -176,4 +182,4 @@ def test_tp2_dp2_pod_gets_its_offloading_its_dev_shm_and_one_over_limit_event(
         "False", c.REASON_PINNED_HOST_MEMORY_OVER_LIMIT,
     )  # fmt: skip
     assert condition(obj, c.COND_READY) == ("True", c.REASON_ENGINE_PODS_WIRED)
-    assert sum(int(e.get("count") or 1) for e in over_limit_events(cluster, ns)) == 1
+    assert sum(int(e.get("count") or 1) for e in cluster.events(ns, "cb", OVER_LIMIT)) == 1
