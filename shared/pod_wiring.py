@@ -65,12 +65,13 @@ from pydantic import ValidationError
 from shared import constants as c
 from shared import labels as shared_labels
 from shared.api import effective
-from shared.api.backend import read_backend_for_wiring
+from shared.api.backend import Backend, read_backend_for_wiring
 from shared.api.models import CacheBackend
 from shared.backend_keys import BackendKey
 from shared.bindings import PROVIDER_PROTOCOL, Binding
 from shared.endpoints import endpoint_shape_error, strip_scheme
 from shared.jsoncopy import json_copy
+from shared.objects import meta
 from shared.runtime_adapters import kernel_check, registry, subscriber
 from shared.runtime_adapters.base import (
     InjectContext,
@@ -186,9 +187,7 @@ class BindingError(Exception):
 def _annotations(pod: dict[str, Any]) -> dict[str, str]:
     """The pod's annotations; none when metadata or annotations is not a mapping (the
     API server never admits such a pod; offline callers report it before wiring)."""
-    metadata = pod.get("metadata")
-    annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
-    return dict(annotations) if isinstance(annotations, dict) else {}
+    return dict(meta(pod).annotations)
 
 
 def _set_annotations(pod: dict[str, Any], annotations: dict[str, str]) -> None:
@@ -308,27 +307,15 @@ def backend_selects_pod(raw_backend: dict[str, Any], pod_labels: dict[str, str])
     return shared_labels.labels_match(_selector(raw_backend), pod_labels)
 
 
-def _meta(raw: dict[str, Any]) -> dict[str, Any]:
-    meta = raw.get("metadata")
-    return meta if isinstance(meta, dict) else {}
-
-
 def select_backend(
     backends: list[dict[str, Any]], namespace: str, pod_labels: dict[str, str]
 ) -> dict[str, Any] | None:
     """First match by metadata.name among the namespace's CacheBackends."""
-    same_namespace = [
-        b for b in backends if isinstance(b, dict) and _meta(b).get("namespace") == namespace
-    ]
-    for raw in sorted(same_namespace, key=lambda b: str(_meta(b).get("name") or "")):
+    same_namespace = [b for b in backends if isinstance(b, dict) and meta(b).namespace == namespace]
+    for raw in sorted(same_namespace, key=lambda b: meta(b).name):
         if backend_selects_pod(raw, pod_labels):
             return raw
     return None
-
-
-def parse_backend(raw: dict[str, Any]) -> CacheBackend:
-    """The typed CacheBackend, judged on what wiring reads (``read_backend_for_wiring``)."""
-    return read_backend_for_wiring(raw).model
 
 
 def managed_password_secret(backend: CacheBackend) -> str | None:
@@ -565,11 +552,9 @@ class PodFacts:
 
 
 def pod_facts(pod: dict[str, Any], namespace: str | None = None) -> PodFacts:
-    metadata = pod.get("metadata")
-    own = metadata.get("namespace") if isinstance(metadata, dict) else None
     return PodFacts(
         pod=pod,
-        namespace=namespace or own or DEFAULT_NAMESPACE,
+        namespace=namespace or meta(pod).namespace or DEFAULT_NAMESPACE,
         shape_error=_valid_pod_shape(pod),
         skip_inject=skip_inject_requested(pod),
     )
@@ -611,9 +596,9 @@ def wire_facts(facts: PodFacts, backends: list[dict[str, Any]], ctx: InjectConte
     raw = select_backend(backends, ns, labels)
     if raw is None:
         return _fail_open(pod, REASON_NO_MATCH, f"no CacheBackend in {ns!r} selects this pod")
-    key = str(BackendKey(ns, str(_meta(raw).get("name"))))
+    key = str(BackendKey(ns, meta(raw).name))
     try:
-        backend = parse_backend(raw)
+        backend = read_backend_for_wiring(raw, ns)
     except ValidationError as exc:
         return _fail_open(
             pod,
@@ -622,18 +607,14 @@ def wire_facts(facts: PodFacts, backends: list[dict[str, Any]], ctx: InjectConte
             f"error(s), first: {exc.errors()[0]['msg']}",
             key,
         )
-    if backend.metadata.namespace is None:
-        backend.metadata.namespace = ns
-
-    if effective.integration_mode(backend.spec) == c.MODE_EVENTS_ONLY:
-        return wire_events_only(pod, backend, ctx, key)
-    return wire_offload(pod, backend, ctx, key)
+    if effective.integration_mode(backend.model.spec) == c.MODE_EVENTS_ONLY:
+        return wire_events_only(pod, backend, ctx)
+    return wire_offload(pod, backend, ctx)
 
 
-def wire_events_only(
-    pod: dict[str, Any], backend: CacheBackend, ctx: InjectContext, key: str
-) -> WiringResult:
+def wire_events_only(pod: dict[str, Any], selected: Backend, ctx: InjectContext) -> WiringResult:
     """Spec "Events-only mode": no connector, only the kvevent-subscriber when wired."""
+    backend, key = selected.model, str(selected.key)
     if not ctx.kvevent_subscriber_image or not effective.model_id(backend.spec):
         missing = (
             "the webhook runs without --kvevent-subscriber-image"
@@ -651,13 +632,12 @@ def wire_events_only(
         return _fail_open(pod, REASON_SUBSCRIBER_REJECTED, str(exc), key)
     stamp_metrics_scrape(out, {})  # no KV tier wired: nothing of it to scrape
     return finish_injected(
-        pod, out, backend, REASON_EVENTS_ONLY, f"events-only: kvevent-subscriber from {key}", key
+        pod, out, selected, REASON_EVENTS_ONLY, f"events-only: kvevent-subscriber from {key}"
     )
 
 
-def wire_offload(
-    pod: dict[str, Any], backend: CacheBackend, ctx: InjectContext, key: str
-) -> WiringResult:
+def wire_offload(pod: dict[str, Any], selected: Backend, ctx: InjectContext) -> WiringResult:
+    backend, key = selected.model, str(selected.key)
     spec = backend.spec
     adapter = registry.select_adapter(spec.runtime, effective.cache_type(spec))
     if adapter is None:
@@ -698,21 +678,19 @@ def wire_offload(
         return _fail_open(pod, REASON_SUBSCRIBER_REJECTED, str(exc), key)
     apply_engine_host_network(out, backend, binding)
     stamp_metrics_scrape(out, metrics_ports(out, adapter))
-    return finish_injected(
-        pod, out, backend, REASON_INJECTED, f"wired by {key} ({adapter.name})", key
-    )
+    return finish_injected(pod, out, selected, REASON_INJECTED, f"wired by {key} ({adapter.name})")
 
 
 def finish_injected(
     original: dict[str, Any],
     wired: dict[str, Any],
-    backend: CacheBackend,
+    selected: Backend,
     reason: str,
     message: str,
-    key: str,
 ) -> WiringResult:
     """Stamp the decision, unless wiring made the Pod invalid: a patch the API server
     rejects would block the engine's admission, so that too fails open."""
+    key = str(selected.key)
     problems = introduced_problems(original, wired)
     if problems:
         return _fail_open(
@@ -721,7 +699,7 @@ def finish_injected(
             "wiring would make the Pod invalid: " + "; ".join(sorted(problems)),
             key,
         )
-    stamp_injected(wired, backend)
+    stamp_injected(wired, selected.model)
     processes = _annotations(wired).get(c.ANNOTATION_HOST_MEMORY_PROCESSES) or ""
     if "unreadable" in processes:
         message += f"; host-memory budget sized for one engine process: {processes}"

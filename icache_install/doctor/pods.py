@@ -15,12 +15,12 @@ from icache_install.doctor.backends import key_of, pod_labels, ref_of
 from icache_install.doctor.findings import Finding, ObjectRef, finding
 from icache_install.doctor.install import _time
 from shared import constants as c
+from shared.api.backend import read_backend_for_wiring
 from shared.backend_mode import Mode, backend_mode
 from shared.objects import meta, metadata
 from shared.pod_wiring import (
     BindingError,
     backend_selects_pod,
-    parse_backend,
     resolve_binding,
     select_backend,
     skip_inject_requested,
@@ -63,7 +63,7 @@ def _needs_endpoint_now(cb: Obj) -> str | None:
     """Why the Pod webhook would fail open for this backend now for want of an
     endpoint (None: it has what it needs)."""
     try:
-        backend = parse_backend(dict(cb))
+        backend = read_backend_for_wiring(dict(cb)).model
         resolve_binding(backend)
     except BindingError as exc:
         return str(exc)
@@ -75,7 +75,7 @@ def _needs_endpoint_now(cb: Obj) -> str | None:
 def _remote_managed(cb: Obj) -> bool:
     """The backend runs a tier we provision (the worker's mode rule)."""
     try:
-        return backend_mode(parse_backend(dict(cb))) == Mode.MANAGED
+        return backend_mode(read_backend_for_wiring(dict(cb)).model) == Mode.MANAGED
     except ValidationError:
         return False
 

@@ -18,8 +18,9 @@ from typing import Any
 import yaml
 
 from shared import constants as c
+from shared.api.backend import read_backend_for_wiring
 from shared.engine_versions import ReleaseSet
-from shared.pod_wiring import OUTCOME_INJECTED, parse_backend, resolve_binding
+from shared.pod_wiring import OUTCOME_INJECTED, resolve_binding
 from shared.runtime_adapters.base import InjectContext
 from shared.validation import validate
 from tests.samples import CRD_PATH, ROOT, sample_documents
@@ -77,7 +78,7 @@ def with_status(backend: dict[str, Any]) -> dict[str, Any]:
 
 
 def endpoint_of(backend: dict[str, Any]) -> str | None:
-    binding = resolve_binding(parse_backend(backend))
+    binding = resolve_binding(read_backend_for_wiring(backend).model)
     return binding.endpoint if binding is not None else None
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from shared import constants as c
+from shared.api.backend import read_backend_for_wiring
 from shared.engine_versions import VLLM
 from shared.json_diff import json_patch
 from shared.pod_wiring import (
@@ -21,7 +22,6 @@ from shared.pod_wiring import (
     OUTCOME_SKIPPED,
     SKIP_INJECT_TRUTHY,
     WiringResult,
-    parse_backend,
     resolve_binding,
     wire_pod,
 )
@@ -144,7 +144,7 @@ def test_binding_managed_redis_uses_the_service_we_own() -> None:
     backend = make_backend(
         runtime="SGLang", remote=managed("Redis"), status_endpoint="evil.example.com:6379"
     )
-    binding = resolve_binding(parse_backend(backend))
+    binding = resolve_binding(read_backend_for_wiring(backend).model)
     assert binding is not None
     assert binding.endpoint == "cache-redis.team-a.svc:6379"
     assert binding.password_secret == "cache-redis-auth"
