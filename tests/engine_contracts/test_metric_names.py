@@ -39,8 +39,8 @@ HIT_RULES = (
 )
 GPU_PREFIX_CACHE = re.compile(r"^(vllm:(gpu_)?prefix_cache_|sglang:cache_hit_rate)")
 # vLLM's own CPU offloading (VLLMOffloading): the releases its wiring is proved against
-# (tests/engine_contracts/offloading/test_native_offload_source.py), and the figures issue 41 asks
-# the rules to carry, by the engine series each reads.
+# (tests/engine_contracts/offloading/test_native_offload_source.py), and the figures the
+# rules carry, by the engine series each reads.
 NATIVE_OFFLOAD_RELEASES = ("0.33.0", "0.34.0")
 NATIVE_OFFLOAD_RULES = {
     "inferencecache:offload_allocation_failures:rate5m": "vllm:kv_offload_allocation_failure_total",

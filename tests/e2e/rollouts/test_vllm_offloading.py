@@ -1,5 +1,5 @@
 """End to end: a VLLMOffloading backend wires vLLM's own CPU offloading into the engine
-pods a real rollout creates (docs/api.md "vLLM's built-in offloading"; issue 41).
+pods a real rollout creates (docs/api.md "vLLM's built-in offloading").
 
 The real `icache webhook` is registered with the API server and wires the engine
 Deployment's pods at admission; kube-controller-manager, kube-scheduler and kwok roll

@@ -38,7 +38,7 @@ REQUIRED = {
     "InferenceCacheWorkQueueGrowing",  # depth growing for 10 minutes
     "InferenceCacheNoDispatcherLeader",  # no leader for 2 minutes
     "InferenceCacheWorkerAbsent",  # worker absent
-    "InferenceCacheOffloadAllocationFailures",  # vLLM's CPU tier refuses stores (issue 41)
+    "InferenceCacheOffloadAllocationFailures",  # vLLM's CPU tier refuses stores
 }
 
 
