@@ -15,6 +15,7 @@ nothing here writes workload status.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from typing import Any
@@ -176,3 +177,37 @@ def reconciled_since(stack: Stack, cluster: Cluster, ns: str, name: str) -> dict
 
     poll(done, timeout=60, what=f"two reconciles of {key}", interval=0.2)
     return cluster.cb(ns, name)
+
+
+def one_container_deployment(
+    name: str, labels: dict[str, str], container: dict[str, Any]
+) -> dict[str, Any]:
+    """A one-replica Deployment of ``container`` whose pods carry ``labels``."""
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": {"containers": [container]}},
+        },
+    }
+
+
+def dry_run_pod(
+    cluster: Cluster, ns: str, deployment: dict[str, Any]
+) -> tuple[dict[str, Any], list[str]]:
+    """A dry-run create of the Deployment's pod: the admitted pod and the API server's
+    Warning headers (how the webhook's admission warnings reach a client)."""
+    template = deployment["spec"]["template"]
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "probe", **template["metadata"]},
+        "spec": template["spec"],
+    }
+    answer = cluster.kube.answer("POST", k.PODS.collection(ns), query={"dryRun": "All"}, body=body)
+    data = answer.read()
+    assert 200 <= answer.status <= 299, data
+    return json.loads(data), [str(w) for w in answer.getheaders().getlist("Warning")]

@@ -13,7 +13,6 @@ fitting one gets neither. Ready is never changed by it.
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -24,7 +23,13 @@ from kubeio import client as k
 from shared import constants as c
 from tests.builders import NO_GATE
 from tests.e2e.conftest import Cluster, Stack, condition, poll
-from tests.e2e.workloads import pods_of, reconciled_since, wait_rolled_out
+from tests.e2e.workloads import (
+    dry_run_pod,
+    one_container_deployment,
+    pods_of,
+    reconciled_since,
+    wait_rolled_out,
+)
 from tests.webhook_process import TEST_NAMESPACE_LABEL, WebhookProcess, registered, run_webhook
 
 pytestmark = pytest.mark.real_controllers
@@ -71,29 +76,12 @@ def tp4_deployment(memory_limit: str) -> dict[str, Any]:
             "limits": {"nvidia.com/gpu": "4", "memory": memory_limit},
         },
     }
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": ENGINE},
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": LABELS},
-            "template": {"metadata": {"labels": LABELS}, "spec": {"containers": [container]}},
-        },
-    }
+    return one_container_deployment(ENGINE, LABELS, container)
 
 
 def dry_run(cluster: Cluster, ns: str, memory_limit: str) -> tuple[dict[str, Any], list[str]]:
-    """A dry-run create of the Deployment's pod: the admitted pod and the API server's
-    Warning headers (how the webhook's admission warnings reach a client)."""
-    template = tp4_deployment(memory_limit)["spec"]["template"]
-    body = {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "probe", **template["metadata"]}, "spec": template["spec"]}  # fmt: skip
-    answer = cluster.kube.answer("POST", k.PODS.collection(ns), query={"dryRun": "All"}, body=body)
-    data = answer.read()
-    assert 200 <= answer.status <= 299, data
-    headers = answer.getheaders()
-    return json.loads(data), [str(w) for w in headers.getlist("Warning")]
+    """The TP=4 Deployment's pod, limited to ``memory_limit``, created in dry run."""
+    return dry_run_pod(cluster, ns, tp4_deployment(memory_limit))
 
 
 def wired_engine(cluster: Cluster, ns: str, memory_limit: str) -> dict[str, Any]:

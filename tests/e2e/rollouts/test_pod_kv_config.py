@@ -27,7 +27,13 @@ from shared.runtime_adapters.podspec import cli_tokens
 from tests.builders import NO_GATE
 from tests.e2e import cascade
 from tests.e2e.conftest import Cluster, Stack, condition, poll
-from tests.e2e.workloads import pods_of, reconciled_since, wait_rolled_out
+from tests.e2e.workloads import (
+    dry_run_pod,
+    one_container_deployment,
+    pods_of,
+    reconciled_since,
+    wait_rolled_out,
+)
 
 pytestmark = pytest.mark.real_controllers
 
@@ -53,28 +59,7 @@ def deployment(name: str, args: list[str]) -> dict[str, Any]:
         "resources": {"limits": {"nvidia.com/gpu": "1"}},
     }
     labels = {**LABELS, "role": name}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": labels},
-            "template": {"metadata": {"labels": labels}, "spec": {"containers": [container]}},
-        },
-    }
-
-
-def dry_run(cluster: Cluster, ns: str, dep: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """A dry-run create of the Deployment's pod: the admitted pod and the API server's
-    Warning headers (how the webhook's admission warnings reach a client)."""
-    template = dep["spec"]["template"]
-    body = {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "probe", **template["metadata"]}, "spec": template["spec"]}  # fmt: skip
-    answer = cluster.kube.answer("POST", k.PODS.collection(ns), query={"dryRun": "All"}, body=body)
-    data = answer.read()
-    assert 200 <= answer.status <= 299, data
-    return json.loads(data), [str(w) for w in answer.getheaders().getlist("Warning")]
+    return one_container_deployment(name, labels, container)
 
 
 def rolled_out_pod(cluster: Cluster, ns: str, dep: dict[str, Any]) -> dict[str, Any]:
@@ -101,7 +86,7 @@ def test_nixl_pod_is_composed_and_an_offloading_pod_is_declined_once(
     prefill = deployment("prefill", ["--kv-transfer-config", json.dumps(NIXL)])
 
     def webhook_wires() -> bool:
-        pod, _ = dry_run(cluster, ns, prefill)
+        pod, _ = dry_run_pod(cluster, ns, prefill)
         return (pod["metadata"].get("annotations") or {}).get(
             c.ANNOTATION_INJECTED_BY
         ) == f"{ns}/cb"
@@ -123,7 +108,7 @@ def test_nixl_pod_is_composed_and_an_offloading_pod_is_declined_once(
 
     # vLLM's own offloading: admitted as written, not wired, warned, recorded.
     offload = deployment("offload", ["--kv-offloading-size", "64"])
-    probe, warnings = dry_run(cluster, ns, offload)
+    probe, warnings = dry_run_pod(cluster, ns, offload)
     assert any("--kv-offloading-size 64" in w and "overwrite" in w for w in warnings), warnings
     assert probe["spec"]["containers"][0]["args"] == ["--model", "m", "--kv-offloading-size", "64"]
     pod = rolled_out_pod(cluster, ns, offload)

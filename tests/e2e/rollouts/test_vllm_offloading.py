@@ -18,8 +18,6 @@ of two workers each, four GPUs) selected by a 64Gi backend gets:
 from __future__ import annotations
 
 import json
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -27,9 +25,15 @@ import pytest
 from kubeio import client as k
 from shared import constants as c
 from tests.builders import NO_GATE
+from tests.e2e import cascade
 from tests.e2e.conftest import Cluster, Stack, condition, poll
-from tests.e2e.workloads import pods_of, reconciled_since, wait_rolled_out
-from tests.webhook_process import TEST_NAMESPACE_LABEL, WebhookProcess, registered, run_webhook
+from tests.e2e.workloads import (
+    dry_run_pod,
+    one_container_deployment,
+    pods_of,
+    reconciled_since,
+    wait_rolled_out,
+)
 
 pytestmark = pytest.mark.real_controllers
 
@@ -49,17 +53,8 @@ SHM_PATH = "/dev/shm"
 MEMORY_LIMIT = "16Gi"
 
 
-@pytest.fixture
-def wired(cluster: Cluster) -> Iterator[str]:
-    """A namespace where the real webhook wires engine pods at admission."""
-    suffix = f"offload-{uuid.uuid4().hex[:6]}"
-    api = cluster.cp.api_client()
-    hook: WebhookProcess
-    try:
-        with run_webhook(cluster.cp.kubeconfig_path) as hook, registered(api, hook, suffix):
-            yield cluster.namespace(labels={TEST_NAMESPACE_LABEL: suffix})
-    finally:
-        api.close()
+# The real webhook wiring the namespace the test requests as ``wired``.
+wired = cascade.wired
 
 
 def tp2_dp2_deployment() -> dict[str, Any]:
@@ -73,28 +68,7 @@ def tp2_dp2_deployment() -> dict[str, Any]:
             "limits": {"nvidia.com/gpu": "4", "memory": MEMORY_LIMIT},
         },
     }
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": ENGINE},
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": LABELS},
-            "template": {"metadata": {"labels": LABELS}, "spec": {"containers": [container]}},
-        },
-    }
-
-
-def dry_run(cluster: Cluster, ns: str) -> tuple[dict[str, Any], list[str]]:
-    """A dry-run create of the Deployment's pod: the admitted pod and the API server's
-    Warning headers (how the webhook's admission warnings reach a client)."""
-    template = tp2_dp2_deployment()["spec"]["template"]
-    body = {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "probe", **template["metadata"]}, "spec": template["spec"]}  # fmt: skip
-    answer = cluster.kube.answer("POST", k.PODS.collection(ns), query={"dryRun": "All"}, body=body)
-    data = answer.read()
-    assert 200 <= answer.status <= 299, data
-    return json.loads(data), [str(w) for w in answer.getheaders().getlist("Warning")]
+    return one_container_deployment(ENGINE, LABELS, container)
 
 
 def last_value(args: list[str], flag: str) -> str:
@@ -134,12 +108,12 @@ def test_tp2_dp2_pod_gets_its_offloading_its_dev_shm_and_one_over_limit_event(
     cb = cluster.create_cb(ns, "cb", SPEC, NO_GATE)
 
     def webhook_wires() -> bool:
-        pod, _ = dry_run(cluster, ns)
+        pod, _ = dry_run_pod(cluster, ns, tp2_dp2_deployment())
         annotations = pod["metadata"].get("annotations") or {}
         return annotations.get(c.ANNOTATION_INJECTED_BY) == f"{ns}/cb"
 
     poll(webhook_wires, timeout=30, what=f"the webhook wiring engine pods to {ns}/cb")
-    probe, warnings = dry_run(cluster, ns)
+    probe, warnings = dry_run_pod(cluster, ns, tp2_dp2_deployment())
     assert_offloading_wired(probe)
     assert any(
         "OffloadingConnector 32 GiB x 2 engines" in w
