@@ -72,21 +72,41 @@ def is_draining(scope: Scope) -> bool:
     return lifecycle is not None and lifecycle.draining
 
 
-# Linux: a classic BPF socket filter of one instruction, "return 0" (drop the packet).
+# Linux: a classic BPF socket filter that drops a new connection's SYN (SYN set, ACK
+# clear) and passes every other packet. A TCP socket's filter sees the packet from its
+# TCP header, whose byte 13 holds the flags. The final ACK of a handshake already under
+# way passes, so that connection reaches the accept queue and is accepted; dropping it
+# too would leave it half-open until the close resets it.
 _SO_ATTACH_FILTER: Final = 26
-_DROP_ALL: Final = struct.pack("HBBI", 0x06, 0, 0, 0)  # BPF_RET | BPF_K, k = 0
+_TCP_FLAGS_OFFSET: Final = 13
+_SYN, _ACK = 0x02, 0x10
+_DROP_NEW_SYNS: Final = b"".join(
+    struct.pack("HBBI", code, jt, jf, k)
+    for code, jt, jf, k in (
+        (0x30, 0, 0, _TCP_FLAGS_OFFSET),  # BPF_LD | BPF_B | BPF_ABS: A = flags
+        (0x54, 0, 0, _SYN | _ACK),  # BPF_ALU | BPF_AND | BPF_K: A &= SYN | ACK
+        (0x15, 0, 1, _SYN),  # BPF_JMP | BPF_JEQ | BPF_K: a bare SYN?
+        (0x06, 0, 0, 0),  # BPF_RET | BPF_K: drop
+        (0x06, 0, 0, 0xFFFFFFFF),  # BPF_RET | BPF_K: pass the whole packet
+    )
+)
+_DROP_NEW_SYNS_LENGTH: Final = 5
 # struct tcp_info: on a listening socket, tcpi_unacked is the accept queue's length.
 _TCPI_UNACKED_OFFSET: Final = 24
 ACCEPT_QUEUE_WAIT_SECONDS: Final = 1.0
+# How long the accept queue must stay empty before the listener closes: a handshake
+# whose ACK is still on its way joins the queue within a round trip.
+ACCEPT_QUEUE_QUIET_SECONDS: Final = 0.05
 
 
 def refuse_new_connections(sock: Any) -> bool:
-    """Drop every packet a listening socket receives from now on (Linux): a client
-    dialling it sees its SYN go unanswered, then, once the socket is closed, a clean
-    "connection refused" on the retry, where closing a listener that is still
-    receiving resets whatever the kernel had just queued. False where not supported."""
-    program = ctypes.create_string_buffer(_DROP_ALL)
-    fprog = struct.pack("HL", 1, ctypes.addressof(program))
+    """Drop every new connection's SYN a listening socket receives from now on (Linux):
+    a client dialling it sees its SYN go unanswered, then, once the socket is closed, a
+    clean "connection refused" on the retry, where closing a listener that is still
+    receiving resets whatever the kernel had just queued. Handshakes already under way
+    complete and are accepted. False where not supported."""
+    program = ctypes.create_string_buffer(_DROP_NEW_SYNS)
+    fprog = struct.pack("HL", _DROP_NEW_SYNS_LENGTH, ctypes.addressof(program))
     try:
         sock.setsockopt(socket.SOL_SOCKET, _SO_ATTACH_FILTER, fprog)
     except (OSError, AttributeError):
@@ -104,12 +124,21 @@ def accept_queue_length(sock: Any) -> int:
 
 async def stop_listening(listeners: list[Any]) -> None:
     """Take no new connections, and accept (the event loop still does) those the
-    kernel has queued, for at most ``ACCEPT_QUEUE_WAIT_SECONDS``; the caller then
-    closes the listeners. With several workers on one socket, each does it: the
+    kernel has queued or is completing, until the accept queue has stayed empty for
+    ``ACCEPT_QUEUE_QUIET_SECONDS``, for at most ``ACCEPT_QUEUE_WAIT_SECONDS``; the caller
+    then closes the listeners. With several workers on one socket, each does it: the
     filter is the socket's, so the first stops new connections for all."""
     filtered = [sock for sock in listeners if refuse_new_connections(sock)]
+    if not filtered:
+        return
     deadline = time.monotonic() + ACCEPT_QUEUE_WAIT_SECONDS
-    while any(accept_queue_length(s) for s in filtered) and time.monotonic() < deadline:
+    quiet_since = time.monotonic()
+    while time.monotonic() < deadline:
+        now = time.monotonic()
+        if any(accept_queue_length(s) for s in filtered):
+            quiet_since = now
+        elif now - quiet_since >= ACCEPT_QUEUE_QUIET_SECONDS:
+            return
         await asyncio.sleep(0.005)
 
 

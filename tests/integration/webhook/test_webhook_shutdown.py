@@ -31,6 +31,7 @@ from tests.harness.controlplane import (
 )
 from tests.samples import ROOT, SAMPLES_DIR
 from tests.webhook_process import WebhookProcess, run_webhook, spawn_webhook, wait_healthy
+from webhook_svc.http.lifecycle import refuse_new_connections
 
 POD_PATH = "/mutate--v1-pod"
 DRAIN_SECONDS = 6
@@ -350,3 +351,32 @@ def test_sigterm_under_16_clients_leaves_no_request_unanswered(
     assert tally.unanswered == [], tally.unanswered[:5]
     assert tally.refused > 0, "the clients never saw the listener closed"
     assert (tally.handshake_reset, tally.reset_before_answer) == (0, 0)
+
+
+def test_the_drain_filter_drops_new_syns_and_lets_queued_connections_through() -> None:
+    """Rule (drain, stop_listening): once the listener refuses new connections, a new
+    client's SYN goes unanswered, while a connection the kernel already queued, and its
+    bytes, still reach the server and are answered. Real kernel sockets. (That a
+    handshake's final ACK also passes is what the SIGTERM test above sees: no
+    handshake reset under 16 clients.)"""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    port = listener.getsockname()[1]
+    queued = socket.create_connection(("127.0.0.1", port), timeout=5)
+    late = socket.socket()
+    late.settimeout(0.5)
+    try:
+        assert refuse_new_connections(listener)
+        queued.sendall(b"head")
+        with pytest.raises(TimeoutError):
+            late.connect(("127.0.0.1", port))
+        accepted, _ = listener.accept()
+        with accepted:
+            accepted.settimeout(5)
+            assert accepted.recv(4) == b"head"
+            accepted.sendall(b"answer")
+            assert queued.recv(6) == b"answer"
+    finally:
+        for sock in (late, queued, listener):
+            sock.close()
