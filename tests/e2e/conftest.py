@@ -250,6 +250,15 @@ def condition(obj: dict[str, Any], type_: str) -> tuple[str, str] | None:
     return None
 
 
+def condition_message(obj: dict[str, Any], type_: str) -> str:
+    """The message of condition ``type_`` (the test has waited for it to be there)."""
+    return next(
+        str(cond.get("message") or "")
+        for cond in (obj.get("status") or {}).get("conditions") or []
+        if cond.get("type") == type_
+    )
+
+
 def converged(obj: dict[str, Any]) -> bool:
     """The controller has written status for the backend's current generation."""
     st = obj.get("status") or {}

@@ -22,7 +22,7 @@ import pytest
 from kubeio import client as k
 from shared import constants as c
 from tests.builders import NO_GATE
-from tests.e2e.conftest import Cluster, Stack, condition, poll
+from tests.e2e.conftest import Cluster, Stack, condition, condition_message, poll
 from tests.e2e.workloads import (
     dry_run_pod,
     one_container_deployment,
@@ -124,10 +124,7 @@ def test_tp4_pod_over_its_limit_is_flagged_once_and_a_fitting_one_is_not(
         short_ns, "cb", c.COND_ENGINE_HOST_MEMORY, "False", c.REASON_PINNED_HOST_MEMORY_OVER_LIMIT,
         timeout=60,
     )  # fmt: skip
-    message = next(
-        cond["message"] for cond in obj["status"]["conditions"]
-        if cond["type"] == c.COND_ENGINE_HOST_MEMORY
-    )  # fmt: skip
+    message = condition_message(obj, c.COND_ENGINE_HOST_MEMORY)
     assert pod["metadata"]["name"] in message
     assert "pins 32 GiB" in message
     assert "16Gi" in message

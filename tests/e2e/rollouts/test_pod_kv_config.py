@@ -26,7 +26,7 @@ from shared.runtime_adapters.kv_config import read_kv_tokens
 from shared.runtime_adapters.podspec import cli_tokens
 from tests.builders import NO_GATE
 from tests.e2e import cascade
-from tests.e2e.conftest import Cluster, Stack, condition, poll
+from tests.e2e.conftest import Cluster, Stack, condition, condition_message, poll
 from tests.e2e.workloads import (
     dry_run_pod,
     one_container_deployment,
@@ -122,10 +122,7 @@ def test_nixl_pod_is_composed_and_an_offloading_pod_is_declined_once(
         ns, "cb", c.COND_ENGINE_OFFLOADING, "False", c.REASON_ENGINE_OFFLOADING_CONFLICT,
         timeout=60,
     )  # fmt: skip
-    message = next(
-        cond["message"] for cond in obj["status"]["conditions"]
-        if cond["type"] == c.COND_ENGINE_OFFLOADING
-    )  # fmt: skip
+    message = condition_message(obj, c.COND_ENGINE_OFFLOADING)
     assert pod["metadata"]["name"] in message
     assert condition(obj, c.COND_READY) == ("True", c.REASON_HOST_ONLY_ACTIVE)
     poll(lambda: len(events(cluster, ns)) == 1, timeout=60, what="the Warning Event")

@@ -26,7 +26,7 @@ from kubeio import client as k
 from shared import constants as c
 from tests.builders import NO_GATE
 from tests.e2e import cascade
-from tests.e2e.conftest import Cluster, Stack, condition, poll
+from tests.e2e.conftest import Cluster, Stack, condition, condition_message, poll
 from tests.e2e.workloads import (
     dry_run_pod,
     one_container_deployment,
@@ -135,10 +135,7 @@ def test_tp2_dp2_pod_gets_its_offloading_its_dev_shm_and_one_over_limit_event(
         ns, "cb", c.COND_ENGINE_HOST_MEMORY, "False", c.REASON_PINNED_HOST_MEMORY_OVER_LIMIT,
         timeout=60,
     )  # fmt: skip
-    message = next(
-        cond["message"] for cond in obj["status"]["conditions"]
-        if cond["type"] == c.COND_ENGINE_HOST_MEMORY
-    )  # fmt: skip
+    message = condition_message(obj, c.COND_ENGINE_HOST_MEMORY)
     assert pod["metadata"]["name"] in message
     assert MEMORY_LIMIT in message
     obj = cluster.wait_condition(ns, "cb", c.COND_READY, "True", c.REASON_ENGINE_PODS_WIRED)
